@@ -1,0 +1,67 @@
+"""Shared fixtures: a real Mosquitto on a free loopback port, its log shown on failure."""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from vox_mqtt.localbroker import LocalBroker, free_port
+
+BrokerFactory = Callable[[str], LocalBroker]
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Keep each phase's report on the item so fixtures can tell a failed test."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def plain_conf(port: int, directory: Path) -> str:
+    """Return a minimal anonymous config listening on 127.0.0.1:port."""
+    return (
+        f"listener {port} 127.0.0.1\n"
+        "allow_anonymous true\n"
+        f"user {getpass.getuser()}\n"
+        "set_tcp_nodelay true\n"
+        "persistence true\n"
+        f"persistence_location {directory}/\n"
+        "log_dest stderr\n"
+        "log_type error\nlog_type warning\nlog_type notice\n"
+    )
+
+
+@pytest.fixture
+def broker_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., LocalBroker]]:
+    """Start Mosquitto from config text; `{port}` and `{dir}` in it are filled in."""
+    started: list[LocalBroker] = []
+
+    def start(conf_text: str | None = None, *, port: int | None = None) -> LocalBroker:
+        directory = tmp_path_factory.mktemp("broker")
+        port = port or free_port()
+        text = plain_conf(port, directory) if conf_text is None else conf_text
+        conf = directory / "mosquitto.conf"
+        conf.write_text(text.replace("{port}", str(port)).replace("{dir}", str(directory)))
+        broker = LocalBroker(conf, port=port)
+        started.append(broker)
+        broker.start()
+        return broker
+
+    yield start
+    failed = getattr(request.node, "report_call", None)
+    for broker in started:
+        broker.stop()
+        if failed is not None and failed.failed:
+            print(f"\n--- mosquitto log ({broker.conf_path}) ---\n{broker.log_text()}")
+
+
+@pytest.fixture
+def plain_broker(broker_factory: Callable[..., LocalBroker]) -> LocalBroker:
+    """Return a running anonymous broker, for transport-level tests."""
+    return broker_factory()
