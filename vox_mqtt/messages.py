@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
@@ -11,6 +12,7 @@ from uuid import UUID, uuid4
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -23,6 +25,7 @@ from pydantic import (
 from .errors import InvalidMessage
 
 __all__ = [
+    "CONTENT_TYPE",
     "ERROR_CODES",
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
@@ -44,6 +47,7 @@ __all__ = [
     "MessageAcknowledged",
     "Price",
     "SystemFailure",
+    "Uuid",
     "VOXMessage",
     "new_message",
     "now_iso",
@@ -64,6 +68,8 @@ MSG_DATA_RESPONSE: Final = "data_response"
 MSG_SYSTEM_FAILURE: Final = "system_failure"
 
 MAX_MESSAGE_BYTES: Final = 256 * 1024
+# The MQTT v5 content-type property of every VOX publish.
+CONTENT_TYPE: Final = "application/json"
 
 
 class ErrorCode:
@@ -103,6 +109,37 @@ def _check_timestamp(value: str) -> str:
 
 IsoTimestamp = Annotated[StrictStr, AfterValidator(_check_timestamp)]
 
+_UUID_FORM = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def _check_uuid_text(value: object) -> object:
+    # pydantic alone also takes hex without dashes, braces and urn:uuid:, which would
+    # re-serialize differently from what the sender wrote (and signed, one day).
+    if isinstance(value, str) and not _UUID_FORM.fullmatch(value):
+        raise ValueError(f"{value[:60]!r} is not a UUID (8-4-4-4-12 hex digits)")
+    return value
+
+
+Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
+"""A UUID field that accepts only the 8-4-4-4-12 text form."""
+
+
+def _check_finite(details: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no NaN or Infinity; pydantic reads them (and 1e400) as floats and would
+    # write them back as null, silently changing what the sender said.
+    stack: list[Any] = [details]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("NaN and Infinity are not JSON numbers")
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    return details
+
 
 def now_iso() -> str:
     """Return the current time as ISO-8601 UTC with milliseconds."""
@@ -114,17 +151,17 @@ class VOXMessage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    message_id: UUID
-    message_source: StrictStr
+    message_id: Uuid
+    message_source: Annotated[StrictStr, Field(min_length=1)]
     emitted_at: IsoTimestamp
-    source: UUID
-    target: UUID
+    source: Uuid
+    target: Uuid
     type: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
-    details: dict[str, Any]
-    reply_to: UUID | None = None
+    details: Annotated[dict[str, Any], AfterValidator(_check_finite)]
+    reply_to: Uuid | None = None
 
     def payload(self) -> BaseModel | None:
-        """Return details as the typed payload model of this type, or None if the type is unknown."""
+        """Return details as this type's payload model, or None if the type is unknown."""
         model = PAYLOAD_MODELS.get(self.type)
         return None if model is None else model.model_validate(self.details)
 
@@ -166,16 +203,19 @@ def new_message(
     """Build a fresh, validated message with a new id and the current time."""
     if isinstance(details, BaseModel):
         details = details.model_dump(mode="json", exclude_none=True)
-    message = VOXMessage(
-        message_id=uuid4(),
-        message_source=message_source,
-        emitted_at=now_iso(),
-        source=source,
-        target=target,
-        type=type,
-        details=details,
-        reply_to=reply_to,
-    )
+    try:
+        message = VOXMessage(
+            message_id=uuid4(),
+            message_source=message_source,
+            emitted_at=now_iso(),
+            source=source,
+            target=target,
+            type=type,
+            details=details,
+            reply_to=reply_to,
+        )
+    except ValidationError as exc:
+        raise InvalidMessage(_describe(exc)) from None
     _validate_payload(message)
     return message
 
@@ -185,13 +225,15 @@ def serialize(message: VOXMessage) -> bytes:
     return message.model_dump_json(exclude_none=True).encode()
 
 
-def parse(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_MESSAGE_BYTES) -> VOXMessage:
+def parse(
+    data: bytes | bytearray | memoryview | str, *, max_bytes: int = MAX_MESSAGE_BYTES
+) -> VOXMessage:
     """Decode and validate one message; raise InvalidMessage with the reason for anything else."""
-    raw = bytes(data)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise InvalidMessage(
             f"message is {len(raw)} bytes, over the {max_bytes}-byte limit",
-            **_peek_identity(raw[:4096]),
+            **_peek_identity(raw, whole=False),
         )
     try:
         text = raw.decode("utf-8")
@@ -212,45 +254,62 @@ def _validate_payload(message: VOXMessage) -> None:
         message.payload()
     except ValidationError as exc:
         raise InvalidMessage(
-            f"{message.type} details: {_describe(exc)}",
+            f"{message.type}: {_describe(exc, within='details')}",
             message_id=message.message_id,
             source=message.source,
         ) from None
 
 
-def _describe(exc: ValidationError) -> str:
+_PLAIN_REASONS = {
+    "missing": "missing (required)",
+    "extra_forbidden": "unexpected field (the envelope is fixed; payload goes in details)",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+}
+
+
+def _describe(exc: ValidationError, *, within: str = "") -> str:
+    """Turn pydantic's errors into one line a person can act on."""
     problems = []
     for error in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(part) for part in error["loc"]) or "message"
-        if error["type"] == "json_invalid":
+        where = ".".join(str(part) for part in (within, *error["loc"]) if part != "")
+        kind = error["type"]
+        if kind == "json_invalid":
             problems.append(f"not valid JSON ({error['msg'].removeprefix('Invalid JSON: ')})")
-        elif error["type"] == "model_type":
-            problems.append("not a JSON object")
+            continue
+        if kind == "value_error":
+            reason = str(error.get("ctx", {}).get("error", error["msg"]))
         else:
-            problems.append(f"{where}: {error['msg']}")
+            reason = _PLAIN_REASONS.get(kind, error["msg"])
+        if not where:
+            problems.append("message " + reason if kind in _PLAIN_REASONS else reason)
+        else:
+            problems.append(f"{where}: {reason}")
     more = exc.error_count() - len(problems)
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
-_UUID_TEXT = re.compile(r"^[0-9a-fA-F-]{32,36}$")
-
-
-def _peek_identity(raw: bytes) -> dict[str, UUID | None]:
+def _peek_identity(raw: bytes, *, whole: bool = True) -> dict[str, UUID | None]:
     """Find message_id and source in a broken message, if they can be read at all."""
     found: dict[str, UUID | None] = {"message_id": None, "source": None}
-    try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
-        return found
-    if not isinstance(obj, dict):
-        return found
+    if whole:
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            return found
+        values = obj if isinstance(obj, dict) else {}
+    else:
+        # Too big to decode: look for the fields near the start, where senders put them.
+        values = {}
+        for key in found:
+            match = re.search(rb'"%s"\s*:\s*"([^"]{36})"' % key.encode(), raw[:4096])
+            if match is not None:
+                values[key] = match.group(1).decode("utf-8", "replace")
     for key in found:
-        value = obj.get(key)
-        if isinstance(value, str) and _UUID_TEXT.match(value):
-            try:
-                found[key] = UUID(value)
-            except ValueError:
-                pass
+        value = values.get(key)
+        if isinstance(value, str) and _UUID_FORM.fullmatch(value):
+            found[key] = UUID(value)
     return found
 
 
@@ -258,7 +317,14 @@ def _peek_identity(raw: bytes) -> dict[str, UUID | None]:
 
 
 class _Payload(BaseModel):
+    # Payloads may grow new fields (contract v1 "new types may be added"); keep them.
     model_config = ConfigDict(frozen=True, extra="allow")
+
+
+def _check_currency(value: str) -> str:
+    if not re.fullmatch(r"[A-Z]{3}", value):
+        raise ValueError(f"{value[:20]!r} is not an ISO-4217 currency code (e.g. USD, EUR, BRL)")
+    return value
 
 
 class Price(BaseModel):
@@ -266,7 +332,7 @@ class Price(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
+    currency: Annotated[StrictStr, AfterValidator(_check_currency)]
     value: Annotated[StrictInt, Field(ge=0)]
 
 
@@ -282,7 +348,7 @@ class CommandRequest(_Payload):
 class MessageAcknowledged(_Payload):
     """Confirm receipt and logging of a message (not approval)."""
 
-    in_response_to: UUID
+    in_response_to: Uuid
 
 
 class CommandResult(_Payload):
@@ -292,7 +358,7 @@ class CommandResult(_Payload):
     result: Any = None
     summary: StrictStr | None = None
     # The agent that answers for the work: a master reports itself, never its child.
-    handled_by: UUID | None = None
+    handled_by: Uuid | None = None
 
 
 class CommandError(_Payload):
@@ -309,9 +375,18 @@ class SystemFailure(_Payload):
     error_code: Annotated[StrictStr, Field(min_length=1)]
     severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
     description: StrictStr
-    subject: UUID | None = None
+    subject: Uuid | None = None
     epoch: StrictInt | None = None
     resolved: StrictBool = False
+
+
+def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> None:
+    """Refuse a (name, time) range whose end comes before its start."""
+    (start_name, start_at), (end_name, end_at) = start, end
+    if start_at is None or end_at is None:
+        return
+    if parse_timestamp(end_at) < parse_timestamp(start_at):
+        raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
 
 
 class JobDetected(_Payload):
@@ -326,8 +401,7 @@ class JobDetected(_Payload):
 
     @model_validator(mode="after")
     def _end_after_start(self) -> JobDetected:
-        if parse_timestamp(self.end_time) < parse_timestamp(self.start_time):
-            raise ValueError("end_time is before start_time")
+        _check_order(("start_time", self.start_time), ("end_time", self.end_time))
         return self
 
 
@@ -337,11 +411,32 @@ class DataRequest(_Payload):
     subject: Annotated[StrictStr, Field(min_length=1)]
     parameters: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _dates_with_timezone(self) -> DataRequest:
+        # Subjects define their own parameters; the seed's date range is checked if present.
+        dates: dict[str, str] = {}
+        for key in ("start_date", "end_date"):
+            value = self.parameters.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise ValueError(f"parameters.{key} must be an ISO-8601 string")
+            try:
+                parse_timestamp(value)
+            except ValueError as exc:
+                raise ValueError(f"parameters.{key}: {exc}") from None
+            dates[key] = value
+        _check_order(
+            ("parameters.start_date", dates.get("start_date")),
+            ("parameters.end_date", dates.get("end_date")),
+        )
+        return self
+
 
 class DataResponse(_Payload):
     """The answer to a data_request (seed 003)."""
 
-    request_id: UUID
+    request_id: Uuid
     total: Price | None = None
     attachments: list[StrictStr] = Field(default_factory=list)
 
