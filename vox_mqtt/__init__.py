@@ -1,5 +1,6 @@
 """vox-mqtt: hierarchical agents on edge hosts that talk VOX over MQTT."""
 
+from ._version import __version__
 from .errors import (
     BrokerUnavailable,
     CommandFailed,
@@ -15,7 +16,6 @@ from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
 from .messages import VOXMessage, new_message, parse, serialize
 from .topics import WARROOM_ID
 
-__version__ = "0.1.0"
 
 __all__ = [
     "WARROOM_ID",

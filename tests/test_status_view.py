@@ -1,0 +1,85 @@
+"""FleetView: epochs, stale wills, staleness on the observer's own clock."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+from vox_mqtt.messages import VOXMessage, new_message
+from vox_mqtt.status import MSG_AGENT_STATUS, AgentStatus, FleetView
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+AGENT = uuid4()
+MASTER = uuid4()
+
+
+def status(state: str, epoch: int, *, code: str | None = None, started: str = "2026-01-01T00:00:00+00:00",
+           commands: list[str] | None = None) -> VOXMessage:
+    report = AgentStatus(name="spec", status=state, error_code=code, epoch=epoch,  # type: ignore[arg-type]
+                         started_at=started, heartbeat_interval=1.0, commands=commands or ["analyze"])
+    return new_message(MSG_AGENT_STATUS, source=AGENT, target=MASTER, details=report)
+
+
+def test_birth_will_and_rebirth() -> None:
+    changes: list[tuple[str, str]] = []
+    view = FleetView(on_status_change=lambda a, old, new: changes.append((old, new)))
+    view.update(status("ACTIVE", 1))
+    view.update(status("INACTIVE", 1, code="VM_CONNECTION_LOST"))
+    view.update(status("ACTIVE", 2))
+    assert changes == [("UNKNOWN", "ACTIVE"), ("ACTIVE", "INACTIVE"), ("INACTIVE", "ACTIVE")]
+    entry = view.get(AGENT)
+    assert entry is not None and entry.epoch == 2 and entry.healthy
+
+
+def test_delayed_will_of_an_older_epoch_is_ignored() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 5))
+    assert view.update(status("INACTIVE", 4, code="VM_CONNECTION_LOST")) is None
+    entry = view.get(AGENT)
+    assert entry is not None and entry.status == "ACTIVE" and entry.epoch == 5
+
+
+def test_wiped_state_dir_restarts_epoch_but_a_later_start_wins() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 9, started="2026-01-01T00:00:00+00:00"))
+    view.update(status("ACTIVE", 1, started="2026-01-02T00:00:00+00:00"))
+    entry = view.get(AGENT)
+    assert entry is not None and entry.epoch == 1
+
+
+def test_heartbeat_older_than_three_intervals_is_stale_then_fresh_again() -> None:
+    clock = Clock()
+    view = FleetView(clock=clock)
+    view.update(status("ACTIVE", 1))
+    clock.now += 2.9
+    assert view.refresh() == []
+    clock.now += 0.2
+    [change] = view.refresh()
+    assert (change.old, change.new) == ("ACTIVE", "STALE")
+    assert view.commands_of([AGENT]) == set()  # a stale child is no route
+    view.update(status("ACTIVE", 1))
+    entry = view.get(AGENT)
+    assert entry is not None and entry.status == "ACTIVE"
+    assert view.commands_of([AGENT]) == {"analyze"}
+
+
+def test_inactive_agent_advertises_nothing() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 1))
+    view.update(status("INACTIVE", 1, code="SHUTDOWN"))
+    assert view.commands_of([AGENT]) == set()
+
+
+def test_retained_status_ages_from_its_emitted_at() -> None:
+    clock = Clock()
+    view = FleetView(clock=clock)
+    old = status("ACTIVE", 1).model_copy(update={"emitted_at": "2020-01-01T00:00:00+00:00"})
+    change = view.update(old, retained=True)
+    assert change is not None and change.new == "STALE"

@@ -1,0 +1,61 @@
+"""RequestTracker: the states a sent message moves through, and the hook."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+from vox_mqtt.messages import MSG_COMMAND_REQUEST, new_message
+from vox_mqtt.tracking import RequestState, RequestTracker
+
+A, B = uuid4(), uuid4()
+
+
+def request():  # type: ignore[no-untyped-def]
+    return new_message(MSG_COMMAND_REQUEST, source=A, target=B, details={"command": "x"})
+
+
+def test_request_moves_through_every_state_and_the_hook_sees_each() -> None:
+    seen: list[tuple[str, str]] = []
+    tracker = RequestTracker(on_change=lambda r, old, new: seen.append((old.value, new.value)))
+    message = request()
+    tracked = tracker.track(message, expects_reply=True)
+    tracker.dispatched(message.message_id)
+    tracker.acknowledged(message.message_id)
+    assert not tracked.final
+    reply = message.reply("command_result", {"result": 1})
+    tracker.completed(message.message_id, reply)
+    assert tracked.state is RequestState.COMPLETED and tracked.reply == reply
+    assert seen == [("queued", "dispatched"), ("dispatched", "acknowledged"),
+                    ("acknowledged", "completed")]
+    assert tracker.get(message.message_id) is tracked
+    assert tracked.done.is_set()
+
+
+def test_message_without_reply_completes_on_ack() -> None:
+    tracker = RequestTracker()
+    message = request()
+    tracked = tracker.track(message, expects_reply=False)
+    tracker.acknowledged(message.message_id)
+    assert tracked.state is RequestState.COMPLETED
+
+
+def test_failure_is_final_and_later_replies_do_not_revive_it() -> None:
+    tracker = RequestTracker()
+    message = request()
+    tracked = tracker.track(message, expects_reply=True)
+    tracker.failed(message.message_id, "TIMEOUT", "no answer")
+    tracker.completed(message.message_id, message.reply("command_result", {}))
+    assert tracked.state is RequestState.FAILED and tracked.error_code == "TIMEOUT"
+    assert tracker.pending() == []
+
+
+def test_finished_requests_are_forgotten_beyond_the_limit() -> None:
+    tracker = RequestTracker(keep_finished=2)
+    ids = []
+    for _ in range(3):
+        message = request()
+        ids.append(message.message_id)
+        tracker.track(message, expects_reply=False)
+        tracker.acknowledged(message.message_id)
+    assert tracker.get(ids[0]) is None
+    assert tracker.get(ids[2]) is not None

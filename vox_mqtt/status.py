@@ -1,0 +1,290 @@
+"""Liveness: the retained status an agent publishes and the view an observer keeps of it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+from uuid import UUID
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from .messages import VOXMessage, parse_timestamp
+
+__all__ = [
+    "ACTIVE",
+    "INACTIVE",
+    "MSG_AGENT_STATUS",
+    "SHUTDOWN",
+    "STALE",
+    "UNKNOWN",
+    "VM_CONNECTION_LOST",
+    "AgentLiveness",
+    "AgentStatus",
+    "EpochCounter",
+    "FleetView",
+    "StatusChange",
+    "host_metrics",
+]
+
+MSG_AGENT_STATUS: Final = "agent_status"
+ACTIVE: Final = "ACTIVE"
+INACTIVE: Final = "INACTIVE"
+STALE: Final = "STALE"
+UNKNOWN: Final = "UNKNOWN"
+VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
+SHUTDOWN: Final = "SHUTDOWN"
+
+
+class AgentStatus(BaseModel):
+    """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: StrictStr
+    status: Literal["ACTIVE", "INACTIVE"]
+    error_code: StrictStr | None = None
+    epoch: Annotated[StrictInt, Field(ge=0)]
+    started_at: StrictStr
+    heartbeat_interval: Annotated[float, Field(gt=0)]
+    commands: list[StrictStr] = Field(default_factory=list)
+    version: StrictStr = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+_PROCESS_STARTED = time.time()
+_PROCESS = psutil.Process()
+
+
+def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
+    """Return this host's and process's health figures (psutil), cheap enough per heartbeat."""
+    memory = psutil.virtual_memory()
+    try:
+        disk = psutil.disk_usage(str(state_dir)).percent
+    except OSError:
+        disk = 0.0
+    load1, _, _ = os.getloadavg()
+    process = _PROCESS
+    return {
+        # Since the previous call: the heartbeat interval is the sampling window.
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "memory_percent": memory.percent,
+        "disk_percent": disk,
+        "load_1m": round(load1, 2),
+        "process_rss_bytes": process.memory_info().rss,
+        "process_cpu_percent": process.cpu_percent(interval=None),
+        "uptime_s": round(time.time() - psutil.boot_time()),
+        "process_uptime_s": round(time.time() - _PROCESS_STARTED, 1),
+    }
+
+
+class EpochCounter:
+    """A per-connection counter persisted in the state dir (Sparkplug's bdSeq, for VOX)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / "epoch"
+        self.value = self._read()
+
+    def _read(self) -> int:
+        try:
+            return max(0, int(self.path.read_text().strip()))
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def next(self) -> int:
+        """Advance the counter durably and return the new epoch."""
+        self.value = max(self.value, self._read()) + 1
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w") as handle:
+            handle.write(f"{self.value}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+        return self.value
+
+
+@dataclass(kw_only=True)
+class AgentLiveness:
+    """What an observer knows of one agent's liveness."""
+
+    id: UUID
+    name: str = ""
+    status: str = UNKNOWN
+    error_code: str | None = None
+    epoch: int = -1
+    started_at: str = ""
+    heartbeat_interval: float = 0.0
+    commands: tuple[str, ...] = ()
+    metrics: dict[str, Any] | None = None
+    version: str = ""
+    last_heartbeat: str = ""  # emitted_at of the last status message, as the sender wrote it
+    received_at: float = 0.0  # observer's monotonic clock
+
+    def heartbeat_age(self, now: float | None = None) -> float | None:
+        """Return seconds since the last status message, on the observer's clock."""
+        if not self.received_at:
+            return None
+        return max(0.0, (time.monotonic() if now is None else now) - self.received_at)
+
+    @property
+    def healthy(self) -> bool:
+        """Return whether the agent is ACTIVE and its heartbeat is fresh."""
+        return self.status == ACTIVE
+
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """Return a JSON-ready snapshot."""
+        age = self.heartbeat_age(now)
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "status": self.status,
+            "healthy": self.healthy,
+            "error_code": self.error_code,
+            "epoch": self.epoch,
+            "started_at": self.started_at,
+            "heartbeat_interval": self.heartbeat_interval,
+            "heartbeat_age_s": None if age is None else round(age, 3),
+            "last_heartbeat": self.last_heartbeat,
+            "commands": list(self.commands),
+            "metrics": self.metrics or {},
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusChange:
+    """An agent moved from one liveness state to another."""
+
+    agent: AgentLiveness
+    old: str
+    new: str
+
+
+StatusHook = Callable[[AgentLiveness, str, str], None]
+
+
+class FleetView:
+    """Keep the liveness of a set of agents from their retained status messages."""
+
+    def __init__(
+        self,
+        *,
+        stale_after: float = 3.0,
+        on_status_change: StatusHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._agents: dict[UUID, AgentLiveness] = {}
+        self.stale_after = stale_after  # in heartbeat intervals
+        self.on_status_change = on_status_change
+        self._clock = clock
+
+    def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
+        """Start knowing an agent, UNKNOWN until its status arrives."""
+        entry = self._agents.get(agent_id)
+        if entry is None:
+            entry = self._agents[agent_id] = AgentLiveness(id=agent_id, name=name)
+        elif name and not entry.name:
+            entry.name = name
+        return entry
+
+    def get(self, agent_id: UUID) -> AgentLiveness | None:
+        """Return what is known of an agent."""
+        return self._agents.get(agent_id)
+
+    def agents(self) -> list[AgentLiveness]:
+        """Return every watched agent."""
+        return list(self._agents.values())
+
+    def get_hierarchy_snapshot(self) -> dict[str, dict[str, Any]]:
+        """Return every agent's liveness as JSON-ready data, by id."""
+        now = self._clock()
+        return {str(a.id): a.as_dict(now) for a in self._agents.values()}
+
+    def update(self, message: VOXMessage, *, retained: bool = False) -> StatusChange | None:
+        """Apply a status message; return the change it made, if any."""
+        if message.type != MSG_AGENT_STATUS:
+            return None
+        try:
+            report = AgentStatus.model_validate(message.details)
+        except ValidationError:
+            return None
+        entry = self.watch(message.source, report.name)
+        if not self._supersedes(entry, report):
+            return None
+        now = self._clock()
+        received_at = now
+        if retained:
+            # A retained status found at subscribe time is as old as its emitted_at says;
+            # afterwards only our own clock counts (hosts' clocks drift).
+            try:
+                sent = parse_timestamp(message.emitted_at)
+                received_at = now - max(0.0, (datetime.now(UTC) - sent).total_seconds())
+            except ValueError:
+                pass
+        entry.name = report.name
+        entry.error_code = report.error_code
+        entry.epoch = report.epoch
+        entry.started_at = report.started_at
+        entry.heartbeat_interval = report.heartbeat_interval
+        entry.commands = tuple(report.commands) if report.status == ACTIVE else ()
+        entry.metrics = report.metrics or entry.metrics
+        entry.version = report.version
+        entry.last_heartbeat = message.emitted_at
+        entry.received_at = received_at
+        new_status = report.status
+        if new_status == ACTIVE and self._is_stale(entry, now):
+            new_status = STALE
+        return self._set_status(entry, new_status)
+
+    def _supersedes(self, entry: AgentLiveness, report: AgentStatus) -> bool:
+        if report.epoch > entry.epoch:
+            return True
+        if report.epoch == entry.epoch:
+            # Same session: a will or shutdown after its own heartbeats is news;
+            # an ACTIVE after that session's INACTIVE is a reordered leftover.
+            return not (entry.status == INACTIVE and report.status == ACTIVE)
+        # An older epoch is a delayed will of a superseded session, unless the agent's
+        # state dir was wiped: then a later start on the same host's clock wins.
+        return report.status == ACTIVE and report.started_at > entry.started_at
+
+    def _is_stale(self, entry: AgentLiveness, now: float) -> bool:
+        age = entry.heartbeat_age(now)
+        return (
+            entry.heartbeat_interval > 0
+            and age is not None
+            and age > self.stale_after * entry.heartbeat_interval
+        )
+
+    def refresh(self) -> list[StatusChange]:
+        """Mark agents whose heartbeat is too old as STALE; return the changes."""
+        now = self._clock()
+        changes = []
+        for entry in self._agents.values():
+            if entry.status == ACTIVE and self._is_stale(entry, now):
+                change = self._set_status(entry, STALE)
+                if change is not None:
+                    changes.append(change)
+        return changes
+
+    def _set_status(self, entry: AgentLiveness, new: str) -> StatusChange | None:
+        old = entry.status
+        entry.status = new
+        if old == new:
+            return None
+        if self.on_status_change is not None:
+            self.on_status_change(entry, old, new)
+        return StatusChange(agent=entry, old=old, new=new)
+
+    def commands_of(self, agent_ids: Iterable[UUID]) -> set[str]:
+        """Return the commands advertised by the healthy agents among these."""
+        commands: set[str] = set()
+        for agent_id in agent_ids:
+            entry = self._agents.get(agent_id)
+            if entry is not None and entry.healthy:
+                commands.update(entry.commands)
+        return commands
