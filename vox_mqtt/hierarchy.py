@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -12,6 +13,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from .errors import FleetError
+from .topics import WARROOM_ID
 
 __all__ = [
     "AgentSpec",
@@ -22,9 +24,16 @@ __all__ = [
     "seed_fleet_toml",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _AGENT_KEYS = frozenset({"name", "id", "master_id", "roles", "settings", "heartbeat_interval"})
-_ROLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
+_OPERATOR_KEYS = frozenset({"name", "id"})
+# Ids no identity may take: the marker of an unreadable master_id, and the war room's.
+_UNREADABLE = UUID(int=0)
+_RESERVED = {_UNREADABLE: "the nil UUID", WARROOM_ID: "the war room's id"}
+_UUID_FORM = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +44,8 @@ class AgentSpec:
     id: UUID
     master_id: UUID | None
     roles: tuple[str, ...] = ()
-    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Left out of the hash: a read-only mapping is not hashable, the spec still is.
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     heartbeat_interval: float | None = None
     line: int = 0
 
@@ -142,7 +152,9 @@ def load_fleet(path: str | Path) -> Fleet:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FleetError([f"{path}: no such fleet file (create one with `vox init {path}`)"])
+        raise FleetError(
+            [f"{path}: no such fleet file (create one with `vox init {path}`)"]
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FleetError([f"{path}: cannot read the fleet file: {exc}"]) from None
     return parse_fleet(text, source=str(path))
@@ -158,13 +170,10 @@ def _agent_lines(text: str) -> list[int]:
 
 
 def _parse_uuid(value: Any) -> UUID | None:
-    if not isinstance(value, str):
+    # Only the 8-4-4-4-12 form, as in messages; UUID() alone also takes braces and urn:.
+    if not isinstance(value, str) or not _UUID_FORM.fullmatch(value):
         return None
-    try:
-        parsed = UUID(value)
-    except ValueError:
-        return None
-    return parsed
+    return UUID(value)
 
 
 def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
@@ -184,11 +193,16 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     if not isinstance(operator, dict):
         problems.append(f"{source}: missing [operator] section with the console's id")
     else:
+        for key in sorted(set(operator) - _OPERATOR_KEYS):
+            problems.append(f"{source}: [operator]: unknown key {key!r}")
         operator_id = _parse_uuid(operator.get("id"))
         if operator_id is None:
             problems.append(f"{source}: [operator] id {operator.get('id')!r} is not a UUID")
+        elif operator_id in _RESERVED:
+            reserved = _RESERVED[operator_id]
+            problems.append(f"{source}: [operator] id {operator_id} is reserved ({reserved})")
         name = operator.get("name", "operator")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             problems.append(f"{source}: [operator] name {name!r} is not a valid name")
         else:
             operator_name = name
@@ -220,22 +234,27 @@ def _parse_agent(
         return None
     name = raw.get("name")
     label = f"agent {name!r}" if isinstance(name, str) else f"agent #{index + 1}"
-    before = len(problems)
     for key in sorted(set(raw) - _AGENT_KEYS):
         problems.append(f"{where}: {label}: unknown key {key!r}")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         problems.append(
             f"{where}: {label}: name must be letters, digits, '.', '_' or '-' (got {name!r})"
         )
     agent_id = _parse_uuid(raw.get("id"))
     if agent_id is None:
         problems.append(f"{where}: {label}: id {raw.get('id')!r} is not a UUID")
+    elif agent_id in _RESERVED:
+        problems.append(f"{where}: {label}: id {agent_id} is reserved ({_RESERVED[agent_id]})")
     master_raw = raw.get("master_id", "")
     master_id = None if master_raw == "" else _parse_uuid(master_raw)
     if master_raw != "" and master_id is None:
         problems.append(f"{where}: {label}: master_id {master_raw!r} is not a UUID")
+        # Not a root either: keep it out of the root count and the tree checks.
+        master_id = _UNREADABLE
     roles = raw.get("roles", [])
-    if not isinstance(roles, list) or not all(isinstance(r, str) and _ROLE.match(r) for r in roles):
+    if not isinstance(roles, list) or not all(
+        isinstance(r, str) and _ROLE.fullmatch(r) for r in roles
+    ):
         problems.append(f"{where}: {label}: roles must be a list of 'module:Class' (got {roles!r})")
         roles = []
     settings = raw.get("settings", {})
@@ -244,11 +263,16 @@ def _parse_agent(
         settings = {}
     interval = raw.get("heartbeat_interval")
     if interval is not None and (
-        isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not math.isfinite(interval)
+        or interval <= 0
     ):
         problems.append(f"{where}: {label}: heartbeat_interval must be a positive number")
         interval = None
-    if len(problems) > before or agent_id is None or not isinstance(name, str):
+    # An agent with other problems still takes part in the tree checks, so that its
+    # children are not also reported as having an unknown master.
+    if agent_id is None or not isinstance(name, str):
         return None
     return AgentSpec(
         name=name,
@@ -267,16 +291,22 @@ def _check_tree(
     def where(spec: AgentSpec) -> str:
         return f"{source}:{spec.line}" if spec.line else source
 
+    def at(spec: AgentSpec) -> str:
+        return f"{spec.name!r} (line {spec.line})" if spec.line else repr(spec.name)
+
     seen_ids: dict[UUID, AgentSpec] = {}
     seen_names: dict[str, AgentSpec] = {}
     for spec in specs:
         if spec.id in seen_ids:
             problems.append(
                 f"{where(spec)}: agent {spec.name!r}: id {spec.id} is already used by "
-                f"{seen_ids[spec.id].name!r}"
+                f"{at(seen_ids[spec.id])}"
             )
         if spec.name in seen_names:
-            problems.append(f"{where(spec)}: agent {spec.name!r}: the name is used twice")
+            problems.append(
+                f"{where(spec)}: agent {spec.name!r}: the name is already used by "
+                f"{at(seen_names[spec.name])}"
+            )
         if spec.id == operator_id:
             problems.append(f"{where(spec)}: agent {spec.name!r}: id is the operator's id")
         seen_ids.setdefault(spec.id, spec)
@@ -284,35 +314,46 @@ def _check_tree(
 
     roots = [spec for spec in specs if spec.master_id is None]
     if len(roots) > 1:
-        names = ", ".join(repr(spec.name) for spec in roots)
+        names = ", ".join(at(spec) for spec in roots)
         problems.append(f"{source}: several roots ({names}): exactly one agent has no master_id")
+    if not roots and specs:
+        problems.append(f"{source}: no root: exactly one agent must have no master_id")
     for spec in specs:
-        if spec.master_id is None:
+        if spec.master_id is None or spec.master_id == _UNREADABLE:
             continue
         if spec.master_id == spec.id:
             problems.append(f"{where(spec)}: agent {spec.name!r}: is its own master")
         elif spec.master_id not in seen_ids:
             problems.append(
-                f"{where(spec)}: agent {spec.name!r}: master_id {spec.master_id} is not a known agent"
+                f"{where(spec)}: agent {spec.name!r}: master_id {spec.master_id} "
+                "is not a known agent"
             )
-    if not roots and specs:
-        problems.append(f"{source}: no root: exactly one agent must have no master_id")
-    # Anything not reachable from the root sits on a cycle (or hangs below one).
-    if len(roots) == 1:
-        reachable = {roots[0].id}
-        changed = True
-        while changed:
-            changed = False
-            for spec in specs:
-                if spec.id not in reachable and spec.master_id in reachable:
-                    reachable.add(spec.id)
-                    changed = True
-        for spec in specs:
-            if spec.id not in reachable and spec.master_id in seen_ids and spec.master_id != spec.id:
+        else:
+            cycle = _cycle_above(spec, seen_ids)
+            if cycle:
+                chain = " -> ".join(repr(agent.name) for agent in (*cycle, cycle[0]))
+                relation = "is on" if spec in cycle else "hangs below"
                 problems.append(
-                    f"{where(spec)}: agent {spec.name!r}: master chain forms a cycle and never "
-                    "reaches the root"
+                    f"{where(spec)}: agent {spec.name!r}: {relation} the master cycle {chain} "
+                    "and never reaches the root"
                 )
+
+
+def _cycle_above(spec: AgentSpec, by_id: dict[UUID, AgentSpec]) -> list[AgentSpec]:
+    """Return the cycle met when following master_id up from spec, or [] if there is none."""
+    path: list[AgentSpec] = []
+    seen: set[UUID] = set()
+    current: AgentSpec | None = spec
+    while current is not None and current.id not in seen:
+        # A self-master is reported on its own; the agents below it are not on a cycle.
+        if current.master_id == current.id:
+            return []
+        path.append(current)
+        seen.add(current.id)
+        current = None if current.master_id is None else by_id.get(current.master_id)
+    if current is None:
+        return []
+    return path[path.index(current) :]
 
 
 def seed_fleet_toml() -> str:

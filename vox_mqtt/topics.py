@@ -37,12 +37,22 @@ class InboxTopic:
     target: UUID
     source: UUID
 
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return inbox(self.target, self.source)
+
 
 @dataclass(frozen=True, slots=True)
 class StatusTopic:
     """`vox/<agent>/status`: the agent's retained liveness."""
 
     agent: UUID
+
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return status(self.agent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +61,11 @@ class WarroomTopic:
 
     source: UUID
     subject: UUID
+
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return warroom(self.source, self.subject)
 
 
 def inbox(target: UUID, source: UUID) -> str:

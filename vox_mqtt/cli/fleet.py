@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from rich.tree import Tree
+from ..hierarchy import AgentSpec, Fleet, load_fleet, seed_fleet_toml
+from ._common import EXIT_USAGE, fail, print_json
 
-from ..hierarchy import Fleet, load_fleet, seed_fleet_toml
-from ._common import EXIT_USAGE, fail, out_console, print_json
+__all__ = ["draw_tree", "register", "tree_as_json"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     init.set_defaults(func=cmd_init)
 
     tree = subparsers.add_parser("tree", help="draw the hierarchy of a fleet file")
-    tree.add_argument("fleet", type=Path)
+    tree.add_argument("fleet", type=Path, help="path of the fleet file")
     tree.add_argument("--json", action="store_true", help="print the tree as JSON")
     tree.set_defaults(func=cmd_tree)
 
@@ -41,28 +41,27 @@ def cmd_init(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(seed_fleet_toml())
     fleet = load_fleet(path)
-    out_console().print(f"wrote {path}: operator and {len(fleet)} agents")
-    out_console().print(render_tree(fleet))
+    print(f"wrote {path}: the operator and {len(fleet)} agents, each with a fresh UUID")
+    print(draw_tree(fleet))
     return 0
 
 
-def render_tree(fleet: Fleet) -> Tree:
-    """Draw the fleet like seed 000's picture: names, ids and masters."""
+def draw_tree(fleet: Fleet) -> str:
+    """Draw the fleet as seed 000 draws its example: names, ids and master_id under each."""
+    lines: list[str] = []
 
-    def label(agent_id: UUID) -> str:
-        agent = fleet.agent(agent_id)
-        master = "" if agent.master_id is None else str(agent.master_id)
-        return f"[bold]{agent.name}[/] (id: {agent.id})\n[dim]master_id: {master!r}[/]"
+    def draw(agent: AgentSpec, first: str, rest: str) -> None:
+        lines.append(f"{first}{agent.name} (id: {agent.id})")
+        body = rest + "  "
+        master = '""' if agent.master_id is None else str(agent.master_id)
+        lines.append(f"{body}master_id: {master}")
+        children = fleet.children_of(agent.id)
+        for index, child in enumerate(children):
+            last = index == len(children) - 1
+            draw(child, body + ("└── " if last else "├── "), body + ("    " if last else "│   "))
 
-    root = fleet.root
-    tree = Tree(label(root.id))
-
-    def grow(branch: Tree, agent_id: UUID) -> None:
-        for child in fleet.children_of(agent_id):
-            grow(branch.add(label(child.id)), child.id)
-
-    grow(tree, root.id)
-    return tree
+    draw(fleet.root, "", "")
+    return "\n".join(lines)
 
 
 def tree_as_json(fleet: Fleet) -> dict[str, Any]:
@@ -90,5 +89,5 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.json:
         print_json(tree_as_json(fleet))
     else:
-        out_console().print(render_tree(fleet))
+        print(draw_tree(fleet))
     return 0
