@@ -1,0 +1,524 @@
+"""VOXAgentMemory: an agent's append-only, hash-chained aiosqlite ledger (seed 003)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Final, Self
+from uuid import UUID
+
+import aiosqlite
+from pydantic import BaseModel
+
+from .errors import LedgerError
+from .messages import MSG_COMMAND_REQUEST, VOXMessage, now_iso
+
+__all__ = ["DONE_ACTIONS", "GENESIS_HASH", "STARTED_ACTION", "VOXAgentMemory", "VerifyReport"]
+
+SCHEMA_VERSION: Final = "1"
+GENESIS_HASH: Final = "0" * 64
+APPEND_ONLY: Final = "ledger is append-only"
+STARTED_ACTION: Final = "started"
+DONE_ACTIONS: Final = ("completed", "failed")
+# Free text for the human only: seed 003 forbids agents to parse or log it.
+_STRIPPED_KEYS: Final = frozenset({"note_to_human"})
+_MAX_REASON: Final = 1000
+# Keys of a seed-003 details dict that also fill an indexed column: (column, key).
+_PROMOTED: Final = {"message_id": "message_id", "message_type": "type", "reply_to": "reply_to"}
+
+# The hashed content of a row, in storage order; prev_hash and hash follow.
+_COLUMNS: Final = (
+    *("id", "recorded_at", "event_type", "action", "source", "target", "message_id"),
+    *("message_type", "reply_to", "emitted_at", "outcome", "reason", "details"),
+)
+_ALL: Final = ", ".join((*_COLUMNS, "prev_hash", "hash"))
+_INSERT: Final = f"INSERT INTO logs ({_ALL}) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})"
+_PARENT: Final = f"""SELECT {_ALL} FROM logs WHERE message_id = (SELECT reply_to FROM logs
+    WHERE message_id = ? AND reply_to IS NOT NULL ORDER BY id LIMIT 1) ORDER BY id LIMIT 1"""
+_TRIGGERS: Final = {
+    f"{table}_no_{op.lower()}": f"BEFORE {op} ON {table}"
+    for table in ("logs", "ledger_meta")
+    for op in ("UPDATE", "DELETE")
+}
+_TRIGGER_SQL: Final = "".join(
+    f"CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END;\n"
+    for name, when in _TRIGGERS.items()
+)
+_SCHEMA: Final = f"""
+BEGIN IMMEDIATE;
+CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS logs (
+    id INTEGER PRIMARY KEY, recorded_at TEXT NOT NULL, event_type TEXT NOT NULL,
+    action TEXT NOT NULL, source TEXT, target TEXT, message_id TEXT, message_type TEXT,
+    reply_to TEXT, emitted_at TEXT, outcome TEXT, reason TEXT, details TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
+CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
+CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);
+INSERT OR IGNORE INTO ledger_meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
+{_TRIGGER_SQL}COMMIT;
+"""
+
+# The payload keys worth keeping per type: identifiers and codes, never free text.
+_KEPT_DETAILS: Final[dict[str, tuple[str, ...]]] = {
+    "command_request": ("command", "params", "deadline"),
+    "command_result": ("command", "handled_by"),
+    "command_error": ("code", "command", "handled_by"),
+    "message_acknowledged": ("in_response_to",),
+    "system_failure": ("error_code", "severity", "subject", "epoch", "resolved"),
+    "data_request": ("subject",),
+    "data_response": ("request_id",),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyReport:
+    """The outcome of checking the hash chain and the append-only triggers."""
+
+    ok: bool
+    rows: int
+    first_bad_row: int | None
+    problem: str | None
+
+
+@dataclass(slots=True)
+class _Pending:
+    values: tuple[Any, ...]  # _COLUMNS without id
+    future: asyncio.Future[int]
+
+
+class VOXAgentMemory:
+    """An agent's ledger of message-flow events: durable, append-only, tamper-evident."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        commit_window: float = 0.002,
+        max_batch: int = 1000,
+        read_only: bool = False,
+    ) -> None:
+        if max_batch < 1 or commit_window < 0:
+            raise ValueError("max_batch must be >= 1 and commit_window >= 0")
+        self.path = Path(path)
+        self.read_only = read_only
+        self._window = commit_window
+        self._max_batch = max_batch
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
+        self._writer_task: asyncio.Task[None] | None = None
+        self._init_lock = asyncio.Lock()
+        self._ready = False
+        self._closed = False
+        self._commits = 0
+
+    @property
+    def commit_count(self) -> int:
+        """Return how many transactions have been committed by this instance."""
+        return self._commits
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def init_db(self) -> None:
+        """Open the ledger, creating the schema on first use; safe to call twice."""
+        async with self._init_lock:
+            if self._closed:
+                raise LedgerError(f"ledger {self.path} is closed")
+            if self._ready:
+                return
+            try:
+                await self._open()
+            except BaseException:
+                await self._close_connections()
+                raise
+            self._ready = True
+
+    async def _open(self) -> None:
+        if self.path.is_dir() or not self.path.parent.is_dir():
+            raise LedgerError(
+                f"cannot open ledger {self.path}: not a file in an existing directory"
+            )
+        if self.read_only and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}")
+        # mode=rw never creates a missing file (and falls back to reading a write-protected
+        # one); unlike mode=ro it lets the last connection fold the WAL back on close.
+        where = self.path.resolve().as_uri() + "?mode=rw" if self.read_only else str(self.path)
+        with self._errors("cannot open"):
+            db = await aiosqlite.connect(where, uri=self.read_only, isolation_level=None)
+            await db.execute("PRAGMA busy_timeout = 10000")
+        if self.read_only:
+            self._reader = db
+            await db.execute("PRAGMA query_only = ON")
+            return await self._check_schema(db, create=False)
+        self._writer = db
+        await self._check_schema(db, create=True)
+        with self._errors("cannot open"):
+            # WAL lets readers run beside the writer; FULL syncs the WAL on every commit.
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = FULL")
+            self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._reader.execute("PRAGMA query_only = ON")
+        self._writer_task = asyncio.create_task(self._write_loop(), name=f"ledger {self.path}")
+
+    async def _check_schema(self, db: aiosqlite.Connection, *, create: bool) -> None:
+        with self._errors("not a vox ledger"):
+            found = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+            tables = {row[0] for row in found}
+            if not {"logs", "ledger_meta"} <= tables:
+                if tables or not create:
+                    found_text = f"its tables: {', '.join(sorted(tables))}" if tables else "empty"
+                    raise LedgerError(f"ledger {self.path}: not a vox ledger ({found_text})")
+                await db.executescript(_SCHEMA)
+            meta = await db.execute_fetchall("SELECT value FROM ledger_meta WHERE key='schema'")
+        if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
+            raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+
+    async def close(self) -> None:
+        """Write every queued record, then close the database."""
+        async with self._init_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._writer_task is not None:
+                    self._queue.put_nowait(None)
+                    await self._writer_task
+            finally:
+                await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        for db in (self._reader, self._writer):
+            if db is not None:
+                with self._errors("cannot close"):
+                    await db.close()
+        self._reader = self._writer = None
+
+    async def __aenter__(self) -> Self:
+        await self.init_db()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    async def record(
+        self,
+        event_type: str,
+        action: str,
+        source: UUID | str | None,
+        target: UUID | str | None,
+        details: dict[str, Any],
+    ) -> int:
+        """Append one event (the seed 003 call) and return its row id once it is durable."""
+        if not isinstance(details, Mapping):
+            raise LedgerError(f"details must be a dict, not {type(details).__name__}")
+        clean = _scrub(details)
+        # Well-known keys also fill their indexed columns, so the seed call is findable.
+        meta = {
+            column: _id_text(value)
+            for column, key in (*_PROMOTED.items(), ("emitted_at", "emitted_at"))
+            if isinstance(value := clean.get(key), str | UUID)
+        }
+        return await self._append(event_type, action, source, target, clean, meta)
+
+    async def record_message(
+        self,
+        message: VOXMessage,
+        action: str,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        topic: str | None = None,
+    ) -> int:
+        """Record a message's metadata (never its free text) under an action such as received."""
+        details: dict[str, Any] = {"message_source": message.message_source[:200]}
+        for key in _KEPT_DETAILS.get(message.type, ()):
+            if key in message.details:
+                details[key] = message.details[key]
+        if topic is not None:
+            details["topic"] = topic
+        meta = {
+            "message_id": str(message.message_id),
+            "message_type": message.type,
+            "reply_to": _id_text(message.reply_to),
+            "emitted_at": message.emitted_at,
+            "outcome": outcome,
+            "reason": reason,
+        }
+        return await self._append(
+            "message", action, message.source, message.target, _scrub(details), meta
+        )
+
+    async def record_rejected(
+        self,
+        raw: bytes,
+        reason: str,
+        *,
+        topic: str | None,
+        source: UUID | None,
+        message_id: UUID | None,
+    ) -> int:
+        """Record input that did not parse or verify by its size and digest, never its bytes."""
+        details = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "topic": topic}
+        meta = {"message_id": _id_text(message_id), "outcome": "rejected", "reason": reason}
+        return await self._append("message", "rejected", source, None, details, meta)
+
+    async def _append(
+        self,
+        event_type: str,
+        action: str,
+        source: UUID | str | None,
+        target: UUID | str | None,
+        details: dict[str, Any],
+        meta: Mapping[str, str | None],
+    ) -> int:
+        for name, word in (("event_type", event_type), ("action", action)):
+            if not isinstance(word, str) or not 0 < len(word) <= 64:
+                raise LedgerError(f"{name} must be a string of 1 to 64 characters, not {word!r}")
+        row = {**meta, "recorded_at": now_iso(), "event_type": event_type, "action": action}
+        row.update(source=_id_text(source), target=_id_text(target))
+        if (reason := meta.get("reason")) is not None:
+            row["reason"] = reason[:_MAX_REASON]
+        try:
+            row["details"] = _canonical(details)
+            # A field that is not UTF-8 would fail inside the batch and take its neighbours down.
+            "".join(v for v in row.values() if isinstance(v, str)).encode()
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"cannot record {action!r}: {exc}") from None
+        values = tuple(row.get(column) for column in _COLUMNS[1:])
+        await self.init_db()
+        if self.read_only:
+            raise LedgerError(f"ledger {self.path} is open read-only")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        # No await between init_db's closed check and here: close() cannot slip in between.
+        if self._closed:
+            raise LedgerError(f"ledger {self.path} is closed")
+        self._queue.put_nowait(_Pending(values, future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        """Drain the queue in batches: one transaction and one fsync for many records."""
+        loop = asyncio.get_running_loop()
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = loop.time() + self._window
+            while len(batch) < self._max_batch:
+                if not self._queue.empty():
+                    item = self._queue.get_nowait()
+                else:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        async with asyncio.timeout(remaining):
+                            item = await self._queue.get()
+                    except TimeoutError:
+                        break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        db = self._writer
+        assert db is not None
+        try:
+            with self._errors("cannot write"):
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    # Read the head inside the write lock, so the chain stays linear.
+                    head = await db.execute_fetchall(
+                        "SELECT id, hash FROM logs ORDER BY id DESC LIMIT 1"
+                    )
+                    last_id, prev = next(iter(head), (0, GENESIS_HASH))
+                    rows = []
+                    for row_id, pending in enumerate(batch, start=last_id + 1):
+                        content = (row_id, *pending.values)
+                        rows.append((*content, prev, prev := _chain_hash(prev, content)))
+                    await db.executemany(_INSERT, rows)
+                    await db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        await db.execute("ROLLBACK")
+                    raise
+        except Exception as exc:
+            error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+            return
+        self._commits += 1
+        for row_id, pending in enumerate(batch, start=last_id + 1):
+            if not pending.future.done():
+                pending.future.set_result(row_id)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(sql, tuple(params))
+        return [_row_dict(row) for row in found]
+
+    async def get_recent(self, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the newest rows first, as dicts."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise LedgerError(f"limit must be a non-negative integer, not {limit!r}")
+        return await self._read(f"SELECT {_ALL} FROM logs ORDER BY id DESC LIMIT ?", (limit,))
+
+    async def has_message(self, message_id: UUID, action: str = "received") -> bool:
+        """Tell whether a message id was already recorded under an action (dedupe)."""
+        sql = f"SELECT {_ALL} FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
+        return bool(await self._read(sql, (_id_text(message_id), action)))
+
+    async def find(self, message_id: UUID) -> list[dict[str, Any]]:
+        """Return every row about a message id, oldest first."""
+        sql = f"SELECT {_ALL} FROM logs WHERE message_id = ? ORDER BY id"
+        return await self._read(sql, (_id_text(message_id),))
+
+    async def pending_commands(self) -> list[dict[str, Any]]:
+        """Return received command_requests that were never started nor finished."""
+        return await self._unfinished("received", (STARTED_ACTION, *DONE_ACTIONS))
+
+    async def interrupted_commands(self) -> list[dict[str, Any]]:
+        """Return commands that were started but neither completed nor failed."""
+        return await self._unfinished(STARTED_ACTION, DONE_ACTIONS)
+
+    async def _unfinished(self, action: str, enders: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Return the first command_request row per message with `action` and no later ender."""
+        return await self._read(
+            f"""SELECT {_ALL} FROM logs AS r
+            WHERE r.action = ? AND r.message_type = ?
+              AND r.id = (SELECT MIN(y.id) FROM logs AS y
+                          WHERE y.message_id = r.message_id AND y.action = r.action)
+              AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_id = r.message_id
+                              AND x.id > r.id AND x.action IN ({",".join("?" * len(enders))}))
+            ORDER BY r.id""",
+            (action, MSG_COMMAND_REQUEST, *enders),
+        )
+
+    async def trace(self, message_id: UUID) -> list[dict[str, Any]]:
+        """Rebuild the reply_to chain around a message: one row per message, in ledger order."""
+        top, seen = _id_text(message_id), set()
+        # Climb while the parent is in this ledger; a forged reply_to cycle stops too.
+        while top not in seen:
+            seen.add(top)
+            parent = await self._read(_PARENT, (top,))
+            if not parent:
+                break
+            top = parent[0]["message_id"]
+        rows = await self._read(
+            f"""WITH RECURSIVE chain(mid) AS (
+                SELECT ? UNION
+                SELECT l.message_id FROM logs AS l JOIN chain ON l.reply_to = chain.mid
+                WHERE l.message_id IS NOT NULL)
+            SELECT {_ALL} FROM logs WHERE message_id IN (SELECT mid FROM chain) ORDER BY id""",
+            (top,),
+        )
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            grouped.setdefault(row["message_id"], []).append(row)
+        chain = []
+        for group in grouped.values():
+            best = next((r for r in group if r["action"] in ("received", "sent")), group[0])
+            chain.append({**best, "actions": [r["action"] for r in group]})
+        return chain
+
+    async def verify(self) -> VerifyReport:
+        """Recompute the hash chain and report the first row that does not match."""
+        await self.init_db()
+        assert self._reader is not None
+        rows, bad, problem, prev = 0, None, None, GENESIS_HASH
+        with self._errors("cannot verify"):
+            async with self._reader.execute(f"SELECT {_ALL} FROM logs ORDER BY id") as cursor:
+                async for row in cursor:
+                    rows += 1
+                    if bad is not None:
+                        continue
+                    content, row_id = tuple(row[:-2]), row[0]
+                    if row_id != rows:
+                        problem = f"row {row_id} follows row {rows - 1}: rows are missing"
+                    elif row[-2] != prev:
+                        problem = (
+                            f"row {row_id} does not chain to row {rows - 1}: rows were changed"
+                        )
+                    elif _chain_hash(prev, content) != row[-1]:
+                        problem = f"row {row_id} does not match its hash: it was edited"
+                    bad = None if problem is None else row_id
+                    prev = row[-1]
+            found = await self._reader.execute_fetchall("SELECT name FROM sqlite_master")
+        missing = sorted(set(_TRIGGERS) - {row[0] for row in found})
+        if problem is None and missing:
+            problem = f"append-only triggers are missing: {', '.join(missing)}"
+        return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Turn sqlite's errors into LedgerError naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if APPEND_ONLY in str(exc):
+                raise LedgerError(f"ledger {self.path} is append-only: {exc}") from None
+            raise LedgerError(f"ledger {self.path}: {doing}: {exc}") from None
+        except ValueError as exc:  # aiosqlite's "Connection closed"
+            raise LedgerError(f"ledger {self.path}: {doing}: {exc}") from None
+
+
+def _chain_hash(prev_hash: str, content: Iterable[Any]) -> str:
+    """Hash a row's content columns, as canonical JSON, onto the previous row's hash."""
+    canonical = _canonical(dict(zip(_COLUMNS, content, strict=True)))
+    return hashlib.sha256((prev_hash + canonical).encode("utf-8")).hexdigest()
+
+
+def _canonical(data: Any) -> str:
+    """Serialize as canonical JSON: sorted keys, no spaces, no NaN."""
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _id_text(value: UUID | str | None) -> str | None:
+    """Write ids in one canonical form, so lookups match however the caller spelled them."""
+    if value is None or isinstance(value, UUID):
+        return None if value is None else str(value)
+    try:
+        return str(UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        return str(value)
+
+
+def _scrub(value: Any) -> Any:
+    """Drop note_to_human at any depth and make the rest plain JSON data."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): _scrub(v) for k, v in value.items() if k not in _STRIPPED_KEYS}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def _row_dict(row: Iterable[Any]) -> dict[str, Any]:
+    data = dict(zip((*_COLUMNS, "prev_hash", "hash"), row, strict=True))
+    data["details"] = json.loads(data["details"])
+    return data
