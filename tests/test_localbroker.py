@@ -12,14 +12,37 @@ from vox_mqtt.localbroker import LocalBroker
 
 def test_real_broker_carries_a_message(plain_broker: LocalBroker) -> None:
     sub = subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(plain_broker.port), "-t", "vox/t", "-C", "1",
-         "-W", "10"],
+        [
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(plain_broker.port),
+            "-t",
+            "vox/t",
+            "-C",
+            "1",
+            "-W",
+            "10",
+        ],
         stdout=subprocess.PIPE,
     )
     # Retained, so the witness sees it however the two clients race.
     subprocess.run(
-        ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(plain_broker.port), "-t", "vox/t", "-m",
-         "hello", "-r", "-q", "1"],
+        [
+            "mosquitto_pub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(plain_broker.port),
+            "-t",
+            "vox/t",
+            "-m",
+            "hello",
+            "-r",
+            "-q",
+            "1",
+        ],
         check=True,
         timeout=10,
     )

@@ -20,10 +20,23 @@ AGENT = uuid4()
 MASTER = uuid4()
 
 
-def status(state: str, epoch: int, *, code: str | None = None, started: str = "2026-01-01T00:00:00+00:00",
-           commands: list[str] | None = None) -> VOXMessage:
-    report = AgentStatus(name="spec", status=state, error_code=code, epoch=epoch,  # type: ignore[arg-type]
-                         started_at=started, heartbeat_interval=1.0, commands=commands or ["analyze"])
+def status(
+    state: str,
+    epoch: int,
+    *,
+    code: str | None = None,
+    started: str = "2026-01-01T00:00:00+00:00",
+    commands: list[str] | None = None,
+) -> VOXMessage:
+    report = AgentStatus(
+        name="spec",
+        status=state,
+        error_code=code,
+        epoch=epoch,  # type: ignore[arg-type]
+        started_at=started,
+        heartbeat_interval=1.0,
+        commands=commands or ["analyze"],
+    )
     return new_message(MSG_AGENT_STATUS, source=AGENT, target=MASTER, details=report)
 
 
@@ -35,7 +48,9 @@ def test_birth_will_and_rebirth() -> None:
     view.update(status("ACTIVE", 2))
     assert changes == [("UNKNOWN", "ACTIVE"), ("ACTIVE", "INACTIVE"), ("INACTIVE", "ACTIVE")]
     entry = view.get(AGENT)
-    assert entry is not None and entry.epoch == 2 and entry.healthy
+    assert entry is not None
+    assert entry.epoch == 2
+    assert entry.healthy
 
 
 def test_delayed_will_of_an_older_epoch_is_ignored() -> None:
@@ -43,7 +58,9 @@ def test_delayed_will_of_an_older_epoch_is_ignored() -> None:
     view.update(status("ACTIVE", 5))
     assert view.update(status("INACTIVE", 4, code="VM_CONNECTION_LOST")) is None
     entry = view.get(AGENT)
-    assert entry is not None and entry.status == "ACTIVE" and entry.epoch == 5
+    assert entry is not None
+    assert entry.status == "ACTIVE"
+    assert entry.epoch == 5
 
 
 def test_wiped_state_dir_restarts_epoch_but_a_later_start_wins() -> None:
@@ -51,7 +68,8 @@ def test_wiped_state_dir_restarts_epoch_but_a_later_start_wins() -> None:
     view.update(status("ACTIVE", 9, started="2026-01-01T00:00:00+00:00"))
     view.update(status("ACTIVE", 1, started="2026-01-02T00:00:00+00:00"))
     entry = view.get(AGENT)
-    assert entry is not None and entry.epoch == 1
+    assert entry is not None
+    assert entry.epoch == 1
 
 
 def test_heartbeat_older_than_three_intervals_is_stale_then_fresh_again() -> None:
@@ -66,7 +84,8 @@ def test_heartbeat_older_than_three_intervals_is_stale_then_fresh_again() -> Non
     assert view.commands_of([AGENT]) == set()  # a stale child is no route
     view.update(status("ACTIVE", 1))
     entry = view.get(AGENT)
-    assert entry is not None and entry.status == "ACTIVE"
+    assert entry is not None
+    assert entry.status == "ACTIVE"
     assert view.commands_of([AGENT]) == {"analyze"}
 
 
@@ -82,4 +101,5 @@ def test_retained_status_ages_from_its_emitted_at() -> None:
     view = FleetView(clock=clock)
     old = status("ACTIVE", 1).model_copy(update={"emitted_at": "2020-01-01T00:00:00+00:00"})
     change = view.update(old, retained=True)
-    assert change is not None and change.new == "STALE"
+    assert change is not None
+    assert change.new == "STALE"

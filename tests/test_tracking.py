@@ -24,9 +24,13 @@ def test_request_moves_through_every_state_and_the_hook_sees_each() -> None:
     assert not tracked.final
     reply = message.reply("command_result", {"result": 1})
     tracker.completed(message.message_id, reply)
-    assert tracked.state is RequestState.COMPLETED and tracked.reply == reply
-    assert seen == [("queued", "dispatched"), ("dispatched", "acknowledged"),
-                    ("acknowledged", "completed")]
+    assert tracked.state is RequestState.COMPLETED
+    assert tracked.reply == reply
+    assert seen == [
+        ("queued", "dispatched"),
+        ("dispatched", "acknowledged"),
+        ("acknowledged", "completed"),
+    ]
     assert tracker.get(message.message_id) is tracked
     assert tracked.done.is_set()
 
@@ -45,7 +49,8 @@ def test_failure_is_final_and_later_replies_do_not_revive_it() -> None:
     tracked = tracker.track(message, expects_reply=True)
     tracker.failed(message.message_id, "TIMEOUT", "no answer")
     tracker.completed(message.message_id, message.reply("command_result", {}))
-    assert tracked.state is RequestState.FAILED and tracked.error_code == "TIMEOUT"
+    assert tracked.state is RequestState.FAILED
+    assert tracked.error_code == "TIMEOUT"
     assert tracker.pending() == []
 
 

@@ -16,7 +16,6 @@ from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
 from .messages import VOXMessage, new_message, parse, serialize
 from .topics import WARROOM_ID
 
-
 __all__ = [
     "WARROOM_ID",
     "AgentSpec",

@@ -18,7 +18,11 @@ __all__ = ["LocalBroker", "find_mosquitto", "free_port", "wait_for_port"]
 
 def find_mosquitto() -> str:
     """Return the path of the mosquitto binary; raise BrokerUnavailable saying how to get it."""
-    for candidate in (shutil.which("mosquitto"), "/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"):
+    for candidate in (
+        shutil.which("mosquitto"),
+        "/usr/sbin/mosquitto",
+        "/usr/local/sbin/mosquitto",
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise BrokerUnavailable(
