@@ -452,6 +452,36 @@ async def test_an_acknowledged_record_survives_sigkill(tmp_path: Path) -> None:
         assert await ledger.record("message", "x", None, None, {}) == report.rows + 1
 
 
+FORGETFUL = """
+import asyncio, sys
+from vox_mqtt.memory import VOXAgentMemory
+
+async def main():
+    ledger = VOXAgentMemory(sys.argv[1])
+    print(await ledger.record("message", "received", None, None, {}), flush=True)
+    # No close(): asyncio.run cancels the writer, which must still release sqlite's threads.
+
+asyncio.run(main())
+"""
+
+
+async def test_a_forgotten_close_does_not_hang_the_process(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FORGETFUL, str(path), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        async with asyncio.timeout(30):
+            out, _ = await child.communicate()
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert (child.returncode, out.strip()) == (0, b"1")
+    async with VOXAgentMemory(path) as ledger:
+        assert (await ledger.verify()).rows == 1
+
+
 async def test_concurrent_records_share_transactions(tmp_path: Path) -> None:
     async with VOXAgentMemory(tmp_path / "grouped.db") as grouped:
         ids = await asyncio.gather(*(grouped.record("m", "r", None, None, {}) for _ in range(200)))

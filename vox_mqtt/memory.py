@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Final, Self
 from uuid import UUID
@@ -30,8 +29,10 @@ DONE_ACTIONS: Final = ("completed", "failed")
 # Free text for the human only: seed 003 forbids agents to parse or log it.
 _STRIPPED_KEYS: Final = frozenset({"note_to_human"})
 _MAX_REASON: Final = 1000
-# Keys of a seed-003 details dict that also fill an indexed column: (column, key).
-_PROMOTED: Final = {"message_id": "message_id", "message_type": "type", "reply_to": "reply_to"}
+# Keys of a seed-003 details dict that also fill an indexed column: key -> column.
+_PROMOTED: Final = {"type": "message_type"} | {
+    k: k for k in ("message_id", "reply_to", "emitted_at")
+}
 
 # The hashed content of a row, in storage order; prev_hash and hash follow.
 _COLUMNS: Final = (
@@ -42,15 +43,9 @@ _ALL: Final = ", ".join((*_COLUMNS, "prev_hash", "hash"))
 _INSERT: Final = f"INSERT INTO logs ({_ALL}) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})"
 _PARENT: Final = f"""SELECT {_ALL} FROM logs WHERE message_id = (SELECT reply_to FROM logs
     WHERE message_id = ? AND reply_to IS NOT NULL ORDER BY id LIMIT 1) ORDER BY id LIMIT 1"""
-_TRIGGERS: Final = {
-    f"{table}_no_{op.lower()}": f"BEFORE {op} ON {table}"
-    for table in ("logs", "ledger_meta")
-    for op in ("UPDATE", "DELETE")
-}
-_TRIGGER_SQL: Final = "".join(
-    f"CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END;\n"
-    for name, when in _TRIGGERS.items()
-)
+_HEAD: Final = "SELECT id, hash FROM logs ORDER BY id DESC LIMIT 1"
+_TRIGGERS: Final = ("logs_no_update", "logs_no_delete", "meta_no_update", "meta_no_delete")
+_REFUSE: Final = f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END;"
 _SCHEMA: Final = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,7 +58,11 @@ CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
 CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
 CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);
 INSERT OR IGNORE INTO ledger_meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
-{_TRIGGER_SQL}COMMIT;
+CREATE TRIGGER IF NOT EXISTS logs_no_update BEFORE UPDATE ON logs {_REFUSE}
+CREATE TRIGGER IF NOT EXISTS logs_no_delete BEFORE DELETE ON logs {_REFUSE}
+CREATE TRIGGER IF NOT EXISTS meta_no_update BEFORE UPDATE ON ledger_meta {_REFUSE}
+CREATE TRIGGER IF NOT EXISTS meta_no_delete BEFORE DELETE ON ledger_meta {_REFUSE}
+COMMIT;
 """
 
 # The payload keys worth keeping per type: identifiers and codes, never free text.
@@ -116,7 +115,6 @@ class VOXAgentMemory:
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._writer_task: asyncio.Task[None] | None = None
         self._init_lock = asyncio.Lock()
-        self._ready = False
         self._closed = False
         self._commits = 0
 
@@ -125,27 +123,22 @@ class VOXAgentMemory:
         """Return how many transactions have been committed by this instance."""
         return self._commits
 
-    # --- lifecycle -------------------------------------------------------------------------
-
     async def init_db(self) -> None:
         """Open the ledger, creating the schema on first use; safe to call twice."""
         async with self._init_lock:
             if self._closed:
                 raise LedgerError(f"ledger {self.path} is closed")
-            if self._ready:
+            if self._reader is not None:
                 return
             try:
                 await self._open()
             except BaseException:
                 await self._close_connections()
                 raise
-            self._ready = True
 
     async def _open(self) -> None:
         if self.path.is_dir() or not self.path.parent.is_dir():
-            raise LedgerError(
-                f"cannot open ledger {self.path}: not a file in an existing directory"
-            )
+            raise LedgerError(f"ledger {self.path}: not a file in an existing directory")
         if self.read_only and not self.path.is_file():
             raise LedgerError(f"no ledger at {self.path}")
         # mode=rw never creates a missing file (and falls back to reading a write-protected
@@ -208,8 +201,6 @@ class VOXAgentMemory:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # --- writing ---------------------------------------------------------------------------
-
     async def record(
         self,
         event_type: str,
@@ -225,7 +216,7 @@ class VOXAgentMemory:
         # Well-known keys also fill their indexed columns, so the seed call is findable.
         meta = {
             column: _id_text(value)
-            for column, key in (*_PROMOTED.items(), ("emitted_at", "emitted_at"))
+            for key, column in _PROMOTED.items()
             if isinstance(value := clean.get(key), str | UUID)
         }
         return await self._append(event_type, action, source, target, clean, meta)
@@ -307,31 +298,24 @@ class VOXAgentMemory:
 
     async def _write_loop(self) -> None:
         """Drain the queue in batches: one transaction and one fsync for many records."""
-        loop = asyncio.get_running_loop()
         stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            deadline = loop.time() + self._window
-            while len(batch) < self._max_batch:
-                if not self._queue.empty():
-                    item = self._queue.get_nowait()
-                else:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        async with asyncio.timeout(remaining):
-                            item = await self._queue.get()
-                    except TimeoutError:
-                        break
-                if item is None:
-                    stopping = True
-                    break
-                batch.append(item)
-            await self._commit(batch)
+        try:
+            while not stopping:
+                batch = [await self._queue.get()]
+                # Collect what arrives within the window; what is already queued never waits.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._window):
+                        while len(batch) < self._max_batch and batch[-1] is not None:
+                            batch.append(await self._queue.get())
+                stopping = batch[-1] is None
+                if pending := [item for item in batch if item is not None]:
+                    await self._commit(pending)
+        except asyncio.CancelledError:
+            # Cancelled without close() (asyncio.run shutting down): stop the sqlite threads,
+            # which would otherwise keep the process alive.
+            self._closed = True
+            await self._close_connections()
+            raise
 
     async def _commit(self, batch: list[_Pending]) -> None:
         db = self._writer
@@ -339,23 +323,20 @@ class VOXAgentMemory:
         try:
             with self._errors("cannot write"):
                 await db.execute("BEGIN IMMEDIATE")
-                try:
-                    # Read the head inside the write lock, so the chain stays linear.
-                    head = await db.execute_fetchall(
-                        "SELECT id, hash FROM logs ORDER BY id DESC LIMIT 1"
-                    )
-                    last_id, prev = next(iter(head), (0, GENESIS_HASH))
-                    rows = []
-                    for row_id, pending in enumerate(batch, start=last_id + 1):
-                        content = (row_id, *pending.values)
-                        rows.append((*content, prev, prev := _chain_hash(prev, content)))
-                    await db.executemany(_INSERT, rows)
-                    await db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        await db.execute("ROLLBACK")
-                    raise
+                # Read the head inside the write lock, so the chain stays linear.
+                head = await db.execute_fetchall(_HEAD)
+                last_id, prev = next(iter(head), (0, GENESIS_HASH))
+                rows = []
+                for row_id, pending in enumerate(batch, start=last_id + 1):
+                    content = (row_id, *pending.values)
+                    digest = _chain_hash(prev, content)
+                    rows.append((*content, prev, digest))
+                    prev = digest
+                await db.executemany(_INSERT, rows)
+                await db.execute("COMMIT")
         except Exception as exc:
+            with contextlib.suppress(Exception):
+                await db.execute("ROLLBACK")
             error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
             for pending in batch:
                 if not pending.future.done():
@@ -365,8 +346,6 @@ class VOXAgentMemory:
         for row_id, pending in enumerate(batch, start=last_id + 1):
             if not pending.future.done():
                 pending.future.set_result(row_id)
-
-    # --- reading ---------------------------------------------------------------------------
 
     async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         await self.init_db()
@@ -467,7 +446,7 @@ class VOXAgentMemory:
             problem = f"append-only triggers are missing: {', '.join(missing)}"
         return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
 
-    @contextmanager
+    @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
         """Turn sqlite's errors into LedgerError naming the file."""
         try:
@@ -475,8 +454,6 @@ class VOXAgentMemory:
         except sqlite3.Error as exc:
             if APPEND_ONLY in str(exc):
                 raise LedgerError(f"ledger {self.path} is append-only: {exc}") from None
-            raise LedgerError(f"ledger {self.path}: {doing}: {exc}") from None
-        except ValueError as exc:  # aiosqlite's "Connection closed"
             raise LedgerError(f"ledger {self.path}: {doing}: {exc}") from None
 
 
@@ -495,11 +472,9 @@ def _canonical(data: Any) -> str:
 
 def _id_text(value: UUID | str | None) -> str | None:
     """Write ids in one canonical form, so lookups match however the caller spelled them."""
-    if value is None or isinstance(value, UUID):
-        return None if value is None else str(value)
     try:
-        return str(UUID(value))
-    except (ValueError, TypeError, AttributeError):
+        return None if value is None else str(UUID(str(value)))
+    except ValueError:
         return str(value)
 
 
@@ -513,8 +488,6 @@ def _scrub(value: Any) -> Any:
         return [_scrub(v) for v in value]
     if isinstance(value, UUID):
         return str(value)
-    if isinstance(value, datetime | date):
-        return value.isoformat()
     return value
 
 
