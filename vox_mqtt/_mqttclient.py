@@ -1,0 +1,206 @@
+"""aiomqtt's client as the transport needs it: PUBACK reason codes, readable connection errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import aiomqtt
+import paho.mqtt.client as mqtt
+from aiomqtt.exceptions import MqttConnectError
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from .errors import BrokerUnavailable, DeliveryFailed
+
+if TYPE_CHECKING:
+    from .transport import BrokerSettings, Will
+
+# CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
+_REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
+
+
+class Refused(BrokerUnavailable):
+    """The broker or the TLS layer said no in a way that retrying will not change."""
+
+
+class Client(aiomqtt.Client):
+    """aiomqtt's client plus what it drops: PUBACK reason codes, session-present, the cause.
+
+    aiomqtt 2.5 resolves a publish on any PUBACK and ignores its reason code, so a publish the
+    ACL denies (PUBACK 0x87) looks like a success. paho's v2 on_publish does get the code:
+    this subclass resolves one future per message id with it.
+    """
+
+    def __init__(self, *args: Any, will: Will | None, **kwargs: Any) -> None:
+        paho_will = None
+        if will is not None:
+            props = properties(PacketTypes.WILLMESSAGE, ContentType=will.content_type)
+            paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
+        super().__init__(*args, will=paho_will, **kwargs)
+        self.will = will
+        self.session_present = False
+        self.connect_error: BaseException | None = None
+        self._outcomes: dict[int, asyncio.Future[ReasonCode]] = {}
+        # PUBACK inbound messages ourselves, once the session has queued them (backpressure).
+        self._client.manual_ack_set(True)
+
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Return the future that completes when this connection ends."""
+        return self._disconnected
+
+    def raw_socket(self) -> socket.socket | None:
+        """Return the connected socket, or None."""
+        sock = self._client.socket()
+        return sock if isinstance(sock, socket.socket) else None
+
+    async def publish_checked(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
+    ) -> ReasonCode | None:
+        """Publish and return the broker's reason code; None if this connection is gone."""
+        info = self._client.publish(topic, payload, qos, retain, properties)
+        if info.rc == mqtt.MQTT_ERR_NO_CONN or self._disconnected.done():
+            self.abort()
+            return None
+        if info.rc != mqtt.MQTT_ERR_SUCCESS:
+            raise DeliveryFailed(f"could not publish to {topic!r}: {mqtt.error_string(info.rc)}")
+        outcome = self._outcomes.setdefault(info.mid, self._loop.create_future())
+        try:
+            return await outcome
+        finally:
+            self._outcomes.pop(info.mid, None)
+
+    def abort(self) -> None:
+        """Close the socket without DISCONNECT, as a crash would: the broker sends the will."""
+        self._client._sock_close()  # paho has no public way to drop a connection silently
+        if not self._disconnected.done():
+            self._disconnected.set_result(None)
+
+    async def close(self) -> None:
+        """Send DISCONNECT (the broker discards the will) and wait for the socket to close."""
+        if not self._disconnected.done():
+            with contextlib.suppress(aiomqtt.MqttError):
+                await self.__aexit__(None, None, None)
+        self.abort()
+
+    def fail_pending(self, lost: asyncio.Future[None]) -> None:
+        """Fail every pending publish and subscribe: the connection is gone."""
+        if not lost.cancelled():
+            lost.exception()  # mark it retrieved; the session reads it again
+        for outcome in self._outcomes.values():
+            if not outcome.done():
+                outcome.set_exception(
+                    DeliveryFailed(
+                        "the connection dropped before the broker acknowledged the message "
+                        "(it may or may not have been delivered)"
+                    )
+                )
+        for subscribed in self._pending_subscribes.values():
+            if not subscribed.done():
+                subscribed.set_exception(aiomqtt.MqttError("the connection dropped"))
+
+    def _client_connect(self) -> None:
+        # aiomqtt turns every connect error into a bare MqttError(str); keep the original so
+        # refused / unreachable / TLS can be told apart.
+        try:
+            super()._client_connect()
+        except BaseException as exc:
+            self.connect_error = exc
+            raise
+
+    def _on_connect(self, *args: Any, **kwargs: Any) -> None:
+        self.session_present = bool(args[2].session_present)  # (client, userdata, flags, ...)
+        super()._on_connect(*args, **kwargs)
+
+    def _on_publish(self, *args: Any, **kwargs: Any) -> None:
+        mid, reason_code = args[2], args[3]  # (client, userdata, mid, reason_code, properties)
+        # paho may report a QoS 0 publish before publish_checked has registered the future.
+        outcome = self._outcomes.setdefault(mid, self._loop.create_future())
+        if not outcome.done():
+            outcome.set_result(reason_code)
+        super()._on_publish(*args, **kwargs)
+
+
+def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:
+    """Translate any low-level connection failure into a message a person can act on."""
+    where = f"the broker at {s.address}"
+    rc = getattr(exc, "rc", None)
+    if isinstance(exc, BrokerUnavailable):
+        return exc
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return Refused(
+            f"TLS: the certificate of {where} did not verify against {s.ca_file}: "
+            f"{exc.verify_message} — check ca_file and that the certificate names {s.host}"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return Refused(
+            f"TLS handshake with {where} failed: {exc.reason or exc} — check the client "
+            f"certificate and that {s.address} is a TLS listener"
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return BrokerUnavailable(
+            f"cannot reach {where}: connection refused — is mosquitto running and listening there?"
+        )
+    if isinstance(exc, TimeoutError):
+        return BrokerUnavailable(f"no answer from {where} within {s.connect_timeout:g}s")
+    if isinstance(exc, OSError):
+        return BrokerUnavailable(f"cannot reach {where}: {exc.strerror or exc}")
+    if isinstance(exc, MqttConnectError) and isinstance(rc, ReasonCode):
+        if rc.value in (0x86, 0x87, 0x8C):
+            return Refused(
+                f"{where} refused the credentials for client {s.client_id}: {str(rc).lower()} "
+                "— check its username and password against the broker's password file"
+            )
+        kind = Refused if rc.value in _REFUSALS else BrokerUnavailable
+        return kind(f"{where} refused the connection of client {s.client_id}: {rc}")
+    if isinstance(rc, ReasonCode):  # the end of an established connection
+        why = {
+            0x80: "it dropped",  # what paho reports for a plain socket close
+            0x8D: "no answer within the keepalive",
+            0x8E: f"another client connected as {s.client_id} — is this agent running twice?",
+        }.get(rc.value, str(rc))
+        return BrokerUnavailable(f"lost the connection to {where}: {why}")
+    if isinstance(exc, aiomqtt.MqttError) and "timed out" in str(exc):
+        return BrokerUnavailable(f"{where} did not answer within {s.connect_timeout:g}s")
+    return BrokerUnavailable(f"the MQTT connection to {where} failed: {exc}")
+
+
+class _SSLSocket(ssl.SSLSocket):
+    """An SSLSocket that closes itself when its handshake fails: paho leaks it otherwise."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        """Run the handshake; close the socket if it fails."""
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
+def tls_context(s: BrokerSettings) -> ssl.SSLContext | None:
+    """Build the TLS context once, so missing or bad files fail before any connection."""
+    if s.ca_file is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=str(s.ca_file))
+        if s.cert_file is not None:
+            context.load_cert_chain(s.cert_file, s.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(str(p) for p in (s.ca_file, s.cert_file, s.key_file) if p)
+        raise Refused(f"cannot load the TLS files ({files}): {exc}") from None
+    context.sslsocket_class = _SSLSocket
+    return context
+
+
+def properties(packet_type: int, **values: Any) -> Properties:
+    """Return MQTT v5 properties with the given values, skipping None."""
+    result = Properties(packet_type)  # type: ignore[no-untyped-call]
+    for name, value in values.items():
+        if value is not None:
+            setattr(result, name, value)
+    return result
