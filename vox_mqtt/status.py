@@ -114,6 +114,7 @@ class AgentLiveness:
 
     id: UUID
     name: str = ""
+    master_id: UUID | None = None  # whom its status reports to (the operator for the root)
     status: str = UNKNOWN
     error_code: str | None = None
     epoch: int = -1
@@ -142,6 +143,7 @@ class AgentLiveness:
         return {
             "id": str(self.id),
             "name": self.name,
+            "master_id": None if self.master_id is None else str(self.master_id),
             "status": self.status,
             "healthy": self.healthy,
             "error_code": self.error_code,
@@ -227,6 +229,7 @@ class FleetView:
             except ValueError:
                 pass
         entry.name = report.name
+        entry.master_id = message.target
         entry.error_code = report.error_code
         entry.epoch = report.epoch
         entry.started_at = report.started_at
@@ -236,7 +239,7 @@ class FleetView:
         entry.version = report.version
         entry.last_heartbeat = message.emitted_at
         entry.received_at = received_at
-        new_status = report.status
+        new_status: str = report.status
         if new_status == ACTIVE and self._is_stale(entry, now):
             new_status = STALE
         return self._set_status(entry, new_status)

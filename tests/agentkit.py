@@ -1,0 +1,119 @@
+"""Run agents of a rendered fleet in this process, for runtime tests on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from tests.brokerkit import SecureBroker
+from vox_mqtt.agent import AgentConfig, VOXAgent
+from vox_mqtt.roles import Role, command
+from vox_mqtt.topics import WARROOM_FILTER
+from vox_mqtt.transport import BrokerSettings
+
+
+class Analyst(Role):
+    """A specialist's command for seed 000's flow."""
+
+    @command
+    async def analyze(self, target: str) -> dict[str, Any]:
+        return {"target": target, "findings": len(target), "by": self.agent.name}
+
+
+class Slow(Role):
+    """A command that takes as long as it is told."""
+
+    @command
+    async def sleep(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @command
+    async def boom(self) -> None:
+        raise RuntimeError("exploded on purpose")
+
+
+def settings_for(secure: SecureBroker, name: str, **overrides: Any) -> BrokerSettings:
+    """Return transport settings that log in as the named identity."""
+    creds = secure.creds(name)
+    values: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": secure.dir.port,
+        "username": creds.username,
+        "password": creds.password,
+        "client_id": creds.username,
+        "keepalive": 5,
+    }
+    values.update(overrides)
+    return BrokerSettings(**values)
+
+
+def agent_config(
+    secure: SecureBroker, name: str, state_root: Path, **overrides: Any
+) -> AgentConfig:
+    """Return the runtime config of one agent of the fleet: only its own slice."""
+    fleet = secure.fleet
+    view = fleet.view_of(fleet.agent(name).id)
+    values: dict[str, Any] = {
+        "id": view.agent.id,
+        "name": name,
+        "master_id": view.master_id,
+        "master_name": view.master_name,
+        "children": {child.id: child.name for child in view.children},
+        "state_dir": state_root / name,
+        "broker": settings_for(secure, name),
+        "heartbeat_interval": 1.0,
+        "request_timeout": 10.0,
+        "resend_initial": 0.3,
+        "observe": (WARROOM_FILTER,) if view.agent.master_id is None else (),
+    }
+    values.update(overrides)
+    return AgentConfig(**values)
+
+
+def operator_config(secure: SecureBroker, state_root: Path, **overrides: Any) -> AgentConfig:
+    """Return the operator console's config: the root's master, publishing no status."""
+    fleet = secure.fleet
+    values: dict[str, Any] = {
+        "id": fleet.operator_id,
+        "name": fleet.operator_name,
+        "master_id": None,
+        "children": {fleet.root.id: fleet.root.name},
+        "state_dir": state_root / fleet.operator_name,
+        "broker": settings_for(secure, fleet.operator_name),
+        "publish_status": False,
+        "request_timeout": 10.0,
+        "resend_initial": 0.3,
+        "observe": ("vox/+/status", WARROOM_FILTER),
+    }
+    values.update(overrides)
+    return AgentConfig(**values)
+
+
+async def start_agents(
+    stack: AsyncExitStack,
+    secure: SecureBroker,
+    state_root: Path,
+    roles: Mapping[str, Iterable[Role]],
+    names: Iterable[str] | None = None,
+    **overrides: Any,
+) -> dict[str, VOXAgent]:
+    """Start agents leaves first, so masters learn their children's commands at once."""
+    fleet = secure.fleet
+    chosen = list(names) if names is not None else [a.name for a in fleet]
+    chosen.sort(key=lambda n: -fleet.depth_of(fleet.agent(n).id))
+    agents: dict[str, VOXAgent] = {}
+    for name in chosen:
+        agent = VOXAgent(agent_config(secure, name, state_root, **overrides), roles.get(name, ()))
+        agents[name] = await stack.enter_async_context(agent)
+    return agents
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
+    """Poll predicate() until true; fail the test after timeout seconds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(interval)

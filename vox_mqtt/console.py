@@ -1,0 +1,143 @@
+"""The operator's client: the root's master, for sending commands and watching the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .agent import AgentConfig, VOXAgent
+from .config import ConsoleFile, load_console_config
+from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from .status import FleetView
+from .topics import WARROOM_FILTER
+
+__all__ = ["ALL_STATUS", "OperatorConsole"]
+
+ALL_STATUS = "vox/+/status"
+_NOT_NOTIFICATIONS = frozenset({MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST})
+
+
+class OperatorConsole:
+    """Connect as the operator for one `async with` block."""
+
+    def __init__(
+        self,
+        config: ConsoleFile | str | Path,
+        *,
+        base: Path | None = None,
+        persistent: bool = True,
+        observe: Sequence[str] = (),
+    ) -> None:
+        if not isinstance(config, ConsoleFile):
+            path = Path(config)
+            base = path.parent if base is None else base
+            config = load_console_config(path)
+        self.file = config
+        op = config.operator
+        base = base or Path.cwd()
+        state_dir = op.state_dir if op.state_dir.is_absolute() else base / op.state_dir
+        # Only the persistent session uses the operator's own client id: a second,
+        # read-only console (status, watch) must not take that session over.
+        client_id = str(op.id) if persistent else f"{op.id}-{secrets.token_hex(4)}"
+        broker = config.broker.settings(client_id, base=base)
+        if not persistent:
+            broker = replace(broker, session_expiry=0)
+        self.inbox_path = state_dir / "inbox.jsonl"
+        self.agent = VOXAgent(
+            AgentConfig(
+                id=op.id,
+                name=op.name,
+                master_id=None,
+                children={op.root_id: op.root_name},
+                state_dir=state_dir,
+                broker=broker,
+                publish_status=False,
+                request_timeout=op.request_timeout,
+                observe=tuple(observe),
+            )
+        )
+        self.agent.listeners.append(self._keep_notification)
+
+    @property
+    def root_id(self) -> Any:
+        """Return the root agent's id."""
+        return self.file.operator.root_id
+
+    @property
+    def view(self) -> FleetView:
+        """Return the liveness of every agent this console has seen."""
+        return self.agent.fleet_view
+
+    async def __aenter__(self) -> OperatorConsole:
+        await self.agent.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.agent.__aexit__(exc_type, exc, tb)
+
+    async def send_command(
+        self, command: str, params: dict[str, Any] | None = None, *, wait: float | None = None
+    ) -> VOXMessage:
+        """Send a command_request to the root and return the command_result."""
+        return await self.agent.request(command, params, to=self.root_id, timeout=wait)
+
+    async def settle(self, quiet: float = 0.3, limit: float = 5.0) -> None:
+        """Wait until retained messages stop arriving (quiet seconds), at most limit seconds."""
+        deadline = time.monotonic() + limit
+        seen = -1
+        while time.monotonic() < deadline:
+            count = sum(a.received_at > 0 for a in self.view.agents()) + len(
+                self.agent._liveness.incidents if self.agent._liveness else ()
+            )
+            if count == seen and count > 0:
+                return
+            seen = count
+            await asyncio.sleep(quiet)
+
+    def _keep_notification(self, message: VOXMessage) -> None:
+        """Keep what the root reports to the human (note_to_human included) in the inbox file."""
+        if message.type in _NOT_NOTIFICATIONS or message.reply_to is not None:
+            return
+        entry = {
+            "received_at": time.time(),
+            "message_id": str(message.message_id),
+            "emitted_at": message.emitted_at,
+            "type": message.type,
+            "message_source": message.message_source,
+            "details": message.details,
+        }
+        self.inbox_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.inbox_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """Return every notification kept so far, oldest first."""
+        try:
+            lines = self.inbox_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line after a crash
+        return entries
+
+
+WATCH_FILTERS = (ALL_STATUS, WARROOM_FILTER)
