@@ -115,5 +115,5 @@ async def start_agents(
 async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
     """Poll predicate() until true; fail the test after timeout seconds."""
     async with asyncio.timeout(timeout):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - polling state another task mutates
             await asyncio.sleep(interval)
