@@ -65,3 +65,45 @@ def broker_factory(
 def plain_broker(broker_factory: Callable[..., LocalBroker]) -> LocalBroker:
     """Return a running anonymous broker, for transport-level tests."""
     return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., LocalBroker]]:
+    """Like broker_factory, but the brokers live for the whole test module."""
+    started: list[LocalBroker] = []
+    failed_before = request.session.testsfailed
+
+    def start(conf_text: str, *, port: int) -> LocalBroker:
+        directory = tmp_path_factory.mktemp("broker")
+        conf = directory / "mosquitto.conf"
+        conf.write_text(conf_text.replace("{port}", str(port)).replace("{dir}", str(directory)))
+        broker = LocalBroker(conf, port=port)
+        started.append(broker)
+        broker.start()
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+        if request.session.testsfailed > failed_before:
+            print(f"\n--- mosquitto log ({broker.conf_path}) ---\n{broker.log_text()}")
+
+
+@pytest.fixture
+def secure_broker_factory(
+    broker_factory: Callable[..., LocalBroker], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., object]:
+    """Start the fleet's secured broker: factory(fleet, fmt="acl", pki_dir=None, explorer=True).
+
+    Returns a tests.brokerkit.SecureBroker: .broker (LocalBroker), .dir (BrokerDir),
+    .creds(name_or_uuid) for the plain listener, .tls_creds(...) for the TLS one.
+    """
+    from tests.brokerkit import start_secure_broker
+
+    def start(fleet: object, **kwargs: object) -> object:
+        out_dir = tmp_path_factory.mktemp("fleet-broker")
+        return start_secure_broker(broker_factory, fleet, out_dir, **kwargs)  # type: ignore[arg-type]
+
+    return start
