@@ -529,26 +529,41 @@ async def test_dedupe_is_by_message_id_and_action(memory: VOXAgentMemory) -> Non
 
 async def test_pending_and_interrupted_commands_survive_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "logs.db"
-    fresh, running, done, failed = (command(ROOT, COORD, f"c{n}") for n in range(4))
+    names = ("fresh", "running", "done", "failed", "handed", "handed_done", "refused")
+    cmd = {name: command(ROOT, COORD, name) for name in names}
     not_a_command = new_message(
         "data_request", source=ROOT, target=COORD, details={"subject": "financial_summary"}
     )
     async with VOXAgentMemory(path) as ledger:
-        for request in (fresh, running, done, failed):
+        for request in cmd.values():
             await ledger.record_message(request, "received")
-        await ledger.record_message(running, "started")
-        await ledger.record_message(done, "started")
-        await ledger.record_message(done, "completed", outcome="ok")
-        await ledger.record_message(failed, "failed", outcome="HANDLER_ERROR")
-        await ledger.record_message(fresh, "duplicate")
+        await ledger.record_message(cmd["running"], "started")
+        await ledger.record_message(cmd["done"], "started")
+        await ledger.record_message(cmd["done"], "completed", outcome="ok")
+        await ledger.record_message(cmd["failed"], "failed", outcome="HANDLER_ERROR")
+        await ledger.record_message(cmd["fresh"], "duplicate")
+        await ledger.record_message(cmd["handed"], "delegated")
+        await ledger.record_message(cmd["handed_done"], "delegated")
+        # Answered without a completed row (a delegated result, a NO_ROUTE): over all the same.
+        answer = cmd["handed_done"].reply("command_result", {"result": 1, "handled_by": COORD})
+        await ledger.record_message(answer, "sent")
+        no_route = cmd["refused"].reply("command_error", {"code": "NO_ROUTE", "error": "none"})
+        await ledger.record_message(no_route, "sent")
+        await ledger.record_message(cmd["fresh"].acknowledgement(), "sent")
         await ledger.record_message(not_a_command, "received")
     async with VOXAgentMemory(path) as ledger:
         pending = await ledger.pending_commands()
         interrupted = await ledger.interrupted_commands()
-    assert [r["message_id"] for r in pending] == [str(fresh.message_id)]
-    assert pending[0]["details"]["command"] == "c0"
-    assert [r["message_id"] for r in interrupted] == [str(running.message_id)]
-    assert str(not_a_command.message_id) not in {r["message_id"] for r in pending}
+    assert [r["message_id"] for r in pending] == [str(cmd["fresh"].message_id)]
+    assert pending[0]["details"] == {
+        "command": "fresh",
+        "params": {},
+        "message_source": "vox-mqtt",
+    }
+    assert [(r["message_id"], r["action"]) for r in interrupted] == [
+        (str(cmd["running"].message_id), "started"),
+        (str(cmd["handed"].message_id), "delegated"),
+    ]
 
 
 async def record_seed_000_flow(ledger: VOXAgentMemory) -> dict[str, VOXMessage]:

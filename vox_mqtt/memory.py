@@ -14,17 +14,17 @@ from typing import Any, Final, Self
 from uuid import UUID
 
 import aiosqlite
-from pydantic import BaseModel
 
 from .errors import LedgerError
 from .messages import MSG_COMMAND_REQUEST, VOXMessage, now_iso
 
-__all__ = ["DONE_ACTIONS", "GENESIS_HASH", "STARTED_ACTION", "VOXAgentMemory", "VerifyReport"]
+__all__ = ["DONE_ACTIONS", "GENESIS_HASH", "STARTED_ACTIONS", "VOXAgentMemory", "VerifyReport"]
 
 SCHEMA_VERSION: Final = "1"
 GENESIS_HASH: Final = "0" * 64
 APPEND_ONLY: Final = "ledger is append-only"
-STARTED_ACTION: Final = "started"
+# A command runs once started or delegated; it is over once completed, failed or answered.
+STARTED_ACTIONS: Final = ("started", "delegated")
 DONE_ACTIONS: Final = ("completed", "failed")
 # Free text for the human only: seed 003 forbids agents to parse or log it.
 _STRIPPED_KEYS: Final = frozenset({"note_to_human"})
@@ -64,6 +64,25 @@ CREATE TRIGGER IF NOT EXISTS meta_no_update BEFORE UPDATE ON ledger_meta {_REFUS
 CREATE TRIGGER IF NOT EXISTS meta_no_delete BEFORE DELETE ON ledger_meta {_REFUSE}
 COMMIT;
 """
+
+
+def _unfinished(starts: tuple[str, ...], ends: tuple[str, ...]) -> str:
+    """Select the first command_request row per message in `starts` with no later end."""
+    began, ended = (", ".join(f"'{action}'" for action in group) for group in (starts, ends))
+    return f"""SELECT {_ALL} FROM logs AS r
+    WHERE r.action IN ({began}) AND r.message_type = '{MSG_COMMAND_REQUEST}'
+      AND r.id = (SELECT MIN(y.id) FROM logs AS y
+                  WHERE y.message_id = r.message_id AND y.action IN ({began}))
+      AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_id = r.message_id
+                      AND x.id > r.id AND x.action IN ({ended}))
+      AND NOT EXISTS (SELECT 1 FROM logs AS a WHERE a.reply_to = r.message_id
+                      AND a.id > r.id AND a.action = 'sent'
+                      AND a.message_type IN ('command_result', 'command_error'))
+    ORDER BY r.id"""
+
+
+_PENDING: Final = _unfinished(("received",), (*STARTED_ACTIONS, *DONE_ACTIONS))
+_INTERRUPTED: Final = _unfinished(STARTED_ACTIONS, DONE_ACTIONS)
 
 # The payload keys worth keeping per type: identifiers and codes, never free text.
 _KEPT_DETAILS: Final[dict[str, tuple[str, ...]]] = {
@@ -371,25 +390,12 @@ class VOXAgentMemory:
         return await self._read(sql, (_id_text(message_id),))
 
     async def pending_commands(self) -> list[dict[str, Any]]:
-        """Return received command_requests that were never started nor finished."""
-        return await self._unfinished("received", (STARTED_ACTION, *DONE_ACTIONS))
+        """Return received command_requests that were never started, finished nor answered."""
+        return await self._read(_PENDING)
 
     async def interrupted_commands(self) -> list[dict[str, Any]]:
-        """Return commands that were started but neither completed nor failed."""
-        return await self._unfinished(STARTED_ACTION, DONE_ACTIONS)
-
-    async def _unfinished(self, action: str, enders: tuple[str, ...]) -> list[dict[str, Any]]:
-        """Return the first command_request row per message with `action` and no later ender."""
-        return await self._read(
-            f"""SELECT {_ALL} FROM logs AS r
-            WHERE r.action = ? AND r.message_type = ?
-              AND r.id = (SELECT MIN(y.id) FROM logs AS y
-                          WHERE y.message_id = r.message_id AND y.action = r.action)
-              AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_id = r.message_id
-                              AND x.id > r.id AND x.action IN ({",".join("?" * len(enders))}))
-            ORDER BY r.id""",
-            (action, MSG_COMMAND_REQUEST, *enders),
-        )
+        """Return commands started or delegated but neither finished nor answered."""
+        return await self._read(_INTERRUPTED)
 
     async def trace(self, message_id: UUID) -> list[dict[str, Any]]:
         """Rebuild the reply_to chain around a message: one row per message, in ledger order."""
@@ -433,9 +439,7 @@ class VOXAgentMemory:
                     if row_id != rows:
                         problem = f"row {row_id} follows row {rows - 1}: rows are missing"
                     elif row[-2] != prev:
-                        problem = (
-                            f"row {row_id} does not chain to row {rows - 1}: rows were changed"
-                        )
+                        problem = f"row {row_id} does not chain to row {rows - 1} before it"
                     elif _chain_hash(prev, content) != row[-1]:
                         problem = f"row {row_id} does not match its hash: it was edited"
                     bad = None if problem is None else row_id
@@ -480,8 +484,6 @@ def _id_text(value: UUID | str | None) -> str | None:
 
 def _scrub(value: Any) -> Any:
     """Drop note_to_human at any depth and make the rest plain JSON data."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
     if isinstance(value, Mapping):
         return {str(k): _scrub(v) for k, v in value.items() if k not in _STRIPPED_KEYS}
     if isinstance(value, list | tuple):
