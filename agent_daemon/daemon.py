@@ -1,0 +1,316 @@
+"""One agent as a service: validate, connect with backoff, notify systemd, stop gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from vox_mqtt.agent import AgentConfig, VOXAgent
+from vox_mqtt.config import DaemonFile, load_daemon_config
+from vox_mqtt.errors import BrokerUnavailable, ConfigError, LedgerError
+from vox_mqtt.roles import Role, load_role
+
+from .logs import LogSetup
+from .sdnotify import Notifier, watchdog_interval
+
+__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "AgentDaemon", "Prepared", "prepare"]
+
+log = logging.getLogger("vox-agent")
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1  # a runtime failure systemd should restart (Restart=on-failure)
+EXIT_CONFIG: Final = 2  # a config error; the unit says RestartPreventExitStatus=2
+
+# Checks of the loop and the session between watchdog pings; a wedged loop misses them all.
+_CHECKS_PER_PING: Final = 4
+_IDLE_CHECK: Final = 5.0  # seconds between session checks when no watchdog is asked for
+_SLOW_LOOP: Final = 1.0  # extra seconds of lag that get logged as a blocked event loop
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A validated daemon config: the file, the runtime config and the roles to mount."""
+
+    path: Path
+    file: DaemonFile
+    config: AgentConfig
+    role_specs: tuple[str, ...]
+    settings: Mapping[str, Any]
+
+    @property
+    def shutdown_grace(self) -> float:
+        """Return how long in-flight commands may run after SIGTERM."""
+        return self.file.agent.shutdown_grace
+
+    def new_roles(self) -> list[Role]:
+        """Return fresh instances of the configured roles."""
+        return [load_role(spec, self.settings) for spec in self.role_specs]
+
+
+def prepare(path: Path) -> Prepared:
+    """Validate the config, its credentials, roles and state dir; raise ConfigError."""
+    file = load_daemon_config(path)
+    config = file.agent_config(path.absolute().parent)
+    prepared = Prepared(
+        path=path,
+        file=file,
+        config=config,
+        role_specs=tuple(file.agent.roles),
+        settings=dict(file.agent.settings),
+    )
+    problems: list[str] = []
+    for spec in prepared.role_specs:
+        try:
+            load_role(spec, prepared.settings)
+        except ConfigError as exc:
+            problems += [f"{path}: agent.roles: {line}" for line in exc.problems]
+    problems += _state_dir_problems(Path(config.state_dir))
+    if problems:
+        raise ConfigError(problems)
+    return prepared
+
+
+def _state_dir_problems(state_dir: Path) -> list[str]:
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return [f"state dir {state_dir}: cannot create it: {exc.strerror}"]
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        return [f"state dir {state_dir}: not writable by uid {os.getuid()}"]
+    return []
+
+
+class AgentDaemon:
+    """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and re-checks the config."""
+
+    def __init__(
+        self,
+        prepared: Prepared,
+        *,
+        logs: LogSetup | None = None,
+        notifier: Notifier | None = None,
+        retry_initial: float = 1.0,
+        retry_max: float = 60.0,
+    ) -> None:
+        self.prepared = prepared
+        self.logs = logs
+        self.notifier = notifier or Notifier()
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.agent: VOXAgent | None = None
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+        self._reload = asyncio.Event()
+        self._watchdog = watchdog_interval()
+
+    @property
+    def name(self) -> str:
+        """Return the agent's name."""
+        return self.prepared.config.name
+
+    async def run(self) -> int:
+        """Run the agent's whole life and return the process exit code."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        reloader = asyncio.ensure_future(self._reload_loop())
+        try:
+            agent = await self._connect()
+            if agent is None:
+                log.info("stopped (%s) before the broker was reached", self._stop_reason)
+                return EXIT_OK
+            return await self._serve(agent)
+        except ConfigError as exc:  # found only on use, e.g. an unreadable CA file
+            for problem in exc.problems:
+                log.error("%s", problem)
+            return EXIT_CONFIG
+        except LedgerError as exc:
+            log.error("the ledger failed: %s", exc)
+            return EXIT_FAILURE
+        finally:
+            reloader.cancel()
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            self.notifier.close()
+
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Begin a graceful stop (the SIGTERM/SIGINT handler)."""
+        if not self._stop.is_set():
+            self._stop_reason = signal.Signals(signum).name
+            self._stop.set()
+
+    # --- start ------------------------------------------------------------------------------
+
+    async def _connect(self) -> VOXAgent | None:
+        """Open the ledger and connect, retrying with backoff; None if stopped meanwhile."""
+        broker = self.prepared.config.broker
+        delay = self.retry_initial
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            agent = VOXAgent(self.prepared.config, self.prepared.new_roles())
+            self.notifier.status(f"connecting to the broker at {broker.address} (try {attempt})")
+            # The connect attempt itself waits up to connect_timeout.
+            self.notifier.extend_timeout(broker.connect_timeout + 30)
+            try:
+                entered = await self._unless_stopped(agent.__aenter__())
+            except BrokerUnavailable as exc:
+                wait = random.uniform(0.5, 1.0) * delay
+                log.warning(
+                    "broker not reachable (try %d): %s; next try in %.1fs", attempt, exc, wait
+                )
+                self.notifier.status(
+                    f"waiting for the broker at {broker.address} (try {attempt} failed: {exc})"
+                )
+                self.notifier.extend_timeout(wait + broker.connect_timeout + 30)
+                delay = min(delay * 2, self.retry_max)
+                await self._unless_stopped(asyncio.sleep(wait))
+                continue
+            if entered is None:
+                return None
+            return agent
+        return None
+
+    async def _unless_stopped(self, work: Any) -> Any:
+        """Await work unless a stop is requested first (then cancel it and return None)."""
+        task = asyncio.ensure_future(work)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return None
+
+    # --- serve ------------------------------------------------------------------------------
+
+    async def _serve(self, agent: VOXAgent) -> int:
+        self.agent = agent
+        # The birth was acknowledged by the broker inside the session's on_connect, before
+        # the agent counted as entered: READY=1 now means "reachable and announced".
+        ready = self._ready_text(agent)
+        log.info("%s", ready)
+        self.notifier.ready(ready)
+        monitor = asyncio.ensure_future(self._monitor(agent))
+        try:
+            await self._stop.wait()
+        finally:
+            monitor.cancel()
+        grace = self.prepared.shutdown_grace
+        busy = agent._running_handlers
+        text = f"stopping on {self._stop_reason}: {busy} command(s) in flight, grace {grace:g}s"
+        log.info("%s", text)
+        self.notifier.stopping(text)
+        await agent.stop(grace)
+        log.info("stopped: SHUTDOWN published, ledger closed")
+        return EXIT_OK
+
+    def _ready_text(self, agent: VOXAgent) -> str:
+        liveness = agent._liveness
+        epoch = liveness.epoch if liveness is not None else "?"
+        commands = ", ".join(agent.advertised_commands()) or "none"
+        return (
+            f"serving {self.name} ({agent.id}) on {self.prepared.config.broker.address}, "
+            f"epoch {epoch}, commands: {commands}"
+        )
+
+    async def _monitor(self, agent: VOXAgent) -> None:
+        """Ping the watchdog while the loop runs and the session is up (or only briefly down)."""
+        timeout = self._watchdog
+        period = timeout / 2 if timeout is not None else None
+        tick = period / _CHECKS_PER_PING if period is not None else _IDLE_CHECK
+        if period is not None:
+            self.notifier.watchdog()
+        last_ping = time.monotonic()
+        down_since: float | None = None
+        withheld = False
+        while True:
+            planned = time.monotonic() + tick
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if now - planned > _SLOW_LOOP:
+                log.warning("the event loop was blocked for %.1fs", now - planned)
+            connected = agent.session is not None and agent.session.connected
+            if connected and down_since is not None:
+                log.info("broker session is back after %.1fs", now - down_since)
+                self.notifier.status(self._ready_text(agent))
+                down_since, withheld = None, False
+            elif not connected and down_since is None:
+                down_since = now
+                self.notifier.status(
+                    f"broker at {self.prepared.config.broker.address} lost; reconnecting"
+                )
+            if timeout is None or period is None or now - last_ping < period:
+                continue
+            if down_since is not None and now - down_since > timeout:
+                if not withheld:
+                    log.error(
+                        "broker session down for %.0fs (> watchdog %gs): no more watchdog "
+                        "pings, so systemd restarts this agent",
+                        now - down_since,
+                        timeout,
+                    )
+                    withheld = True
+                continue
+            self.notifier.watchdog()
+            last_ping = now
+
+    # --- reload -----------------------------------------------------------------------------
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await self._reload.wait()
+            self._reload.clear()
+            if self.agent is None:
+                self.reload()  # still starting: READY=1 must wait for the birth
+                continue
+            self.notifier.reloading()
+            self.reload()
+            self.notifier.ready(self._ready_text(self.agent))
+
+    def reload(self) -> None:
+        """Reopen the log file and re-check the config file, saying what needs a restart."""
+        if self.logs is not None:
+            self.logs.reopen()
+        path = self.prepared.path
+        try:
+            fresh = load_daemon_config(path)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                log.error("SIGHUP: %s", problem)
+            log.error("SIGHUP: %s is invalid now; still running with the config it started", path)
+            return
+        changed = _changed_keys(self.prepared.file, fresh)
+        if changed:
+            log.warning(
+                "SIGHUP: logs reopened; %s changed (%s): restart the agent to apply it",
+                path,
+                ", ".join(changed),
+            )
+        else:
+            log.info("SIGHUP: logs reopened; %s is valid and unchanged", path)
+
+
+def _changed_keys(old: DaemonFile, new: DaemonFile) -> list[str]:
+    """Return the dotted keys whose values differ between two configs."""
+    a, b = old.model_dump(), new.model_dump()
+    return [
+        f"{section}.{key}"
+        for section in ("agent", "broker")
+        for key in sorted(set(a[section]) | set(b[section]))
+        if a[section].get(key) != b[section].get(key)
+    ]

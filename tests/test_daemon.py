@@ -1,0 +1,484 @@
+"""The vox-agent daemon as a real process: sd_notify, watchdog, SIGTERM, SIGHUP, broker outages.
+
+Each test renders a secured broker from a fleet (`render_broker_dir`), renders the root's
+daemon config with `render_agent_config`, and runs `python -m agent_daemon` with a real
+unix datagram socket as $NOTIFY_SOCKET. Independent witnesses: `mosquitto_sub` on the
+retained status, the daemon's ledger, the operator console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import itertools
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
+from vox_mqtt.cli.agent import render_agent_config
+from vox_mqtt.console import OperatorConsole
+from vox_mqtt.errors import CommandFailed
+from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.memory import VOXAgentMemory
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = """
+[operator]
+id = "{operator}"
+
+[[agents]]
+name = "root"
+id = "{root}"
+roles = ["tests.roles_for_tests:Sleeper"]
+settings = {{ colour = "blue" }}
+
+[[agents]]
+name = "leaf"
+id = "{leaf}"
+master_id = "{root}"
+"""
+
+
+@dataclass
+class Deployment:
+    """A fleet rendered for one host: broker dir, the root's config, the operator's config."""
+
+    fleet: Fleet
+    broker_dir: BrokerDir
+    conf_text: str
+    root_config: Path
+    operator_config: Path
+    state_dir: Path
+
+    @property
+    def port(self) -> int:
+        return self.broker_dir.port
+
+    @property
+    def root_id(self) -> str:
+        return str(self.fleet.root.id)
+
+    def retained_status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Return the root's retained status as an independent client reads it."""
+        out = subprocess.run(
+            [*self.sub_args(), "-C", "1", "-W", str(int(timeout))],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 5,
+            check=False,
+        )
+        assert out.returncode == 0, f"no retained status: {out.returncode} {out.stderr}"
+        details: dict[str, Any] = json.loads(out.stdout)["details"]
+        return details
+
+    def sub_args(self) -> list[str]:
+        """Return mosquitto_sub as the read-only explorer on the root's status topic."""
+        creds = self.broker_dir.credentials_for("explorer")
+        return [
+            "mosquitto_sub",
+            *("-h", "127.0.0.1", "-p", str(self.port), "-V", "mqttv5"),
+            *("-u", creds.username, "-P", creds.password, "-i", creds.username),
+            *("-t", f"vox/{self.root_id}/status"),
+        ]
+
+
+def deploy(tmp_path: Path, *, grace: float = 10.0) -> Deployment:
+    """Render the broker, the root's daemon config and the operator's console config."""
+    fleet = parse_fleet(FLEET.format(operator=uuid4(), root=uuid4(), leaf=uuid4()))
+    broker_dir = render_broker_dir(
+        fleet, tmp_path / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
+    )
+    etc = tmp_path / "etc"
+    root = render_agent_config(
+        fleet, "root", broker_dir.root, etc / "root.toml", tmp_path / "state", shutdown_grace=grace
+    )
+    operator = render_agent_config(
+        fleet, "operator", broker_dir.root, etc / "operator.toml", tmp_path / "console"
+    )
+    return Deployment(
+        fleet=fleet,
+        broker_dir=broker_dir,
+        conf_text=broker_dir.conf.read_text(),
+        root_config=root.config,
+        operator_config=operator.config,
+        state_dir=tmp_path / "state",
+    )
+
+
+class NotifySocket:
+    """A bound unix datagram socket that records every sd_notify datagram with its time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.received: list[tuple[float, list[str]]] = []
+        self.on_ready: Callable[[], None] | None = None
+        self.process: subprocess.Popen[bytes] | None = None  # fail fast if it exits
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            lines = data.decode().split("\n")
+            if "READY=1" in lines and self.on_ready is not None:
+                self.on_ready()  # before anything else: the daemon must not get further
+            with self._cond:
+                self.received.append((time.monotonic(), lines))
+                self._cond.notify_all()
+
+    def lines(self) -> list[str]:
+        with self._cond:
+            return [line for _, lines in self.received for line in lines]
+
+    def times_of(self, line: str) -> list[float]:
+        with self._cond:
+            return [at for at, lines in self.received if line in lines]
+
+    def wait_for(self, line: str, *, count: int = 1, timeout: float = 30.0) -> float:
+        """Return when the count-th datagram holding line arrived; fail after timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                times = [at for at, lines in self.received if line in lines]
+                if len(times) >= count:
+                    return times[count - 1]
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"no {line!r} (x{count}) within {timeout}s: {self.received}"
+                if self.process is not None:
+                    code = self.process.poll()
+                    assert code is None, f"the daemon exited ({code}) before {line!r}"
+                self._cond.wait(min(remaining, 0.2))
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+class Daemon:
+    """`python -m agent_daemon` as a child process with its log in a file."""
+
+    def __init__(
+        self, config: Path, log: Path, env: dict[str, str], *, prefix: Sequence[str] = ()
+    ) -> None:
+        self.log_path = log
+        with log.open("wb") as handle:
+            self.process = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "agent_daemon", "--config", str(config)],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=REPO,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            assert self.process.poll() is None, f"daemon exited:\n{self.log()}"
+            assert time.monotonic() < deadline, f"no {text!r} in the log:\n{self.log()}"
+            time.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def notify(tmp_path: Path) -> Iterator[NotifySocket]:
+    sock = NotifySocket(tmp_path / "notify.sock")
+    yield sock
+    sock.close()
+
+
+@pytest.fixture
+def run_daemon(
+    request: pytest.FixtureRequest, tmp_path: Path, notify: NotifySocket
+) -> Iterator[Callable[..., Daemon]]:
+    """Start daemons with NOTIFY_SOCKET (and WATCHDOG_USEC if asked); print logs on failure."""
+    started: list[Daemon] = []
+
+    def start(config: Path, *, watchdog_usec: int | None = None) -> Daemon:
+        env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_PID", "JOURNAL_STREAM")}
+        env.update(NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(REPO))
+        env.pop("WATCHDOG_USEC", None)
+        if watchdog_usec is not None:
+            env["WATCHDOG_USEC"] = str(watchdog_usec)
+        daemon = Daemon(config, tmp_path / f"daemon-{len(started)}.log", env)
+        notify.process = daemon.process
+        started.append(daemon)
+        return daemon
+
+    yield start
+    failed = getattr(request.node, "report_call", None)
+    for daemon in started:
+        daemon.kill()
+        if failed is not None and failed.failed:
+            print(f"\n--- daemon log ({daemon.log_path}) ---\n{daemon.log()}")
+
+
+def _ledger_rows(state_dir: Path, action: str) -> int:
+    path = state_dir / "logs.db"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            query = "SELECT count(*) FROM logs WHERE action = ?"
+            (count,) = db.execute(query, (action,)).fetchone()
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return 0
+    return int(count)
+
+
+def _poll(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _verify_ledger(state_dir: Path) -> None:
+    async def verify() -> None:
+        memory = VOXAgentMemory(state_dir / "logs.db", read_only=True)
+        try:
+            report = await memory.verify()
+        finally:
+            await memory.close()
+        assert report.ok, report.problem
+        assert report.rows > 0
+
+    asyncio.run(verify())
+
+
+def test_ready_only_once_the_birth_is_on_the_broker(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker_factory(dep.conf_text, port=dep.port)
+    witness = subprocess.Popen(
+        [*dep.sub_args(), "-C", "1"], stdout=subprocess.PIPE, text=True, stderr=subprocess.PIPE
+    )
+    time.sleep(0.5)  # let the witness subscribe; it prints the first status it sees
+    daemon = run_daemon(dep.root_config)
+    frozen = threading.Event()
+
+    def freeze() -> None:
+        # Freeze the daemon the instant READY=1 arrives: whatever is on the broker now
+        # was put there before READY, since a stopped process cannot publish.
+        os.kill(daemon.pid, signal.SIGSTOP)
+        frozen.set()
+
+    notify.on_ready = freeze
+    notify.wait_for("READY=1")
+    assert frozen.is_set()
+    try:
+        seen, _ = witness.communicate(timeout=10)
+        first = json.loads(seen)["details"]
+        retained = dep.retained_status()
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert first["status"] == "ACTIVE"
+    assert retained["status"] == "ACTIVE"
+    assert retained["epoch"] == first["epoch"]
+    assert sorted(retained["commands"]) == ["echo", "slow", "wedge"]
+    status = next(line for line in notify.lines() if line.startswith("STATUS=serving"))
+    assert f"epoch {retained['epoch']}" in status
+    assert notify.lines().index("READY=1") > 0  # the connecting STATUS came first
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert "STOPPING=1" in notify.lines()
+    assert "Traceback" not in daemon.log()
+
+
+def test_watchdog_pings_while_healthy_and_none_while_the_loop_is_wedged(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker_factory(dep.conf_text, port=dep.port)
+    daemon = run_daemon(dep.root_config, watchdog_usec=1_000_000)
+    ready = notify.wait_for("READY=1")
+    healthy_until = notify.wait_for("WATCHDOG=1", count=7)
+    pings = [t for t in notify.times_of("WATCHDOG=1") if ready <= t <= healthy_until]
+    gaps = [b - a for a, b in itertools.pairwise(pings)]
+    # Half of WATCHDOG_USEC apart; systemd would kill the unit at a full second's silence.
+    assert max(gaps) < 1.0, gaps
+
+    async def wedge() -> None:
+        async with OperatorConsole(dep.operator_config) as console:
+            result = await console.send_command("wedge", {"seconds": 3}, wait=30)
+        assert result.details["result"] == {"wedged": 3.0}
+
+    asyncio.run(wedge())
+    daemon.wait_log("event loop was blocked")
+    after = notify.wait_for("WATCHDOG=1", count=len(notify.times_of("WATCHDOG=1")) + 2)
+    pings = [t for t in notify.times_of("WATCHDOG=1") if t <= after]
+    gaps = [b - a for a, b in itertools.pairwise(pings)]
+    # The wedge blocked the loop for 3 s: no ping in that window, then pings resumed.
+    assert max(gaps) >= 3.0, gaps
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_watchdog_is_withheld_while_the_broker_session_is_down(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker = broker_factory(dep.conf_text, port=dep.port)
+    daemon = run_daemon(dep.root_config, watchdog_usec=1_000_000)
+    notify.wait_for("WATCHDOG=1", count=3)
+    broker.kill()
+    daemon.wait_log("no more watchdog pings")
+    withheld_at = time.monotonic()
+    time.sleep(2.0)  # a window twice the watchdog timeout
+    assert not [t for t in notify.times_of("WATCHDOG=1") if t > withheld_at]
+    assert any("lost; reconnecting" in line for line in notify.lines())
+    broker.start()
+    daemon.wait_log("broker session is back")
+    count = len(notify.times_of("WATCHDOG=1"))
+    notify.wait_for("WATCHDOG=1", count=count + 2)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert "Traceback" not in daemon.log()
+
+
+def test_sigterm_lets_in_flight_commands_finish_or_answers_shutting_down(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path, grace=3.0)
+    broker_factory(dep.conf_text, port=dep.port)
+    daemon = run_daemon(dep.root_config)
+    notify.wait_for("READY=1")
+
+    async def scenario() -> list[Any]:
+        async with OperatorConsole(dep.operator_config) as console:
+            calls = [
+                asyncio.ensure_future(console.send_command("slow", {"seconds": s}, wait=40))
+                for s in (1.0, 1.5, 30.0)
+            ]
+            # The ledger says when all three handlers have started.
+            await asyncio.to_thread(_poll, lambda: _ledger_rows(dep.state_dir, "started") >= 3)
+            daemon.signal(signal.SIGTERM)
+            await asyncio.to_thread(notify.wait_for, "STOPPING=1")
+            late = asyncio.ensure_future(console.send_command("echo", {"text": "hi"}, wait=20))
+            return await asyncio.gather(*calls, late, return_exceptions=True)
+
+    short_a, short_b, long_one, late = asyncio.run(scenario())
+    assert short_a.details["result"] == {"slept": 1.0}
+    assert short_b.details["result"] == {"slept": 1.5}
+    for outcome in (long_one, late):
+        assert isinstance(outcome, CommandFailed), outcome
+        assert outcome.code == "SHUTTING_DOWN", outcome
+    assert daemon.wait() == 0
+    status = dep.retained_status()
+    assert status["status"] == "INACTIVE"
+    assert status["error_code"] == "SHUTDOWN"
+    _verify_ledger(dep.state_dir)
+    log = daemon.log()
+    assert "stopping on SIGTERM: 3 command(s) in flight, grace 3s" in log
+    assert "Traceback" not in log
+
+
+def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    daemon = run_daemon(dep.root_config)
+    daemon.wait_log("broker not reachable (try 2)", timeout=60)
+    assert "READY=1" not in notify.lines()
+    assert any(line.startswith("EXTEND_TIMEOUT_USEC=") for line in notify.lines())
+    assert any("waiting for the broker" in line for line in notify.lines())
+    broker_factory(dep.conf_text, port=dep.port)
+    notify.wait_for("READY=1", timeout=90)
+    assert dep.retained_status()["status"] == "ACTIVE"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    log = daemon.log()
+    assert "connection refused" in log
+    assert "Traceback" not in log
+    # Backoff: the daemon's waits between tries grow.
+    waits = [
+        float(line.rsplit("next try in ", 1)[1].rstrip("s"))
+        for line in log.splitlines()
+        if "next try in " in line
+    ]
+    assert len(waits) >= 2
+
+
+def test_sigterm_while_waiting_for_the_broker_exits_cleanly(
+    tmp_path: Path, notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    daemon = run_daemon(dep.root_config)
+    notify.wait_for(f"EXTEND_TIMEOUT_USEC={40 * 1_000_000}")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout=20) == 0
+    assert "stopped (SIGTERM) before the broker was reached" in daemon.log()
+    assert "READY=1" not in notify.lines()
+
+
+def test_sighup_reopens_logs_and_rechecks_the_config(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker_factory(dep.conf_text, port=dep.port)
+    daemon = run_daemon(dep.root_config)
+    notify.wait_for("READY=1")
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_log("is valid and unchanged")
+    notify.wait_for("RELOADING=1")
+    notify.wait_for("READY=1", count=2)
+    text = dep.root_config.read_text()
+    dep.root_config.write_text(text.replace("interval = 15.0", "interval = 5.0"))
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_log("agent.heartbeat_interval): restart the agent to apply it")
+    dep.root_config.write_text("kind = 'agent'\n[agent\n")
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_log("still running with the config it started")
+    assert daemon.process.poll() is None
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert "Traceback" not in daemon.log()
