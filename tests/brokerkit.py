@@ -328,6 +328,11 @@ class Witness:
                 break
         raise AssertionError(f"witness saw no marker: {self.stderr()}")
 
+    def wait_first(self, timeout: float = 10.0) -> bool:
+        """Wait until the witness printed anything (e.g. a retained message)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: bool(self.lines), timeout)
+
     def wait_line(self, line: str, timeout: float = 10.0) -> bool:
         """Wait until the witness printed exactly this `topic payload` line."""
         with self._cond:

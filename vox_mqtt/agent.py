@@ -100,7 +100,9 @@ class VOXAgent:
         self.config = config
         self.id = config.id
         self.name = config.name
-        self.memory = VOXAgentMemory(Path(config.state_dir) / "logs.db")
+        # No commit window: batches form by themselves while a commit runs, and a window
+        # would only add latency to every hop.
+        self.memory = VOXAgentMemory(Path(config.state_dir) / "logs.db", commit_window=0)
         self.tracker = RequestTracker(on_change=on_request_change)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():
@@ -318,6 +320,9 @@ class VOXAgent:
             return f"target {message.target} is not this agent"
         if message.source not in self.config.peers:
             return f"{message.source} is neither this agent's master nor a child"
+        if message.type == MSG_COMMAND_REQUEST and message.source != self.config.master_id:
+            # Commands only flow down the tree; a child may report, never command.
+            return "command_request from a child: commands come only from the master"
         return None
 
     async def _reject_unparsable(
@@ -687,15 +692,16 @@ class VOXAgent:
 
 def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
     """Rebuild an acknowledged command_request from its ledger row."""
+    details = row.get("details") or {}
     try:
         return VOXMessage(
             message_id=UUID(row["message_id"]),
-            message_source=row.get("message_source") or "vox-mqtt",
+            message_source=details.get("message_source") or "vox-mqtt",
             emitted_at=row["emitted_at"],
             source=UUID(row["source"]),
             target=UUID(row["target"]),
             type=MSG_COMMAND_REQUEST,
-            details={"command": row["command"], "params": row.get("params") or {}},
+            details={"command": details["command"], "params": details.get("params") or {}},
             reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
         )
     except (KeyError, TypeError, ValueError):
