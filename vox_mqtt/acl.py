@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,6 +47,7 @@ _ALL_STATUS: Final = f"{topics.PREFIX}/+/status"
 _EVERYTHING: Final = f"{topics.PREFIX}/#"
 # Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
 _C_SPACE: Final = " \t\n\v\f\r"
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _ACCESS: Final = {"read": (True, False), "write": (False, True), "readwrite": (True, True)}
 _DYNSEC_ACLTYPES: Final = frozenset(
     {
@@ -182,6 +184,10 @@ def topic_matches(filter_: str, topic: str) -> bool:
 
 def sub_topic_problem(topic: str) -> str | None:
     """Return why Mosquitto rejects a topic filter (mosquitto_sub_topic_check), or None."""
+    if len(topic) > 16383 and len(topic.encode("utf-8", "surrogateescape")) > 65535:
+        return "longer than 65535 bytes"
+    if "+" not in topic and "#" not in topic:
+        return None
     previous = ""
     for index, char in enumerate(topic):
         following = topic[index + 1] if index + 1 < len(topic) else ""
@@ -190,8 +196,6 @@ def sub_topic_problem(topic: str) -> str | None:
         if char == "#" and (previous not in ("", "/") or following != ""):
             return "'#' must be the whole last topic level"
         previous = char
-    if len(topic.encode("utf-8", "surrogateescape")) > 65535:
-        return "longer than 65535 bytes"
     return None
 
 
@@ -356,7 +360,7 @@ def parse_acl_file(text: str, *, source: str = "acl") -> AclFile:
         if reason is not None:
             problems.append(f"{where}: invalid topic {topic!r}: {reason}")
             continue
-        if any(ord(c) < 32 or ord(c) == 127 for c in topic):
+        if _CONTROL.search(topic):
             warnings.append(f"{where}: topic {topic!r} contains control characters or tabs")
         if keyword == "pattern" and "%c" not in topic and "%u" not in topic:
             warnings.append(f"{where}: pattern {topic!r} has neither %c nor %u")

@@ -38,6 +38,7 @@ from .passwd import (
     Credentials,
     PasswordHash,
     atomic_write,
+    atomic_write_many,
     decode_hash,
     hash_password,
     load_credentials,
@@ -362,6 +363,7 @@ def render_broker_dir(
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
 
     credentials: dict[str | UUID, Path] = {}
+    files: list[tuple[Path, str]] = []
     layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
     for identity in identities:
         creds = Credentials(
@@ -374,10 +376,10 @@ def render_broker_dir(
             key_file=None if layout is None else layout.client_key(identity.id),
         )
         path = cred_dir / f"{identity.name}.toml"
-        text = render_credentials(creds, comment_lines=_credential_header(identity))
-        atomic_write(path, text, mode=0o600)
+        files.append((path, render_credentials(creds, comment_lines=_credential_header(identity))))
         credentials[identity.name] = path
         credentials[identity.id] = path
+    atomic_write_many(files, mode=0o600)
     # Secrets of identities that left the fleet must not linger.
     current = {p.name for p in credentials.values()}
     for stale in cred_dir.glob("*.toml"):
