@@ -410,6 +410,10 @@ async def test_tls_with_client_certificate(broker_factory: Factory, tmp_path: Pa
         with pytest.raises(BrokerUnavailable, match=r"certificate .* did not verify"):
             async with Session(settings(broker.port, **wrong_ca), subscriptions=[]):
                 pass
+        without_cert = settings(broker.port, ca_file=pki / "ca.crt")
+        with pytest.raises(BrokerUnavailable, match="certificate"):
+            async with Session(without_cert, subscriptions=[]):
+                pass
         missing = {**tls, "key_file": pki / "nope.key"}
         with pytest.raises(BrokerUnavailable, match="cannot load the TLS files"):
             async with Session(settings(broker.port, **missing), subscriptions=[]):

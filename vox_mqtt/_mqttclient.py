@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,8 @@ from .errors import BrokerUnavailable, DeliveryFailed
 
 if TYPE_CHECKING:
     from .transport import BrokerSettings, Will
+
+log = logging.getLogger(__name__)
 
 # CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
 _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
@@ -46,6 +49,11 @@ class Client(aiomqtt.Client):
         self.session_present = False
         self.connect_error: BaseException | None = None
         self._outcomes: dict[int, asyncio.Future[ReasonCode]] = {}
+        # paho reports socket and TLS errors only as log lines; keep the last one for our
+        # messages, and send its log to ours at debug level so it is not said twice.
+        self.last_failure = ""
+        self._client.disable_logger()
+        self._client.on_log = self._on_log
         # PUBACK inbound messages ourselves, once the session has queued them (backpressure).
         self._client.manual_ack_set(True)
 
@@ -112,6 +120,22 @@ class Client(aiomqtt.Client):
         except BaseException as exc:
             self.connect_error = exc
             raise
+
+    def _on_log(self, client: mqtt.Client, userdata: Any, level: int, text: str) -> None:
+        if level == mqtt.MQTT_LOG_ERR:
+            self.last_failure = text
+        log.debug("paho %s: %s", self.identifier, text)
+
+    def _on_disconnect(self, *args: Any, **kwargs: Any) -> None:
+        if not self._connected.done():  # closed before CONNACK: aiomqtt would wait for its timeout
+            text = self.last_failure or "the broker closed the connection before its CONNACK"
+            where = f"the broker at {self._hostname}:{self._port}"
+            self._connected.set_exception(
+                Refused(f"TLS: {where} ended the session: {text} — check cert_file and key_file")
+                if "[SSL" in text
+                else aiomqtt.MqttError(text)
+            )
+        super()._on_disconnect(*args, **kwargs)
 
     def _on_connect(self, *args: Any, **kwargs: Any) -> None:
         self.session_present = bool(args[2].session_present)  # (client, userdata, flags, ...)
