@@ -119,7 +119,7 @@ class VOXAgent:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler_slots = asyncio.Semaphore(config.max_concurrency)
         self._intake_slots = asyncio.Semaphore(config.max_intake)
-        self._in_progress: set[UUID] = set()
+        self._in_progress: dict[UUID, asyncio.Event] = {}
         self._delegated: dict[UUID, int] = {}  # child id -> requests in flight
         self._running_handlers = 0
         self._idle = asyncio.Event()
@@ -295,17 +295,30 @@ class VOXAgent:
                 )
             return
         message_id = message.message_id
-        if message_id in self._in_progress or await self.memory.has_message(message_id):
-            # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute.
+        # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
+        # in-progress map is checked and filled with no await between, so two copies
+        # arriving together cannot both pass the ledger check; a copy of a message still
+        # being recorded waits for that record, so no ack ever precedes durability.
+        recording = self._in_progress.get(message_id)
+        if recording is not None:
+            await recording.wait()
+            if not await self.memory.has_message(message_id):
+                return  # the first copy failed to record; the sender will re-send
+            duplicate = True
+        else:
+            recording = self._in_progress[message_id] = asyncio.Event()
+            try:
+                duplicate = await self.memory.has_message(message_id)
+                if not duplicate:
+                    await self.memory.record_message(message, "received", topic=inbound.topic)
+            finally:
+                del self._in_progress[message_id]
+                recording.set()
+        if duplicate:
             await self.memory.record_message(message, "duplicate", topic=inbound.topic)
             if message.type != MSG_ACKNOWLEDGED:
                 await self._publish_ack(message)
             return
-        self._in_progress.add(message_id)
-        try:
-            await self.memory.record_message(message, "received", topic=inbound.topic)
-        finally:
-            self._in_progress.discard(message_id)
         if message.type != MSG_ACKNOWLEDGED:
             await self._publish_ack(message)
         await self._route(message)
