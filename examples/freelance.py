@@ -1,0 +1,495 @@
+"""The freelance-work application of contract v1 (seed 003): the roles the seed fleet mounts.
+
+- MailWatcher (specialist): turns e-mail files dropped in an intake folder into job_detected.
+- Analyst (specialist): the `analyze` command of seed 000's delegation flow.
+- Coordinator: checks each job against its allotted work time and notifies the root;
+  answers the root's data_request for a financial_summary.
+- Root: notifies the operator of jobs; `financial_summary` asks the coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from vox_mqtt.errors import CommandFailed, VoxError
+from vox_mqtt.messages import (
+    MSG_COMMAND_ERROR,
+    MSG_DATA_REQUEST,
+    MSG_DATA_RESPONSE,
+    MSG_JOB_DETECTED,
+    CommandError,
+    DataRequest,
+    DataResponse,
+    ErrorCode,
+    Price,
+    VOXMessage,
+    now_iso,
+    parse_timestamp,
+)
+from vox_mqtt.roles import Role, command, on
+from vox_mqtt.tracking import RequestState, TrackedRequest
+
+from .intake import IntakeError, read_mail
+from .jobbook import BookedJob, JobBook
+from .schedule import Booking, WeeklySchedule
+
+__all__ = ["FINANCIAL_SUMMARY", "Analyst", "Coordinator", "MailWatcher", "Root", "analyze_text"]
+
+log = logging.getLogger("examples.freelance")
+
+FINANCIAL_SUMMARY: Final = "financial_summary"
+PROCESSED: Final = "processed"
+REJECTED: Final = "rejected"
+# Names a writer uses while a file is not complete yet (write, then rename).
+_UNFINISHED = re.compile(r"^\.|\.(tmp|part|swp)$|~$")
+
+
+def _positive(settings: Mapping[str, Any], key: str, default: float) -> float:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"setting {key} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+# --- specialists ------------------------------------------------------------------------------
+
+
+class MailWatcher(Role):
+    """Watch an intake folder: each e-mail file becomes a job_detected to the master.
+
+    Settings: intake_dir (absolute, or relative to the agent's state dir; default
+    "intake"), poll_interval (seconds, default 0.2), settle (seconds a file must be
+    unchanged before it is read, default 0.3), retry_after (seconds, default 5).
+    A file moves to processed/ only once the master acknowledged its job_detected,
+    and to rejected/ (with NAME.reason beside it) when it is not a valid job.
+    """
+
+    def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
+        super().__init__(settings=settings)
+        intake = self.settings.get("intake_dir", "intake")
+        if not isinstance(intake, str) or not intake:
+            raise ValueError("setting intake_dir must be a folder path")
+        self._intake_setting = Path(intake).expanduser()
+        self.poll_interval = _positive(self.settings, "poll_interval", 0.2)
+        self.settle = _positive(self.settings, "settle", 0.3)
+        self.retry_after = _positive(self.settings, "retry_after", 5.0)
+        self._in_flight: set[str] = set()
+        self._retry_at: dict[str, float] = {}
+        self._waiters: set[asyncio.Task[None]] = set()
+
+    @property
+    def intake_dir(self) -> Path:
+        """Return the folder watched for e-mail files."""
+        if self._intake_setting.is_absolute():
+            return self._intake_setting
+        return Path(self.agent.config.state_dir) / self._intake_setting
+
+    async def start(self) -> None:
+        """Create the intake folder and its processed/ and rejected/ subfolders."""
+        for folder in (self.intake_dir, self.intake_dir / PROCESSED, self.intake_dir / REJECTED):
+            folder.mkdir(parents=True, exist_ok=True)
+        log.info("%s: watching %s for e-mail files", self.agent.name, self.intake_dir)
+
+    async def run(self) -> None:
+        """Scan the intake folder every poll_interval until the agent stops."""
+        while True:
+            try:
+                await self.scan()
+            except OSError as exc:
+                log.error("%s: cannot scan %s: %s", self.agent.name, self.intake_dir, exc)
+            await asyncio.sleep(self.poll_interval)
+
+    async def stop(self) -> None:
+        """Stop waiting for acknowledgements: unacknowledged files stay in the intake."""
+        for task in list(self._waiters):
+            task.cancel()
+        if self._waiters:
+            await asyncio.wait(list(self._waiters), timeout=2)
+
+    async def scan(self) -> None:
+        """Take every complete, settled file of the intake folder once."""
+        now = time.time()
+        for path in sorted(self.intake_dir.iterdir()):
+            name = path.name
+            if name in self._in_flight or _UNFINISHED.search(name) or not path.is_file():
+                continue
+            if self._retry_at.get(name, 0.0) > time.monotonic():
+                continue
+            if now - path.stat().st_mtime < self.settle:
+                continue  # maybe still being written: look again next scan
+            await self.take(path)
+
+    async def take(self, path: Path) -> None:
+        """Send one file's job_detected, or reject the file."""
+        try:
+            mail = await asyncio.to_thread(read_mail, path)
+        except IntakeError as exc:
+            self._reject(path, str(exc))
+            return
+        message = self._job_message(path, mail.sender, mail.job.model_dump(mode="json"))
+        tracked = await self.agent.send_message(message, expects_reply=False)
+        self._in_flight.add(path.name)
+        log.info(
+            "%s: %s -> job_detected %s to %s",
+            self.agent.name,
+            path.name,
+            message.message_id,
+            self.agent.config.master_name,
+        )
+        task = asyncio.ensure_future(self._settle_file(path, tracked))
+        self._waiters.add(task)
+        task.add_done_callback(self._waiters.discard)
+
+    def _job_message(self, path: Path, sender: str, details: dict[str, Any]) -> VOXMessage:
+        master = self.agent.config.master_id
+        if master is None:
+            raise VoxError(f"{self.agent.name} has no master to notify")
+        content = path.read_bytes()
+        # The id is derived from the file, so a re-send after a crash is the same message
+        # and the master's ledger dedupes it instead of seeing a second job.
+        digest = hashlib.sha256(path.name.encode() + b"\0" + content).hexdigest()
+        message_id = uuid5(NAMESPACE_URL, f"vox-intake:{self.agent.id}:{digest}")
+        emitted = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        return VOXMessage(
+            message_id=message_id,
+            message_source=sender,
+            emitted_at=emitted.isoformat(timespec="milliseconds"),
+            source=self.agent.id,
+            target=master,
+            type=MSG_JOB_DETECTED,
+            details=details,
+        )
+
+    async def _settle_file(self, path: Path, tracked: TrackedRequest) -> None:
+        try:
+            await tracked.done.wait()
+            if tracked.state is RequestState.COMPLETED:
+                target = _free_name(path.parent / PROCESSED, path.name)
+                os.replace(path, target)
+                log.info(
+                    "%s: %s acknowledged by %s; moved to %s",
+                    self.agent.name,
+                    path.name,
+                    self.agent.config.master_name,
+                    target,
+                )
+            else:
+                self._retry_at[path.name] = time.monotonic() + self.retry_after
+                log.warning(
+                    "%s: %s not acknowledged (%s: %s); kept in the intake, retry in %gs",
+                    self.agent.name,
+                    path.name,
+                    tracked.error_code,
+                    tracked.error,
+                    self.retry_after,
+                )
+        except OSError as exc:
+            log.error("%s: cannot move %s: %s", self.agent.name, path.name, exc)
+        finally:
+            self._in_flight.discard(path.name)
+
+    def _reject(self, path: Path, reason: str) -> None:
+        reason = " ".join(reason.split())
+        log.warning("%s: rejected intake file %s: %s", self.agent.name, path.name, reason)
+        folder = path.parent / REJECTED
+        target = _free_name(folder, path.name)
+        try:
+            target.with_name(target.name + ".reason").write_text(reason + "\n", encoding="utf-8")
+            os.replace(path, target)
+        except OSError as exc:
+            log.error("%s: cannot move %s to %s: %s", self.agent.name, path.name, folder, exc)
+
+
+def _free_name(folder: Path, name: str) -> Path:
+    """Return folder/name, or folder/name.N when a file of that name is already there."""
+    target = folder / name
+    counter = 1
+    while target.exists():
+        target = folder / f"{name}.{counter}"
+        counter += 1
+    return target
+
+
+def analyze_text(target: str) -> dict[str, Any]:
+    """Return a small, deterministic analysis of a string: size, kind and digest."""
+    if re.fullmatch(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}", target):
+        kind = "e-mail address"
+    elif re.match(r"[a-z][a-z0-9+.-]*://", target):
+        kind = "url"
+    elif (suffix := Path(target).suffix) and re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix):
+        kind = f"file name ({suffix.lower()})"
+    else:
+        kind = "text"
+    return {
+        "target": target[:200],
+        "kind": kind,
+        "characters": len(target),
+        "words": len(target.split()),
+        "sha256": hashlib.sha256(target.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+    }
+
+
+class Analyst(Role):
+    """A specialist's `analyze` command: the task of seed 000's delegation flow."""
+
+    @command
+    async def analyze(self, target: str) -> dict[str, Any]:
+        """Analyze a target string and say which specialist did it."""
+        return {**analyze_text(target), "analyst": self.agent.name}
+
+
+# --- coordinator ------------------------------------------------------------------------------
+
+
+class _JobFacts(BaseModel):
+    """The fields of a job_detected the coordinator may read: never note_to_human."""
+
+    # extra="ignore": note_to_human and any other free text are not even copied in here.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    start_time: str
+    end_time: str
+    estimated_effort_minutes: int
+    price: Price
+
+
+class Coordinator(Role):
+    """Check each job_detected against the allotted work time and notify the root if it fits.
+
+    Phase 1: it decides nothing, changes no job and contacts no client. Settings:
+    timezone (IANA, default UTC), work_week (e.g. {mon = ["09:00-17:00"], ...}, default
+    Monday to Friday 09:00-17:00), currency (of financial summaries, default USD).
+    """
+
+    def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
+        super().__init__(settings=settings)
+        self.schedule = WeeklySchedule.from_settings(self.settings)
+        currency = self.settings.get("currency", "USD")
+        if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):
+            raise ValueError(f"setting currency must be an ISO-4217 code, not {currency!r}")
+        self.currency = currency
+        self._book: JobBook | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def book(self) -> JobBook:
+        """Return the jobs already notified (loaded from the state dir at start)."""
+        if self._book is None:
+            self._book = JobBook(Path(self.agent.config.state_dir) / "jobs.json")
+            self._book.load()
+        return self._book
+
+    @property
+    def reports_dir(self) -> Path:
+        """Return the folder of generated reports."""
+        return Path(self.agent.config.state_dir) / "reports"
+
+    async def start(self) -> None:
+        """Load the job book, so a damaged file stops the agent at once."""
+        _ = self.book
+
+    @on(MSG_JOB_DETECTED)
+    async def job_detected(self, message: VOXMessage) -> None:
+        """Notify the root of a job that fits the allotted time (the runtime acknowledged it)."""
+        if message.source not in self.agent.config.children:
+            log.warning("%s: job_detected %s not from a child", self.agent.name, message.message_id)
+            return
+        facts = _JobFacts.model_validate(message.details)
+        start, end = parse_timestamp(facts.start_time), parse_timestamp(facts.end_time)
+        job = Booking(start=start, end=end, effort_minutes=facts.estimated_effort_minutes)
+        async with self._lock:  # check and book as one step: two jobs cannot take one slot
+            if message.message_id in self.book:
+                return
+            fit = self.schedule.fit(job, self.book.bookings())
+            if not fit.fits:
+                await self._record(message, "not_notified", reason=f"does not fit: {fit.reason}")
+                log.info(
+                    "%s: job %s does not fit the allotted time (%s); not notified",
+                    self.agent.name,
+                    message.message_id,
+                    fit.reason,
+                )
+                return
+            # The details go up unchanged: note_to_human is opaque here, for the human only,
+            # so it is passed through without being read, logged or stored (seed 003).
+            tracked = await self.agent.notify_master(
+                MSG_JOB_DETECTED, message.details, message_source=message.message_source
+            )
+            booked = BookedJob(
+                message_id=str(message.message_id),
+                forwarded_as=str(tracked.message_id),
+                start_time=facts.start_time,
+                end_time=facts.end_time,
+                estimated_effort_minutes=facts.estimated_effort_minutes,
+                currency=facts.price.currency,
+                value=facts.price.value,
+                notified_at=now_iso(),
+            )
+            await asyncio.to_thread(self.book.add, booked)
+        await self._record(message, "notified", forwarded_as=str(tracked.message_id))
+        log.info(
+            "%s: job %s fits (%s); notified %s as %s",
+            self.agent.name,
+            message.message_id,
+            fit.reason,
+            self.agent.config.master_name,
+            tracked.message_id,
+        )
+
+    async def _record(self, message: VOXMessage, action: str, **details: str) -> None:
+        # Message-first: the ledger row names the message, never the job's business details.
+        await self.agent.memory.record(
+            "job",
+            action,
+            message.source,
+            self.agent.id,
+            {"in_response_to": str(message.message_id), **details},
+        )
+
+    @on(MSG_DATA_REQUEST)
+    async def data_request(self, message: VOXMessage) -> None:
+        """Answer the root's data_request financial_summary with a data_response."""
+        if message.source != self.agent.config.master_id:
+            log.warning("%s: data_request %s not from the master", self.agent.name, message.source)
+            return
+        request = DataRequest.model_validate(message.details)
+        if request.subject != FINANCIAL_SUMMARY:
+            await self._refuse(message, ErrorCode.NO_ROUTE, f"no data for {request.subject!r}")
+            return
+        dates = [request.parameters.get(key) for key in ("start_date", "end_date")]
+        if not all(isinstance(value, str) for value in dates):
+            reason = "financial_summary needs parameters start_date and end_date"
+            await self._refuse(message, ErrorCode.INVALID_MESSAGE, reason)
+            return
+        start, end = (parse_timestamp(str(value)) for value in dates)
+        summary = await asyncio.to_thread(
+            self.book.summary,
+            start,
+            end,
+            currency=self.currency,
+            request_id=message.message_id,
+            reports=self.reports_dir,
+        )
+        response = DataResponse(
+            request_id=message.message_id,
+            total=Price(currency=summary.currency, value=summary.total),
+            attachments=[str(summary.csv_path)],
+            jobs=summary.jobs,
+            other_currencies=summary.other_currencies,
+        )
+        await self.agent.reply(message, MSG_DATA_RESPONSE, response)
+        log.info(
+            "%s: financial_summary %s..%s: %d job(s), %d %s, %s",
+            self.agent.name,
+            dates[0],
+            dates[1],
+            summary.jobs,
+            summary.total,
+            summary.currency,
+            summary.csv_path,
+        )
+
+    async def _refuse(self, message: VOXMessage, code: str, reason: str) -> None:
+        log.warning("%s: data_request %s refused: %s", self.agent.name, message.message_id, reason)
+        await self.agent.reply(message, MSG_COMMAND_ERROR, CommandError(code=code, error=reason))
+
+
+# --- root -------------------------------------------------------------------------------------
+
+
+class Root(Role):
+    """Notify the operator of jobs; serve the operator's `financial_summary` command.
+
+    Settings: ask_timeout (seconds to wait for each coordinator's data_response,
+    default 10).
+    """
+
+    def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
+        super().__init__(settings=settings)
+        self.ask_timeout = _positive(self.settings, "ask_timeout", 10.0)
+
+    @on(MSG_JOB_DETECTED)
+    async def job_detected(self, message: VOXMessage) -> None:
+        """Pass a coordinator's job to the operator, whose inbox shows it to the human."""
+        if message.source not in self.agent.config.children:
+            log.warning("%s: job_detected %s not from a child", self.agent.name, message.message_id)
+            return
+        tracked = await self.agent.notify_master(
+            MSG_JOB_DETECTED, message.details, message_source=message.message_source
+        )
+        log.info(
+            "%s: job %s from %s notified to the operator as %s",
+            self.agent.name,
+            message.message_id,
+            self.agent.config.children[message.source],
+            tracked.message_id,
+        )
+
+    @command
+    async def financial_summary(self, start_date: str, end_date: str) -> dict[str, Any]:
+        """Ask every coordinator for the total of notified jobs between two dates."""
+        try:
+            request = DataRequest(
+                subject=FINANCIAL_SUMMARY,
+                parameters={"start_date": start_date, "end_date": end_date},
+            )
+        except ValidationError as exc:
+            reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            raise ValueError(reason) from None
+        children = dict(self.agent.config.children)
+        answers = await asyncio.gather(
+            *(self._ask(child, request) for child in children), return_exceptions=True
+        )
+        totals: dict[str, int] = {}
+        attachments: list[str] = []
+        answered, failed = [], {}
+        jobs = 0
+        for name, answer in zip(children.values(), answers, strict=True):
+            if isinstance(answer, BaseException):
+                failed[name] = str(answer)
+                continue
+            answered.append(name)
+            response = DataResponse.model_validate(answer.details)
+            attachments += response.attachments
+            if response.total is not None:
+                totals[response.total.currency] = (
+                    totals.get(response.total.currency, 0) + response.total.value
+                )
+            with contextlib.suppress(TypeError, ValueError):
+                jobs += int((response.model_extra or {}).get("jobs", 0))
+        if not answered:
+            raise RuntimeError(
+                "no coordinator answered: " + "; ".join(f"{k}: {v}" for k, v in failed.items())
+            )
+        currency = next(iter(totals), "USD")
+        return {
+            "start_date": start_date,
+            "end_date": end_date,
+            "total": {"currency": currency, "value": totals.get(currency, 0)},
+            "other_totals": {k: v for k, v in totals.items() if k != currency},
+            "jobs": jobs,
+            "attachments": attachments,
+            "answered_by": answered,
+            "unanswered": failed,
+        }
+
+    async def _ask(self, child: UUID, request: DataRequest) -> VOXMessage:
+        try:
+            return await self.agent.ask(
+                MSG_DATA_REQUEST, request, to=child, timeout=self.ask_timeout
+            )
+        except CommandFailed as exc:
+            raise RuntimeError(f"{exc.code}: {exc.error}") from None
