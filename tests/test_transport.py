@@ -170,6 +170,15 @@ async def test_publish_denied_by_the_acl_is_a_delivery_failure(
         assert refused.value.reason_code == 0x87
         await session.publish("allowed/y", b"{}")  # the session is still usable
 
+    async def forbidden_birth() -> None:
+        await birth_session.publish("forbidden/status", b"{}", retain=True)
+
+    birth_session = Session(settings(broker.port), subscriptions=[], on_connect=forbidden_birth)
+    async with asyncio.timeout(10):
+        with pytest.raises(DeliveryFailed, match="Not authorized"):
+            async with birth_session:
+                pass
+
 
 async def test_wrong_password_is_refused_readably(broker_factory: Factory, tmp_path: Path) -> None:
     passwd = write_passwd(tmp_path / "passwd", "agent", "right")
@@ -190,6 +199,20 @@ async def test_no_broker_listening_fails_within_connect_timeout() -> None:
         with pytest.raises(BrokerUnavailable, match=f"127.0.0.1:{port}: connection refused"):
             async with Session(settings(port, connect_timeout=1.0), subscriptions=[]):
                 pass
+
+
+async def test_a_session_may_start_before_its_broker(broker_factory: Factory) -> None:
+    port = free_port()
+    async with (
+        asyncio.timeout(20),
+        Session(settings(port), subscriptions=[], wait=False) as session,
+    ):
+        assert not session.connected
+        with pytest.raises(BrokerUnavailable, match="connection refused"):
+            await session.wait_connected(timeout=0.3)
+        broker_factory(port=port)
+        await session.wait_connected(timeout=10)
+        await session.publish("t/late", b"{}")
 
 
 async def test_subscription_refused_by_dynsec(broker_factory: Factory, tmp_path: Path) -> None:
@@ -215,6 +238,7 @@ async def test_broker_restart_reconnects_resubscribes_and_keeps_yielding(
     # whatever it keeps, the session must subscribe again and go on receiving.
     wills: list[int] = []
     births: list[int] = []
+    causes: list[BaseException | None] = []
 
     def will() -> Will:
         wills.append(len(wills) + 1)
@@ -224,8 +248,15 @@ async def test_broker_restart_reconnects_resubscribes_and_keeps_yielding(
         births.append(session.connection_count)
         await session.publish("t/status", f"up {session.connection_count}".encode(), retain=True)
 
+    async def on_disconnect(cause: BaseException | None) -> None:
+        causes.append(cause)
+
     session = Session(
-        settings(plain_broker.port), subscriptions=["t/r"], will=will, on_connect=on_connect
+        settings(plain_broker.port),
+        subscriptions=["t/r"],
+        will=will,
+        on_connect=on_connect,
+        on_disconnect=on_disconnect,
     )
     async with asyncio.timeout(30), session:
         await session.publish("t/r", b"before")
@@ -237,6 +268,8 @@ async def test_broker_restart_reconnects_resubscribes_and_keeps_yielding(
         assert (await next_message(session)).payload == b"after"
     assert wills == [1, 2]  # a fresh will (a new epoch) for every CONNECT
     assert births == [1, 2]
+    assert isinstance(causes[0], BrokerUnavailable)
+    assert causes[1:] == [None]  # the graceful exit
 
 
 async def test_messages_sent_while_away_arrive_after_reconnect(

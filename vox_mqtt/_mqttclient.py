@@ -186,6 +186,7 @@ def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:
         why = {
             0x80: "it dropped",  # what paho reports for a plain socket close
             0x8D: "no answer within the keepalive",
+            # Mosquitto 2.0 just closes the socket on a takeover; newer brokers say so.
             0x8E: f"another client connected as {s.client_id} — is this agent running twice?",
         }.get(rc.value, str(rc))
         return BrokerUnavailable(f"lost the connection to {where}: {why}")

@@ -31,6 +31,7 @@ _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 # PUBACK only once a message is in the session queue, so a slow consumer makes the broker keep
 # the rest in the persistent session instead of this process buffering without bound.
 _RECEIVE_MAXIMUM = 100
+_STABLE = 10.0  # seconds a connection must last before the reconnect backoff starts over
 _INBOUND = {  # paho property name -> Inbound.properties key
     "ContentType": "content_type",
     "MessageExpiryInterval": "message_expiry_interval",
@@ -335,6 +336,7 @@ class Session:
         """Connect, carry the connection until it drops, back off with full jitter, repeat."""
         failures = 0
         while True:
+            started = asyncio.get_running_loop().time()
             try:
                 cause = await self._serve(await self._open())
             except BrokerUnavailable as exc:  # includes a drop while setting up
@@ -342,7 +344,10 @@ class Session:
             except Exception as exc:  # on_connect failed, e.g. the birth was refused
                 self._failed(exc, fatal=True)
             else:
-                failures = 0
+                # Only a connection that lasted starts the backoff over: two processes with one
+                # identity (the broker drops the older) must not take turns at full speed.
+                if asyncio.get_running_loop().time() - started >= _STABLE:
+                    failures = 0
                 self._last_error = cause
                 log.warning("%s; reconnecting", cause)
             cap = min(self.settings.reconnect_max, self.settings.reconnect_min * 2**failures)
