@@ -31,3 +31,49 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# --- `sudo make install` on an agent or broker host (docs/deploy.md) -------------------------
+# AGENT_CONFIGS=DIR   copy the files `vox agent render` wrote there into /etc/vox
+# BROKER=1            also install the mosquitto.service drop-in for /etc/vox/broker
+# DESTDIR=ROOT        stage into ROOT instead (INSTALL_VENV=no skips the Python install)
+PREFIX       ?= /opt/vox-mqtt
+BINDIR       ?= /usr/local/bin
+UNITDIR      ?= /etc/systemd/system
+SYSUSERSDIR  ?= /usr/lib/sysusers.d
+CONFDIR      ?= /etc/vox
+DESTDIR      ?=
+INSTALL_VENV ?= yes
+PIP_ARGS     ?=
+AGENT_CONFIGS ?=
+BROKER       ?=
+
+install:
+	@test "$(DESTDIR)" != "" -o "$$(id -u)" = 0 || { echo "make install: run as root (or set DESTDIR)"; exit 1; }
+	@if [ "$(INSTALL_VENV)" = yes ]; then \
+		$(PYTHON) -m venv $(DESTDIR)$(PREFIX) && \
+		$(DESTDIR)$(PREFIX)/bin/python -m pip install --quiet --upgrade $(PIP_ARGS) . ; \
+	fi
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/doc
+	ln -sf $(PREFIX)/bin/vox-agent $(DESTDIR)$(BINDIR)/vox-agent
+	ln -sf $(PREFIX)/bin/vox $(DESTDIR)$(BINDIR)/vox
+	install -m 0644 systemd/vox-agent@.service $(DESTDIR)$(UNITDIR)/vox-agent@.service
+	install -D -m 0644 systemd/sysusers.d/vox.conf $(DESTDIR)$(SYSUSERSDIR)/vox.conf
+	install -m 0644 docs/deploy.md $(DESTDIR)$(PREFIX)/share/doc/deploy.md
+	@if [ -n "$(BROKER)" ]; then \
+		install -D -m 0644 systemd/mosquitto.service.d/vox.conf \
+			$(DESTDIR)$(UNITDIR)/mosquitto.service.d/vox.conf; \
+	fi
+	systemd-sysusers $(if $(DESTDIR),--root=$(DESTDIR)) $(DESTDIR)$(SYSUSERSDIR)/vox.conf
+	install -d -m 0755 $(DESTDIR)$(CONFDIR)
+	@# Configs and secrets: root-owned, readable by group vox only (the group exists once
+	@# sysusers has run); /etc/vox itself stays 0755 so mosquitto can reach /etc/vox/broker.
+	@if [ -n "$(AGENT_CONFIGS)" ]; then \
+		cd "$(AGENT_CONFIGS)" && \
+		find . -mindepth 1 -type d -exec install -d -m 0750 "$(DESTDIR)$(CONFDIR)/{}" \; && \
+		find . -type f -exec install -m 0640 "{}" "$(DESTDIR)$(CONFDIR)/{}" \; && \
+		if [ -z "$(DESTDIR)" ]; then find . -mindepth 1 -exec chgrp vox "$(CONFDIR)/{}" \; ; fi; \
+	fi
+	@if [ -z "$(DESTDIR)" ]; then \
+		systemctl daemon-reload && \
+		echo "installed: start an agent with systemctl enable --now vox-agent@NAME"; \
+	fi
