@@ -396,7 +396,7 @@ def test_sigterm_lets_in_flight_commands_finish_or_answers_shutting_down(
     async def scenario() -> list[Any]:
         async with OperatorConsole(dep.operator_config) as console:
             calls = [
-                asyncio.ensure_future(console.send_command("slow", {"seconds": s}, wait=40))
+                asyncio.ensure_future(console.send_command("slow", {"seconds": s}, wait=15))
                 for s in (1.0, 1.5, 30.0)
             ]
             # The ledger says when all three handlers have started.
