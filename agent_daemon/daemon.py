@@ -215,6 +215,8 @@ class AgentDaemon:
         text = f"stopping on {self._stop_reason}: {busy} command(s) in flight, grace {grace:g}s"
         log.info("%s", text)
         self.notifier.stopping(text)
+        # A grace longer than the unit's TimeoutStopSec must not be cut short.
+        self.notifier.extend_timeout(grace + 15)
         await agent.stop(grace)
         log.info("stopped: SHUTDOWN published, ledger closed")
         return EXIT_OK

@@ -331,6 +331,8 @@ def test_ready_only_once_the_birth_is_on_the_broker(
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
     assert "STOPPING=1" in notify.lines()
+    # The stop may take the configured grace (10 s) plus the SHUTDOWN publish.
+    assert notify.lines()[-1] == "EXTEND_TIMEOUT_USEC=25000000"
     assert "Traceback" not in daemon.log()
 
 
