@@ -158,7 +158,7 @@ def test_an_unwritable_out_dir_is_a_clear_error(
     [
         (["--port", "0"], "--port must be"),
         (["--host", "two words"], "--host"),
-        (["--pki", "/nonexistent/pki"], "run `vox pki init`"),
+        (["--pki", "/nonexistent/pki"], "run `vox pki init /nonexistent/pki FLEET`"),
         (["--user", "bad\nuser"], "--user"),
     ],
 )
@@ -216,3 +216,15 @@ def test_reload_needs_a_pid(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["broker", "reload", str(tmp_path)])
     assert caught.value.code == 2
+
+
+def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out) == 0
+    secret = load_credentials(out / "credentials" / "root.toml").password
+    assert _render(fleet_file, out, "--format", "dynsec") == 0
+    assert not (out / "acl").exists()
+    assert not (out / "passwd").exists()
+    assert _render(fleet_file, out) == 0
+    assert not (out / "dynsec.json").exists()
+    assert load_credentials(out / "credentials" / "root.toml").password == secret

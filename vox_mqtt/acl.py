@@ -21,7 +21,7 @@ from uuid import UUID, uuid5
 from . import topics
 from .errors import ConfigError
 from .hierarchy import Fleet
-from .passwd import PasswordHash
+from .passwd import PasswordHash, decode_hash
 
 __all__ = [
     "EXPLORER_NAME",
@@ -31,6 +31,7 @@ __all__ = [
     "Kind",
     "Rule",
     "check_dynsec",
+    "dynsec_hashes",
     "explorer_id",
     "fleet_identities",
     "parse_acl_file",
@@ -426,6 +427,23 @@ def _check_dynsec_role(role: Any, where: str, problems: list[str]) -> str | None
         if reason is not None or not isinstance(acl.get("allow"), bool):
             problems.append(f"{where}: role {name!r}: bad acl {acl!r} ({reason or 'allow'})")
     return name
+
+
+def dynsec_hashes(text: str) -> dict[str, PasswordHash]:
+    """Return username -> password hash of the clients of a dynsec.json (empty if unreadable)."""
+    hashes: dict[str, PasswordHash] = {}
+    try:
+        for client in json.loads(text).get("clients", []):
+            pw = decode_hash(
+                salt_b64=client["salt"],
+                digest_b64=client["password"],
+                iterations=int(client["iterations"]),
+            )
+            if pw is not None:
+                hashes[client["username"]] = pw
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return hashes
 
 
 def check_dynsec(text: str, *, source: str = "dynsec.json") -> None:

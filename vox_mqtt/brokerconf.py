@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 import pwd
 import signal
@@ -26,6 +25,7 @@ from uuid import UUID
 from .acl import (
     Identity,
     check_dynsec,
+    dynsec_hashes,
     fleet_identities,
     parse_acl_file,
     render_acl_file,
@@ -39,9 +39,9 @@ from .passwd import (
     PasswordHash,
     atomic_write,
     atomic_write_many,
-    decode_hash,
     hash_password,
     load_credentials,
+    load_secrets,
     new_secret,
     parse_passwd,
     render_credentials,
@@ -127,12 +127,9 @@ def _safe_text(value: str, what: str) -> str:
 def _owner_of(user: str) -> tuple[tuple[int, int] | None, str | None]:
     """Return (uid, gid) to give broker files to, or a warning why they keep their owner."""
     if os.geteuid() != 0:
-        if user != pwd.getpwuid(os.geteuid()).pw_name:
-            return None, (
-                f"not running as root: make passwd and ACL readable by `{user}` before "
-                "starting mosquitto as root (see broker/README.md)"
-            )
-        return None, None
+        if user == pwd.getpwuid(os.geteuid()).pw_name:
+            return None, None
+        return None, f"not root: give passwd, ACL, tls/ and data/ to `{user}` (broker/README.md)"
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
@@ -140,34 +137,12 @@ def _owner_of(user: str) -> tuple[tuple[int, int] | None, str | None]:
     return (entry.pw_uid, entry.pw_gid), None
 
 
-def _existing_secrets(cred_dir: Path) -> dict[str, str]:
-    secrets: dict[str, str] = {}
-    for path in sorted(cred_dir.glob("*.toml")):
-        try:
-            creds = load_credentials(path)
-        except ConfigError:
-            continue
-        secrets[creds.username] = creds.password
-    return secrets
-
-
 def _existing_hashes(root: Path) -> dict[str, PasswordHash]:
     hashes: dict[str, PasswordHash] = {}
-    passwd = root / "passwd"
-    if passwd.is_file():
-        hashes.update(parse_passwd(passwd.read_text(encoding="utf-8", errors="replace"))[0])
-    dynsec = root / "dynsec.json"
-    if dynsec.is_file():
-        try:
-            clients = json.loads(dynsec.read_text(encoding="utf-8")).get("clients", [])
-            for c in clients:
-                pw = decode_hash(
-                    salt_b64=c["salt"], digest_b64=c["password"], iterations=int(c["iterations"])
-                )
-                if pw is not None:
-                    hashes.setdefault(c["username"], pw)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass
+    with contextlib.suppress(OSError):
+        hashes.update(dynsec_hashes((root / "dynsec.json").read_text(encoding="utf-8")))
+    with contextlib.suppress(OSError):
+        hashes.update(parse_passwd((root / "passwd").read_text("utf-8", errors="replace"))[0])
     return hashes
 
 
@@ -264,9 +239,13 @@ def _tls_files(pki_dir: Path, identities: tuple[Identity, ...]) -> dict[str, byt
     layout = PkiLayout(pki_dir)
     missing = layout.missing(identity.id for identity in identities)
     if missing:
-        shown = ", ".join(str(p) for p in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        shown = ", ".join(str(p) for p in missing[:3]) + (" ..." if len(missing) > 3 else "")
+        flag = " --explorer" if any(i.kind.value == "explorer" for i in identities) else ""
         raise ConfigError(
-            [f"--pki {pki_dir}: {len(missing)} file(s) missing ({shown}): run `vox pki init`"]
+            [
+                f"--pki {pki_dir}: {len(missing)} file(s) missing ({shown}): "
+                f"run `vox pki init {pki_dir} FLEET{flag}`"
+            ]
         )
     return {
         "ca.crt": layout.ca_cert.read_bytes(),
@@ -314,7 +293,7 @@ def render_broker_dir(
     _prepare_dir(root)
     cred_dir = root / "credentials"
 
-    secrets = {} if rotate else _existing_secrets(cred_dir)
+    secrets = {} if rotate else load_secrets(cred_dir)
     old_hashes = {} if rotate else _existing_hashes(root)
     passwords: dict[UUID, str] = {}
     hashes: dict[UUID, PasswordHash] = {}
@@ -349,6 +328,9 @@ def render_broker_dir(
         passwd_text = render_passwd({i.username: hashes[i.id] for i in identities})
         atomic_write(root / "passwd", passwd_text, mode=0o600, owner=owner)
     atomic_write(root / security_name, security_text, mode=0o600, owner=owner)
+    # The other format's files would only mislead a reader (and `vox broker reload`).
+    for other in ("dynsec.json",) if fmt == "acl" else ("acl", "passwd"):
+        (root / other).unlink(missing_ok=True)
     if owner is not None:
         os.chown(root / "data", *owner)
     conf_text = render_conf(
@@ -444,11 +426,9 @@ def _check_is_mosquitto(pid: int) -> None:
 def reload_broker(
     out_dir: str | Path, *, pid: int, acl_source: str | Path | None = None
 ) -> ReloadReport:
-    """Validate the ACL (optionally install acl_source atomically first), then SIGHUP mosquitto.
-
-    Nothing is replaced or signalled unless every check passes: the broker keeps
-    enforcing the rules it has in memory.
-    """
+    """Check the ACL as Mosquitto parses it, install acl_source if given, then SIGHUP."""
+    # Nothing is replaced or signalled unless every check passes: the broker keeps
+    # enforcing the rules it holds in memory.
     root = Path(out_dir).absolute()
     settings = _conf_settings(root / CONF_NAME)
     if "acl_file" not in settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
@@ -26,6 +27,7 @@ __all__ = [
     "decode_hash",
     "hash_password",
     "load_credentials",
+    "load_secrets",
     "new_secret",
     "parse_passwd",
     "render_credentials",
@@ -183,6 +185,16 @@ def _need_str(data: Mapping[str, Any], key: str, where: str, problems: list[str]
     return value
 
 
+def load_secrets(directory: Path) -> dict[str, str]:
+    """Return username -> password from every valid credentials file in directory."""
+    secrets: dict[str, str] = {}
+    for path in sorted(directory.glob("*.toml")):
+        with contextlib.suppress(ConfigError):
+            creds = load_credentials(path)
+            secrets[creds.username] = creds.password
+    return secrets
+
+
 def load_credentials(path: str | Path) -> Credentials:
     """Read a credentials file; raise ConfigError with one line per problem."""
     path = Path(path)
@@ -283,11 +295,9 @@ def _unchanged(path: Path, payload: bytes, mode: int) -> bool:
 
 
 def atomic_write_many(files: Iterable[tuple[Path, str | bytes]], *, mode: int = 0o600) -> int:
-    """Atomically replace many files, skipping unchanged ones; return how many were written.
-
-    Every new file is on disk before the first rename, with one sync instead of one
-    fsync per file: 10,000 credentials files take a second, not ten.
-    """
+    """Atomically replace many files, skipping unchanged ones; return how many were written."""
+    # Every new file is on disk before the first rename, with one sync instead of an
+    # fsync per file: 10,000 credentials files take a second, not ten.
     pending: list[tuple[Path, Path]] = []
     try:
         for path, data in files:

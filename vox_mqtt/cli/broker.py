@@ -118,6 +118,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     if result.tls_port is not None:
         listen = f"TLS {result.host}:{result.tls_port}, plain 127.0.0.1:{result.port}"
     console.print(f"start it with: mosquitto -c {result.conf}   ({listen})", markup=False)
+    if result.fmt == "acl":
+        apply = f"vox broker reload {result.root} --pid PID"
+    else:
+        apply = "restart it (Mosquitto reads dynsec.json only at start)"
+    console.print(f"a running broker: {apply}", markup=False)
     return 0
 
 
