@@ -372,3 +372,18 @@ def test_wills_obey_the_write_acl(secure: SecureBroker, observed: Observed) -> N
     finally:
         root.close()
         witness.close()
+
+
+def test_the_explorer_reads_vox_and_writes_nothing(
+    secure: SecureBroker, observed: Observed
+) -> None:
+    explorer = Client(secure.creds("explorer"))
+    try:
+        assert explorer.connect() == 0
+        codes = explorer.publish_many([(t, b"E") for t in observed.topics[::7]])
+        assert set(codes) == {NOT_AUTHORIZED}
+        granted = explorer.subscribe(["vox/#", "#"])
+        want_hash = GRANTED_QOS1 if observed.fmt == "acl" else NOT_AUTHORIZED
+        assert granted == [GRANTED_QOS1, want_hash]
+    finally:
+        explorer.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import pwd
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -214,3 +215,35 @@ def test_garbage_pid_file_is_a_clear_error(
     pid_file.write_text("not a pid")
     assert main(["broker", "reload", str(tmp_path), "--pid-file", str(pid_file)]) == 2
     assert "not a process id" in capsys.readouterr().err
+
+
+def test_a_valid_staged_acl_is_installed_and_applied(
+    secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(seven_agent_fleet(), fmt="acl")
+    assert secure.dir.acl is not None
+    spec = secure.creds("spec_a1")
+    staged = tmp_path / "acl.new"
+    staged.write_text(secure.dir.acl.read_text() + f"user {spec.username}\ntopic write lab/x\n")
+    client = Client(spec)
+    try:
+        assert client.connect() == 0
+        assert client.publish("lab/x", b"x") == NOT_AUTHORIZED
+        code = main(
+            [
+                "broker",
+                "reload",
+                str(secure.dir.root),
+                "--pid",
+                str(secure.broker.pid),
+                "--acl",
+                str(staged),
+            ]
+        )
+        assert code == 0
+        assert f"installed {staged}" in capsys.readouterr().out
+        assert secure.dir.acl.read_text() == staged.read_text()
+        assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == 0o600
+        assert _publish_until(client, "lab/x", want_allowed=True) in ALLOWED
+    finally:
+        client.close()
