@@ -167,7 +167,10 @@ class AgentDaemon:
             except BrokerUnavailable as exc:
                 wait = random.uniform(0.5, 1.0) * delay
                 log.warning(
-                    "broker not reachable (try %d): %s; next try in %.1fs", attempt, exc, wait
+                    "cannot connect to the broker (try %d): %s; next try in %.1fs",
+                    attempt,
+                    exc,
+                    wait,
                 )
                 self.notifier.status(
                     f"waiting for the broker at {broker.address} (try {attempt} failed: {exc})"

@@ -14,6 +14,7 @@ import getpass
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -429,7 +430,7 @@ def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
 ) -> None:
     dep = deploy(tmp_path)
     daemon = run_daemon(dep.root_config)
-    daemon.wait_log("broker not reachable (try 2)", timeout=60)
+    daemon.wait_log("cannot connect to the broker (try 2)", timeout=60)
     assert "READY=1" not in notify.lines()
     assert any(line.startswith("EXTEND_TIMEOUT_USEC=") for line in notify.lines())
     assert any("waiting for the broker" in line for line in notify.lines())
@@ -441,13 +442,31 @@ def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
     log = daemon.log()
     assert "connection refused" in log
     assert "Traceback" not in log
-    # Backoff: the daemon's waits between tries grow.
+    # Backoff with jitter: the n-th wait is drawn from [0.5, 1] x 2^n seconds.
     waits = [
         float(line.rsplit("next try in ", 1)[1].rstrip("s"))
         for line in log.splitlines()
         if "next try in " in line
     ]
     assert len(waits) >= 2
+    for n, wait in enumerate(waits):
+        assert 0.5 * 2**n - 0.05 <= wait <= 2**n + 0.05, waits
+
+
+def test_refused_credentials_are_retried_and_said_plainly(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker_factory(dep.conf_text, port=dep.port)
+    secret = dep.root_config.parent / "root.credentials.toml"
+    secret.write_text(re.sub(r'password = ".*"', 'password = "wrong"', secret.read_text()))
+    daemon = run_daemon(dep.root_config)
+    daemon.wait_log("cannot connect to the broker (try 2)", timeout=60)
+    assert "refused the credentials" in daemon.log()
+    assert "READY=1" not in notify.lines()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert "Traceback" not in daemon.log()
 
 
 def test_sigterm_while_waiting_for_the_broker_exits_cleanly(
