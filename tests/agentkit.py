@@ -117,3 +117,19 @@ async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05
     async with asyncio.timeout(timeout):
         while not predicate():  # noqa: ASYNC110 - polling state another task mutates
             await asyncio.sleep(interval)
+
+
+class Tally(Role):
+    """Count executions in a file, one line per run, to prove nothing runs twice."""
+
+    @command
+    async def tally(self, n: int, seconds: float = 0.0) -> int:
+        path = self.settings["tally_file"]
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(_append_line, path, f"{n}\n")
+        return n
+
+
+def _append_line(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line)

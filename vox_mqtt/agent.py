@@ -128,6 +128,7 @@ class VOXAgent:
         self._liveness: Liveness | None = None
         self._interrupted: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = []
+        self._unsent: list[tuple[str, str, bytes]] = []
         for role in roles:
             self.add_role(role)
 
@@ -173,6 +174,7 @@ class VOXAgent:
         # Read before connecting: anything recorded after this is this run's own work.
         self._interrupted = await self.memory.interrupted_commands()
         self._pending = await self.memory.pending_commands()
+        self._unsent = await self.memory.pending_outbox()
         subscriptions = [topics.inbox_filter(self.id)]
         subscriptions += [topics.status(peer) for peer in sorted(self.config.peers)]
         subscriptions += list(self.config.observe)
@@ -405,7 +407,12 @@ class VOXAgent:
                 self._idle.set()
         kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
         with contextlib.suppress(VoxError):
+            # The reply's "sent" row (with the reply whole in the outbox) is what marks the
+            # command finished: from then on a restart re-sends the answer, never re-runs.
             await self.send_message(request.reply(kind, details), expects_reply=False)
+            await self.memory.record_message(
+                request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
+            )
 
     async def _answer_command(self, request: VOXMessage) -> CommandResult | CommandError:
         payload = CommandRequest.model_validate(request.details)
@@ -419,11 +426,7 @@ class VOXAgent:
         if handler is not None:
             async with self._handler_slots:
                 await self.memory.record_message(request, "started")
-                outcome = await self._call(handler, name, payload.params, timeout)
-                await self.memory.record_message(
-                    request, "completed" if isinstance(outcome, CommandResult) else "failed"
-                )
-                return outcome
+                return await self._call(handler, name, payload.params, timeout)
         return await self._delegate(request, payload, timeout)
 
     def _local_handler(self, name: str) -> Callable[..., Awaitable[Any]] | None:
@@ -530,11 +533,20 @@ class VOXAgent:
                 f"{self.name} may only talk to its master and children, not {message.target}"
             )
         tracked = self.tracker.track(message, expects_reply=expects_reply)
-        await self.memory.record_message(message, "sent")
+        topic = topics.inbox(message.target, self.id)
+        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
+        await self.memory.record_message(message, "sent", outbox=(topic, serialize(message)))
         self._spawn(self._deliver(tracked), "deliver")
         return tracked
 
     async def _deliver(self, tracked: TrackedRequest) -> None:
+        try:
+            await self._deliver_until_acknowledged(tracked)
+        finally:
+            with contextlib.suppress(VoxError):
+                await self.memory.outbox_done(tracked.message_id)
+
+    async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
         assert self.session is not None
         message = tracked.message
         topic = topics.inbox(message.target, self.id)
@@ -688,6 +700,14 @@ class VOXAgent:
         """After a restart, run commands acknowledged but never started; report interrupted ones."""
         assert self.session is not None
         await self.session.wait_connected(None)
+        for _, _, payload in self._unsent:
+            try:
+                message = parse(payload)
+            except InvalidMessage:
+                continue
+            # Nobody awaits these any more; they only need to reach the peer.
+            tracked = self.tracker.track(message, expects_reply=False)
+            self._spawn(self._deliver(tracked), "redeliver")
         for row in self._interrupted:
             await self._send_error_to(
                 UUID(row["source"]),

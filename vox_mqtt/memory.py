@@ -54,6 +54,8 @@ CREATE TABLE IF NOT EXISTS logs (
     action TEXT NOT NULL, source TEXT, target TEXT, message_id TEXT, message_type TEXT,
     reply_to TEXT, emitted_at TEXT, outcome TEXT, reason TEXT, details TEXT NOT NULL,
     prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (message_id TEXT PRIMARY KEY, topic TEXT NOT NULL,
+    payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
 CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
 CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);
@@ -108,8 +110,12 @@ class VerifyReport:
 
 @dataclass(slots=True)
 class _Pending:
-    values: tuple[Any, ...]  # _COLUMNS without id
+    values: tuple[Any, ...] | None  # _COLUMNS without id; None for an outbox removal only
     future: asyncio.Future[int]
+    # The outbox is the one mutable table: a sent message waits there, whole, until it is
+    # acknowledged, so a restart can re-send it. It commits with its "sent" row.
+    outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
+    outbox_done: str | None = None  # message_id to remove
 
 
 class VOXAgentMemory:
@@ -248,8 +254,12 @@ class VOXAgentMemory:
         outcome: str | None = None,
         reason: str | None = None,
         topic: str | None = None,
+        outbox: tuple[str, bytes] | None = None,
     ) -> int:
-        """Record a message's metadata (never its free text) under an action such as received."""
+        """Record a message's metadata (never its free text) under an action such as received.
+
+        With outbox=(topic, payload), also keep the whole message until outbox_done().
+        """
         details: dict[str, Any] = {"message_source": message.message_source[:200]}
         for key in _KEPT_DETAILS.get(message.type, ()):
             if key in message.details:
@@ -265,8 +275,31 @@ class VOXAgentMemory:
             "reason": reason,
         }
         return await self._append(
-            "message", action, message.source, message.target, _scrub(details), meta
+            "message",
+            action,
+            message.source,
+            message.target,
+            _scrub(details),
+            meta,
+            outbox=None if outbox is None else (str(message.message_id), *outbox),
         )
+
+    async def outbox_done(self, message_id: UUID) -> None:
+        """Forget a sent message once it is acknowledged (or given up on)."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if not self._closed:
+            self._queue.put_nowait(_Pending(None, future, outbox_done=str(message_id)))
+            await future
+
+    async def pending_outbox(self) -> list[tuple[str, str, bytes]]:
+        """Return the sent messages never acknowledged: (message_id, topic, payload)."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            rows = await self._reader.execute_fetchall(
+                "SELECT message_id, topic, payload FROM outbox ORDER BY rowid"
+            )
+        return [(str(r[0]), str(r[1]), bytes(r[2])) for r in rows]
 
     async def record_rejected(
         self,
@@ -290,6 +323,8 @@ class VOXAgentMemory:
         target: UUID | str | None,
         details: dict[str, Any],
         meta: Mapping[str, str | None],
+        *,
+        outbox: tuple[str, str, bytes] | None = None,
     ) -> int:
         for name, word in (("event_type", event_type), ("action", action)):
             if not isinstance(word, str) or not 0 < len(word) <= 64:
@@ -312,7 +347,7 @@ class VOXAgentMemory:
         # No await between init_db's closed check and here: close() cannot slip in between.
         if self._closed:
             raise LedgerError(f"ledger {self.path} is closed")
-        self._queue.put_nowait(_Pending(values, future))
+        self._queue.put_nowait(_Pending(values, future, outbox=outbox))
         return await future
 
     async def _write_loop(self) -> None:
@@ -345,13 +380,25 @@ class VOXAgentMemory:
                 # Read the head inside the write lock, so the chain stays linear.
                 head = await db.execute_fetchall(_HEAD)
                 last_id, prev = next(iter(head), (0, GENESIS_HASH))
-                rows = []
-                for row_id, pending in enumerate(batch, start=last_id + 1):
-                    content = (row_id, *pending.values)
+                rows, ids = [], []
+                for pending in batch:
+                    if pending.values is None:
+                        ids.append(0)
+                        continue
+                    content = (last_id := last_id + 1, *pending.values)
                     digest = _chain_hash(prev, content)
                     rows.append((*content, prev, digest))
+                    ids.append(last_id)
                     prev = digest
                 await db.executemany(_INSERT, rows)
+                await db.executemany(
+                    "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)",
+                    [p.outbox for p in batch if p.outbox is not None],
+                )
+                await db.executemany(
+                    "DELETE FROM outbox WHERE message_id = ?",
+                    [(p.outbox_done,) for p in batch if p.outbox_done is not None],
+                )
                 await db.execute("COMMIT")
         except Exception as exc:
             with contextlib.suppress(Exception):
@@ -362,7 +409,7 @@ class VOXAgentMemory:
                     pending.future.set_exception(error)
             return
         self._commits += 1
-        for row_id, pending in enumerate(batch, start=last_id + 1):
+        for row_id, pending in zip(ids, batch, strict=True):
             if not pending.future.done():
                 pending.future.set_result(row_id)
 
