@@ -141,11 +141,14 @@ async def test_publish_and_receive_with_properties(plain_broker: LocalBroker) ->
         assert session.connection_count == 1
         await session.publish("t/in/a", b'{"n": 1}', expiry=60)
         message = await next_message(session)
+        await session.publish("t/in/b", b"{}", qos=0, content_type=None)
+        plain = await next_message(session)
     assert message.topic == "t/in/a"
     assert message.payload == b'{"n": 1}'
     assert not message.retain
     assert message.properties["content_type"] == "application/json"
     assert 0 < message.properties["message_expiry_interval"] <= 60
+    assert (plain.topic, plain.properties) == ("t/in/b", {})
     assert not session.connected
 
 

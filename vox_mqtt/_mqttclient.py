@@ -71,13 +71,18 @@ class Client(aiomqtt.Client):
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
     ) -> ReasonCode | None:
         """Publish and return the broker's reason code; None if this connection is gone."""
+        if self._disconnected.done():
+            return None
         info = self._client.publish(topic, payload, qos, retain, properties)
-        if info.rc == mqtt.MQTT_ERR_NO_CONN or self._disconnected.done():
+        if info.rc == mqtt.MQTT_ERR_NO_CONN:
             self.abort()
             return None
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             raise DeliveryFailed(f"could not publish to {topic!r}: {mqtt.error_string(info.rc)}")
-        outcome = self._outcomes.setdefault(info.mid, self._loop.create_future())
+        # Registered before the loop runs again: paho writes (and so reports) only from the
+        # event loop's writer callback, never inside publish().
+        outcome: asyncio.Future[ReasonCode] = self._loop.create_future()
+        self._outcomes[info.mid] = outcome
         try:
             return await outcome
         finally:
@@ -143,9 +148,8 @@ class Client(aiomqtt.Client):
 
     def _on_publish(self, *args: Any, **kwargs: Any) -> None:
         mid, reason_code = args[2], args[3]  # (client, userdata, mid, reason_code, properties)
-        # paho may report a QoS 0 publish before publish_checked has registered the future.
-        outcome = self._outcomes.setdefault(mid, self._loop.create_future())
-        if not outcome.done():
+        outcome = self._outcomes.get(mid)  # None when that publish already gave up waiting
+        if outcome is not None and not outcome.done():
             outcome.set_result(reason_code)
         super()._on_publish(*args, **kwargs)
 
