@@ -104,6 +104,7 @@ def start_secure_broker(
     fmt: str = "acl",
     pki_dir: Path | None = None,
     explorer: bool = True,
+    lock_client_ids: bool = False,
 ) -> SecureBroker:
     """Render the fleet's broker dir into out_dir and start mosquitto from its conf."""
     port = free_port()
@@ -116,6 +117,7 @@ def start_secure_broker(
         tls_port=free_port(),
         explorer=explorer,
         run_as_user=getpass.getuser(),
+        lock_client_ids=lock_client_ids,
     )
     broker = factory(broker_dir.conf.read_text(), port=port)
     return SecureBroker(broker=broker, dir=broker_dir, fleet=fleet)

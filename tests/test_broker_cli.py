@@ -71,7 +71,6 @@ def test_render_writes_the_broker_dir(
         "max_queued_messages 1000",
         f"max_packet_size {MAX_PACKET_BYTES}",
         "listener 18830 127.0.0.1",
-        "use_username_as_clientid true",
         "user root",
     ):
         assert f"\n{line}\n" in conf, line

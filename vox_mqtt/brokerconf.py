@@ -6,7 +6,9 @@ Facts of Mosquitto 2.0.11 this module is built around (measured):
   nothing reaches the broker before parse_acl_file has accepted it;
 - the dynamic-security plugin reads dynsec.json only at start (SIGHUP ignores it);
 - a client id is only a claim: `use_username_as_clientid` stops one identity from
-  taking over another's persistent session.
+  taking over another's persistent session, but it is global in 2.0.11 and makes every
+  second connection of an identity (the operator's `vox status` beside `vox watch`, a
+  root's-eye `vox status`) kick the first; so it is opt-in (`lock_client_ids`).
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ def render_conf(
     tls_port: int | None,
     run_as_user: str,
     plugin: Path | None = None,
+    lock_client_ids: bool = False,
 ) -> str:
     """Return mosquitto.conf for a rendered broker directory."""
     lines = [
@@ -188,7 +191,8 @@ def render_conf(
     ]
     # With TLS, plain MQTT stays on loopback for tools on the broker host.
     plain_bind = "127.0.0.1" if tls_port is not None else bind
-    lines += [f"listener {port} {plain_bind}", "use_username_as_clientid true"]
+    lock = ["use_username_as_clientid true"] if lock_client_ids else []
+    lines += [f"listener {port} {plain_bind}", *lock]
     if tls_port is not None:
         tls = root / "tls"
         lines += [
@@ -201,7 +205,7 @@ def render_conf(
             "require_certificate true",
             # The certificate's CN (the identity's UUID) is the username: a key is an identity.
             "use_identity_as_username true",
-            "use_username_as_clientid true",
+            *lock,
         ]
     return "\n".join(lines) + "\n"
 
@@ -275,6 +279,7 @@ def render_broker_dir(
     run_as_user: str | None = None,
     tls_port: int = 8883,
     bind: str | None = None,
+    lock_client_ids: bool = False,
 ) -> BrokerDir:
     """Write mosquitto.conf, the ACL, passwd and a credentials file per identity into out_dir."""
     root = Path(out_dir).absolute()
@@ -341,6 +346,7 @@ def render_broker_dir(
         tls_port=tls_port if with_tls else None,
         run_as_user=user,
         plugin=plugin,
+        lock_client_ids=lock_client_ids,
     )
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
 

@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"user mosquitto drops privileges to (default {DEFAULT_USER}; "
         "use your own user for a broker you start yourself)",
     )
+    render.add_argument(
+        "--lock-client-ids",
+        action="store_true",
+        help="force client id = username (no identity can take over another's session, but "
+        "a second connection of one identity, e.g. two consoles, kicks the first)",
+    )
     render.add_argument("--json", action="store_true", help="print what was written as JSON")
     render.set_defaults(func=cmd_render)
 
@@ -84,6 +90,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         rotate=args.rotate,
         explorer=args.explorer,
         run_as_user=args.user,
+        lock_client_ids=args.lock_client_ids,
     )
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
