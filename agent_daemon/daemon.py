@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
-from vox_mqtt.errors import BrokerUnavailable, ConfigError, LedgerError
+from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -164,7 +164,9 @@ class AgentDaemon:
             self.notifier.extend_timeout(broker.connect_timeout + 30)
             try:
                 entered = await self._unless_stopped(agent.__aenter__())
-            except BrokerUnavailable as exc:
+            except (BrokerUnavailable, DeliveryFailed) as exc:
+                # DeliveryFailed: the broker refused the birth, e.g. an ACL rendered from
+                # an older fleet file; re-rendering the broker fixes it, so keep trying.
                 wait = random.uniform(0.5, 1.0) * delay
                 log.warning(
                     "cannot connect to the broker (try %d): %s; next try in %.1fs",
@@ -213,6 +215,8 @@ class AgentDaemon:
             await self._stop.wait()
         finally:
             monitor.cancel()
+            if not self._stop.is_set():  # not a signal: an error is on its way out
+                await agent.stop(0)
         grace = self.prepared.shutdown_grace
         busy = agent._running_handlers
         text = f"stopping on {self._stop_reason}: {busy} command(s) in flight, grace {grace:g}s"
@@ -220,8 +224,12 @@ class AgentDaemon:
         self.notifier.stopping(text)
         # A grace longer than the unit's TimeoutStopSec must not be cut short.
         self.notifier.extend_timeout(grace + 15)
+        connected = agent.session is not None and agent.session.connected
         await agent.stop(grace)
-        log.info("stopped: SHUTDOWN published, ledger closed")
+        if connected:
+            log.info("stopped: SHUTDOWN published, ledger closed")
+        else:
+            log.warning("stopped while the broker was unreachable: its will stands; ledger closed")
         return EXIT_OK
 
     def _ready_text(self, agent: VOXAgent) -> str:

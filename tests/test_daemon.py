@@ -282,7 +282,7 @@ def _poll(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-def _verify_ledger(state_dir: Path) -> None:
+def _verify_ledger(state_dir: Path, *, min_rows: int = 1) -> None:
     async def verify() -> None:
         memory = VOXAgentMemory(state_dir / "logs.db", read_only=True)
         try:
@@ -290,7 +290,7 @@ def _verify_ledger(state_dir: Path) -> None:
         finally:
             await memory.close()
         assert report.ok, report.problem
-        assert report.rows > 0
+        assert report.rows >= min_rows
 
     asyncio.run(verify())
 
@@ -386,6 +386,22 @@ def test_watchdog_is_withheld_while_the_broker_session_is_down(
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
     assert "Traceback" not in daemon.log()
+
+
+def test_sigterm_while_the_broker_is_down_still_exits_cleanly(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path, grace=2.0)
+    broker = broker_factory(dep.conf_text, port=dep.port)
+    daemon = run_daemon(dep.root_config, watchdog_usec=1_000_000)
+    notify.wait_for("READY=1")
+    broker.kill()
+    _poll(lambda: any("lost; reconnecting" in line for line in notify.lines()))
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert "stopped while the broker was unreachable" in daemon.log()
+    assert "Traceback" not in daemon.log()
+    _verify_ledger(dep.state_dir, min_rows=0)
 
 
 def test_sigterm_lets_in_flight_commands_finish_or_answers_shutting_down(
