@@ -314,14 +314,16 @@ def test_ready_only_once_the_birth_is_on_the_broker(
         frozen.set()
 
     notify.on_ready = freeze
-    notify.wait_for("READY=1")
-    assert frozen.is_set()
     try:
+        notify.wait_for("READY=1")
+        assert frozen.is_set()
         seen, _ = witness.communicate(timeout=10)
         first = json.loads(seen)["details"]
         retained = dep.retained_status()
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
+        witness.kill()
+        witness.wait(5)
     assert first["status"] == "ACTIVE"
     assert retained["status"] == "ACTIVE"
     assert retained["epoch"] == first["epoch"]
