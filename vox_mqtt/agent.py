@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -15,11 +13,9 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-
 from . import topics
-from .errors import CommandFailed, DeliveryFailed, InvalidMessage, TopicError, VoxError
+from .commands import CommandsMixin
+from .errors import InvalidMessage, TopicError, VoxError
 from .liveness import Liveness
 from .memory import VOXAgentMemory
 from .messages import (
@@ -27,19 +23,14 @@ from .messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
-    MSG_COMMAND_RESULT,
     CommandError,
-    CommandRequest,
-    CommandResult,
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
-    new_message,
     parse,
-    parse_timestamp,
-    serialize,
 )
-from .roles import ParamsError, Role
+from .outbound import OutboundMixin
+from .roles import Role
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
 from .transport import BrokerSettings, Inbound, Session, Will
@@ -86,7 +77,7 @@ class AgentConfig:
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 
 
-class VOXAgent:
+class VOXAgent(CommandsMixin, OutboundMixin):
     """One agent: owns its MQTT session, its ledger and its roles for an `async with` block."""
 
     def __init__(
@@ -122,6 +113,7 @@ class VOXAgent:
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self._delegated: dict[UUID, int] = {}  # child id -> requests in flight
         self._running_handlers = 0
+        self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop_requested = asyncio.Event()
@@ -215,6 +207,8 @@ class VOXAgent:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await self._idle.wait()
+        if not self._idle.is_set():
+            await self._answer_unfinished_shutting_down()
         for role in self.roles:
             with contextlib.suppress(Exception):
                 await role.stop()
@@ -367,9 +361,7 @@ class VOXAgent:
             if outcome is not None:
                 await outcome
         if message.type == MSG_COMMAND_REQUEST:
-            self._running_handlers += 1
-            self._idle.clear()
-            self._spawn(self._serve_command(message), "command")
+            self._begin_command(message)
             return
         if message.reply_to is not None:
             self._complete(message)
@@ -392,351 +384,3 @@ class VOXAgent:
             await handler(message)
         except Exception:
             log.exception("%s: %s handler failed", self.name, message.type)
-
-    # --- commands -------------------------------------------------------------------------
-
-    async def _serve_command(self, request: VOXMessage) -> None:
-        try:
-            details = await self._answer_command(request)
-        except Exception as exc:  # the last line of defence: answer, never crash
-            log.exception("%s: command failed", self.name)
-            details = CommandError(code=ErrorCode.HANDLER_ERROR, error=f"{type(exc).__name__}")
-        finally:
-            self._running_handlers -= 1
-            if self._running_handlers == 0:
-                self._idle.set()
-        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
-        with contextlib.suppress(VoxError):
-            # The reply's "sent" row (with the reply whole in the outbox) is what marks the
-            # command finished: from then on a restart re-sends the answer, never re-runs.
-            await self.send_message(request.reply(kind, details), expects_reply=False)
-            await self.memory.record_message(
-                request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
-            )
-
-    async def _answer_command(self, request: VOXMessage) -> CommandResult | CommandError:
-        payload = CommandRequest.model_validate(request.details)
-        name = payload.command
-        if self.stopping:
-            return CommandError(
-                code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
-            )
-        timeout = self._timeout_of(payload)
-        handler = self._local_handler(name)
-        if handler is not None:
-            async with self._handler_slots:
-                await self.memory.record_message(request, "started")
-                return await self._call(handler, name, payload.params, timeout)
-        return await self._delegate(request, payload, timeout)
-
-    def _local_handler(self, name: str) -> Callable[..., Awaitable[Any]] | None:
-        if name not in self.commands:
-            return None
-        for role in self.event_router.get(name, []):
-            handler = role.get_commands().get(name)
-            if handler is not None:
-                return handler
-        return None
-
-    def _timeout_of(self, payload: CommandRequest) -> float:
-        timeout = self.config.request_timeout
-        if payload.deadline is not None:
-            remaining = parse_timestamp(payload.deadline).timestamp() - time.time()
-            timeout = max(0.0, min(timeout, remaining))
-        return timeout
-
-    async def _call(
-        self,
-        handler: Callable[..., Awaitable[Any]],
-        name: str,
-        params: dict[str, Any],
-        timeout: float,
-    ) -> CommandResult | CommandError:
-        try:
-            async with asyncio.timeout(timeout):
-                result = await handler(**params)
-            result = to_jsonable_python(result)
-        except ParamsError as exc:
-            return CommandError(code=ErrorCode.INVALID_MESSAGE, error=str(exc), command=name)
-        except TimeoutError:
-            return CommandError(
-                code=ErrorCode.TIMEOUT, error=f"{name} took over {timeout:.1f}s", command=name
-            )
-        except PydanticSerializationError as exc:
-            return CommandError(
-                code=ErrorCode.HANDLER_ERROR,
-                error=f"{name} returned a result that is not JSON: {exc}",
-                command=name,
-            )
-        except Exception as exc:
-            log.exception("%s: command %s raised", self.name, name)
-            return CommandError(
-                code=ErrorCode.HANDLER_ERROR,
-                error=f"{name} failed: {type(exc).__name__}: {exc}"[:500],
-                command=name,
-            )
-        return CommandResult(command=name, result=result, handled_by=self.id)
-
-    def choose_child(self, command: str) -> tuple[UUID | None, str | None]:
-        """Pick a child for a command: healthy first, then least busy; else an error code."""
-        advertising = [
-            entry
-            for entry in (self.fleet_view.get(c) for c in self.config.children)
-            if entry is not None and command in entry.commands
-        ]
-        healthy = [entry for entry in advertising if entry.healthy]
-        if healthy:
-            best = min(healthy, key=lambda e: (self._delegated.get(e.id, 0), random.random()))
-            return best.id, None
-        return None, ErrorCode.TARGET_INACTIVE if advertising else ErrorCode.NO_ROUTE
-
-    async def _delegate(
-        self, request: VOXMessage, payload: CommandRequest, timeout: float
-    ) -> CommandResult | CommandError:
-        name = payload.command
-        child, code = self.choose_child(name)
-        if child is None:
-            reason = (
-                f"no child that serves {name!r} is healthy"
-                if code == ErrorCode.TARGET_INACTIVE
-                else f"{self.name} cannot route {name!r}: neither it nor a child serves it"
-            )
-            return CommandError(code=code or ErrorCode.NO_ROUTE, error=reason, command=name)
-        downstream = new_message(
-            MSG_COMMAND_REQUEST,
-            source=self.id,
-            target=child,
-            details=payload,
-            reply_to=request.message_id,
-            message_source=self.config.message_source,
-        )
-        await self.memory.record_message(request, "delegated", outcome=str(child))
-        self._delegated[child] = self._delegated.get(child, 0) + 1
-        try:
-            reply = await self._await_reply(downstream, timeout)
-        except CommandFailed as exc:
-            return CommandError(code=exc.code, error=exc.error, command=name)
-        finally:
-            self._delegated[child] -= 1
-        result = CommandResult.model_validate(reply.details)
-        # The master answers for the work: upstream never learns the child exists.
-        return CommandResult(
-            command=name, result=result.result, summary=result.summary, handled_by=self.id
-        )
-
-    # --- sending --------------------------------------------------------------------------
-
-    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
-        """Record, publish and keep re-sending a message until it is acknowledged."""
-        if message.target not in self.config.peers:
-            raise VoxError(
-                f"{self.name} may only talk to its master and children, not {message.target}"
-            )
-        tracked = self.tracker.track(message, expects_reply=expects_reply)
-        topic = topics.inbox(message.target, self.id)
-        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.memory.record_message(message, "sent", outbox=(topic, serialize(message)))
-        self._spawn(self._deliver(tracked), "deliver")
-        return tracked
-
-    async def _deliver(self, tracked: TrackedRequest) -> None:
-        try:
-            await self._deliver_until_acknowledged(tracked)
-        finally:
-            with contextlib.suppress(VoxError):
-                await self.memory.outbox_done(tracked.message_id)
-
-    async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
-        assert self.session is not None
-        message = tracked.message
-        topic = topics.inbox(message.target, self.id)
-        payload = serialize(message)
-        deadline = time.monotonic() + self.config.request_timeout
-        delay = self.config.resend_initial
-        while not tracked.final and not tracked.acknowledged.is_set():
-            try:
-                await self.session.publish(topic, payload, expiry=self._expiry(message))
-                self.tracker.dispatched(message.message_id)
-            except DeliveryFailed as exc:
-                if exc.reason_code is not None and exc.reason_code >= 0x80:
-                    # The broker refused it (ACL): re-sending cannot help.
-                    self.tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
-                    return
-                log.info("%s: will re-send %s: %s", self.name, message.message_id, exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await tracked.acknowledged.wait()
-            if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
-                self.tracker.failed(
-                    message.message_id,
-                    ErrorCode.TIMEOUT,
-                    f"no acknowledgement within {self.config.request_timeout:.0f}s",
-                )
-                return
-            delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
-
-    def _expiry(self, message: VOXMessage) -> int | None:
-        deadline = message.details.get("deadline")
-        if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
-            return None
-        return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
-
-    async def _publish_ack(self, message: VOXMessage) -> None:
-        assert self.session is not None
-        ack = message.acknowledgement(message_source=self.config.message_source)
-        await self.memory.record_message(ack, "sent")
-        try:
-            await self.session.publish(topics.inbox(message.source, self.id), serialize(ack))
-        except DeliveryFailed as exc:
-            # The sender re-sends until acknowledged; its duplicate gets a new ack.
-            log.warning("%s: ack for %s not delivered: %s", self.name, message.message_id, exc)
-
-    async def _send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
-        message = new_message(
-            MSG_COMMAND_ERROR,
-            source=self.id,
-            target=peer,
-            reply_to=reply_to,
-            details=CommandError(code=code, error=reason[:1000]),
-            message_source=self.config.message_source,
-        )
-        with contextlib.suppress(VoxError):
-            await self.send_message(message, expects_reply=False)
-
-    async def _await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
-        tracked = await self.send_message(message, expects_reply=True)
-        limit = self.config.request_timeout if timeout is None else timeout
-        try:
-            async with asyncio.timeout(limit):
-                await tracked.done.wait()
-        except TimeoutError:
-            self.tracker.failed(
-                message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
-            )
-        if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
-            return tracked.reply
-        raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
-
-    # --- the API roles and consoles use ---------------------------------------------------
-
-    async def request(
-        self,
-        command: str,
-        params: dict[str, Any] | None = None,
-        *,
-        to: UUID,
-        timeout: float | None = None,
-    ) -> VOXMessage:
-        """Send a command_request to a child and return its command_result (CommandFailed)."""
-        message = new_message(
-            MSG_COMMAND_REQUEST,
-            source=self.id,
-            target=to,
-            details=CommandRequest(command=command, params=params or {}),
-            message_source=self.config.message_source,
-        )
-        return await self._await_reply(message, timeout)
-
-    async def ask(
-        self,
-        type: str,
-        details: dict[str, Any] | BaseModel,
-        *,
-        to: UUID,
-        timeout: float | None = None,
-    ) -> VOXMessage:
-        """Send a message that expects an answer linked by reply_to, and return the answer."""
-        message = new_message(
-            type,
-            source=self.id,
-            target=to,
-            details=details,
-            message_source=self.config.message_source,
-        )
-        return await self._await_reply(message, timeout)
-
-    async def send(
-        self,
-        type: str,
-        details: dict[str, Any] | BaseModel,
-        *,
-        to: UUID,
-        reply_to: UUID | None = None,
-        message_source: str | None = None,
-    ) -> TrackedRequest:
-        """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
-        message = new_message(
-            type,
-            source=self.id,
-            target=to,
-            details=details,
-            reply_to=reply_to,
-            message_source=message_source or self.config.message_source,
-        )
-        return await self.send_message(message, expects_reply=False)
-
-    async def notify_master(
-        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
-    ) -> TrackedRequest:
-        """Send an event up to this agent's master."""
-        if self.config.master_id is None:
-            raise VoxError(f"{self.name} has no master")
-        return await self.send(
-            type, details, to=self.config.master_id, message_source=message_source
-        )
-
-    async def reply(
-        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
-    ) -> TrackedRequest:
-        """Answer a message: to its source, with reply_to set."""
-        return await self.send_message(
-            message.reply(type, details, message_source=self.config.message_source),
-            expects_reply=False,
-        )
-
-    # --- restart --------------------------------------------------------------------------
-
-    async def _resume(self) -> None:
-        """After a restart, run commands acknowledged but never started; report interrupted ones."""
-        assert self.session is not None
-        await self.session.wait_connected(None)
-        for _, _, payload in self._unsent:
-            try:
-                message = parse(payload)
-            except InvalidMessage:
-                continue
-            # Nobody awaits these any more; they only need to reach the peer.
-            tracked = self.tracker.track(message, expects_reply=False)
-            self._spawn(self._deliver(tracked), "redeliver")
-        for row in self._interrupted:
-            await self._send_error_to(
-                UUID(row["source"]),
-                UUID(row["message_id"]),
-                ErrorCode.HANDLER_ERROR,
-                "the agent restarted while running this command; it is not run twice",
-            )
-        for row in self._pending:
-            request = _request_from_row(row)
-            if request is not None and request.source in self.config.peers:
-                self._running_handlers += 1
-                self._idle.clear()
-                self._spawn(self._serve_command(request), "resumed-command")
-
-
-def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
-    """Rebuild an acknowledged command_request from its ledger row."""
-    details = row.get("details") or {}
-    try:
-        return VOXMessage(
-            message_id=UUID(row["message_id"]),
-            message_source=details.get("message_source") or "vox-mqtt",
-            emitted_at=row["emitted_at"],
-            source=UUID(row["source"]),
-            target=UUID(row["target"]),
-            type=MSG_COMMAND_REQUEST,
-            details={"command": details["command"], "params": details.get("params") or {}},
-            reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
-        )
-    except (KeyError, TypeError, ValueError):
-        log.warning("cannot resume command from ledger row %r", row)
-        return None
