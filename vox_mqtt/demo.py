@@ -16,21 +16,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 from .agent import AgentConfig, VOXAgent
 from .brokerconf import BrokerDir, render_broker_dir
 from .cli.agent import render_agent_config
-from .errors import ConfigError, VoxError
+from .errors import ConfigError, LedgerError, VoxError
 from .hierarchy import Fleet, load_fleet, seed_fleet_toml
 from .liveness import Incident
 from .localbroker import LocalBroker, free_port
+from .memory import VOXAgentMemory
 from .status import AgentLiveness
 from .topics import WARROOM_FILTER
 from .transport import BrokerSettings
 
-__all__ = ["DemoLayout", "FleetObserver", "LocalFleet", "VoxRun", "run_vox"]
+__all__ = ["DemoLayout", "FleetObserver", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 
 MARKER: Final = ".vox-demo"
 _OWNED: Final = ("fleet.toml", "broker", "config", "state", "logs", "run.json")
@@ -106,15 +107,7 @@ def _running_pid(run_file: Path) -> int | None:
         pid = int(json.loads(run_file.read_text())["demo_pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if pid == os.getpid():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
+    return pid if pid != os.getpid() and pid_alive(pid) else None
 
 
 @dataclass
@@ -258,6 +251,10 @@ class LocalFleet:
     ) -> None:
         self.stop()
 
+    def leftovers(self) -> list[int]:
+        """Return the pids this run started that are still alive."""
+        return [pid for group in self.started.values() for pid in group if pid_alive(pid)]
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         """Return the last lines an agent logged."""
         try:
@@ -335,6 +332,61 @@ class FleetObserver:
                 raise VoxError(f"timed out after {timeout:g}s waiting for {what}")
             await asyncio.sleep(0.05)
         return time.monotonic() - started
+
+
+class Ledgers:
+    """Read the agents' ledgers while their daemons write them (read-only, WAL readers)."""
+
+    def __init__(self, layout: DemoLayout) -> None:
+        self.layout = layout
+        self._open: dict[str, VOXAgentMemory] = {}
+
+    def path(self, name: str) -> Path:
+        """Return an agent's ledger file."""
+        return self.layout.state(name) / "logs.db"
+
+    async def rows(self, name: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """Return an agent's newest rows, newest first."""
+        memory = self._open.get(name)
+        if memory is None:
+            memory = self._open[name] = VOXAgentMemory(self.path(name), read_only=True)
+        return await memory.get_recent(limit)
+
+    async def wait_for(
+        self,
+        name: str,
+        match: Callable[[dict[str, Any]], bool],
+        *,
+        what: str,
+        timeout: float = 20.0,
+    ) -> dict[str, Any]:
+        """Poll an agent's ledger until a row matches and return it; VoxError on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for row in await self.rows(name):
+                if match(row):
+                    return row
+            if time.monotonic() > deadline:
+                raise VoxError(f"timed out after {timeout:g}s waiting for {what}")
+            await asyncio.sleep(0.1)
+
+    async def close(self) -> None:
+        """Close every ledger opened."""
+        for memory in self._open.values():
+            with contextlib.suppress(LedgerError):
+                await memory.close()
+        self._open.clear()
+
+
+def pid_alive(pid: int) -> bool:
+    """Tell whether a process exists (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,9 +17,8 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
-from ..demo import DemoLayout, FleetObserver, LocalFleet, VoxRun, run_vox
+from ..demo import DemoLayout, FleetObserver, Ledgers, LocalFleet, VoxRun, run_vox
 from ..errors import ConfigError, VoxError
-from ..memory import VOXAgentMemory
 from ..status import ACTIVE, INACTIVE
 from ._common import EXIT_RUNTIME, fail, out_console
 from .fleet import draw_tree
@@ -81,7 +80,7 @@ class Demo:
         self.keep_running = keep_running
         self.out: Console = out_console()
         self.step = 0
-        self._ledgers: dict[str, VOXAgentMemory] = {}
+        self.ledgers = Ledgers(self.layout)
         self._started = time.monotonic()
 
     # --- the run ----------------------------------------------------------------------------
@@ -114,9 +113,7 @@ class Demo:
                 self.out.print(Text(self.local.log_tail(name)))
             code = EXIT_RUNTIME
         finally:
-            for memory in self._ledgers.values():
-                with contextlib.suppress(Exception):
-                    await memory.close()
+            await self.ledgers.close()
             clean = self.shutdown()
         return EXIT_RUNTIME if code == 0 and not clean else code
 
@@ -236,9 +233,9 @@ class Demo:
             f"the operator's request {request_id} was answered by the root "
             f"(handled_by {answer['handled_by']}); each ledger holds its own hop of the chain:"
         )
-        root_rows = await self.rows("root")
+        root_rows = await self.ledgers.rows("root")
         down = _row(root_rows, message_type="command_request", reply_to=str(request_id))
-        coord_rows = await self.rows("coordinator")
+        coord_rows = await self.ledgers.rows("coordinator")
         further = _row(coord_rows, message_type="command_request", reply_to=down["message_id"])
         specialist = self._name_of(further["target"])
         self.say("")
@@ -250,14 +247,7 @@ class Demo:
         return self.fleet.agent(UUID(agent_id)).name
 
     def _db(self, name: str) -> Path:
-        return self.layout.state(name) / "logs.db"
-
-    async def rows(self, name: str, limit: int = 1000) -> list[dict[str, Any]]:
-        """Return an agent's newest ledger rows, read-only while its daemon writes."""
-        memory = self._ledgers.get(name)
-        if memory is None:
-            memory = self._ledgers[name] = VOXAgentMemory(self._db(name), read_only=True)
-        return await memory.get_recent(limit)
+        return self.ledgers.path(name)
 
     # --- 3. seed 003: a job by e-mail -------------------------------------------------------
 
@@ -317,14 +307,13 @@ class Demo:
             what="the intake files to be acknowledged or rejected",
             fleet=self.local,
         )
-        await self._wait_rows(
+        await self.ledgers.wait_for(
             "root",
             lambda r: (
-                r["message_type"] == "job_detected"
-                and r["action"] == "sent"
-                and r["target"] == operator_id
+                (r["message_type"], r["action"], r["target"])
+                == ("job_detected", "sent", operator_id)
             ),
-            "the root's notification to the operator",
+            what="the root's notification to the operator",
         )
         await self._wait_log("coordinator", "does not fit")
         self.say("")
@@ -335,22 +324,6 @@ class Demo:
         self._show_log("root", ("notified to the operator",))
         self.say("")
         await self.vox("inbox", "--config", str(self.layout.config("operator")), "--wait", "1")
-
-    async def _wait_rows(self, name: str, match: Any, what: str) -> None:
-        found: list[bool] = []
-
-        async def poll() -> None:
-            while not found:
-                if any(match(row) for row in await self.rows(name)):
-                    found.append(True)
-                    return
-                await asyncio.sleep(0.1)
-
-        try:
-            async with asyncio.timeout(20):
-                await poll()
-        except TimeoutError:
-            raise VoxError(f"timed out waiting for {what}") from None
 
     async def _wait_log(self, name: str, text: str) -> None:
         await self.observer.wait_for(
@@ -477,7 +450,7 @@ class Demo:
             word = "stopped cleanly" if code == 0 else f"exit code {code}"
             self.say(f"  {name}: {word}")
         pids = [pid for group in self.local.started.values() for pid in group]
-        alive = [pid for pid in pids if _alive(pid)]
+        alive = self.local.leftovers()
         if alive:
             fail(f"still running: {alive}")
         else:
@@ -492,16 +465,6 @@ def _row(rows: list[dict[str, Any]], **match: str) -> dict[str, Any]:
         if all(row.get(key) == value for key, value in match.items()):
             return dict(row)
     raise VoxError(f"no ledger row with {match}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _next_monday() -> datetime:
