@@ -42,7 +42,7 @@ from vox_mqtt.messages import (
 from vox_mqtt.roles import Role, command, on
 from vox_mqtt.tracking import RequestState, TrackedRequest
 
-from .intake import IntakeError, read_mail
+from .intake import IntakeError, decode_mail, read_bytes
 from .jobbook import BookedJob, JobBook
 from .schedule import Booking, WeeklySchedule
 
@@ -128,18 +128,23 @@ class MailWatcher(Role):
                 continue
             if self._retry_at.get(name, 0.0) > time.monotonic():
                 continue
-            if now - path.stat().st_mtime < self.settle:
-                continue  # maybe still being written: look again next scan
+            try:
+                if now - path.stat().st_mtime < self.settle:
+                    continue  # maybe still being written: look again next scan
+            except FileNotFoundError:
+                continue  # taken away meanwhile
             await self.take(path)
 
     async def take(self, path: Path) -> None:
         """Send one file's job_detected, or reject the file."""
         try:
-            mail = await asyncio.to_thread(read_mail, path)
+            raw = await asyncio.to_thread(read_bytes, path)
+            mail = decode_mail(raw)
         except IntakeError as exc:
             self._reject(path, str(exc))
             return
-        message = self._job_message(path, mail.sender, mail.job.model_dump(mode="json"))
+        details = mail.job.model_dump(mode="json")
+        message = self._job_message(path, raw, mail.sender, details)
         tracked = await self.agent.send_message(message, expects_reply=False)
         self._in_flight.add(path.name)
         log.info(
@@ -153,11 +158,12 @@ class MailWatcher(Role):
         self._waiters.add(task)
         task.add_done_callback(self._waiters.discard)
 
-    def _job_message(self, path: Path, sender: str, details: dict[str, Any]) -> VOXMessage:
+    def _job_message(
+        self, path: Path, content: bytes, sender: str, details: dict[str, Any]
+    ) -> VOXMessage:
         master = self.agent.config.master_id
         if master is None:
             raise VoxError(f"{self.agent.name} has no master to notify")
-        content = path.read_bytes()
         # The id is derived from the file, so a re-send after a crash is the same message
         # and the master's ledger dedupes it instead of seeing a second job.
         digest = hashlib.sha256(path.name.encode() + b"\0" + content).hexdigest()
@@ -202,6 +208,8 @@ class MailWatcher(Role):
             self._in_flight.discard(path.name)
 
     def _reject(self, path: Path, reason: str) -> None:
+        if not path.exists():
+            return  # taken away meanwhile: nothing to keep
         reason = " ".join(reason.split())
         log.warning("%s: rejected intake file %s: %s", self.agent.name, path.name, reason)
         folder = path.parent / REJECTED

@@ -12,7 +12,15 @@ from pydantic import ValidationError
 
 from vox_mqtt.messages import JobDetected, Price, parse_timestamp
 
-__all__ = ["MAX_MAIL_BYTES", "IncomingMail", "IntakeError", "parse_mail", "read_mail"]
+__all__ = [
+    "MAX_MAIL_BYTES",
+    "IncomingMail",
+    "IntakeError",
+    "decode_mail",
+    "parse_mail",
+    "read_bytes",
+    "read_mail",
+]
 
 MAX_MAIL_BYTES: Final = 64 * 1024
 REQUIRED: Final = ("From", "Start", "End", "Effort-Minutes", "Price")
@@ -37,11 +45,20 @@ class IncomingMail:
 
 def read_mail(path: Path, *, max_bytes: int = MAX_MAIL_BYTES) -> IncomingMail:
     """Read and parse one mail file; raise IntakeError saying what is wrong with it."""
+    return decode_mail(read_bytes(path, max_bytes=max_bytes), max_bytes=max_bytes)
+
+
+def read_bytes(path: Path, *, max_bytes: int = MAX_MAIL_BYTES) -> bytes:
+    """Read a mail file, or as much of it as shows it is too big; IntakeError if unreadable."""
     try:
         with path.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
+            return handle.read(max_bytes + 1)
     except OSError as exc:
         raise IntakeError(f"cannot read the file: {exc.strerror or exc}") from None
+
+
+def decode_mail(raw: bytes, *, max_bytes: int = MAX_MAIL_BYTES) -> IncomingMail:
+    """Parse the bytes of a mail file; raise IntakeError saying what is wrong with them."""
     if len(raw) > max_bytes:
         raise IntakeError(f"the file is over {max_bytes} bytes")
     try:
