@@ -218,7 +218,7 @@ class AgentDaemon:
             if not self._stop.is_set():  # not a signal: an error is on its way out
                 await agent.stop(0)
         grace = self.prepared.shutdown_grace
-        busy = agent._running_handlers
+        busy = agent.in_flight
         text = f"stopping on {self._stop_reason}: {busy} command(s) in flight, grace {grace:g}s"
         log.info("%s", text)
         self.notifier.stopping(text)
@@ -233,8 +233,7 @@ class AgentDaemon:
         return EXIT_OK
 
     def _ready_text(self, agent: VOXAgent) -> str:
-        liveness = agent._liveness
-        epoch = liveness.epoch if liveness is not None else "?"
+        epoch = agent.epoch
         commands = ", ".join(agent.advertised_commands()) or "none"
         return (
             f"serving {self.name} ({agent.id}) on {self.prepared.config.broker.address}, "

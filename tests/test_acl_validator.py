@@ -35,6 +35,8 @@ def mosquitto_accepts(acl: str, directory: Path) -> bool:
             if " running" in text:
                 return True
             if proc.poll() is not None:
+                # Read again: it may have written its last lines after the read above.
+                text = log_path.read_text(errors="replace")
                 assert "acl" in text.lower(), text  # it failed for the ACL, not something else
                 return False
             time.sleep(0.005)

@@ -144,6 +144,16 @@ class VOXAgent(CommandsMixin, OutboundMixin):
             if role not in routes:
                 routes.append(role)
 
+    @property
+    def in_flight(self) -> int:
+        """Return how many commands this agent is answering right now."""
+        return self._running_handlers
+
+    @property
+    def epoch(self) -> int:
+        """Return the epoch of the current (or last) broker connection."""
+        return self._liveness.epoch if self._liveness is not None else 0
+
     def advertised_commands(self) -> list[str]:
         """Return what this agent can serve: its own commands and its healthy children's."""
         return sorted(self.commands | self.fleet_view.commands_of(self.config.children))
