@@ -1,11 +1,12 @@
 """An idle vox-agent's footprint: resident memory and CPU over a quiet minute.
 
-    python bench/daemon_idle.py [--seconds 60] [--heartbeat 15] [--json]
+    python -m bench.daemon_idle [--seconds 60] [--heartbeat 15] [--json]
 
 Runs one real daemon (the root of a two-agent fleet) against a private Mosquitto with the
 generated ACL, as systemd would: $NOTIFY_SOCKET and WATCHDOG_USEC=30 s (the unit's
 WatchdogSec). After READY and a settling pause, it samples the process with psutil: RSS
-and USS at the start and the end of the window, and the CPU time used within it.
+and USS at the start and the end of the window, and the CPU time used within it. A bare
+paho client process (login, will, keepalive; nothing else) is sampled in the same window.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from uuid import uuid4
 
 import psutil
 
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import BARE_CLIENT
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.hierarchy import parse_fleet
@@ -79,23 +84,33 @@ def measure(seconds: float, heartbeat: float, workdir: Path) -> dict[str, Any]:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
+        creds = broker_dir.credentials_for("leaf")
+        bare = subprocess.Popen(
+            [sys.executable, "-c", BARE_CLIENT, str(broker_dir.port), creds.username,
+             creds.password, f"{creds.username}-bare", "30"],
+        )  # fmt: skip
         try:
             _wait_ready(notify, daemon, 30.0)
             time.sleep(SETTLE)
-            proc = psutil.Process(daemon.pid)
+            proc, bare_proc = psutil.Process(daemon.pid), psutil.Process(bare.pid)
             before_mem = proc.memory_full_info()
-            before_cpu = proc.cpu_times()
+            before_cpu, bare_before = proc.cpu_times(), bare_proc.cpu_times()
             started = time.monotonic()
             time.sleep(seconds)
             elapsed = time.monotonic() - started
-            after_cpu = proc.cpu_times()
-            after_mem = proc.memory_full_info()
+            after_cpu, bare_after = proc.cpu_times(), bare_proc.cpu_times()
+            after_mem, bare_mem = proc.memory_full_info(), bare_proc.memory_full_info()
             threads = proc.num_threads()
         finally:
             daemon.terminate()
             daemon.wait(30)
+            bare.kill()
+            bare.wait(10)
     cpu = (after_cpu.user - before_cpu.user) + (after_cpu.system - before_cpu.system)
+    bare_cpu = (bare_after.user - bare_before.user) + (bare_after.system - bare_before.system)
     return {
+        "bare_client_rss_mib": round(bare_mem.rss / 2**20, 1),
+        "bare_client_cpu_seconds": round(bare_cpu, 3),
         "seconds": round(elapsed, 1),
         "heartbeat_interval": heartbeat,
         "rss_mib_start": round(before_mem.rss / 2**20, 1),

@@ -1,0 +1,209 @@
+"""What every figure shares: a rendered, ACL'd private broker, agent configs, stats, a figure row.
+
+The broker is started from `render_broker_dir` output (passwords, ACL, `set_tcp_nodelay true`),
+exactly as a fleet would run it, on a free loopback port. VOX agents and the raw baseline log
+in with the same identities, so both sides pass the same ACL checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+from vox_mqtt.agent import AgentConfig
+from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.passwd import Credentials, load_credentials
+from vox_mqtt.topics import WARROOM_FILTER
+from vox_mqtt.transport import BrokerSettings
+
+# The tree of figures 1-3: the operator is the root's master.
+SEED_SHAPE: dict[str, str | None] = {
+    "root": None,
+    "coordinator": "root",
+    "spec_a": "coordinator",
+    "spec_b": "coordinator",
+}
+
+
+def fleet_text(shape: Mapping[str, str | None], *, heartbeat: float = 15.0) -> str:
+    """Return a fleet file for {name: master name or None}."""
+    ids = {name: uuid4() for name in shape}
+    parts = [f'[operator]\nname = "operator"\nid = "{uuid4()}"\n']
+    for name, master in shape.items():
+        lines = [f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"']
+        if master is not None:
+            lines.append(f'master_id = "{ids[master]}"')
+        lines.append(f"heartbeat_interval = {heartbeat}")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def tree_shape(agents: int, fanout: int) -> dict[str, str | None]:
+    """Return a balanced tree of `agents` agents named agent-N, each master with `fanout` kids."""
+    return {f"agent-{i}": None if i == 0 else f"agent-{(i - 1) // fanout}" for i in range(agents)}
+
+
+@dataclass
+class BenchBroker:
+    """A broker rendered from a fleet (running, where `broker` is set) and its identities."""
+
+    fleet: Fleet
+    root: Path  # the rendered broker directory
+    port: int
+    workdir: Path  # agents' state dirs go under it
+    broker: LocalBroker | None = None
+
+    @property
+    def broker_pid(self) -> int:
+        """Return the running broker's process id."""
+        assert self.broker is not None
+        return self.broker.pid
+
+    def creds(self, name: str) -> Credentials:
+        """Return the plain-listener credentials of an identity (agent, operator, explorer)."""
+        return load_credentials(self.root / "credentials" / f"{name}.toml")
+
+    def id(self, name: str) -> UUID:
+        """Return an identity's UUID by name (the operator's too)."""
+        if name == self.fleet.operator_name:
+            return self.fleet.operator_id
+        return self.fleet.agent(name).id
+
+    def settings(self, name: str, **overrides: Any) -> BrokerSettings:
+        """Return transport settings that log in as the named identity."""
+        creds = self.creds(name)
+        values: dict[str, Any] = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "username": creds.username,
+            "password": creds.password,
+            "client_id": creds.username,
+            "keepalive": 30,
+        }
+        values.update(overrides)
+        return BrokerSettings(**values)
+
+    def agent_config(self, name: str, **overrides: Any) -> AgentConfig:
+        """Return one agent's runtime config: itself, its master, its children."""
+        view = self.fleet.view_of(self.fleet.agent(name).id)
+        values: dict[str, Any] = {
+            "id": view.agent.id,
+            "name": name,
+            "master_id": view.master_id,
+            "master_name": view.master_name,
+            "children": {child.id: child.name for child in view.children},
+            "state_dir": self.workdir / "state" / name,
+            "broker": self.settings(name),
+            "heartbeat_interval": 15.0,
+            "request_timeout": 30.0,
+        }
+        values.update(overrides)
+        return AgentConfig(**values)
+
+    def operator_config(self, **overrides: Any) -> AgentConfig:
+        """Return the operator console's config: the root's master, publishing no status."""
+        fleet = self.fleet
+        values: dict[str, Any] = {
+            "id": fleet.operator_id,
+            "name": fleet.operator_name,
+            "master_id": None,
+            "children": {fleet.root.id: fleet.root.name},
+            "state_dir": self.workdir / "state" / fleet.operator_name,
+            "broker": self.settings(fleet.operator_name),
+            "publish_status": False,
+            "request_timeout": 30.0,
+            "observe": (WARROOM_FILTER,),
+        }
+        values.update(overrides)
+        return AgentConfig(**values)
+
+
+@contextlib.contextmanager
+def bench_broker(workdir: Path, fleet_toml: str) -> Iterator[BenchBroker]:
+    """Render the fleet's broker directory under workdir and run mosquitto from it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fleet = parse_fleet(fleet_toml)
+    broker_dir = render_broker_dir(
+        fleet, workdir / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
+    )
+    with LocalBroker(broker_dir.conf, port=broker_dir.port) as broker:
+        yield BenchBroker(
+            fleet=fleet, root=broker_dir.root, port=broker_dir.port, workdir=workdir, broker=broker
+        )
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    """Return the nearest-rank percentile of samples (fraction in 0..1)."""
+    ordered = sorted(samples)
+    rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def latency_summary(samples_ms: list[float]) -> dict[str, float]:
+    """Return p50, p99, mean and count of round-trip times in milliseconds."""
+    return {
+        "p50_ms": round(statistics.median(samples_ms), 3),
+        "p99_ms": round(percentile(samples_ms, 0.99), 3),
+        "mean_ms": round(statistics.fmean(samples_ms), 3),
+        "n": len(samples_ms),
+    }
+
+
+def figure(
+    *,
+    title: str,
+    unit: str,
+    vox: float,
+    baseline: float,
+    target: str,
+    met: bool | None,
+    higher_is_better: bool = False,
+    **details: Any,
+) -> dict[str, Any]:
+    """Return one figure row: VOX, baseline, their ratio, the target and whether it was met."""
+    return {
+        "title": title,
+        "unit": unit,
+        "vox": round(vox, 3),
+        "baseline": round(baseline, 3),
+        "ratio": round(vox / baseline, 2) if baseline else None,
+        "target": target,
+        "met": met,
+        "higher_is_better": higher_is_better,
+        **details,
+    }
+
+
+class Stopwatch:
+    """Elapsed wall time since construction, in seconds."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        """Return the seconds since the stopwatch started."""
+        return time.perf_counter() - self.started
+
+
+# A bare paho client process: log in, register a will, keep the connection alive, nothing else.
+BARE_CLIENT = """
+import sys
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+port, user, password, client_id, keepalive = sys.argv[1:]
+client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+client.username_pw_set(user, password)
+client.will_set(f"vox/{user}/status", b"gone", qos=1)
+client.connect("127.0.0.1", int(port), keepalive=int(keepalive))
+client.loop_forever()
+"""

@@ -1,0 +1,218 @@
+"""The machine a run measured, and BENCHMARKS.md written from a run's results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from vox_mqtt.localbroker import find_mosquitto
+
+REPO = Path(__file__).resolve().parent.parent
+ANALYSIS = REPO / "docs" / "performance.md"
+
+
+def machine() -> dict[str, Any]:
+    """Describe this machine: cores, CPU model, memory, software versions, load."""
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        banner = subprocess.run(
+            [find_mosquitto(), "-h"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        banner = "unknown"
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    packages = {name: _version(name) for name in ("aiomqtt", "paho-mqtt", "pydantic", "aiosqlite")}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(memory_gib, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "mosquitto": banner.removeprefix("mosquitto version ").strip(),
+        "packages": packages,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    return {True: "met", False: "**not met**", None: "-"}[row.get("met")]
+
+
+def figure_table(results: dict[str, Any]) -> list[str]:
+    """Return the summary table: one line per measured row of every figure."""
+    lines = [
+        "| # | figure | unit | VOX | baseline | ratio | target | target met |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for name, entry in results["figures"].items():
+        if "error" in entry:
+            lines.append(f"| {entry['number']} | {name}: failed: {entry['error']} | | | | | | |")
+            continue
+        for row in entry["rows"]:
+            lines.append(
+                f"| {entry['number']} | {row['title']} | {row['unit']} | {_number(row['vox'])} "
+                f"| {_number(row['baseline'])} | {_number(row['ratio'])} | {row['target']} "
+                f"| {_verdict(row)} |"
+            )
+    return lines
+
+
+def _details(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    figures = results["figures"]
+    for name in ("one_hop", "three_levels"):
+        row = _first(figures, name)
+        if row is not None:
+            vox, raw = row["vox_detail"], row["baseline_detail"]
+            lines.append(
+                f"- **{row['title'].split(':')[0]}** ({vox['n']} round trips each): VOX p50 "
+                f"{vox['p50_ms']} ms, p99 {vox['p99_ms']} ms, mean {vox['mean_ms']} ms; raw p50 "
+                f"{raw['p50_ms']} ms, p99 {raw['p99_ms']} ms, mean {raw['mean_ms']} ms "
+                f"(p99 ratio {row['p99_ratio']})."
+            )
+    row = _first(figures, "throughput")
+    if row is not None:
+        vox, raw = row["vox_detail"], row["baseline_detail"]
+        lines.append(
+            f"- **Throughput** ({row['concurrency']} in flight, {row['seconds']:g} s per side): "
+            f"CPU per command: VOX {vox['cpu_ms_per_command_python']} ms in the agents' process "
+            f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
+            f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
+            f"Specialists served {vox['served_by_specialist']}."
+        )
+    row = _first(figures, "ledger")
+    if row is not None:
+        lines.append(f"- **Ledger** ({row['producers']} concurrent producers, synchronous=FULL):")
+        for mode in row["modes"]:
+            lines.append(
+                f"  - {mode['mode']}: {mode['records_per_second']:,} records/s in "
+                f"{mode['commits']} commits; one record alone: p50 {mode['p50_ms']} ms, "
+                f"p99 {mode['p99_ms']} ms"
+            )
+    if "footprint" in figures and "rows" in figures["footprint"]:
+        rows = figures["footprint"]["rows"]
+        idle, fleet = rows[0]["detail"], rows[2]["vox_detail"]
+        lines.append(
+            f"- **Idle daemon**: RSS {idle['rss_mib_start']} -> {idle['rss_mib_end']} MiB "
+            f"(USS {idle['uss_mib_end']} MiB), {idle['threads']} threads, "
+            f"{idle['cpu_seconds']} s CPU in {idle['seconds']} s (heartbeat "
+            f"{idle['heartbeat_interval']:g} s)."
+        )
+        lines.append(
+            f"- **Fleet**: from starting {fleet['worker_processes']} worker processes until a "
+            f"watching console saw every agent ACTIVE: {fleet['startup_seconds_until_all_active']}"
+            f" s; the workers' RSS together: {fleet['workers_rss_mib']} MiB."
+        )
+    row = _first(figures, "render")
+    if row is not None:
+        steps = ", ".join(f"{k.removesuffix('_s')} {v} s" for k, v in row["steps"].items())
+        lines.append(f"- **Render** ({row['identities']} identities): {steps}.")
+    return lines
+
+
+def _first(figures: dict[str, Any], name: str) -> dict[str, Any] | None:
+    entry = figures.get(name)
+    if entry is None or "rows" not in entry:
+        return None
+    row: dict[str, Any] = entry["rows"][0]
+    return row
+
+
+def _profile(results: dict[str, Any]) -> list[str]:
+    row = _first(results["figures"], "throughput")
+    if row is None:
+        return []
+    profile = row["profile"]
+    lines = [
+        "### Where the time goes (figure 3, cProfile of the event loop)",
+        "",
+        f"A separate profiled run of the VOX tree ({profile['commands_per_second_under_profiler']}"
+        f" commands/s under the profiler): {profile['busy_seconds']} s busy in the event loop "
+        f"thread, {profile['idle_seconds']} s waiting in epoll. The SQLite work itself runs in "
+        "aiosqlite's threads and shows here only as the hand-offs to them.",
+        "",
+        "| area | own time (s) | share of busy |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {a['area']} | {a['seconds']} | {a['share']:.0%} |" for a in profile["areas"][:10]]
+    lines += [
+        "",
+        "| function (top own time) | calls | own s | cumulative s |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| `{f['function']}` | {f['calls']} | {f['own_s']} | {f['cumulative_s']} |"
+        for f in profile["top_own_time"][:12]
+    ]
+    lines += ["", "| vox_mqtt function (top cumulative) | calls | own s | cumulative s |"]
+    lines += ["|---|---:|---:|---:|"]
+    lines += [
+        f"| `{f['function']}` | {f['calls']} | {f['own_s']} | {f['cumulative_s']} |"
+        for f in profile["top_cumulative_vox"][:12]
+    ]
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Return BENCHMARKS.md for a run."""
+    m = results["machine"]
+    packages = ", ".join(f"{k} {v}" for k, v in m["packages"].items())
+    lines = [
+        "# Benchmarks: VOX side by side with raw MQTT",
+        "",
+        f"Produced by `{results['command']}` on {results['date']} in "
+        f"{results['seconds']:.0f} s{' (quick sizes)' if results['quick'] else ''}.",
+        "",
+        f"Machine: {m['nproc']} cores, {m['cpu_model']}, {m['memory_gib']} GiB, Linux "
+        f"{m['kernel']}; Python {m['python']}, Mosquitto {m['mosquitto']}; {packages}. "
+        f"Load average {m['load_average']} at the start and "
+        f"{results['load_average_end']} at the end (other work shares this machine).",
+        "",
+        "Every figure is measured in one run against its baseline on the same private Mosquitto,"
+        " started from the rendered, ACL'd config (`set_tcp_nodelay true`; clients set "
+        "TCP_NODELAY too), on loopback. The raw baseline logs in with the same identities and "
+        "publishes on the same topics at QoS 1, awaiting each PUBACK. Ratio = VOX / baseline. "
+        "Benchmarks are not tests: a target not met is reported, never failed.",
+        "",
+        "## Figures",
+        "",
+        *figure_table(results),
+        "",
+        "## Details",
+        "",
+        *_details(results),
+        "",
+        *_profile(results),
+        "",
+    ]
+    if ANALYSIS.is_file():
+        text = ANALYSIS.read_text(encoding="utf-8")
+        body = text.split("\n", 1)[1] if text.startswith("# ") else text
+        lines += ["## Analysis (from docs/performance.md)", "", body.strip(), ""]
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""The VOX side of figures 1-3: in-process agents of the seed tree and the operator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+from bench.common import BenchBroker
+from vox_mqtt.agent import VOXAgent
+from vox_mqtt.roles import Role, command
+
+
+class Ping(Role):
+    """The root's own trivial command (figure 1)."""
+
+    @command
+    async def ping(self, text: str = "") -> dict[str, Any]:
+        return {"text": text}
+
+
+class Echo(Role):
+    """A specialist's trivial command (figures 2 and 3)."""
+
+    @command
+    async def echo(self, text: str = "") -> dict[str, Any]:
+        return {"text": text}
+
+
+# Who serves what: the root answers `ping` itself and delegates `echo` down the tree.
+SEED_ROLES: dict[str, tuple[type[Role], ...]] = {
+    "root": (Ping,),
+    "spec_a": (Echo,),
+    "spec_b": (Echo,),
+}
+
+
+async def start_vox(
+    stack: AsyncExitStack,
+    bench: BenchBroker,
+    names: Iterable[str],
+    roles: Mapping[str, tuple[type[Role], ...]] = SEED_ROLES,
+    **overrides: Any,
+) -> tuple[VOXAgent, dict[str, VOXAgent]]:
+    """Start the named agents leaves first, then the operator; wait until routes are known."""
+    fleet = bench.fleet
+    chosen = sorted(names, key=lambda n: -fleet.depth_of(fleet.agent(n).id))
+    agents: dict[str, VOXAgent] = {}
+    for name in chosen:
+        agent = VOXAgent(bench.agent_config(name, **overrides), [r() for r in roles.get(name, ())])
+        agents[name] = await stack.enter_async_context(agent)
+    operator = await stack.enter_async_context(VOXAgent(bench.operator_config(**overrides)))
+    # The root must have learned its children's advertised commands (retained status).
+    wanted = {c for n in chosen for r in roles.get(n, ()) for c in r._declared_commands}
+    async with asyncio.timeout(30):
+        while not wanted <= set(agents[fleet.root.name].advertised_commands()):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return operator, agents

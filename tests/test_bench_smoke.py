@@ -1,0 +1,68 @@
+"""Each benchmark runs once at tiny size and yields numbers with the expected keys.
+
+No assertion here is about speed: benchmarks measure, tests only keep them from rotting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.__main__ import FIGURES, main
+
+ROW_KEYS = {"title", "unit", "vox", "baseline", "ratio", "target", "met"}
+ROWS = {"detection": 4, "footprint": 4}
+
+
+def check_rows(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        assert row.keys() >= ROW_KEYS, row
+        for key in ("vox", "baseline"):
+            assert isinstance(row[key], int | float), row
+            assert math.isfinite(row[key]), row
+            assert row[key] >= 0, row
+        assert row["ratio"] is None or row["ratio"] >= 0, row
+        assert row["met"] in (True, False, None), row
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
+    number, run = FIGURES[name]
+    outcome = run(tmp_path / name, True)
+    rows = outcome if isinstance(outcome, list) else [outcome]
+    assert len(rows) == ROWS.get(name, 1)
+    check_rows(rows)
+    assert number == list(FIGURES).index(name) + 1
+
+
+def test_profile_of_the_throughput_figure_names_where_time_goes(tmp_path: Path) -> None:
+    row = FIGURES["throughput"][1](tmp_path, True)
+    assert isinstance(row, dict)
+    profile = row["profile"]
+    assert profile["busy_seconds"] > 0
+    areas = {a["area"] for a in profile["areas"]}
+    assert any(area.startswith("vox_mqtt.") for area in areas), areas
+    assert profile["top_own_time"], profile
+    assert any("vox_mqtt/agent.py" in f["function"] for f in profile["top_cumulative_vox"])
+
+
+def test_the_runner_writes_markdown_and_json(tmp_path: Path) -> None:
+    assert main(["--quick", "--only", "ledger,render", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["figures"]) == {"ledger", "render"}
+    assert results["machine"]["nproc"] >= 1
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "make bench BENCH_ARGS='--quick --only ledger,render" in text
+    assert "| 4 | Ledger" in text
+    assert "| 7 | Render" in text
+
+
+def test_an_unknown_figure_is_refused_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--only", "nope"])
+    assert stop.value.code == 2
+    assert "one_hop, three_levels" in capsys.readouterr().err
