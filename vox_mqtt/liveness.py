@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
 from uuid import UUID
 
 from . import topics
 from ._version import __version__
-from .errors import InvalidMessage, VoxError
+from .errors import InvalidMessage, TopicError, VoxError
 from .messages import (
     MSG_SYSTEM_FAILURE,
     SystemFailure,
@@ -32,6 +35,7 @@ from .status import (
     AgentLiveness,
     AgentStatus,
     EpochCounter,
+    FleetView,
     host_metrics,
 )
 from .transport import Inbound, Will
@@ -39,22 +43,132 @@ from .transport import Inbound, Will
 if TYPE_CHECKING:
     from .agent import VOXAgent
 
-__all__ = ["INCIDENT_EXPIRY", "Incident", "Liveness"]
+__all__ = [
+    "DISK_FULL",
+    "HEARTBEAT_STALE",
+    "INCIDENT_EXPIRY",
+    "MEMORY_PRESSURE",
+    "FleetObserver",
+    "Incident",
+    "Liveness",
+    "apply_warroom",
+    "loss_code",
+    "read_status",
+    "read_warroom",
+]
 
 log = logging.getLogger("vox_mqtt.liveness")
 
 Severity = Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
 
 INCIDENT_EXPIRY: Final = 24 * 3600  # seconds a retained war-room post lives on the broker
+# Messages queued in our persistent session arrive within this many seconds of a reconnect.
+CATCH_UP: Final = 2.0
+HEARTBEAT_STALE: Final = "HEARTBEAT_STALE"
+DISK_FULL: Final = "DISK_FULL"
+MEMORY_PRESSURE: Final = "MEMORY_PRESSURE"
 
 
 class Incident:
-    """One open war-room incident as an observer holds it."""
+    """One war-room post as an observer holds it: open, or the resolution of one."""
 
     def __init__(self, topic: topics.WarroomTopic, message: VOXMessage, failure: SystemFailure):
         self.topic = topic
         self.message = message
         self.failure = failure
+
+    @property
+    def key(self) -> tuple[UUID, UUID]:
+        """Return (source, subject): one open incident per pair."""
+        return (self.topic.source, self.topic.subject)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the post as JSON-ready data."""
+        failure = self.failure
+        return {
+            "source": str(self.topic.source),
+            "subject": str(self.topic.subject),
+            "error_code": failure.error_code,
+            "severity": failure.severity,
+            "description": failure.description,
+            "epoch": failure.epoch,
+            "resolved": failure.resolved,
+            "emitted_at": self.message.emitted_at,
+            "message_id": str(self.message.message_id),
+        }
+
+
+def read_status(inbound: Inbound, topic: topics.StatusTopic) -> VOXMessage | None:
+    """Return the agent_status message on a status topic, or None (cleared, bad, forged)."""
+    if not inbound.payload:
+        return None
+    try:
+        message = parse(inbound.payload)
+    except InvalidMessage as exc:
+        log.warning("bad status on %s: %s", inbound.topic, exc.reason)
+        return None
+    if message.source != topic.agent or message.type != MSG_AGENT_STATUS:
+        log.warning("status on %s claims source %s", inbound.topic, message.source)
+        return None
+    return message
+
+
+def read_warroom(inbound: Inbound, topic: topics.WarroomTopic) -> Incident | None:
+    """Return the war-room post on a topic, or None when it is a clear or not valid."""
+    if not inbound.payload:
+        return None
+    try:
+        message = parse(inbound.payload)
+        failure = SystemFailure.model_validate(message.details)
+    except (InvalidMessage, ValueError):
+        log.warning("bad war-room post on %s", inbound.topic)
+        return None
+    if message.source != topic.source or message.type != MSG_SYSTEM_FAILURE:
+        return None
+    return Incident(topic, message, failure)
+
+
+def apply_warroom(
+    incidents: dict[tuple[UUID, UUID], Incident], inbound: Inbound, topic: topics.WarroomTopic
+) -> Incident | None:
+    """Update the open incidents from one war-room message; return the post it carried."""
+    incident = read_warroom(inbound, topic)
+    if incident is None or incident.failure.resolved:
+        incidents.pop((topic.source, topic.subject), None)
+    else:
+        incidents[incident.key] = incident
+    return incident
+
+
+class _OpenIncidents:
+    """The incidents this agent opened and has not resolved, kept across restarts."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / "incidents.json"
+        self.codes: dict[UUID, str] = {}
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            self.codes = {UUID(k): str(v) for k, v in raw.items()}
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or a torn file: at worst an old post stays until it expires
+
+    def set(self, subject: UUID, code: str | None) -> None:
+        if code is None:
+            self.codes.pop(subject, None)
+        else:
+            self.codes[subject] = code
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(k): v for k, v in self.codes.items()}), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def loss_code(entry: AgentLiveness) -> str | None:
+    """Return why an agent counts as lost (an incident), or None if it is not."""
+    if entry.status == STALE:
+        return HEARTBEAT_STALE
+    if entry.status == INACTIVE and entry.error_code != SHUTDOWN:
+        return entry.error_code or VM_CONNECTION_LOST
+    return None
 
 
 class Liveness:
@@ -66,17 +180,20 @@ class Liveness:
         self.epoch_counter = EpochCounter(self.config.state_dir)
         self.epoch = self.epoch_counter.value
         self.started_at = now_iso()
+        self.connected_at: float | None = None  # monotonic time of the latest birth
+        self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
-        self._posted: dict[UUID, str] = {}  # subject -> error_code of incidents this agent opened
-        self._advertised: list[str] | None = None
-        self._host_alerts: set[str] = set()
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
+        self._open = _OpenIncidents(self.config.state_dir)
+        self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         agent.fleet_view.on_status_change = self._queue_change
 
     # --- own status -----------------------------------------------------------------------
 
-    def _status_message(self, status: str, error_code: str | None) -> VOXMessage:
+    def _status_message(
+        self, status: str, error_code: str | None, metrics: dict[str, Any] | None = None
+    ) -> VOXMessage:
         target = self.config.master_id or topics.WARROOM_ID
         report = AgentStatus(
             name=self.config.name,
@@ -87,7 +204,7 @@ class Liveness:
             heartbeat_interval=self.config.heartbeat_interval,
             commands=self.agent.advertised_commands() if status == ACTIVE else [],
             version=__version__,
-            metrics=host_metrics(self.config.state_dir) if status == ACTIVE else {},
+            metrics=metrics or {},
         )
         return new_message(
             MSG_AGENT_STATUS,
@@ -103,28 +220,33 @@ class Liveness:
             return None
         self.epoch = self.epoch_counter.next()
         message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
-        return Will(topic=topics.status(self.agent.id), payload=_bytes(message), retain=True)
+        return Will(topic=topics.status(self.agent.id), payload=serialize(message), retain=True)
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
+        self.connected_at = time.monotonic()
+        session = self.agent.session
+        self._resumed = session is not None and session.session_present
         if self.config.publish_status:
             await self.publish_status()
 
-    async def publish_status(self) -> None:
+    async def publish_status(self, metrics: dict[str, Any] | None = None) -> None:
         """Publish the retained ACTIVE status (birth, heartbeat, new advertisement)."""
         session = self.agent.session
         if session is None or not self.config.publish_status:
             return
-        message = self._status_message(ACTIVE, None)
+        if metrics is None:
+            metrics = host_metrics(self.config.state_dir)
+        message = self._status_message(ACTIVE, None, metrics)
         self._advertised = list(message.details.get("commands", []))
-        await session.publish(topics.status(self.agent.id), _bytes(message), retain=True)
+        await session.publish(topics.status(self.agent.id), serialize(message), retain=True)
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
         session = self.agent.session
         if session is not None and self.config.publish_status:
             message = self._status_message(INACTIVE, SHUTDOWN)
-            await session.publish(topics.status(self.agent.id), _bytes(message), retain=True)
+            await session.publish(topics.status(self.agent.id), serialize(message), retain=True)
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -138,10 +260,22 @@ class Liveness:
                     await self._react(*change)
                     continue
             self.agent.fleet_view.refresh()
+            await self._reconcile()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
-                await self._safely(self.publish_status())
-                await self._safely(self._check_host())
+                await self._heartbeat()
+
+    def _online(self) -> bool:
+        # While the session is down a publish would wait for it: the birth covers the gap.
+        session = self.agent.session
+        return session is not None and session.connected and self.config.publish_status
+
+    async def _heartbeat(self) -> None:
+        if not self._online():
+            return
+        metrics = host_metrics(self.config.state_dir)
+        await self._safely(self.publish_status(metrics))
+        await self._safely(self._check_host(metrics))
 
     async def _safely(self, action: Awaitable[None]) -> None:
         try:
@@ -159,21 +293,32 @@ class Liveness:
     ) -> None:
         """Take a status or war-room message the session delivered."""
         if isinstance(topic, topics.WarroomTopic):
-            self._on_warroom(inbound, topic)
+            incident = apply_warroom(self.incidents, inbound, topic)
+            if incident is not None and self.on_incident is not None:
+                self.on_incident(incident)
             return
-        if not inbound.payload:
-            return  # a cleared retained status
-        try:
-            message = parse(inbound.payload)
-        except InvalidMessage as exc:
-            log.warning("%s: bad status on %s: %s", self.config.name, inbound.topic, exc.reason)
+        message = read_status(inbound, topic)
+        if message is None:
             return
-        if message.source != topic.agent or message.type != MSG_AGENT_STATUS:
-            log.warning(
-                "%s: status on %s claims source %s", self.config.name, inbound.topic, message.source
-            )
+        if topic.agent == self.agent.id:
+            await self._on_own_status(message, retained=inbound.retain)
+        else:
+            self.agent.fleet_view.update(message, retained=inbound.retain)
+
+    async def _on_own_status(self, message: VOXMessage, *, retained: bool) -> None:
+        """Put our birth back when a late status of an older session replaced it."""
+        epoch = message.details.get("epoch")
+        # A retained copy at subscribe time is the previous session's last word, before
+        # our birth; only a live one that is older than this session is an intruder.
+        if retained or not isinstance(epoch, int) or epoch >= self.epoch or not self._online():
             return
-        self.agent.fleet_view.update(message, retained=inbound.retain)
+        log.warning(
+            "%s: a status of epoch %d replaced ours (epoch %d): publishing ours again",
+            self.config.name,
+            epoch,
+            self.epoch,
+        )
+        await self._safely(self.publish_status())
 
     async def _react(self, entry: AgentLiveness, old: str, new: str) -> None:
         log.info(
@@ -186,47 +331,46 @@ class Liveness:
         )
         if entry.id not in self.config.children:
             return
-        if self.config.publish_status and self.agent.advertised_commands() != self._advertised:
+        if self._online() and self.agent.advertised_commands() != self._advertised:
+            # A child's commands join or leave this agent's advertisement at once.
             await self._safely(self.publish_status())
-        lost = new == STALE or (new == INACTIVE and entry.error_code == VM_CONNECTION_LOST)
-        if lost:
-            code = "HEARTBEAT_STALE" if new == STALE else VM_CONNECTION_LOST
-            await self._safely(
-                self.open_incident(
-                    entry.id,
-                    code,
-                    f"child {entry.name or entry.id} is unreachable ({code}, epoch {entry.epoch})",
-                    epoch=entry.epoch,
-                )
-            )
-        elif new == ACTIVE or (new == INACTIVE and entry.error_code == SHUTDOWN):
-            await self._safely(
-                self.resolve_incident(
-                    entry.id,
-                    f"child {entry.name or entry.id} is {new.lower()} (epoch {entry.epoch})",
-                )
-            )
+        await self._reconcile()
 
-    def _on_warroom(self, inbound: Inbound, topic: topics.WarroomTopic) -> None:
-        key = (topic.source, topic.subject)
-        if not inbound.payload:
-            self.incidents.pop(key, None)
+    async def _reconcile(self) -> None:
+        """Open an incident per lost child and resolve those that are back (level-triggered)."""
+        if not self._online() or self.connected_at is None:
             return
-        try:
-            message = parse(inbound.payload)
-            failure = SystemFailure.model_validate(message.details)
-        except (InvalidMessage, ValueError):
-            log.warning("%s: bad war-room post on %s", self.config.name, inbound.topic)
-            return
-        if message.source != topic.source:
-            return
-        incident = Incident(topic, message, failure)
-        if failure.resolved:
-            self.incidents.pop(key, None)
-        else:
-            self.incidents[key] = incident
-        if self.on_incident is not None:
-            self.on_incident(incident)
+        since_connect = time.monotonic() - self.connected_at
+        for child_id in self.config.children:
+            entry = self.agent.fleet_view.get(child_id)
+            if entry is None or not entry.seen:
+                continue
+            code = loss_code(entry)
+            name = entry.name or str(child_id)
+            if code is not None and child_id not in self._open.codes:
+                # What was retained or queued for us while we were away (e.g. the wills a
+                # broker publishes as it stops) is old news: a child that is fine is reborn
+                # within this grace after our own reconnect.
+                grace = self.config.stale_after * max(entry.heartbeat_interval, 0.1)
+                queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
+                if (entry.retained or queued) and since_connect < grace:
+                    continue
+                await self._safely(
+                    self.open_incident(
+                        child_id,
+                        code,
+                        f"child {name} is unreachable ({code}, epoch {entry.epoch})",
+                        epoch=entry.epoch,
+                    )
+                )
+            elif code is None and child_id in self._open.codes:
+                state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
+                await self._safely(
+                    self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
+                )
+        for subject in list(self._open.codes):
+            if subject != self.agent.id and subject not in self.config.children:
+                await self._safely(self.resolve_incident(subject, "no longer a child"))
 
     # --- the war room ---------------------------------------------------------------------
 
@@ -240,9 +384,8 @@ class Liveness:
         severity: Severity = "CRITICAL",
     ) -> None:
         """Post a retained system_failure about subject, once per incident."""
-        if self._posted.get(subject) == error_code:
-            return
-        self._posted[subject] = error_code
+        if subject in self._open.codes:
+            return  # one alert per incident: a STALE that becomes a will is the same one
         failure = SystemFailure(
             error_code=error_code,
             severity=severity,
@@ -251,12 +394,14 @@ class Liveness:
             epoch=epoch,
         )
         await self._post(subject, failure, retain=True)
+        self._open.set(subject, error_code)
 
     async def resolve_incident(self, subject: UUID, description: str) -> None:
         """Tell the war room an incident is over and clear its retained post."""
-        if subject not in self._posted:
+        error_code = self._open.codes.get(subject)
+        session = self.agent.session
+        if error_code is None or session is None:
             return
-        error_code = self._posted.pop(subject)
         failure = SystemFailure(
             error_code=error_code,
             severity="INFO",
@@ -265,14 +410,13 @@ class Liveness:
             resolved=True,
         )
         await self._post(subject, failure, retain=False)
-        session = self.agent.session
-        if session is not None:
-            await session.publish(topics.warroom(self.agent.id, subject), b"", retain=True)
+        await session.publish(topics.warroom(self.agent.id, subject), b"", retain=True)
+        self._open.set(subject, None)
 
     async def _post(self, subject: UUID, failure: SystemFailure, *, retain: bool) -> None:
         session = self.agent.session
         if session is None:
-            return
+            raise VoxError(f"{self.config.name} has no MQTT session")
         message = new_message(
             MSG_SYSTEM_FAILURE,
             source=self.agent.id,
@@ -283,7 +427,7 @@ class Liveness:
         await self.agent.memory.record_message(message, "sent")
         await session.publish(
             topics.warroom(self.agent.id, subject),
-            _bytes(message),
+            serialize(message),
             retain=retain,
             expiry=INCIDENT_EXPIRY,
         )
@@ -291,27 +435,47 @@ class Liveness:
             "%s: war room: %s %s", self.config.name, failure.error_code, failure.description
         )
 
-    async def _check_host(self) -> None:
-        metrics = host_metrics(self.config.state_dir)
-        limits = {
-            "DISK_FULL": ("disk_percent", self.config.disk_alert_percent),
-            "MEMORY_PRESSURE": ("memory_percent", self.config.memory_alert_percent),
-        }
-        failing = {
-            code for code, (key, limit) in limits.items() if float(metrics.get(key, 0.0)) >= limit
-        }
-        for code in sorted(failing - self._host_alerts):
-            key, limit = limits[code]
+    async def _check_host(self, metrics: dict[str, Any]) -> None:
+        limits = (
+            (DISK_FULL, "disk_percent", self.config.disk_alert_percent),
+            (MEMORY_PRESSURE, "memory_percent", self.config.memory_alert_percent),
+        )
+        failing = [
+            (code, f"{key} {metrics[key]}% >= {limit:g}%")
+            for code, key, limit in limits
+            if float(metrics.get(key, 0.0)) >= limit
+        ]
+        me = self.agent.id
+        if failing and me not in self._open.codes:
+            text = "; ".join(reason for _, reason in failing)
             await self.open_incident(
-                self.agent.id,
-                code,
-                f"{self.config.name}: {key} {metrics[key]}% >= {limit}%",
-                epoch=self.epoch,
+                me, failing[0][0], f"{self.config.name}: {text}", epoch=self.epoch, severity="ERROR"
             )
-        if self._host_alerts and not failing:
-            await self.resolve_incident(self.agent.id, f"{self.config.name}: host checks pass")
-        self._host_alerts = failing
+        elif not failing and me in self._open.codes:
+            await self.resolve_incident(me, f"{self.config.name}: host checks pass")
 
 
-def _bytes(message: VOXMessage) -> bytes:
-    return serialize(message)
+class FleetObserver:
+    """A read-only view of what one identity may read: statuses and war-room posts."""
+
+    def __init__(self, *, stale_after: float = 3.0) -> None:
+        self.view = FleetView(stale_after=stale_after)
+        self.incidents: dict[tuple[UUID, UUID], Incident] = {}
+        self.on_incident: Callable[[Incident], None] | None = None
+        self.messages = 0  # status and war-room messages taken so far
+
+    def take(self, inbound: Inbound) -> None:
+        """Apply one message of the observer's subscriptions."""
+        try:
+            topic = topics.parse_topic(inbound.topic)
+        except TopicError:
+            return
+        self.messages += 1
+        if isinstance(topic, topics.WarroomTopic):
+            incident = apply_warroom(self.incidents, inbound, topic)
+            if incident is not None and self.on_incident is not None:
+                self.on_incident(incident)
+        elif isinstance(topic, topics.StatusTopic):
+            message = read_status(inbound, topic)
+            if message is not None:
+                self.view.update(message, retained=inbound.retain)

@@ -124,11 +124,18 @@ class AgentLiveness:
     metrics: dict[str, Any] | None = None
     version: str = ""
     last_heartbeat: str = ""  # emitted_at of the last status message, as the sender wrote it
-    received_at: float = 0.0  # observer's monotonic clock
+    retained: bool = False  # the last status was a retained copy found at subscribe time
+    # On the observer's monotonic clock; may be below zero for an old retained status.
+    received_at: float = 0.0
+
+    @property
+    def seen(self) -> bool:
+        """Return whether any status of this agent has arrived."""
+        return bool(self.last_heartbeat)
 
     def heartbeat_age(self, now: float | None = None) -> float | None:
         """Return seconds since the last status message, on the observer's clock."""
-        if not self.received_at:
+        if not self.seen:
             return None
         return max(0.0, (time.monotonic() if now is None else now) - self.received_at)
 
@@ -202,6 +209,10 @@ class FleetView:
         """Return every watched agent."""
         return list(self._agents.values())
 
+    def get_children(self, agent_id: UUID) -> list[AgentLiveness]:
+        """Return the agents whose status says they report to agent_id."""
+        return [a for a in self._agents.values() if a.master_id == agent_id]
+
     def get_hierarchy_snapshot(self) -> dict[str, dict[str, Any]]:
         """Return every agent's liveness as JSON-ready data, by id."""
         now = self._clock()
@@ -239,6 +250,7 @@ class FleetView:
         entry.version = report.version
         entry.last_heartbeat = message.emitted_at
         entry.received_at = received_at
+        entry.retained = retained
         new_status: str = report.status
         if new_status == ACTIVE and self._is_stale(entry, now):
             new_status = STALE
