@@ -1,0 +1,207 @@
+"""`vox status`, `watch`, `warroom` (and `send`) against in-process agents on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agentkit import Analyst, start_agents, wait_for
+from tests.brokerkit import SecureBroker, tree_fleet
+from vox_mqtt.cli import main
+from vox_mqtt.cli.agent import render_agent_config
+from vox_mqtt.localbroker import free_port
+
+SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
+ROLES = {"spec_a": [Analyst()], "spec_b": [Analyst()]}
+
+
+@pytest.fixture
+def secure(secure_broker_factory: Any) -> SecureBroker:
+    broker: SecureBroker = secure_broker_factory(tree_fleet(SEED))
+    return broker
+
+
+@pytest.fixture
+def configs(secure: SecureBroker, tmp_path: Path) -> dict[str, Path]:
+    """Rendered configs: the operator's and each agent's (used by the CLI only)."""
+    out = {}
+    for name in ("operator", *SEED):
+        rendered = render_agent_config(
+            secure.fleet,
+            name,
+            secure.dir.root,
+            tmp_path / "etc" / f"{name}.toml",
+            tmp_path / "cli-state" / name,
+        )
+        out[name] = rendered.config
+    return out
+
+
+@pytest.fixture
+def capture(capsys: pytest.CaptureFixture[str]) -> Any:
+    """Run `vox ARGS` in a worker thread (it runs its own event loop); return code, out, err."""
+
+    async def run(*args: str | Path) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, [str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+async def running_fleet(stack: AsyncExitStack, secure: SecureBroker, tmp_path: Path) -> Any:
+    agents = await start_agents(stack, secure, tmp_path, ROLES, heartbeat_interval=0.5)
+    await wait_for(lambda: "analyze" in agents["root"].advertised_commands())
+    return agents
+
+
+async def test_status_json_and_table(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    async with AsyncExitStack() as stack:
+        await running_fleet(stack, secure, tmp_path)
+        code, out, err = await capture("status", "--config", configs["operator"], "--json")
+        assert (code, err) == (0, "")
+        data = json.loads(out)
+        assert data["identity"]["kind"] == "operator"
+        rows = {row["name"]: row for row in data["agents"]}
+        assert sorted(rows) == ["coordinator", "root", "spec_a", "spec_b"]
+        spec = rows["spec_a"]
+        assert spec["id"] == str(secure.fleet.agent("spec_a").id)
+        assert (spec["status"], spec["epoch"], spec["healthy"]) == ("ACTIVE", 1, True)
+        assert spec["commands"] == ["analyze"]
+        assert 0 <= spec["heartbeat_age_s"] < 5
+        assert {"cpu_percent", "memory_percent", "disk_percent"} <= set(spec["metrics"])
+        assert rows["coordinator"]["master_id"] == str(secure.fleet.agent("root").id)
+
+        code, out, err = await capture("status", "--config", configs["operator"])
+        assert (code, err) == (0, "")
+        for word in ("name", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands"):
+            assert word in out
+        assert out.count("ACTIVE") == 4
+        assert str(secure.fleet.agent("spec_b").id) in out
+
+
+async def test_watch_draws_the_tree(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    async with AsyncExitStack() as stack:
+        await running_fleet(stack, secure, tmp_path)
+        code, out, err = await capture("watch", "--config", configs["operator"], "--duration", "2")
+    assert (code, err) == (0, "")
+    last = out[out.rindex("operator (operator)") :]
+    lines = last.splitlines()
+    depth = {
+        name: next(ln.index(name) for ln in lines if f"{name} ACTIVE" in ln)
+        for name in ("root", "coordinator", "spec_a", "spec_b")
+    }
+    assert depth["root"] < depth["coordinator"] < depth["spec_a"] == depth["spec_b"]
+    assert "epoch 1" in last
+
+
+async def test_warroom_lists_open_incidents_and_follows_new_posts(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    async with AsyncExitStack() as stack:
+        agents = await running_fleet(stack, secure, tmp_path)
+        code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
+        assert (code, out, err) == (0, "", "")
+
+        assert agents["spec_a"].session is not None
+        await agents["spec_a"].session.disconnect_abruptly()
+        await wait_for(lambda: agents["root"].advertised_commands() == ["analyze"])
+        code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
+        [row] = [json.loads(line) for line in out.splitlines()]
+        assert (row["source_name"], row["subject_name"]) == ("coordinator", "spec_a")
+        assert (row["error_code"], row["severity"], row["resolved"]) == (
+            "VM_CONNECTION_LOST",
+            "CRITICAL",
+            False,
+        )
+        assert row["epoch"] == 1
+        code, out, err = await capture("warroom", "--config", configs["operator"])
+        assert "open incidents: 1" in out
+        assert "VM_CONNECTION_LOST from coordinator about spec_a" in out
+        # The root may read the war room too; a coordinator may not (the ACL filters it).
+        code, out, err = await capture("warroom", "--config", configs["root"], "--json")
+        assert len(out.splitlines()) == 1
+        code, out, err = await capture("warroom", "--config", configs["coordinator"], "--json")
+        assert (code, out) == (0, "")
+
+        follow = asyncio.ensure_future(
+            capture(
+                "warroom",
+                "--config",
+                configs["operator"],
+                "--follow",
+                "--duration",
+                "4",
+                "--json",
+            )
+        )
+        await asyncio.sleep(2.5)  # past its 2 s look at what is open
+        assert agents["spec_b"].session is not None
+        await agents["spec_b"].session.disconnect_abruptly()
+        code, out, err = await follow
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["subject_name"], r["resolved"]) for r in rows] == [
+        ("spec_a", False),
+        ("spec_b", False),
+    ]
+
+
+async def test_status_as_an_agent_on_a_broker_that_locks_client_ids_warns(
+    secure_broker_factory: Any, tmp_path: Path, capture: Any
+) -> None:
+    secure = secure_broker_factory(tree_fleet(SEED), lock_client_ids=True)
+    configs = {
+        name: render_agent_config(
+            secure.fleet, name, secure.dir.root, tmp_path / f"{name}.toml", tmp_path / name
+        ).config
+        for name in ("spec_b",)
+    }
+    # spec_b ran once, so the broker keeps its persistent session; it is not running now.
+    async with AsyncExitStack() as stack:
+        await start_agents(stack, secure, tmp_path, {}, ["spec_b"])
+    code, out, err = await capture("status", "--config", configs["spec_b"], "--json")
+    assert code == 0
+    assert "the broker gave this look the MQTT session of spec_b" in err
+    assert [row["name"] for row in json.loads(out)["agents"]] == ["spec_b"]
+
+
+async def test_bad_config_is_one_line_and_exit_2(
+    configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    code, out, err = await capture("status", "--config", tmp_path / "missing.toml")
+    assert (code, out) == (2, "")
+    assert err == f"vox: error: {tmp_path / 'missing.toml'}: no such config file\n"
+    broken = tmp_path / "broken.toml"
+    broken.write_text('kind = "operator"\n[operator\n')
+    code, out, err = await capture("warroom", "--config", broken)
+    assert (code, len(err.splitlines())) == (2, 1)
+    assert "not valid TOML" in err
+    code, out, err = await capture("send", "--config", configs["root"], "analyze")
+    assert code == 2
+    assert "not an operator config" in err
+    assert "Traceback" not in err
+
+
+async def test_unreachable_broker_is_one_line_and_exit_1(
+    configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    text = configs["operator"].read_text()
+    port = next(ln for ln in text.splitlines() if ln.startswith("port = "))
+    nowhere = configs["operator"].with_name("nowhere.toml")
+    nowhere.write_text(text.replace(port, f"port = {free_port()}"))
+    code, out, err = await capture("status", "--config", nowhere)
+    assert (code, out) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("vox: error: ")
+    assert "connection refused" in err

@@ -1,0 +1,460 @@
+"""The operator's verbs: `vox send`, `status`, `watch`, `warroom` and `inbox`.
+
+`status`, `watch` and `warroom` are read-only: they log in as the identity of the config
+they are given (the operator's console config, or an agent's daemon config) on a
+throw-away client id, and show whatever the broker's ACL lets that identity read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import secrets
+import sys
+import time
+import tomllib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.tree import Tree
+
+from .. import topics
+from .._mqttclient import Refused
+from ..config import load_console_config, load_daemon_config
+from ..console import ALL_STATUS, OperatorConsole
+from ..errors import CommandFailed
+from ..liveness import FleetObserver, Incident
+from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
+from ..transport import BrokerSettings, Session
+from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
+
+__all__ = ["Reader", "load_reader", "register"]
+
+_COLOURS = {ACTIVE: "green", STALE: "yellow", INACTIVE: "red"}
+_CONNECT_TIMEOUT = 5.0  # a read-only look should say "unreachable" quickly
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the operator verbs."""
+
+    def verb(name: str, help: str, *, agent_too: bool) -> argparse.ArgumentParser:
+        parser = subparsers.add_parser(name, help=help)
+        who = "the operator console config (vox agent render FLEET operator)"
+        if agent_too:
+            who += " or an agent's daemon config: shows what that identity may read"
+        parser.add_argument("--config", required=True, type=Path, help=who)
+        return parser
+
+    send = verb("send", "send a command to the root and print the answer", agent_too=False)
+    send.add_argument("command")
+    send.add_argument(
+        "params",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="command params; VALUE is read as JSON when it parses, else a string",
+    )
+    send.add_argument("--timeout", type=float, default=30.0)
+    send.add_argument("--json", action="store_true")
+    send.set_defaults(func=cmd_send)
+
+    status = verb("status", "show the liveness of every agent one may see", agent_too=True)
+    status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--wait", type=float, default=3.0, help="seconds to wait for retained statuses (default 3)"
+    )
+    status.set_defaults(func=cmd_status)
+
+    watch = verb("watch", "live tree of the fleet coloured by health", agent_too=True)
+    watch.add_argument("--duration", type=float, default=None, help="stop after N seconds")
+    watch.set_defaults(func=cmd_watch)
+
+    warroom = verb("warroom", "list the open war-room incidents", agent_too=True)
+    warroom.add_argument("--follow", action="store_true", help="then print new posts as they come")
+    warroom.add_argument("--duration", type=float, default=None, help="stop following after N s")
+    warroom.add_argument("--json", action="store_true", help="one JSON object per line")
+    warroom.set_defaults(func=cmd_warroom)
+
+    inbox = verb("inbox", "fetch and show the root's notifications", agent_too=False)
+    inbox.add_argument("--wait", type=float, default=2.0)
+    inbox.add_argument("--json", action="store_true")
+    inbox.set_defaults(func=cmd_inbox)
+
+
+# --- send and inbox: the operator's persistent session ---------------------------------------
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """Turn KEY=VALUE words into params, VALUE as JSON when it parses."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"param {pair!r} is not KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """Send one command and print its result."""
+    try:
+        params = parse_params(args.params)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    return asyncio.run(_send(args, params))
+
+
+async def _send(args: argparse.Namespace, params: dict[str, Any]) -> int:
+    async with OperatorConsole(args.config) as console:
+        try:
+            reply = await console.send_command(args.command, params, wait=args.timeout)
+        except CommandFailed as exc:
+            if args.json:
+                print_json({"ok": False, "code": exc.code, "error": exc.error})
+            else:
+                fail(f"{args.command}: {exc.code}: {exc.error}")
+            return EXIT_RUNTIME
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "message_id": str(reply.message_id),
+                "reply_to": str(reply.reply_to),
+                **reply.details,
+            }
+        )
+    else:
+        details = reply.details
+        out_console().print(f"[bold]{args.command}[/]: {json.dumps(details.get('result'))}")
+        if details.get("summary"):
+            out_console().print(details["summary"])
+        out_console().print(
+            f"[dim]handled by {details.get('handled_by')}; "
+            f"reply {reply.message_id} to {reply.reply_to}[/]"
+        )
+    return 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    """Collect queued notifications from the root, then print all of them."""
+
+    async def run() -> int:
+        async with OperatorConsole(args.config) as console:
+            await asyncio.sleep(args.wait)
+            entries = console.notifications()
+        if args.json:
+            print_json(entries)
+            return 0
+        out = out_console()
+        out.print(f"[bold]operator inbox[/]: {len(entries)} notification(s)")
+        for entry in entries:
+            details = dict(entry.get("details", {}))
+            note = details.pop("note_to_human", None)
+            out.print(f"- {entry['emitted_at']} [bold]{entry['type']}[/] {json.dumps(details)}")
+            if note:
+                for line in str(note).splitlines():
+                    out.print(f"    {line}")
+        return 0
+
+    return asyncio.run(run())
+
+
+# --- read-only looks: status, watch, warroom -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reader:
+    """Who a read-only look logs in as, and where it sits in the tree."""
+
+    kind: str  # "operator" or "agent"
+    name: str
+    id: UUID
+    top: UUID  # the tree is drawn from here: the operator, or the agent's master
+    peers: tuple[UUID, ...]  # statuses an agent reads (for a broker that refuses wildcards)
+    warroom: bool  # whether this identity is meant to read the war room
+    stale_after: float
+    broker: BrokerSettings
+
+
+def load_reader(path: Path) -> Reader:
+    """Read an operator or agent config; the connection gets its own client id, no session."""
+    try:
+        kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        kind = "operator"  # let the loader say what is wrong with the file
+    base = path.absolute().parent
+    if kind == "agent":
+        daemon = load_daemon_config(path)
+        a = daemon.agent
+        broker = daemon.broker.settings(f"{a.id}-status-{secrets.token_hex(4)}", base=base)
+        return Reader(
+            kind="agent",
+            name=a.name,
+            id=a.id,
+            top=a.master_id,
+            peers=(a.id, a.master_id, *a.children),
+            warroom=a.watch_warroom,
+            stale_after=a.stale_after,
+            broker=_read_only(broker),
+        )
+    console = load_console_config(path)
+    op = console.operator
+    broker = console.broker.settings(f"{op.id}-status-{secrets.token_hex(4)}", base=base)
+    return Reader(
+        kind="operator",
+        name=op.name,
+        id=op.id,
+        top=op.id,
+        peers=(),
+        warroom=True,
+        stale_after=3.0,
+        broker=_read_only(broker),
+    )
+
+
+def _read_only(broker: BrokerSettings) -> BrokerSettings:
+    # No session left behind on the broker, and a quick answer when it is not there.
+    return replace(
+        broker,
+        session_expiry=0,
+        connect_timeout=min(broker.connect_timeout, _CONNECT_TIMEOUT),
+        reconnect_max=5.0,
+    )
+
+
+@contextlib.asynccontextmanager
+async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObserver]:
+    """Log in as the reader and keep a FleetObserver up to date for the block."""
+    observer = FleetObserver(stale_after=reader.stale_after)
+    wanted = [ALL_STATUS] + ([topics.WARROOM_FILTER] if warroom else [])
+    try:
+        session = await _connect(reader.broker, wanted)
+    except Refused as exc:
+        if "subscription" not in str(exc) or reader.kind != "agent":
+            raise
+        # The dynsec plugin refuses a wildcard it does not grant: ask for each topic instead.
+        exact = [topics.status(peer) for peer in reader.peers]
+        exact += [topics.WARROOM_FILTER] if warroom and reader.warroom else []
+        session = await _connect(reader.broker, exact)
+    try:
+        if session.session_present:
+            # A fresh client id never has a session: this broker replaced it with the username.
+            print(
+                f"vox: warning: the broker gave this look the MQTT session of {reader.name}: "
+                "it locks client ids to usernames (--lock-client-ids), so a running client "
+                "of that identity was disconnected by it — see docs/liveness.md",
+                file=sys.stderr,
+            )
+        pump = asyncio.ensure_future(_pump(session, observer))
+        try:
+            yield observer
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+    finally:
+        await session.__aexit__(None, None, None)
+
+
+async def _connect(broker: BrokerSettings, filters: Sequence[str]) -> Session:
+    session = Session(broker, subscriptions=filters)
+    await session.__aenter__()
+    return session
+
+
+async def _pump(session: Session, observer: FleetObserver) -> None:
+    async for inbound in session.messages():
+        observer.take(inbound)
+
+
+async def settle(observer: FleetObserver, limit: float, quiet: float = 0.3) -> None:
+    """Wait until retained messages stop arriving (quiet seconds), at most limit seconds."""
+    deadline = time.monotonic() + limit
+    seen = -1
+    while time.monotonic() < deadline:
+        count = observer.messages
+        if count == seen and count > 0:
+            return
+        seen = count
+        await asyncio.sleep(min(quiet, max(0.0, deadline - time.monotonic())))
+
+
+def _wide_console() -> Console:
+    # A pipe gets 80 columns by default; a table of UUIDs needs more to stay readable.
+    console = out_console()
+    if not console.is_terminal:
+        console.width = max(console.width, 200)
+    return console
+
+
+def _age(entry: AgentLiveness) -> str:
+    age = entry.heartbeat_age()
+    return "-" if age is None else f"{age:.1f}s"
+
+
+def status_table(agents: list[AgentLiveness], title: str) -> Table:
+    """Return the status table: one row per agent."""
+    table = Table(title=title)
+    columns = ("name", "id", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands")
+    for column in columns:
+        table.add_column(column)
+    for entry in sorted(agents, key=lambda a: a.name):
+        metrics = entry.metrics or {}
+        colour = _COLOURS.get(entry.status, "white")
+        status = entry.status + (f" ({entry.error_code})" if entry.error_code else "")
+        table.add_row(
+            entry.name,
+            str(entry.id),
+            f"[{colour}]{status}[/]",
+            str(entry.epoch),
+            _age(entry),
+            str(metrics.get("cpu_percent", "-")),
+            str(metrics.get("memory_percent", "-")),
+            str(metrics.get("disk_percent", "-")),
+            ", ".join(entry.commands),
+        )
+    return table
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the liveness of every agent whose status this identity may read."""
+    reader = load_reader(args.config)
+
+    async def run() -> int:
+        async with observing(reader, warroom=False) as observer:
+            await settle(observer, args.wait)
+            observer.view.refresh()
+            agents = [a for a in observer.view.agents() if a.seen]
+            if args.json:
+                print_json(
+                    {
+                        "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
+                        "agents": [a.as_dict() for a in sorted(agents, key=lambda a: a.name)],
+                    }
+                )
+            else:
+                title = f"vox fleet status, as seen by {reader.name} ({reader.kind})"
+                _wide_console().print(status_table(agents, title))
+        return 0
+
+    return asyncio.run(run())
+
+
+def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
+    """Draw the fleet as masters and children from what the statuses say."""
+    agents = {a.id: a for a in observer.view.agents() if a.seen}
+
+    def label(entry: AgentLiveness) -> str:
+        colour = _COLOURS.get(entry.status, "white")
+        code = f" {entry.error_code}" if entry.error_code else ""
+        return (
+            f"[{colour}]{entry.name} {entry.status}{code}[/] [dim](id: {entry.id}, "
+            f"epoch {entry.epoch}, heartbeat {_age(entry)})[/]"
+        )
+
+    top = agents.get(reader.top)
+    if reader.kind == "operator":
+        tree = Tree(f"[bold]{reader.name}[/] (operator)")
+    else:
+        tree = Tree(label(top) if top is not None else f"[bold]{reader.top}[/] (master)")
+
+    def grow(branch: Tree, parent: UUID, depth: int) -> None:
+        children = [a for a in observer.view.get_children(parent) if a.seen]
+        for entry in sorted(children, key=lambda a: a.name):
+            if depth < 64:
+                grow(branch.add(label(entry)), entry.id, depth + 1)
+
+    grow(tree, reader.top, 0)
+    if observer.incidents:
+        tree.add(f"[red]war room: {len(observer.incidents)} open incident(s)[/]")
+    return tree
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Show a live tree of the fleet until interrupted or --duration has passed."""
+    reader = load_reader(args.config)
+
+    async def run() -> int:
+        async with observing(reader, warroom=reader.warroom) as observer:
+            await settle(observer, 1.0)
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            with Live(
+                status_tree(reader, observer), console=_wide_console(), refresh_per_second=2
+            ) as live:
+                while deadline is None or time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    observer.view.refresh()
+                    live.update(status_tree(reader, observer))
+        return 0
+
+    return asyncio.run(run())
+
+
+def incident_row(incident: Incident, names: Callable[[UUID], str]) -> dict[str, Any]:
+    """Return a war-room post as JSON-ready data, with the names the statuses told."""
+    row = incident.as_dict()
+    row["source_name"] = names(incident.topic.source)
+    row["subject_name"] = names(incident.topic.subject)
+    return row
+
+
+def cmd_warroom(args: argparse.Namespace) -> int:
+    """List open incidents, then follow new posts if asked."""
+    reader = load_reader(args.config)
+
+    async def run() -> int:
+        async with observing(reader, warroom=True) as observer:
+            await settle(observer, 2.0)
+
+            def names(agent_id: UUID) -> str:
+                entry = observer.view.get(agent_id)
+                return entry.name if entry is not None and entry.name else ""
+
+            rows = [incident_row(i, names) for i in observer.incidents.values()]
+            rows.sort(key=lambda r: str(r["emitted_at"]))
+            _print_incidents(rows, as_json=args.json, title="open incidents")
+            if not args.follow:
+                return 0
+            queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            observer.on_incident = lambda incident: queue.put_nowait(incident_row(incident, names))
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while deadline is None or time.monotonic() < deadline:
+                try:
+                    async with asyncio.timeout(0.5):
+                        row = await queue.get()
+                except TimeoutError:
+                    continue
+                _print_incidents([row], as_json=args.json, title=None)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | None) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        return
+    console = _wide_console()
+    if title is not None:
+        console.print(f"[bold]{title}[/]: {len(rows)}")
+    for row in rows:
+        mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{row['severity']}[/]"
+        source = row["source_name"] or row["source"]
+        subject = row["subject_name"] or row["subject"]
+        console.print(
+            f"{row['emitted_at']} {mark} {row['error_code']} from {source} about {subject}: "
+            f"{row['description']}"
+        )
+    sys.stdout.flush()
