@@ -1,0 +1,441 @@
+"""Real failures for multi-process liveness tests: daemons to kill or freeze, a cable to cut.
+
+- `deploy_fleet(...)`: render the fleet's broker dir and one daemon config per agent.
+- `AgentProcess`: `python -m agent_daemon --config FILE` with its log in a file.
+- `TcpProxy`: sits between a daemon and the broker; `blackhole()` stops forwarding in both
+  directions and keeps every socket open (a cut cable: no FIN, no RST), `heal()` resumes.
+- `Recorder`: an independent MQTT client (the read-only explorer identity) that stamps
+  every status and war-room message with the test's monotonic clock.
+- `run_vox(...)`: the `vox` command as a separate process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
+from vox_mqtt.cli.agent import render_agent_config
+from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.localbroker import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+ANALYST = "tests.agentkit:Analyst"
+SLEEPER = "tests.roles_for_tests:Sleeper"
+
+# The seed's tree. spec_a also serves Sleeper's commands, so losing it changes what the
+# coordinator advertises even while spec_b still serves `analyze`.
+SEED_ROLES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "root": (None, ()),
+    "coordinator": ("root", ()),
+    "spec_a": ("coordinator", (ANALYST, SLEEPER)),
+    "spec_b": ("coordinator", (ANALYST,)),
+}
+
+
+@dataclass
+class Deployment:
+    """A fleet rendered for this host: broker dir, daemon configs, the operator's config."""
+
+    fleet: Fleet
+    broker_dir: BrokerDir
+    root: Path
+    configs: dict[str, Path]
+    operator_config: Path
+
+    @property
+    def port(self) -> int:
+        return self.broker_dir.port
+
+    def id(self, name: str) -> UUID:
+        return self.fleet.agent(name).id
+
+    def state_dir(self, name: str) -> Path:
+        return self.root / "state" / name
+
+    def conf_text(self) -> str:
+        """Return the rendered mosquitto.conf."""
+        return self.broker_dir.conf.read_text()
+
+    def edit(self, name: str, **values: Any) -> Path:
+        """Change keys of one daemon config (e.g. port=, disk_alert_percent=)."""
+        path = self.configs[name]
+        text = path.read_text()
+        for key, value in values.items():
+            literal = json.dumps(value)
+            text, count = re.subn(rf"(?m)^{key} = .*$", f"{key} = {literal}", text)
+            assert count == 1, f"{key} is not a key of {path}"
+        path.write_text(text)
+        return path
+
+
+def deploy_fleet(
+    root: Path,
+    shape: dict[str, tuple[str | None, tuple[str, ...]]] = SEED_ROLES,
+    *,
+    heartbeat: float = 1.0,
+    keepalive: int = 5,
+) -> Deployment:
+    """Render the broker and every agent's daemon config (and the operator's) under root."""
+    ids = {name: uuid4() for name in shape}
+    parts = [f'[operator]\nid = "{uuid4()}"\n']
+    for name, (master, roles) in shape.items():
+        lines = [f'name = "{name}"', f'id = "{ids[name]}"', f"heartbeat_interval = {heartbeat}"]
+        if master is not None:
+            lines.append(f'master_id = "{ids[master]}"')
+        lines.append("roles = [" + ", ".join(f'"{r}"' for r in roles) + "]")
+        parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
+    fleet = parse_fleet("\n".join(parts))
+    broker_dir = render_broker_dir(
+        fleet, root / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
+    )
+    etc = root / "etc"
+    configs = {
+        name: render_agent_config(
+            fleet,
+            name,
+            broker_dir.root,
+            etc / f"{name}.toml",
+            root / "state" / name,
+            keepalive=keepalive,
+            shutdown_grace=2.0,
+        ).config
+        for name in shape
+    }
+    operator = render_agent_config(
+        fleet, "operator", broker_dir.root, etc / "operator.toml", root / "console"
+    )
+    return Deployment(
+        fleet=fleet,
+        broker_dir=broker_dir,
+        root=root,
+        configs=configs,
+        operator_config=operator.config,
+    )
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+class AgentProcess:
+    """One agent daemon as a child process, its log in a file."""
+
+    def __init__(self, name: str, config: Path, log: Path) -> None:
+        self.name = name
+        self.config = config
+        self.log_path = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Start (or start again) the daemon; the log is appended to."""
+        if self.process is not None:
+            self.kill()  # reap the previous run, whatever signal ended it
+        with self.log_path.open("ab") as handle:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agent_daemon", "--config", str(self.config)],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_env(),
+                cwd=REPO,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL and reap: the process vanishes without a word."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)  # a stopped process dies only once continued
+            self.process.kill()
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; SIGKILL after timeout."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Processes:
+    """The daemons a test started; all are killed at the end, their logs shown on failure."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: dict[str, AgentProcess] = {}
+
+    def start(self, deployment: Deployment, names: Iterable[str] | None = None) -> None:
+        for name in names if names is not None else deployment.configs:
+            self.started[name] = AgentProcess(
+                name, deployment.configs[name], self.logs / f"{name}.log"
+            )
+
+    def __getitem__(self, name: str) -> AgentProcess:
+        return self.started[name]
+
+    def close(self, *, show_logs: bool) -> None:
+        for process in self.started.values():
+            process.kill()
+            if show_logs:
+                print(f"\n--- {process.name} daemon log ---\n{process.log()[-6000:]}")
+
+
+@dataclass
+class Seen:
+    """One message the recorder received, stamped on the test's monotonic clock."""
+
+    at: float
+    topic: str
+    payload: bytes
+    retain: bool
+
+    def json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.payload)
+        return data
+
+
+@dataclass
+class Recorder:
+    """The explorer identity (read-only) watching every status and war-room topic."""
+
+    deployment: Deployment
+    seen: list[Seen] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _client: Any = None
+
+    def __enter__(self) -> Recorder:
+        creds = self.deployment.broker_dir.credentials_for("explorer")
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=f"{creds.username}-recorder",
+            protocol=mqtt.MQTTv5,
+        )
+        client.username_pw_set(creds.username, creds.password)
+        client.on_connect = lambda c, *_: c.subscribe([("vox/+/status", 1), ("vox/warroom/#", 1)])
+        client.on_message = self._on_message
+        client.reconnect_delay_set(min_delay=0.1, max_delay=1)  # type: ignore[arg-type]
+        client.connect("127.0.0.1", self.deployment.port, keepalive=30)
+        client.loop_start()
+        self._client = client
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def _on_message(self, _client: Any, _userdata: Any, msg: Any) -> None:
+        with self._cond:
+            self.seen.append(Seen(time.monotonic(), msg.topic, msg.payload, bool(msg.retain)))
+            self._cond.notify_all()
+
+    def wait(
+        self, predicate: Callable[[Seen], bool], *, after: float = 0.0, timeout: float = 10.0
+    ) -> Seen:
+        """Return the first message after `after` that satisfies predicate; fail on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for item in self.seen:
+                    if item.at >= after and predicate(item):
+                        return item
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"nothing matched within {timeout:g}s")
+                self._cond.wait(min(remaining, 0.2))
+
+    def status(
+        self,
+        agent: UUID,
+        *,
+        after: float = 0.0,
+        timeout: float = 10.0,
+        min_epoch: int = 0,
+        **expect: Any,
+    ) -> Seen:
+        """Wait for a status of agent whose details hold every expected key=value."""
+        topic = f"vox/{agent}/status"
+
+        def matches(item: Seen) -> bool:
+            if item.topic != topic or not item.payload:
+                return False
+            details = item.json()["details"]
+            if details["epoch"] < min_epoch:
+                return False
+            return all(details.get(k) == v for k, v in expect.items())
+
+        return self.wait(matches, after=after, timeout=timeout)
+
+    def latest_status(self, agent: UUID) -> dict[str, Any]:
+        """Return the details of the last status of agent received so far."""
+        with self._cond:
+            for item in reversed(self.seen):
+                if item.topic == f"vox/{agent}/status" and item.payload:
+                    details: dict[str, Any] = item.json()["details"]
+                    return details
+        raise AssertionError(f"no status of {agent} yet")
+
+    def warroom(self, source: UUID, subject: UUID, *, after: float = 0.0) -> list[Seen]:
+        """Return the war-room posts (and clears) about subject by source, after a time."""
+        topic = f"vox/warroom/{source}/{subject}"
+        with self._cond:
+            return [item for item in self.seen if item.topic == topic and item.at >= after]
+
+    def wait_warroom(
+        self,
+        source: UUID,
+        subject: UUID,
+        *,
+        resolved: bool | None = False,
+        after: float = 0.0,
+        timeout: float = 10.0,
+    ) -> Seen:
+        """Wait for a post (resolved False/True) or, with resolved=None, the retained clear."""
+        topic = f"vox/warroom/{source}/{subject}"
+
+        def matches(item: Seen) -> bool:
+            if item.topic != topic:
+                return False
+            if resolved is None:
+                return item.payload == b""
+            return bool(item.payload) and item.json()["details"].get("resolved", False) == resolved
+
+        return self.wait(matches, after=after, timeout=timeout)
+
+
+class TcpProxy:
+    """A loopback TCP relay that can black-hole its traffic without closing anything."""
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.target = (host, target_port)
+        self.listener = socket.create_server((host, 0))
+        self.listener.setblocking(False)
+        self.port: int = self.listener.getsockname()[1]
+        self._blackholed = threading.Event()
+        self._closed = threading.Event()
+        self._pairs: dict[socket.socket, socket.socket] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def blackhole(self) -> None:
+        """Stop forwarding in both directions; sockets stay open, nothing is refused."""
+        self._blackholed.set()
+
+    def heal(self) -> None:
+        """Forward again, including whatever piled up meanwhile."""
+        self._blackholed.clear()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(5)
+        for sock in list(self._pairs):
+            sock.close()
+        self.listener.close()
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.listener, selectors.EVENT_READ)
+            while not self._closed.is_set():
+                if self._blackholed.is_set():
+                    # Not even accept(): the kernel completes handshakes, data goes nowhere.
+                    time.sleep(0.05)
+                    continue
+                for key, _ in selector.select(timeout=0.05):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    if sock is self.listener:
+                        self._accept(selector)
+                    elif sock in self._pairs:
+                        self._forward(selector, sock)
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        try:
+            client, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        for sock in (client, upstream):
+            sock.setblocking(True)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            selector.register(sock, selectors.EVENT_READ)
+        self._pairs[client] = upstream
+        self._pairs[upstream] = client
+
+    def _forward(self, selector: selectors.BaseSelector, sock: socket.socket) -> None:
+        peer = self._pairs[sock]
+        try:
+            data = sock.recv(65536)
+            if data:
+                peer.sendall(data)
+                return
+        except OSError:
+            pass
+        for end in (sock, peer):
+            with contextlib.suppress(KeyError, ValueError):
+                selector.unregister(end)
+            self._pairs.pop(end, None)
+            end.close()
+
+
+def run_vox(*args: str | Path, timeout: float = 40.0) -> subprocess.CompletedProcess[str]:
+    """Run `vox ARGS...` as its own process and return what it printed."""
+    return subprocess.run(
+        [sys.executable, "-m", "vox_mqtt.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        cwd=REPO,
+        check=False,
+    )
+
+
+def status_json(config: Path, *, wait: float = 3.0) -> dict[str, dict[str, Any]]:
+    """Return `vox status --json` as {agent name: entry}."""
+    out = run_vox("status", "--config", config, "--json", "--wait", str(wait))
+    assert out.returncode == 0, out.stderr
+    return {entry["name"]: entry for entry in json.loads(out.stdout)["agents"]}
