@@ -326,7 +326,9 @@ class VOXAgent(CommandsMixin, OutboundMixin):
                 await self._publish_ack(message)
             return
         if message.type != MSG_ACKNOWLEDGED:
-            await self._publish_ack(message)
+            # The record is durable, so the ack may go; routing need not wait for the ack's own
+            # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
+            self._spawn(self._publish_ack(message), "ack")
         await self._route(message)
 
     def _verify(self, message: VOXMessage, topic: topics.InboxTopic) -> str | None:
