@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -31,6 +32,7 @@ import psutil
 from bench import daemon_idle
 from bench.common import BenchBroker, bench_broker, figure, fleet_text, tree_shape
 from bench.rawmqtt import NODELAY
+from bench.report import REPO
 from vox_mqtt import topics
 from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.console import ALL_STATUS, OperatorConsole
@@ -131,6 +133,8 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
                         *args,
                         *names[index::WORKERS],
                         stdout=asyncio.subprocess.PIPE,
+                        cwd=REPO,
+                        env={**os.environ, "PYTHONPATH": str(REPO)},
                     )
                 )
             await poll(all_active(watcher), 180)

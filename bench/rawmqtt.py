@@ -63,6 +63,8 @@ class RawNode:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        if self._tasks:  # a relay may still await the PUBACK of an answer it passed on
+            await asyncio.wait(set(self._tasks), timeout=2)
         if self._reader is not None:
             self._reader.cancel()
         for task in list(self._tasks):
