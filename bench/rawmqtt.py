@@ -51,6 +51,8 @@ class RawNode:
             socket_options=[NODELAY],
             keepalive=30,
         )
+        # A relay under load has many publishes in flight by design; aiomqtt warns past 10.
+        self.client.pending_calls_threshold = 10_000
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._reader: asyncio.Task[None] | None = None
