@@ -56,7 +56,7 @@ def capture(capsys: pytest.CaptureFixture[str]) -> Any:
 
 
 async def running_fleet(stack: AsyncExitStack, secure: SecureBroker, tmp_path: Path) -> Any:
-    agents = await start_agents(stack, secure, tmp_path, ROLES, heartbeat_interval=0.5)
+    agents = await start_agents(stack, secure, tmp_path, ROLES, heartbeat_interval=1.0)
     await wait_for(lambda: "analyze" in agents["root"].advertised_commands())
     return agents
 

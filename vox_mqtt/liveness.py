@@ -350,8 +350,11 @@ class Liveness:
             if code is not None and child_id not in self._open.codes:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
-                # within this grace after our own reconnect.
-                grace = self.config.stale_after * max(entry.heartbeat_interval, 0.1)
+                # within this grace after our own reconnect, its backoff included.
+                grace = max(
+                    self.config.stale_after * entry.heartbeat_interval,
+                    self.config.broker.reconnect_max,
+                )
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue
