@@ -205,3 +205,19 @@ async def test_unreachable_broker_is_one_line_and_exit_1(
     assert len(err.splitlines()) == 1, err
     assert err.startswith("vox: error: ")
     assert "connection refused" in err
+
+
+async def test_status_as_an_agent_on_a_dynsec_broker_asks_for_each_topic(
+    secure_broker_factory: Any, tmp_path: Path, capture: Any
+) -> None:
+    # The dynsec plugin refuses `vox/+/status` to an agent; the look falls back to the
+    # topics that agent may read, one by one.
+    secure = secure_broker_factory(tree_fleet(SEED), fmt="dynsec")
+    config = render_agent_config(
+        secure.fleet, "spec_a", secure.dir.root, tmp_path / "spec_a.toml", tmp_path / "look"
+    ).config
+    async with AsyncExitStack() as stack:
+        await start_agents(stack, secure, tmp_path, {}, ["coordinator", "spec_a", "spec_b"])
+        code, out, err = await capture("status", "--config", config, "--json")
+    assert (code, err) == (0, "")
+    assert sorted(row["name"] for row in json.loads(out)["agents"]) == ["coordinator", "spec_a"]
