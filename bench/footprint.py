@@ -34,7 +34,7 @@ from bench.common import BenchBroker, bench_broker, figure, fleet_text, tree_sha
 from bench.rawmqtt import NODELAY
 from bench.report import REPO
 from vox_mqtt import topics
-from vox_mqtt.cli.agent import render_agent_config
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.console import ALL_STATUS, OperatorConsole
 from vox_mqtt.status import ACTIVE
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.hierarchy import Fleet, load_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
 

@@ -10,9 +10,9 @@ from uuid import uuid4
 
 import pytest
 
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.config import load_console_config, load_daemon_config
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.pki import init_pki

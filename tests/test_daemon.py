@@ -30,8 +30,8 @@ from uuid import uuid4
 
 import pytest
 
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.hierarchy import Fleet, parse_fleet

@@ -11,8 +11,8 @@ from uuid import uuid4
 
 import pytest
 
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.hierarchy import parse_fleet
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from typing import Any, Final
 from uuid import UUID
 
 from .agent import AgentConfig, VOXAgent
+from .agentconf import render_agent_config
 from .brokerconf import BrokerDir, render_broker_dir
-from .cli.agent import render_agent_config
 from .errors import ConfigError, LedgerError, VoxError
 from .hierarchy import Fleet, load_fleet, seed_fleet_toml
 from .liveness import Incident
