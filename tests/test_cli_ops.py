@@ -94,7 +94,12 @@ async def test_watch_draws_the_tree(
     async with AsyncExitStack() as stack:
         await running_fleet(stack, secure, tmp_path)
         code, out, err = await capture("watch", "--config", configs["operator"], "--duration", "2")
-    assert (code, err) == (0, "")
+        assert (code, err) == (0, "")
+        # The coordinator's own look: its master on top, itself, its children; no more.
+        code, mine, err = await capture(
+            "watch", "--config", configs["coordinator"], "--duration", "1"
+        )
+        assert (code, err) == (0, "")
     last = out[out.rindex("operator (operator)") :]
     lines = last.splitlines()
     depth = {
@@ -103,6 +108,13 @@ async def test_watch_draws_the_tree(
     }
     assert depth["root"] < depth["coordinator"] < depth["spec_a"] == depth["spec_b"]
     assert "epoch 1" in last
+    frame = mine[mine.rindex("root ACTIVE") :].splitlines()
+    assert [ln.strip(" │├└─").split(" ")[0] for ln in frame] == [
+        "root",
+        "coordinator",
+        "spec_a",
+        "spec_b",
+    ]
 
 
 async def test_warroom_lists_open_incidents_and_follows_new_posts(

@@ -65,7 +65,8 @@ def kinds(client: Client, source: UUID, subject: UUID) -> list[Any]:
 
 
 async def until(client: Client, predicate: Any, timeout: float = 10.0) -> None:
-    assert await asyncio.to_thread(client.wait_for, lambda _: predicate(), timeout)
+    met = await asyncio.to_thread(client.wait_for, lambda _: predicate(), timeout)
+    assert met, [(m.topic, m.payload[:300]) for m in list(client.messages)][-12:]
 
 
 async def test_birth_heartbeats_shutdown_will_and_epochs(

@@ -281,7 +281,7 @@ class Liveness:
         try:
             await action
         except VoxError as exc:
-            log.info("%s: liveness publish skipped: %s", self.config.name, exc)
+            log.warning("%s: liveness publish skipped: %s", self.config.name, exc)
 
     # --- watching others ------------------------------------------------------------------
 

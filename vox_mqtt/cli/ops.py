@@ -181,6 +181,7 @@ class Reader:
     name: str
     id: UUID
     top: UUID  # the tree is drawn from here: the operator, or the agent's master
+    top_name: str
     peers: tuple[UUID, ...]  # statuses an agent reads (for a broker that refuses wildcards)
     warroom: bool  # whether this identity is meant to read the war room
     stale_after: float
@@ -203,6 +204,7 @@ def load_reader(path: Path) -> Reader:
             name=a.name,
             id=a.id,
             top=a.master_id,
+            top_name=a.master_name,
             peers=(a.id, a.master_id, *a.children),
             warroom=a.watch_warroom,
             stale_after=a.stale_after,
@@ -216,6 +218,7 @@ def load_reader(path: Path) -> Reader:
         name=op.name,
         id=op.id,
         top=op.id,
+        top_name=op.name,
         peers=(),
         warroom=True,
         stale_after=3.0,
@@ -364,10 +367,12 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
         )
 
     top = agents.get(reader.top)
-    if reader.kind == "operator":
-        tree = Tree(f"[bold]{reader.name}[/] (operator)")
-    else:
-        tree = Tree(label(top) if top is not None else f"[bold]{reader.top}[/] (master)")
+    if top is not None:
+        tree = Tree(label(top))
+    else:  # the operator, or a master whose status this identity may not read
+        tree = Tree(
+            f"[bold]{reader.top_name}[/] ({'operator' if reader.kind == 'operator' else 'master'})"
+        )
 
     def grow(branch: Tree, parent: UUID, depth: int) -> None:
         children = [a for a in observer.view.get_children(parent) if a.seen]
