@@ -32,8 +32,8 @@ from uuid import UUID, uuid4
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import free_port
 

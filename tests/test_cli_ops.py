@@ -12,8 +12,8 @@ import pytest
 
 from tests.agentkit import Analyst, start_agents, wait_for
 from tests.brokerkit import SecureBroker, tree_fleet
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
-from vox_mqtt.cli.agent import render_agent_config
 from vox_mqtt.localbroker import free_port
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
