@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
+from tests.agentkit import Analyst, Slow, agent_config, operator_config, start_agents, wait_for
 from tests.brokerkit import seven_agent_fleet, tree_fleet
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import CommandFailed
@@ -96,3 +96,24 @@ async def test_seven_agents_route_to_the_right_branch(
         operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
         reply = await operator.request("analyze", {"target": "x"}, to=fleet.root.id, timeout=10)
         assert reply.details["result"]["by"] == leaves[0]
+
+
+async def test_commands_reach_the_root_as_soon_as_a_grandchild_appears(
+    secure_broker_factory: Any, seed_fleet: Any, tmp_path: Path
+) -> None:
+    """Masters first, leaves last, slow heartbeats: the advertisement still climbs at once."""
+    secure = secure_broker_factory(seed_fleet)
+    async with AsyncExitStack() as stack:
+        agents: dict[str, VOXAgent] = {}
+        for name in ("root", "coordinator", "specialist_a"):
+            roles = [Analyst()] if name == "specialist_a" else []
+            config = agent_config(secure, name, tmp_path, heartbeat_interval=60.0)
+            agents[name] = await stack.enter_async_context(VOXAgent(config, roles))
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+
+        def root_says_analyze() -> bool:
+            seen = operator.fleet_view.get(seed_fleet.root.id)
+            return seen is not None and "analyze" in seen.commands
+
+        # What the root publishes, not what it knows: the operator's view of its status.
+        await wait_for(root_says_analyze, timeout=5)

@@ -304,6 +304,14 @@ class Liveness:
             await self._on_own_status(message, retained=inbound.retain)
         else:
             self.agent.fleet_view.update(message, retained=inbound.retain)
+            if (
+                topic.agent in self.config.children
+                and self._online()
+                and self.agent.advertised_commands() != self._advertised
+            ):
+                # A child that stays ACTIVE may still gain or lose commands (its own
+                # children came or went): pass that up now, not at the next heartbeat.
+                await self._safely(self.publish_status())
 
     async def _on_own_status(self, message: VOXMessage, *, retained: bool) -> None:
         """Put our birth back when a late status of an older session replaced it."""
