@@ -179,6 +179,10 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         self._unsent = await self.memory.pending_outbox()
         subscriptions = [topics.inbox_filter(self.id)]
         subscriptions += [topics.status(peer) for peer in sorted(self.config.peers)]
+        if self.config.publish_status:
+            # Our own status too: a late will of an older session landing there is
+            # answered with our birth at once (see Liveness._on_own_status).
+            subscriptions.append(topics.status(self.id))
         subscriptions += list(self.config.observe)
         self.session = Session(
             self.config.broker,

@@ -99,7 +99,7 @@ class OperatorConsole:
         deadline = time.monotonic() + limit
         seen = -1
         while time.monotonic() < deadline:
-            count = sum(a.received_at > 0 for a in self.view.agents()) + len(
+            count = sum(a.seen for a in self.view.agents()) + len(
                 self.agent._liveness.incidents if self.agent._liveness else ()
             )
             if count == seen and count > 0:
