@@ -7,11 +7,14 @@ in with the same identities, so both sides pass the same ACL checks.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import getpass
+import json
 import statistics
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +184,16 @@ def figure(
         "higher_is_better": higher_is_better,
         **details,
     }
+
+
+def run_alone(doc: str, run: Callable[[Path, bool], Any]) -> int:
+    """Run one figure from its own module's command line and print it as JSON."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
+        print(json.dumps(run(Path(tmp), args.quick), indent=2))
+    return 0
 
 
 class Stopwatch:

@@ -15,13 +15,11 @@ stamps what it receives on this process's monotonic clock:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 if __package__ in (None, ""):  # run as a script: make `bench` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import BARE_CLIENT, figure
+from bench.common import BARE_CLIENT, figure, run_alone
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
 
 HEARTBEAT = 1.0
@@ -258,12 +256,7 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
 
 def main() -> int:
     """Run figure 5 alone and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
-        print(json.dumps(run(Path(tmp), args.quick), indent=2))
-    return 0
+    return run_alone(__doc__, run)
 
 
 if __name__ == "__main__":

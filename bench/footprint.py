@@ -14,12 +14,10 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -30,8 +28,8 @@ import aiomqtt
 import psutil
 
 from bench import daemon_idle
-from bench.common import BenchBroker, bench_broker, figure, fleet_text, tree_shape
-from bench.rawmqtt import NODELAY
+from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
+from bench.rawmqtt import raw_client
 from bench.report import REPO
 from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
@@ -66,30 +64,12 @@ async def raw_fleet(bench: BenchBroker, names: list[str]) -> dict[str, Any]:
     clients: list[tuple[str, aiomqtt.Client]] = []
     async with AsyncExitStack() as stack:
         for name in names:
-            creds = bench.creds(name)
-            client = aiomqtt.Client(
-                "127.0.0.1",
-                bench.port,
-                username=creds.username,
-                password=creds.password,
-                identifier=f"{creds.username}-raw",
-                protocol=aiomqtt.ProtocolVersion.V5,
-                socket_options=[NODELAY],
-            )
+            client = raw_client(bench, name)
             await stack.enter_async_context(client)
             clients.append((name, client))
             await client.publish(topics.status(bench.id(name)), status, qos=1, retain=True)
         broker_rss = rss_mib(bench.broker_pid)
-        explorer = bench.creds("explorer")
-        reader = aiomqtt.Client(
-            "127.0.0.1",
-            bench.port,
-            username=explorer.username,
-            password=explorer.password,
-            identifier=f"{explorer.username}-raw",
-            protocol=aiomqtt.ProtocolVersion.V5,
-            socket_options=[NODELAY],
-        )
+        reader = raw_client(bench, "explorer")
         started = time.perf_counter()
         async with reader:
             await reader.subscribe(ALL_STATUS, qos=1)
@@ -227,12 +207,7 @@ def _mkdir(path: Path) -> Path:
 
 def main() -> int:
     """Run figure 6 alone and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
-        print(json.dumps(run(Path(tmp), args.quick), indent=2))
-    return 0
+    return run_alone(__doc__, run)
 
 
 if __name__ == "__main__":

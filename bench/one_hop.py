@@ -10,16 +10,21 @@ and one QoS 1 response. N sequential round trips each, after a warm-up; p50 and 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text, latency_summary
+from bench.common import (
+    SEED_SHAPE,
+    BenchBroker,
+    bench_broker,
+    figure,
+    fleet_text,
+    latency_summary,
+    run_alone,
+)
 from bench.rawmqtt import RawNode
 from bench.voxside import start_vox
 
@@ -74,15 +79,17 @@ async def vox_round_trips(
     return times
 
 
-async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Run both sides on one broker: raw first, so no VOX session ever queues raw traffic."""
-    count, warmup = sizes(quick)
+async def compare_chain(
+    workdir: Path, chain: list[str], command: str, *, title: str, count: int, warmup: int
+) -> dict[str, Any]:
+    """Time raw relays and VOX down `chain` and back on one broker, as one figure row."""
+    # Raw first, so no VOX session ever queues raw traffic.
     with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
-        raw = latency_summary(await raw_round_trips(bench, ["operator", "root"], count, warmup))
-        vox = latency_summary(await vox_round_trips(bench, ["root"], "ping", count, warmup))
+        raw = latency_summary(await raw_round_trips(bench, chain, count, warmup))
+        vox = latency_summary(await vox_round_trips(bench, chain[1:], command, count, warmup))
     ratio = vox["p50_ms"] / raw["p50_ms"]
     return figure(
-        title="One hop: operator -> agent command round trip (p50)",
+        title=title,
         unit="ms",
         vox=vox["p50_ms"],
         baseline=raw["p50_ms"],
@@ -94,6 +101,19 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
     )
 
 
+async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
+    """Time operator -> root round trips, raw and VOX."""
+    count, warmup = sizes(quick)
+    return await compare_chain(
+        workdir,
+        ["operator", "root"],
+        "ping",
+        title="One hop: operator -> agent command round trip (p50)",
+        count=count,
+        warmup=warmup,
+    )
+
+
 def run(workdir: Path, quick: bool) -> dict[str, Any]:
     """Measure figure 1 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
@@ -101,12 +121,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
 
 def main() -> int:
     """Run figure 1 alone and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
-        print(json.dumps(run(Path(tmp), args.quick), indent=2))
-    return 0
+    return run_alone(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,21 @@ from vox_mqtt import topics
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def raw_client(bench: BenchBroker, name: str, **options: Any) -> aiomqtt.Client:
+    """Return a bare MQTT v5 client (not yet connected) logged in as the named identity."""
+    creds = bench.creds(name)
+    return aiomqtt.Client(
+        "127.0.0.1",
+        bench.port,
+        username=creds.username,
+        password=creds.password,
+        identifier=f"{creds.username}-raw",
+        protocol=aiomqtt.ProtocolVersion.V5,
+        socket_options=[NODELAY],
+        **options,
+    )
+
+
 class RawNode:
     """One bare MQTT client on the inbox topics of a fleet identity."""
 
@@ -40,17 +55,7 @@ class RawNode:
         self.master = None if master is None else bench.id(master)
         self.children = [bench.id(child) for child in children]
         self._next_child = itertools.cycle(self.children) if self.children else None
-        creds = bench.creds(name)
-        self.client = aiomqtt.Client(
-            "127.0.0.1",
-            bench.port,
-            username=creds.username,
-            password=creds.password,
-            identifier=f"{creds.username}-raw",
-            protocol=aiomqtt.ProtocolVersion.V5,
-            socket_options=[NODELAY],
-            keepalive=30,
-        )
+        self.client = raw_client(bench, name, keepalive=30)
         # A relay under load has many publishes in flight by design; aiomqtt warns past 10.
         self.client.pending_calls_threshold = 10_000
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}

@@ -10,15 +10,12 @@ the response up, one QoS 1 publish per leg (6 in all). N sequential round trips 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import SEED_SHAPE, bench_broker, figure, fleet_text, latency_summary
-from bench.one_hop import raw_round_trips, vox_round_trips
+from bench.common import run_alone
+from bench.one_hop import compare_chain
 
 CHAIN = ["operator", "root", "coordinator", "spec_a"]
 
@@ -29,22 +26,15 @@ def sizes(quick: bool) -> tuple[int, int]:
 
 
 async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Run both sides on one broker, raw first."""
+    """Time round trips down the chain and back, raw and VOX."""
     count, warmup = sizes(quick)
-    with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
-        raw = latency_summary(await raw_round_trips(bench, CHAIN, count, warmup))
-        vox = latency_summary(await vox_round_trips(bench, CHAIN[1:], "echo", count, warmup))
-    ratio = vox["p50_ms"] / raw["p50_ms"]
-    return figure(
+    return await compare_chain(
+        workdir,
+        CHAIN,
+        "echo",
         title="Three levels: operator -> root -> coordinator -> specialist and back (p50)",
-        unit="ms",
-        vox=vox["p50_ms"],
-        baseline=raw["p50_ms"],
-        target="VOX p50 <= 1.5 x raw",
-        met=ratio <= 1.5,
-        vox_detail=vox,
-        baseline_detail=raw,
-        p99_ratio=round(vox["p99_ms"] / raw["p99_ms"], 2),
+        count=count,
+        warmup=warmup,
     )
 
 
@@ -55,12 +45,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
 
 def main() -> int:
     """Run figure 2 alone and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
-        print(json.dumps(run(Path(tmp), args.quick), indent=2))
-    return 0
+    return run_alone(__doc__, run)
 
 
 if __name__ == "__main__":

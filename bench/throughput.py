@@ -12,13 +12,10 @@ broker spent per command, and a cProfile of a separate VOX run: where the time g
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import cProfile
-import json
 import sqlite3
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -27,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text
+from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text, run_alone
 from bench.profiling import summarize
 from bench.rawmqtt import RawNode
 from bench.voxside import start_vox
@@ -184,12 +181,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
 
 def main() -> int:
     """Run figure 3 alone and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vox-bench-") as tmp:
-        print(json.dumps(run(Path(tmp), args.quick), indent=2))
-    return 0
+    return run_alone(__doc__, run)
 
 
 if __name__ == "__main__":
