@@ -1,7 +1,7 @@
 """Real failures for multi-process liveness tests: daemons to kill or freeze, a cable to cut.
 
 - `deploy_fleet(...)`: render the fleet's broker dir and one daemon config per agent.
-- `AgentProcess`: `python -m agent_daemon --config FILE` with its log in a file.
+- `Processes`: the `vox-agent` daemons a test started (`tests.fleetproc.AgentProcess`).
 - `TcpProxy`: sits between a daemon and the broker; `blackhole()` stops forwarding in both
   directions and keeps every socket open (a cut cable: no FIN, no RST), `heal()` resumes.
 - `Recorder`: an independent MQTT client (the read-only explorer identity) that stamps
@@ -14,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
-import os
 import re
 import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -32,12 +30,12 @@ from uuid import UUID, uuid4
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.fleetproc import REPO, AgentProcess, child_env
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import free_port
 
-REPO = Path(__file__).resolve().parents[1]
 ANALYST = "tests.agentkit:Analyst"
 SLEEPER = "tests.roles_for_tests:Sleeper"
 
@@ -132,72 +130,6 @@ def deploy_fleet(
     )
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    env["PYTHONPATH"] = str(REPO)
-    return env
-
-
-class AgentProcess:
-    """One agent daemon as a child process, its log in a file."""
-
-    def __init__(self, name: str, config: Path, log: Path) -> None:
-        self.name = name
-        self.config = config
-        self.log_path = log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        """Start (or start again) the daemon; the log is appended to."""
-        if self.process is not None:
-            self.kill()  # reap the previous run, whatever signal ended it
-        with self.log_path.open("ab") as handle:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent_daemon", "--config", str(self.config)],
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_env(),
-                cwd=REPO,
-            )
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def signal(self, signum: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    def kill(self) -> None:
-        """SIGKILL and reap: the process vanishes without a word."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)  # a stopped process dies only once continued
-            self.process.kill()
-        self.process.wait(10)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM and wait; SIGKILL after timeout."""
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
-        self.process.terminate()
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
 class Processes:
     """The daemons a test started; all are killed at the end, their logs shown on failure."""
 
@@ -207,9 +139,14 @@ class Processes:
 
     def start(self, deployment: Deployment, names: Iterable[str] | None = None) -> None:
         for name in names if names is not None else deployment.configs:
-            self.started[name] = AgentProcess(
-                name, deployment.configs[name], self.logs / f"{name}.log"
+            process = AgentProcess(
+                name,
+                deployment.configs[name],
+                deployment.state_dir(name),
+                self.logs / f"{name}.log",
             )
+            process.start()
+            self.started[name] = process
 
     def __getitem__(self, name: str) -> AgentProcess:
         return self.started[name]
@@ -428,7 +365,7 @@ def run_vox(*args: str | Path, timeout: float = 40.0) -> subprocess.CompletedPro
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=child_env(),
         cwd=REPO,
         check=False,
     )

@@ -47,6 +47,13 @@ def fleet_text(
     return "\n".join(parts).replace("'", '"')
 
 
+def child_env() -> dict[str, str]:
+    """Return the environment for a daemon or `vox` child: this repo importable, no systemd."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
 @dataclass
 class AgentProcess:
     """One `python -m agent_daemon` child with its log file."""
@@ -58,16 +65,16 @@ class AgentProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Start (or restart) the daemon."""
-        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-        env["PYTHONPATH"] = str(REPO)
+        """Start (or restart) the daemon; the log is appended to."""
+        if self.process is not None:
+            self.kill()  # reap the previous run, whatever signal ended it
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "agent_daemon", "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=child_env(),
                 cwd=REPO,
                 start_new_session=True,
             )
