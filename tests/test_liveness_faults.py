@@ -48,11 +48,22 @@ def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proces
     procs.close(show_logs=failed is not None and failed.failed)
 
 
+@pytest.fixture
+def deployed(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker]
+) -> tuple[Deployment, LocalBroker]:
+    """Render the seed fleet for KEEPALIVE and HEARTBEAT and run its broker."""
+    dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
+    return dep, broker_factory(dep.conf_text(), port=dep.port)
+
+
 def start_fleet(
     dep: Deployment, processes: Processes, recorder: Recorder, names: list[str] | None = None
 ) -> None:
-    """Start the daemons and wait until the root advertises what the specialists serve."""
+    """Start the daemons; wait for each one's birth and the root advertising everything."""
     processes.start(dep, names)
+    for name in names if names is not None else dep.configs:
+        recorder.status(dep.id(name), status="ACTIVE", timeout=30)
     recorder.status(dep.id("root"), status="ACTIVE", commands=ALL_COMMANDS, timeout=30)
 
 
@@ -68,12 +79,9 @@ def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, A
 
 
 def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
-    tmp_path: Path,
-    broker_factory: Callable[..., LocalBroker],
-    processes: Processes,
+    deployed: tuple[Deployment, LocalBroker], processes: Processes
 ) -> None:
-    dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
-    broker_factory(dep.conf_text(), port=dep.port)
+    dep, _ = deployed
     root, coord, spec_a = (dep.id(n) for n in ("root", "coordinator", "spec_a"))
     with Recorder(dep) as rec:
         start_fleet(dep, processes, rec)
@@ -144,12 +152,9 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
 
 
 def test_frozen_and_cut_off_specialists_go_stale_then_inactive_and_recover(
-    tmp_path: Path,
-    broker_factory: Callable[..., LocalBroker],
-    processes: Processes,
+    deployed: tuple[Deployment, LocalBroker], processes: Processes
 ) -> None:
-    dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
-    broker_factory(dep.conf_text(), port=dep.port)
+    dep, _ = deployed
     proxy = TcpProxy(dep.port)
     dep.edit("spec_a", port=proxy.port)  # spec_a reaches the broker only through the proxy
     coord, spec_a, spec_b = (dep.id(n) for n in ("coordinator", "spec_a", "spec_b"))
@@ -197,12 +202,9 @@ def test_frozen_and_cut_off_specialists_go_stale_then_inactive_and_recover(
 
 
 def test_after_a_broker_restart_every_agent_is_back_and_the_view_is_whole(
-    tmp_path: Path,
-    broker_factory: Callable[..., LocalBroker],
-    processes: Processes,
+    deployed: tuple[Deployment, LocalBroker], processes: Processes
 ) -> None:
-    dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
-    broker = broker_factory(dep.conf_text(), port=dep.port)
+    dep, broker = deployed
     names = ["root", "coordinator", "spec_a", "spec_b"]
     with Recorder(dep) as rec:
         start_fleet(dep, processes, rec)
