@@ -59,6 +59,21 @@ class AgentStatus(BaseModel):
 
 _PROCESS_STARTED = time.time()
 _PROCESS = psutil.Process()
+# CPU figures are "since the previous call": two calls a few ms apart (a birth and an
+# advertisement update) would read 0 or 100. Samples closer than this reuse the last.
+_CPU_MIN_WINDOW = 1.0
+_cpu_sample: dict[str, float] = {"at": 0.0, "host": 0.0, "process": 0.0}
+
+
+def _cpu() -> tuple[float, float]:
+    now = time.monotonic()
+    if now - _cpu_sample["at"] >= _CPU_MIN_WINDOW:
+        _cpu_sample.update(
+            at=now,
+            host=psutil.cpu_percent(interval=None),
+            process=_PROCESS.cpu_percent(interval=None),
+        )
+    return _cpu_sample["host"], _cpu_sample["process"]
 
 
 def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
@@ -70,14 +85,15 @@ def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
         disk = 0.0
     load1, _, _ = os.getloadavg()
     process = _PROCESS
+    host_cpu, process_cpu = _cpu()
     return {
         # Since the previous call: the heartbeat interval is the sampling window.
-        "cpu_percent": psutil.cpu_percent(interval=None),
+        "cpu_percent": host_cpu,
         "memory_percent": memory.percent,
         "disk_percent": disk,
         "load_1m": round(load1, 2),
         "process_rss_bytes": process.memory_info().rss,
-        "process_cpu_percent": process.cpu_percent(interval=None),
+        "process_cpu_percent": process_cpu,
         "uptime_s": round(time.time() - psutil.boot_time()),
         "process_uptime_s": round(time.time() - _PROCESS_STARTED, 1),
     }
