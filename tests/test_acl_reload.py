@@ -28,6 +28,21 @@ ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]
 
 
+def reload_with_acl(secure: SecureBroker, staged: Path) -> int:
+    """Run `vox broker reload DIR --pid PID --acl STAGED` against the secure broker."""
+    return main(
+        [
+            "broker",
+            "reload",
+            str(secure.dir.root),
+            "--pid",
+            str(secure.broker.pid),
+            "--acl",
+            str(staged),
+        ]
+    )
+
+
 def _publish_until(client: Client, topic: str, want_allowed: bool, timeout: float = 5.0) -> int:
     """Retry a publish until its outcome flips (SIGHUP is handled asynchronously)."""
     deadline = time.monotonic() + timeout
@@ -107,17 +122,7 @@ def test_a_staged_acl_with_a_tab_is_refused_and_nothing_changes(
     before = secure.dir.acl.read_bytes()
     staged = tmp_path / "acl.new"
     staged.write_text(_corrupt(before.decode()))
-    code = main(
-        [
-            "broker",
-            "reload",
-            str(secure.dir.root),
-            "--pid",
-            str(secure.broker.pid),
-            "--acl",
-            str(staged),
-        ]
-    )
+    code = reload_with_acl(secure, staged)
     err = capsys.readouterr().err
     assert code == 2
     line = before.decode().count("\n") + 1
@@ -229,17 +234,7 @@ def test_a_valid_staged_acl_is_installed_and_applied(
     try:
         assert client.connect() == 0
         assert client.publish("lab/x", b"x") == NOT_AUTHORIZED
-        code = main(
-            [
-                "broker",
-                "reload",
-                str(secure.dir.root),
-                "--pid",
-                str(secure.broker.pid),
-                "--acl",
-                str(staged),
-            ]
-        )
+        code = reload_with_acl(secure, staged)
         assert code == 0
         assert f"installed {staged}" in capsys.readouterr().out
         assert secure.dir.acl.read_text() == staged.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,25 @@ def demo_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@contextlib.contextmanager
+def demo_process(directory: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """Run the demo with its output piped; kill it if the test leaves it running."""
+    process = subprocess.Popen(
+        demo_command(directory, *extra),
+        cwd=REPO,
+        env=demo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def rows(directory: Path, name: str) -> list[dict[str, Any]]:
@@ -257,16 +278,8 @@ def test_every_ledger_verifies(demo_run: tuple[Path, str]) -> None:
 
 def test_keep_running_waits_for_ctrl_c_and_then_stops_everything(tmp_path: Path) -> None:
     directory = tmp_path / "kept"
-    process = subprocess.Popen(
-        demo_command(directory, "--keep-running"),
-        cwd=REPO,
-        env=demo_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     lines: list[str] = []
-    try:
+    with demo_process(directory, "--keep-running") as process:
         assert process.stdout is not None
         deadline = time.monotonic() + 100
         for line in process.stdout:
@@ -283,10 +296,6 @@ def test_keep_running_waits_for_ctrl_c_and_then_stops_everything(tmp_path: Path)
         assert sum(alive(p) for p in started_pids(directory)) == 5
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 130, rest
     assert "stopped cleanly" in rest
     assert_nothing_left(directory)
@@ -294,25 +303,13 @@ def test_keep_running_waits_for_ctrl_c_and_then_stops_everything(tmp_path: Path)
 
 def test_sigterm_while_starting_stops_everything(tmp_path: Path) -> None:
     directory = tmp_path / "early"
-    process = subprocess.Popen(
-        demo_command(directory),
-        cwd=REPO,
-        env=demo_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with demo_process(directory) as process:
         assert process.stdout is not None
         for line in process.stdout:
             if "$ vox-agent --config" in line:
                 break
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 130, rest
     assert "interrupted" in rest
     assert_nothing_left(directory)
