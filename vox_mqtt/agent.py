@@ -16,7 +16,7 @@ from uuid import UUID
 from . import topics
 from .commands import CommandsMixin
 from .errors import InvalidMessage, TopicError, VoxError
-from .liveness import Liveness
+from .liveness import Incident, Liveness
 from .memory import VOXAgentMemory
 from .messages import (
     MAX_MESSAGE_BYTES,
@@ -153,6 +153,11 @@ class VOXAgent(CommandsMixin, OutboundMixin):
     def epoch(self) -> int:
         """Return the epoch of the current (or last) broker connection."""
         return self._liveness.epoch if self._liveness is not None else 0
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """Return the open war-room incidents this agent has seen (root and operator read them)."""
+        return [] if self._liveness is None else list(self._liveness.incidents.values())
 
     def advertised_commands(self) -> list[str]:
         """Return what this agent can serve: its own commands and its healthy children's."""

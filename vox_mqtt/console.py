@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -93,19 +92,6 @@ class OperatorConsole:
     ) -> VOXMessage:
         """Send a command_request to the root and return the command_result."""
         return await self.agent.request(command, params, to=self.root_id, timeout=wait)
-
-    async def settle(self, quiet: float = 0.3, limit: float = 5.0) -> None:
-        """Wait until retained messages stop arriving (quiet seconds), at most limit seconds."""
-        deadline = time.monotonic() + limit
-        seen = -1
-        while time.monotonic() < deadline:
-            count = sum(a.seen for a in self.view.agents()) + len(
-                self.agent._liveness.incidents if self.agent._liveness else ()
-            )
-            if count == seen and count > 0:
-                return
-            seen = count
-            await asyncio.sleep(quiet)
 
     def _keep_notification(self, message: VOXMessage) -> None:
         """Keep what the root reports to the human (note_to_human included) in the inbox file."""

@@ -311,8 +311,7 @@ class FleetObserver:
 
     def incidents(self) -> list[Incident]:
         """Return the open war-room incidents."""
-        liveness = self.agent._liveness
-        return [] if liveness is None else list(liveness.incidents.values())
+        return self.agent.incidents
 
     async def wait_for(
         self,
