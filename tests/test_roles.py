@@ -85,3 +85,13 @@ def test_load_role_passes_settings() -> None:
     role = load_role("tests.test_roles:Analyst", {"k": 1})
     assert isinstance(role, Analyst)
     assert role.settings == {"k": 1}
+
+
+def test_public_api_names_the_runtime() -> None:
+    import vox_mqtt
+
+    assert vox_mqtt.Role is Role
+    assert vox_mqtt.command is command
+    for name in ("VOXAgent", "AgentConfig", "OperatorConsole", "VOXAgentMemory", "BrokerSettings"):
+        assert name in vox_mqtt.__all__
+        assert getattr(vox_mqtt, name) is not None

@@ -1,6 +1,8 @@
 """vox-mqtt: hierarchical agents on edge hosts that talk VOX over MQTT."""
 
 from ._version import __version__
+from .agent import AgentConfig, VOXAgent
+from .console import OperatorConsole
 from .errors import (
     BrokerUnavailable,
     CommandFailed,
@@ -13,13 +15,18 @@ from .errors import (
     VoxError,
 )
 from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
+from .memory import VOXAgentMemory
 from .messages import VOXMessage, new_message, parse, serialize
+from .roles import Role, command, on
 from .topics import WARROOM_ID
+from .transport import BrokerSettings
 
 __all__ = [
     "WARROOM_ID",
+    "AgentConfig",
     "AgentSpec",
     "AgentView",
+    "BrokerSettings",
     "BrokerUnavailable",
     "CommandFailed",
     "ConfigError",
@@ -28,12 +35,18 @@ __all__ = [
     "FleetError",
     "InvalidMessage",
     "LedgerError",
+    "OperatorConsole",
+    "Role",
     "TopicError",
+    "VOXAgent",
+    "VOXAgentMemory",
     "VOXMessage",
     "VoxError",
     "__version__",
+    "command",
     "load_fleet",
     "new_message",
+    "on",
     "parse",
     "parse_fleet",
     "serialize",
