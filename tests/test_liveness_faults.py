@@ -163,6 +163,12 @@ def test_frozen_and_cut_off_specialists_go_stale_then_inactive_and_recover(
         with Recorder(dep) as rec:
             start_fleet(dep, processes, rec)
             epochs = {n: rec.latest_status(dep.id(n))["epoch"] for n in ("spec_a", "spec_b")}
+            # The coordinator must have heard each child live, not only its retained birth:
+            # a child known only from retained news gets the reconnect grace before a STALE
+            # alert (so a broker restart raises none), and would then be reported by its will.
+            coordinator_up = rec.status(coord, status="ACTIVE", timeout=30).at
+            for name in ("spec_a", "spec_b"):
+                rec.status(dep.id(name), after=coordinator_up + 0.05, timeout=10)
 
             faulted = time.monotonic()
             proxy.blackhole()  # a cut cable: no FIN, no RST, just silence
