@@ -103,8 +103,10 @@ def _canonical(data: Any) -> str:
 
 def _id_text(value: UUID | str | None) -> str | None:
     """Write ids in one canonical form, so lookups match however the caller spelled them."""
+    if value is None or isinstance(value, UUID):  # a UUID's own str is already canonical
+        return None if value is None else str(value)
     try:
-        return None if value is None else str(UUID(str(value)))
+        return str(UUID(str(value)))
     except ValueError:
         return str(value)
 

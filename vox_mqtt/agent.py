@@ -317,13 +317,13 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         recording = self._in_progress.get(message_id)
         if recording is not None:
             await recording.wait()
-            if not await self.memory.has_message(message_id):
+            if not await self.memory.has_message(message_id, emitted_at=message.emitted_at):
                 return  # the first copy failed to record; the sender will re-send
             duplicate = True
         else:
             recording = self._in_progress[message_id] = asyncio.Event()
             try:
-                duplicate = await self.memory.has_message(message_id)
+                duplicate = await self.memory.has_message(message_id, emitted_at=message.emitted_at)
                 if not duplicate:
                     await self.memory.record_message(message, "received", topic=inbound.topic)
             finally:

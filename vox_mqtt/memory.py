@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import math
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +20,6 @@ import aiosqlite
 from ._ledgerschema import (
     _ALL,
     _COLUMNS,
-    _HEAD,
-    _INSERT,
     _INTERRUPTED,
     _KEPT_DETAILS,
     _MAX_REASON,
@@ -38,10 +39,26 @@ from ._ledgerschema import (
     _row_dict,
     _scrub,
 )
+from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, read_head, write_batch
 from .errors import LedgerError
-from .messages import VOXMessage, now_iso
+from .messages import VOXMessage, now_iso, parse_timestamp
 
-__all__ = ["DONE_ACTIONS", "GENESIS_HASH", "STARTED_ACTIONS", "VOXAgentMemory", "VerifyReport"]
+__all__ = [
+    "DONE_ACTIONS",
+    "GENESIS_HASH",
+    "STARTED_ACTIONS",
+    "LedgerSync",
+    "VOXAgentMemory",
+    "VerifyReport",
+]
+
+# The dedupe index (see has_message) holds the ids of messages received that were emitted
+# within this horizon, and at most this many of them.
+_SEEN_HORIZON = 600.0
+_SEEN_MAX = 200_000
+_RECEIVED_SINCE = """SELECT message_id, emitted_at FROM logs
+    WHERE action = 'received' AND message_id IS NOT NULL
+      AND (julianday(emitted_at) IS NULL OR julianday(emitted_at) >= ?)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +79,15 @@ class _Pending:
     # acknowledged, so a restart can re-send it. It commits with its "sent" row.
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
+    received: tuple[str, float] | None = None  # a "received" row: message_id, emitted epoch
+
+
+def _emitted_epoch(emitted_at: str | None) -> float:
+    """Return a message's emission time in seconds; +inf when it has none that parses."""
+    try:
+        return math.inf if emitted_at is None else parse_timestamp(emitted_at).timestamp()
+    except ValueError:
+        return math.inf
 
 
 class VOXAgentMemory:
@@ -74,23 +100,36 @@ class VOXAgentMemory:
         commit_window: float = 0.002,
         max_batch: int = 1000,
         read_only: bool = False,
+        sync: LedgerSync = "full",
     ) -> None:
         if max_batch < 1 or commit_window < 0:
             raise ValueError("max_batch must be >= 1 and commit_window >= 0")
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         self.path = Path(path)
         self.read_only = read_only
+        self.sync = sync
         self._window = commit_window
         self._max_batch = max_batch
-        self._writer: aiosqlite.Connection | None = None
+        self._thread: WriterThread | None = None  # owns the writing connection
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        self._writer_task: asyncio.Task[None] | None = None
+        self._guard: asyncio.Task[None] | None = None
         self._init_lock = asyncio.Lock()
         self._closed = False
         self._commits = 0
-        # (last row id, its hash) as this writer's last commit left them: a commit then costs
-        # three round trips to the sqlite thread instead of four (see _write).
-        self._head: tuple[int, str] | None = None
+        # Records wait here, on the event loop, while the previous batch commits: one batch
+        # in flight at a time is what groups commits (see _flush).
+        self._buffer: list[_Pending] = []
+        self._in_flight = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # (last row id, its hash) as this writer's last commit left them: the next batch is
+        # chained onto it on the loop, so the thread only executes and commits.
+        self._head: Head | None = None
+        # message_id -> emission time of every "received" row emitted after _seen_floor.
+        self._seen: dict[str, float] = {}
+        self._seen_floor = 0.0
+        self._seen_added = 0
 
     @property
     def commit_count(self) -> int:
@@ -117,23 +156,61 @@ class VOXAgentMemory:
             raise LedgerError(f"no ledger at {self.path}")
         # mode=rw never creates a missing file (and falls back to reading a write-protected
         # one); unlike mode=ro it lets the last connection fold the WAL back on close.
-        where = self.path.resolve().as_uri() + "?mode=rw" if self.read_only else str(self.path)
-        with self._errors("cannot open"):
-            db = await aiosqlite.connect(where, uri=self.read_only, isolation_level=None)
-            await db.execute("PRAGMA busy_timeout = 10000")
         if self.read_only:
-            self._reader = db
-            await db.execute("PRAGMA query_only = ON")
+            where = self.path.resolve().as_uri() + "?mode=rw"
+            with self._errors("cannot open"):
+                db = await aiosqlite.connect(where, uri=True, isolation_level=None)
+                self._reader = db
+                await db.execute("PRAGMA busy_timeout = 10000")
+                await db.execute("PRAGMA query_only = ON")
             return await self._check_schema(db, create=False)
-        self._writer = db
-        await self._check_schema(db, create=True)
+        self._thread = WriterThread(f"ledger {self.path.name}")
+        self._thread.start()
+        floor = time.time() - _SEEN_HORIZON
         with self._errors("cannot open"):
-            # WAL lets readers run beside the writer; FULL syncs the WAL on every commit.
-            await db.execute("PRAGMA journal_mode = WAL")
-            await db.execute("PRAGMA synchronous = FULL")
+            head, received = await self._thread.call(functools.partial(self._open_writer, floor))
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA query_only = ON")
-        self._writer_task = asyncio.create_task(self._write_loop(), name=f"ledger {self.path}")
+        self._head, self._seen_floor = head, floor
+        for message_id, emitted_at in received:
+            self._remember(str(message_id), _emitted_epoch(emitted_at))
+        self._guard = asyncio.create_task(self._watch(), name=f"ledger {self.path}")
+
+    def _open_writer(self, floor: float) -> tuple[Head, list[tuple[str, str | None]]]:
+        """Open the writing connection (on the writer thread); return the head and recent ids."""
+        assert self._thread is not None
+        db = self._thread.db = sqlite3.connect(self.path, isolation_level=None)
+        db.execute("PRAGMA busy_timeout = 10000")
+        try:
+            found = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            tables = {row[0] for row in found}
+            if not {"logs", "ledger_meta"} <= tables:
+                if tables:
+                    listed = ", ".join(sorted(tables))
+                    problem = f"not a vox ledger (its tables: {listed})"
+                    raise LedgerError(f"ledger {self.path}: {problem}")
+                db.executescript(_SCHEMA)
+            meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "not a vox ledger") from None
+        if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
+            raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+        # WAL lets readers run beside the writer; FULL also syncs the WAL at every commit.
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {SYNC_MODES[self.sync]}")
+        # A day of margin: SQLite and Python may read an odd timestamp differently.
+        since = floor / 86400.0 + 2440587.5 - 1.0
+        return read_head(db), db.execute(_RECEIVED_SINCE, (since,)).fetchall()
+
+    async def _watch(self) -> None:
+        """Wait to be cancelled: if asyncio.run ends without close(), release the ledger."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            if not self._closed:
+                self._closed = True
+                await self._close_connections()
+            raise
 
     async def _check_schema(self, db: aiosqlite.Connection, *, create: bool) -> None:
         with self._errors("not a vox ledger"):
@@ -155,18 +232,29 @@ class VOXAgentMemory:
                 return
             self._closed = True
             try:
-                if self._writer_task is not None:
-                    self._queue.put_nowait(None)
-                    await self._writer_task
+                await self._drain()
             finally:
                 await self._close_connections()
+                if self._guard is not None:
+                    self._guard.cancel()
+
+    async def _drain(self) -> None:
+        """Wait until every queued record is committed (or has failed)."""
+        while self._thread is not None and (self._in_flight or self._buffer):
+            if not self._in_flight:
+                self._flush()
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
 
     async def _close_connections(self) -> None:
-        for db in (self._reader, self._writer):
-            if db is not None:
-                with self._errors("cannot close"):
-                    await db.close()
-        self._reader = self._writer = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await thread.close()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with self._errors("cannot close"):
+                await reader.close()
 
     async def __aenter__(self) -> Self:
         await self.init_db()
@@ -235,9 +323,9 @@ class VOXAgentMemory:
 
     async def outbox_done(self, message_id: UUID) -> None:
         """Forget a sent message once it is acknowledged (or given up on)."""
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if not self._closed:
-            self._queue.put_nowait(_Pending(None, future, outbox_done=str(message_id)))
+        if not self._closed and self._thread is not None:
+            future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            self._enqueue(_Pending(None, future, outbox_done=str(message_id)))
             await future
 
     async def pending_outbox(self) -> list[tuple[str, str, bytes]]:
@@ -289,96 +377,104 @@ class VOXAgentMemory:
         except (TypeError, ValueError) as exc:
             raise LedgerError(f"cannot record {action!r}: {exc}") from None
         values = tuple(row.get(column) for column in _COLUMNS[1:])
-        await self.init_db()
+        received = None
+        if action == "received" and (message_id := row.get("message_id")) is not None:
+            received = (message_id, _emitted_epoch(row.get("emitted_at")))
+        if self._thread is None:
+            await self.init_db()
         if self.read_only:
             raise LedgerError(f"ledger {self.path} is open read-only")
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         # No await between init_db's closed check and here: close() cannot slip in between.
         if self._closed:
             raise LedgerError(f"ledger {self.path} is closed")
-        self._queue.put_nowait(_Pending(values, future, outbox=outbox))
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Pending(values, future, outbox=outbox, received=received))
         return await future
 
-    async def _write_loop(self) -> None:
-        """Drain the queue in batches: one transaction and one fsync for many records."""
-        stopping = False
-        try:
-            while not stopping:
-                batch = [await self._queue.get()]
-                # Collect what arrives within the window; what is already queued never waits.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._window):
-                        while len(batch) < self._max_batch and batch[-1] is not None:
-                            batch.append(await self._queue.get())
-                stopping = batch[-1] is None
-                if pending := [item for item in batch if item is not None]:
-                    await self._commit(pending)
-        except asyncio.CancelledError:
-            # Cancelled without close() (asyncio.run shutting down): stop the sqlite threads,
-            # which would otherwise keep the process alive.
-            self._closed = True
-            await self._close_connections()
-            raise
+    def _enqueue(self, pending: _Pending) -> None:
+        self._buffer.append(pending)
+        if self._in_flight:
+            return  # _written hands the buffer over when the commit in flight ends
+        if len(self._buffer) >= self._max_batch:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()
+        elif self._flush_handle is None:
+            # call_soon still collects every record made in this turn of the loop.
+            loop = asyncio.get_running_loop()
+            self._flush_handle = (
+                loop.call_later(self._window, self._flush)
+                if self._window > 0
+                else loop.call_soon(self._flush)
+            )
 
-    async def _commit(self, batch: list[_Pending]) -> None:
-        db = self._writer
-        assert db is not None
-        try:
-            with self._errors("cannot write"):
-                try:
-                    ids = await self._write(db, batch, self._head)
-                except sqlite3.IntegrityError:
-                    if self._head is None:
-                        raise
-                    # Another connection appended since our last commit, so the first id was
-                    # taken (ids are explicit and contiguous): chain onto its rows instead.
-                    await db.execute("ROLLBACK")
-                    ids = await self._write(db, batch, None)
-        except Exception as exc:
-            self._head = None
-            with contextlib.suppress(Exception):
-                await db.execute("ROLLBACK")
-            error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+    def _flush(self) -> None:
+        """Chain the next batch onto the cached head and hand it to the writer thread at once."""
+        self._flush_handle = None
+        if self._in_flight or not self._buffer or self._thread is None:
+            return
+        batch = self._buffer[: self._max_batch]
+        del self._buffer[: self._max_batch]
+        rows, added, removed = [], [], []
+        last_id, prev = self._head or (0, GENESIS_HASH)
+        for pending in batch:
+            if pending.values is not None:
+                content = (last_id := last_id + 1, *pending.values)
+                digest = _chain_hash(prev, content)
+                rows.append((*content, prev, digest))
+                prev = digest
+            if pending.outbox is not None:
+                added.append(pending.outbox)
+            if pending.outbox_done is not None:
+                removed.append((pending.outbox_done,))
+        thread = self._thread
+        assert thread.db is not None
+        chained = self._head is not None
+        job = functools.partial(write_batch, thread.db, rows, added, removed, chained)
+        self._in_flight = True
+        thread.submit(job, functools.partial(self._written, batch))
+
+    def _written(self, batch: list[_Pending], ok: bool, outcome: Any) -> None:
+        """Settle a batch's callers (on the loop), then hand over what queued meanwhile."""
+        self._in_flight = False
+        if ok:
+            rows, head = outcome
+            if head is not None:
+                self._head = head
+            self._commits += 1
+            ids = iter(rows)
+            for pending in batch:
+                row_id = next(ids)[0] if pending.values is not None else 0
+                if pending.received is not None:
+                    self._remember(*pending.received)
+                if not pending.future.done():
+                    pending.future.set_result(row_id)
+        else:
+            self._head = None  # re-read inside the next transaction
+            error = self._error(outcome, "cannot write")
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)
-            return
-        self._commits += 1
-        for row_id, pending in zip(ids, batch, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(row_id)
+        if self._buffer:
+            self._flush()
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def _write(
-        self, db: aiosqlite.Connection, batch: list[_Pending], head: tuple[int, str] | None
-    ) -> list[int]:
-        """Append the batch in one transaction; return each item's row id (0: no row)."""
-        # Every statement is a round trip to aiosqlite's thread, which costs more than the
-        # statement itself: skip the ones with nothing to do.
-        await db.execute("BEGIN IMMEDIATE")
-        if head is None:
-            # Read the head inside the write lock, so the chain stays linear.
-            found = next(iter(await db.execute_fetchall(_HEAD)), (0, GENESIS_HASH))
-            head = (int(found[0]), str(found[1]))
-        last_id, prev = head
-        rows, ids = [], []
-        for pending in batch:
-            if pending.values is None:
-                ids.append(0)
-                continue
-            content = (last_id := last_id + 1, *pending.values)
-            digest = _chain_hash(prev, content)
-            rows.append((*content, prev, digest))
-            ids.append(last_id)
-            prev = digest
-        if rows:
-            await db.executemany(_INSERT, rows)
-        if added := [p.outbox for p in batch if p.outbox is not None]:
-            await db.executemany("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)", added)
-        if removed := [(p.outbox_done,) for p in batch if p.outbox_done is not None]:
-            await db.executemany("DELETE FROM outbox WHERE message_id = ?", removed)
-        await db.execute("COMMIT")
-        self._head = (last_id, prev)
-        return ids
+    def _remember(self, message_id: str, emitted: float) -> None:
+        """Add a committed "received" row to the dedupe index, pruning it now and then."""
+        if emitted <= self._seen_floor:
+            return
+        self._seen[message_id] = emitted
+        self._seen_added += 1
+        if self._seen_added % 4096 == 0 or len(self._seen) > _SEEN_MAX:
+            floor = time.time() - _SEEN_HORIZON
+            if len(self._seen) > _SEEN_MAX:  # a flood of ids: keep the newest half
+                floor = max(floor, sorted(self._seen.values())[len(self._seen) // 2])
+            if floor > self._seen_floor:
+                self._seen_floor = floor
+                self._seen = {m: e for m, e in self._seen.items() if e > floor}
 
     async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         await self.init_db()
@@ -393,10 +489,30 @@ class VOXAgentMemory:
             raise LedgerError(f"limit must be a non-negative integer, not {limit!r}")
         return await self._read(f"SELECT {_ALL} FROM logs ORDER BY id DESC LIMIT ?", (limit,))
 
-    async def has_message(self, message_id: UUID, action: str = "received") -> bool:
-        """Tell whether a message id was already recorded under an action (dedupe)."""
-        sql = f"SELECT {_ALL} FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
-        return bool(await self._read(sql, (_id_text(message_id), action)))
+    async def has_message(
+        self, message_id: UUID, action: str = "received", *, emitted_at: str | None = None
+    ) -> bool:
+        """Tell whether a message id was already recorded under an action (dedupe).
+
+        Given the message's emitted_at, a "received" check is answered from memory: every
+        copy of a message carries the same emitted_at, and the index holds every id received
+        with an emission time after its floor (loaded at open, kept up at each commit). Older
+        messages, other actions and read-only ledgers are looked up in the database.
+        """
+        key = _id_text(message_id)
+        if (
+            action == "received"
+            and emitted_at is not None
+            and self._thread is not None
+            and _emitted_epoch(emitted_at) > self._seen_floor
+        ):
+            return key in self._seen
+        sql = "SELECT 1 FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(sql, (key, action))
+        return bool(found)
 
     async def find(self, message_id: UUID) -> list[dict[str, Any]]:
         """Return every row about a message id, oldest first."""
@@ -470,6 +586,11 @@ class VOXAgentMemory:
         try:
             yield
         except sqlite3.Error as exc:
-            if APPEND_ONLY in str(exc):
-                raise LedgerError(f"ledger {self.path} is append-only: {exc}") from None
-            raise LedgerError(f"ledger {self.path}: {doing}: {exc}") from None
+            raise self._error(exc, doing) from None
+
+    def _error(self, exc: BaseException, doing: str) -> LedgerError:
+        if isinstance(exc, LedgerError):
+            return exc
+        if APPEND_ONLY in str(exc):
+            return LedgerError(f"ledger {self.path} is append-only: {exc}")
+        return LedgerError(f"ledger {self.path}: {doing}: {exc}")

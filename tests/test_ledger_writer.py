@@ -1,0 +1,143 @@
+"""The ledger's writer on real SQLite files: sync modes, the dedupe index, a second writer."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import pytest
+
+from vox_mqtt.errors import LedgerError
+from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.messages import VOXMessage, new_message
+
+ROOT, COORD = uuid4(), uuid4()
+
+
+def request(emitted_at: str | None = None) -> VOXMessage:
+    message = new_message(
+        "command_request", source=ROOT, target=COORD, details={"command": "x", "params": {}}
+    )
+    return message if emitted_at is None else message.model_copy(update={"emitted_at": emitted_at})
+
+
+async def writer_pragma(ledger: VOXAgentMemory, name: str) -> int:
+    """Read a PRAGMA on the writing connection itself (it is per connection)."""
+    thread = ledger._thread
+    assert thread is not None
+    assert thread.db is not None
+    db = thread.db
+    return int(await thread.call(lambda: db.execute(f"PRAGMA {name}").fetchone()[0]))
+
+
+@pytest.mark.parametrize(("sync", "level"), [("full", 2), ("normal", 1)])
+async def test_ledger_sync_sets_the_writers_synchronous_level(
+    tmp_path: Path, sync: str, level: int
+) -> None:
+    async with VOXAgentMemory(tmp_path / "logs.db", sync=sync) as ledger:  # type: ignore[arg-type]
+        assert await writer_pragma(ledger, "synchronous") == level
+        assert await ledger.record("m", "r", None, None, {}) == 1
+
+
+def test_an_unknown_sync_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="full, normal"):
+        VOXAgentMemory("logs.db", sync="off")  # type: ignore[arg-type]
+
+
+CHILD = """
+import asyncio, sys, uuid
+from vox_mqtt.memory import VOXAgentMemory
+
+async def main():
+    ledger = VOXAgentMemory(sys.argv[1], sync=sys.argv[2])
+    while True:
+        mids = [str(uuid.uuid4()) for _ in range(20)]
+        rows = await asyncio.gather(
+            *(ledger.record("message", "received", None, None, {"message_id": m}) for m in mids)
+        )
+        for row, mid in zip(rows, mids):
+            print(row, mid, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("sync", ["full", "normal"])
+async def test_both_sync_modes_survive_a_process_kill(tmp_path: Path, sync: str) -> None:
+    path = tmp_path / "logs.db"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD, str(path), sync, stdout=asyncio.subprocess.PIPE
+    )
+    assert child.stdout is not None
+    acknowledged: list[tuple[int, UUID]] = []
+    try:
+        async with asyncio.timeout(60):
+            while len(acknowledged) < 300:
+                line = await child.stdout.readline()
+                assert line, "the child stopped before it was killed"
+                row, mid = line.split()
+                acknowledged.append((int(row), UUID(mid.decode())))
+    finally:
+        child.kill()
+        await child.wait()
+    assert child.returncode == -9
+    async with VOXAgentMemory(path) as ledger:
+        for row_id, mid in acknowledged:
+            (row,) = await ledger.find(mid)
+            assert row["id"] == row_id
+        assert (await ledger.verify()).ok
+
+
+async def test_the_dedupe_index_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    recent = request()
+    old = request((datetime.now(UTC) - timedelta(days=2)).isoformat())
+    async with VOXAgentMemory(path) as ledger:
+        for message in (recent, old):
+            assert not await ledger.has_message(message.message_id, emitted_at=message.emitted_at)
+            await ledger.record_message(message, "received")
+            assert await ledger.has_message(message.message_id, emitted_at=message.emitted_at)
+    async with VOXAgentMemory(path) as again:
+        # The recent one is answered from the index loaded at open, the old one from the file.
+        assert str(recent.message_id) in again._seen
+        assert str(old.message_id) not in again._seen
+        for message in (recent, old):
+            assert await again.has_message(message.message_id, emitted_at=message.emitted_at)
+            assert await again.has_message(message.message_id)
+            assert not await again.has_message(message.message_id, "started")
+        for emitted_at in (recent.emitted_at, old.emitted_at):
+            assert not await again.has_message(uuid4(), emitted_at=emitted_at)
+
+
+async def test_a_failed_commit_never_enters_the_dedupe_index(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    message = request()
+    async with VOXAgentMemory(path) as ledger:
+        with sqlite3.connect(path) as db:
+            db.execute(
+                "CREATE TRIGGER poison BEFORE INSERT ON logs WHEN NEW.action = 'received'"
+                " BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
+            )
+        with pytest.raises(LedgerError, match="poisoned"):
+            await ledger.record_message(message, "received")
+        assert not await ledger.has_message(message.message_id, emitted_at=message.emitted_at)
+
+
+async def test_a_second_writer_never_forks_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    async with VOXAgentMemory(path) as first, VOXAgentMemory(path) as second:
+        for n in range(5):
+            a = await first.record("m", "a", None, None, {"n": n})
+            b = await second.record("m", "b", None, None, {"n": n})
+            assert b == a + 1
+        together = await asyncio.gather(
+            *(ledger.record("m", "c", None, None, {}) for ledger in (first, second) * 20)
+        )
+        assert sorted(together) == list(range(11, 51))
+        report = await first.verify()
+        assert report.ok, report.problem
+        assert report.rows == 50

@@ -1,0 +1,149 @@
+"""The ledger's writer thread: its own sqlite3 connection, one hand-off per batch of records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Literal
+
+from ._ledgerschema import _HEAD, _INSERT, GENESIS_HASH, _chain_hash
+
+__all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "rechain", "write_batch"]
+
+LedgerSync = Literal["full", "normal"]
+# What each ledger_sync value survives is in docs/ledger.md ("Durable before acknowledged").
+SYNC_MODES: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL"}
+
+Head = tuple[int, str]  # (last row id, its hash)
+Row = tuple[Any, ...]  # _COLUMNS, then prev_hash and hash
+Settle = Callable[[bool, Any], None]
+
+
+class WriterThread:
+    """Run jobs on one thread that owns a sqlite3 connection; report each back to the loop.
+
+    A job is a plain function of the connection. The caller's callback runs on the event loop
+    through a single call_soon_threadsafe, so a whole batch of records costs one wake-up of
+    this thread and one of the loop, whatever the number of statements in it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.db: sqlite3.Connection | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Settle, Any] | None] = (
+            queue.SimpleQueue()
+        )
+        # A daemon, so a program that never closes its ledger still exits; sqlite's WAL
+        # makes an interrupted transaction invisible, as a crash would.
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        self._thread.start()
+
+    def submit(self, job: Callable[[], Any], settle: Settle) -> None:
+        """Run job() on the thread, then settle(ok, result or exception) on the running loop."""
+        if self._stopped:
+            raise RuntimeError("the ledger writer has stopped")
+        self._jobs.put((job, settle, asyncio.get_running_loop()))
+
+    async def call(self, job: Callable[[], Any]) -> Any:
+        """Run job() on the thread and return its result (for the rare, non-batched work)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def settle(ok: bool, result: Any) -> None:
+            if not future.done():
+                (future.set_result if ok else future.set_exception)(result)
+
+        self.submit(job, settle)
+        return await future
+
+    async def close(self) -> None:
+        """Close the connection on the thread (after the jobs queued before), then stop it."""
+        with contextlib.suppress(Exception):
+            await self.call(self._close_db)
+        self.stop()
+
+    def _close_db(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    def stop(self) -> None:
+        """Ask the thread to end once the queued jobs are done, closing its connection."""
+        if not self._stopped:
+            self._stopped = True
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, settle, loop = item
+            try:
+                outcome: tuple[bool, Any] = (True, job())
+            except BaseException as exc:  # reported to the caller, never lost in the thread
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+                loop.call_soon_threadsafe(settle, *outcome)
+        self._close_db()  # stopped without a closing job: the loop went away
+
+
+def rechain(rows: Sequence[Row], head: Head) -> list[Row]:
+    """Give rows chained onto a stale head new ids and hashes onto the real one."""
+    last_id, prev = head
+    out = []
+    for row in rows:
+        content = (last_id := last_id + 1, *row[1:-2])
+        digest = _chain_hash(prev, content)
+        out.append((*content, prev, digest))
+        prev = digest
+    return out
+
+
+def read_head(db: sqlite3.Connection) -> Head:
+    """Return the ledger's last row id and hash (0 and the genesis hash when empty)."""
+    found = db.execute(_HEAD).fetchone()
+    return (0, GENESIS_HASH) if found is None else (int(found[0]), str(found[1]))
+
+
+def write_batch(
+    db: sqlite3.Connection,
+    rows: list[Row],
+    added: list[tuple[str, str, bytes]],
+    removed: list[tuple[str]],
+    chained: bool,
+) -> tuple[list[Row], Head | None]:
+    """Append rows and change the outbox in one transaction; return the rows as written.
+
+    Rows arrive chained onto the head this writer last committed (chained=True). If another
+    connection appended meanwhile, the first id collides (ids are explicit and contiguous):
+    the batch is then re-chained onto the real head, read inside the write lock.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not chained and rows:
+            rows = rechain(rows, read_head(db))
+        try:
+            if rows:
+                db.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError:
+            if not chained or not rows:
+                raise
+            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            rows = rechain(rows, read_head(db))
+            db.executemany(_INSERT, rows)
+        if added:
+            db.executemany("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)", added)
+        if removed:
+            db.executemany("DELETE FROM outbox WHERE message_id = ?", removed)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    head = (int(rows[-1][0]), str(rows[-1][-1])) if rows else None
+    return rows, head
