@@ -22,6 +22,7 @@ demo: $(STAMP) mosquitto
 	$(BIN)/vox demo $(DEMO_ARGS)
 
 bench: $(STAMP) mosquitto
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)

@@ -131,13 +131,26 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def bench_broker(workdir: Path, fleet_toml: str) -> Iterator[BenchBroker]:
-    """Render the fleet's broker directory under workdir and run mosquitto from it."""
+def bench_broker(
+    workdir: Path, fleet_toml: str, *, extra_acl: Mapping[str, list[str]] | None = None
+) -> Iterator[BenchBroker]:
+    """Render the fleet's broker directory under workdir and run mosquitto from it.
+
+    extra_acl: {identity name: acl_file topic lines} appended for a foreign client's own
+    topics (FastStream's reply topics), so everything else stays as rendered.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     fleet = parse_fleet(fleet_toml)
     broker_dir = render_broker_dir(
         fleet, workdir / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
     )
+    if extra_acl:
+        acl = broker_dir.root / "acl"
+        lines = [acl.read_text(encoding="utf-8").rstrip("\n")]
+        for name, rules in extra_acl.items():
+            username = load_credentials(broker_dir.root / "credentials" / f"{name}.toml").username
+            lines += [f"user {username}", *rules]
+        acl.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with LocalBroker(broker_dir.conf, port=broker_dir.port) as broker:
         yield BenchBroker(
             fleet=fleet, root=broker_dir.root, port=broker_dir.port, workdir=workdir, broker=broker

@@ -35,6 +35,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
         title="Three levels: operator -> root -> coordinator -> specialist and back (p50)",
         count=count,
         warmup=warmup,
+        bound=4.0,
     )
 
 

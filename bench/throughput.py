@@ -31,6 +31,8 @@ from bench.voxside import start_vox
 from vox_mqtt.agent import VOXAgent
 
 PARAMS = {"text": "hello"}
+# A command through three levels: three requests and three answers, each acknowledged.
+MESSAGES_PER_COMMAND = 12
 TREE = {
     "operator": (None, ("root",)),
     "root": ("operator", ("coordinator",)),
@@ -158,6 +160,9 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
         raw = await raw_rate(bench, concurrency, seconds)
         vox, profile = await vox_rate(bench, concurrency, seconds, profile_seconds)
     ratio = vox["commands_per_second"] / raw["commands_per_second"]
+    vox["cpu_ms_per_message_python"] = round(
+        vox["cpu_ms_per_command_python"] / MESSAGES_PER_COMMAND, 3
+    )
     return figure(
         title="Throughput: concurrent commands/s through root -> coordinator -> 2 specialists",
         unit="commands/s",
