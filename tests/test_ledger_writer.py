@@ -141,3 +141,32 @@ async def test_a_second_writer_never_forks_the_chain(tmp_path: Path) -> None:
         report = await first.verify()
         assert report.ok, report.problem
         assert report.rows == 50
+
+
+async def test_grouped_rows_commit_together_or_not_at_all(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    message = request()
+    ack = message.acknowledgement()
+    async with VOXAgentMemory(path) as ledger:
+        await ledger.record_message(message, "sent", outbox=("t", b"payload"))
+        assert len(await ledger.pending_outbox()) == 1
+        commits = ledger.commit_count
+        first = await ledger.record_message(
+            ack, "received", outbox_done=message.message_id, then=[(message, "completed")]
+        )
+        assert ledger.commit_count == commits + 1
+        assert first == 2
+        assert [r["action"] for r in await ledger.find(message.message_id)] == ["sent", "completed"]
+        assert await ledger.pending_outbox() == []
+        # A row that fails takes its group down with it: no half of it is ever on disk.
+        with sqlite3.connect(path) as db:
+            db.execute(
+                "CREATE TRIGGER poison BEFORE INSERT ON logs WHEN NEW.action = 'started'"
+                " BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
+            )
+        other = request()
+        with pytest.raises(LedgerError, match="poisoned"):
+            await ledger.record_message(other, "received", then=[(other, "started")])
+        assert await ledger.find(other.message_id) == []
+        assert not await ledger.has_message(other.message_id, emitted_at=other.emitted_at)
+        assert (await ledger.verify()).ok

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
@@ -54,8 +56,13 @@ class Client(aiomqtt.Client):
         self.last_failure = ""
         self._client.disable_logger()
         self._client.on_log = self._on_log
+        # paho formats every debug line (properties and all) for on_log; only errors are
+        # kept, so skip the formatting of the rest.
+        self._client._easy_log = self._easy_log  # type: ignore[method-assign]
         # PUBACK inbound messages ourselves, once the session has queued them (backpressure).
         self._client.manual_ack_set(True)
+        # Takes a message straight from paho's callback; False: it has no room, queue it.
+        self.sink: Callable[[mqtt.MQTTMessage], bool] | None = None
 
     @property
     def lost(self) -> asyncio.Future[None]:
@@ -125,6 +132,19 @@ class Client(aiomqtt.Client):
         except BaseException as exc:
             self.connect_error = exc
             raise
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        # The session's queue takes the message here, in paho's callback, sparing aiomqtt's
+        # queue and its iterator (a task and a wait per message); once messages wait in
+        # aiomqtt's queue, later ones queue behind them, so the order is kept.
+        if self.sink is not None and self._queue.empty() and self.sink(message):
+            self._client.ack(message.mid, message.qos)
+            return
+        super()._on_message(client, userdata, message)
+
+    def _easy_log(self, level: int, fmt: str, *args: Any) -> None:
+        if level == mqtt.MQTT_LOG_ERR:
+            self._on_log(self._client, None, level, fmt % args)
 
     def _on_log(self, client: mqtt.Client, userdata: Any, level: int, text: str) -> None:
         if level == mqtt.MQTT_LOG_ERR:
@@ -232,4 +252,24 @@ def properties(packet_type: int, **values: Any) -> Properties:
     for name, value in values.items():
         if value is not None:
             setattr(result, name, value)
+    return result
+
+
+class _PackedProperties(Properties):
+    """Properties serialized once: paho packs them again for every publish otherwise."""
+
+    def pack(self) -> bytes:
+        packed: bytes = self.__dict__["_packed"]
+        return packed
+
+
+@functools.lru_cache(maxsize=512)
+def publish_properties(content_type: str | None, expiry: int | None) -> Properties:
+    """Return the (shared, never modified) PUBLISH properties for one kind of publish."""
+    result = _PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if content_type is not None:
+        result.ContentType = content_type
+    if expiry is not None:
+        result.MessageExpiryInterval = expiry
+    result.__dict__["_packed"] = Properties.pack(result)  # type: ignore[no-untyped-call]
     return result

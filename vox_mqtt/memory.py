@@ -71,15 +71,21 @@ class VerifyReport:
     problem: str | None
 
 
+_Values = tuple[Any, ...]  # a row's _COLUMNS without id
+_Received = tuple[str, float]  # a "received" row's message_id and emission time
+
+
 @dataclass(slots=True)
 class _Pending:
-    values: tuple[Any, ...] | None  # _COLUMNS without id; None for an outbox removal only
-    future: asyncio.Future[int]
+    """Rows (none, for an outbox removal alone) that commit together, and who waits for them."""
+
+    rows: list[_Values]
+    future: asyncio.Future[int]  # the first row's id (0 without rows)
     # The outbox is the one mutable table: a sent message waits there, whole, until it is
     # acknowledged, so a restart can re-send it. It commits with its "sent" row.
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
-    received: tuple[str, float] | None = None  # a "received" row: message_id, emitted epoch
+    received: list[_Received] | None = None  # for the dedupe index, once committed
 
 
 def _emitted_epoch(emitted_at: str | None) -> float:
@@ -281,7 +287,7 @@ class VOXAgentMemory:
             for key, column in _PROMOTED.items()
             if isinstance(value := clean.get(key), str | UUID)
         }
-        return await self._append(event_type, action, source, target, clean, meta)
+        return await self._submit([self._row(event_type, action, source, target, clean, meta)])
 
     async def record_message(
         self,
@@ -292,11 +298,32 @@ class VOXAgentMemory:
         reason: str | None = None,
         topic: str | None = None,
         outbox: tuple[str, bytes] | None = None,
+        outbox_done: UUID | None = None,
+        then: Iterable[tuple[VOXMessage, str]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
-        With outbox=(topic, payload), also keep the whole message until outbox_done().
+        With outbox=(topic, payload), also keep the whole message until outbox_done(); with
+        outbox_done=ID, forget that sent message in the same transaction. `then` rows, as
+        (message, action), commit in that same transaction right after this one (what each
+        such grouping still lets a restart prove is in docs/ledger.md). Returns the first id.
         """
+        rows = [self._message_row(message, action, outcome, reason, topic)]
+        rows += [self._message_row(other, what, None, None, None) for other, what in then]
+        return await self._submit(
+            rows,
+            outbox=None if outbox is None else (str(message.message_id), *outbox),
+            outbox_done=None if outbox_done is None else str(outbox_done),
+        )
+
+    def _message_row(
+        self,
+        message: VOXMessage,
+        action: str,
+        outcome: str | None,
+        reason: str | None,
+        topic: str | None,
+    ) -> tuple[_Values, _Received | None]:
         details: dict[str, Any] = {"message_source": message.message_source[:200]}
         for key in _KEPT_DETAILS.get(message.type, ()):
             if key in message.details:
@@ -311,22 +338,12 @@ class VOXAgentMemory:
             "outcome": outcome,
             "reason": reason,
         }
-        return await self._append(
-            "message",
-            action,
-            message.source,
-            message.target,
-            _scrub(details),
-            meta,
-            outbox=None if outbox is None else (str(message.message_id), *outbox),
-        )
+        return self._row("message", action, message.source, message.target, _scrub(details), meta)
 
     async def outbox_done(self, message_id: UUID) -> None:
         """Forget a sent message once it is acknowledged (or given up on)."""
         if not self._closed and self._thread is not None:
-            future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self._enqueue(_Pending(None, future, outbox_done=str(message_id)))
-            await future
+            await self._submit([], outbox_done=str(message_id))
 
     async def pending_outbox(self) -> list[tuple[str, str, bytes]]:
         """Return the sent messages never acknowledged: (message_id, topic, payload)."""
@@ -350,9 +367,9 @@ class VOXAgentMemory:
         """Record input that did not parse or verify by its size and digest, never its bytes."""
         details = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "topic": topic}
         meta = {"message_id": _id_text(message_id), "outcome": "rejected", "reason": reason}
-        return await self._append("message", "rejected", source, None, details, meta)
+        return await self._submit([self._row("message", "rejected", source, None, details, meta)])
 
-    async def _append(
+    def _row(
         self,
         event_type: str,
         action: str,
@@ -360,9 +377,8 @@ class VOXAgentMemory:
         target: UUID | str | None,
         details: dict[str, Any],
         meta: Mapping[str, str | None],
-        *,
-        outbox: tuple[str, str, bytes] | None = None,
-    ) -> int:
+    ) -> tuple[_Values, _Received | None]:
+        """Check and lay out one row; a bad one fails here, alone, never inside a batch."""
         for name, word in (("event_type", event_type), ("action", action)):
             if not isinstance(word, str) or not 0 < len(word) <= 64:
                 raise LedgerError(f"{name} must be a string of 1 to 64 characters, not {word!r}")
@@ -380,7 +396,17 @@ class VOXAgentMemory:
         received = None
         if action == "received" and (message_id := row.get("message_id")) is not None:
             received = (message_id, _emitted_epoch(row.get("emitted_at")))
-        if self._thread is None:
+        return values, received
+
+    async def _submit(
+        self,
+        rows: list[tuple[_Values, _Received | None]],
+        *,
+        outbox: tuple[str, str, bytes] | None = None,
+        outbox_done: str | None = None,
+    ) -> int:
+        """Queue rows that commit together; return the first one's id once they are durable."""
+        if self._reader is None:  # set once the writer is open too
             await self.init_db()
         if self.read_only:
             raise LedgerError(f"ledger {self.path} is open read-only")
@@ -388,7 +414,9 @@ class VOXAgentMemory:
         if self._closed:
             raise LedgerError(f"ledger {self.path} is closed")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Pending(values, future, outbox=outbox, received=received))
+        received = [seen for _, seen in rows if seen is not None] or None
+        values = [row for row, _ in rows]
+        self._enqueue(_Pending(values, future, outbox, outbox_done, received))
         return await future
 
     def _enqueue(self, pending: _Pending) -> None:
@@ -418,8 +446,8 @@ class VOXAgentMemory:
         rows, added, removed = [], [], []
         last_id, prev = self._head or (0, GENESIS_HASH)
         for pending in batch:
-            if pending.values is not None:
-                content = (last_id := last_id + 1, *pending.values)
+            for values in pending.rows:
+                content = (last_id := last_id + 1, *values)
                 digest = _chain_hash(prev, content)
                 rows.append((*content, prev, digest))
                 prev = digest
@@ -428,9 +456,12 @@ class VOXAgentMemory:
             if pending.outbox_done is not None:
                 removed.append((pending.outbox_done,))
         thread = self._thread
-        assert thread.db is not None
         chained = self._head is not None
-        job = functools.partial(write_batch, thread.db, rows, added, removed, chained)
+
+        def job() -> tuple[list[tuple[Any, ...]], Head | None]:
+            assert thread.db is not None
+            return write_batch(thread.db, rows, added, removed, chained)
+
         self._in_flight = True
         thread.submit(job, functools.partial(self._written, batch))
 
@@ -442,11 +473,12 @@ class VOXAgentMemory:
             if head is not None:
                 self._head = head
             self._commits += 1
-            ids = iter(rows)
+            at = 0
             for pending in batch:
-                row_id = next(ids)[0] if pending.values is not None else 0
-                if pending.received is not None:
-                    self._remember(*pending.received)
+                row_id = rows[at][0] if pending.rows else 0
+                at += len(pending.rows)
+                for seen in pending.received or ():
+                    self._remember(*seen)
                 if not pending.future.done():
                     pending.future.set_result(row_id)
         else:

@@ -14,11 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import aiomqtt
+import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ._mqttclient import Client, Refused, broker_error, properties, tls_context
+from ._mqttclient import (
+    Client,
+    Refused,
+    broker_error,
+    properties,
+    publish_properties,
+    tls_context,
+)
 from .errors import BrokerUnavailable, ConfigError, DeliveryFailed
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will"]
@@ -216,9 +224,7 @@ class Session:
         """
         if expiry is not None and expiry < 1:
             raise ValueError(f"message expiry must be >= 1 s, not {expiry}")
-        props = properties(
-            PacketTypes.PUBLISH, ContentType=content_type, MessageExpiryInterval=expiry
-        )
+        props = publish_properties(content_type, expiry)
         timeout = self.settings.publish_timeout
         rc: ReasonCode | None = None
         sent = False
@@ -378,6 +384,7 @@ class Session:
         self.connection_count += 1
         self.session_present = client.session_present
         client.lost.add_done_callback(lambda _: self._mark_down(client))
+        client.sink = self._offer
         pump = self._tg.create_task(self._pump(client), name=f"vox-mqtt in {client.identifier}")
         cause: BrokerUnavailable | None = None
         established = False
@@ -435,18 +442,28 @@ class Session:
                     f"{code} (0x{code.value:02X}) — check the broker's ACL"
                 )
 
+    def _offer(self, message: mqtt.MQTTMessage) -> bool:
+        """Queue a message straight from paho's callback if there is room (Client.sink)."""
+        if self._queue.full():
+            return False
+        self._queue.put_nowait(_inbound(message.topic, message))
+        return True
+
     async def _pump(self, client: Client) -> None:
-        """Move inbound messages into the session queue, acknowledging each once queued."""
+        """Move the messages the sink had no room for into the session queue, then ack each."""
         with contextlib.suppress(aiomqtt.MqttError):
             async for message in client.messages:
-                raw = message.properties
-                properties = {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
-                inbound = Inbound(
-                    topic=message.topic.value,
-                    payload=message.payload,
-                    retain=message.retain,
-                    properties=properties,
-                )
                 # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
-                await self._queue.put(inbound)
+                await self._queue.put(_inbound(message.topic.value, message))
                 client._client.ack(message.mid, message.qos)
+
+
+def _inbound(topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
+    raw = message.properties
+    properties = {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
+    return Inbound(
+        topic=topic,
+        payload=bytes(message.payload),
+        retain=bool(message.retain),
+        properties=properties,
+    )
