@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self, TypeVar
 from uuid import UUID, uuid4
 
 from pydantic import (
@@ -15,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -23,6 +26,8 @@ from pydantic import (
 )
 
 from .errors import InvalidMessage
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -159,11 +164,37 @@ class VOXMessage(BaseModel):
     type: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
     details: Annotated[dict[str, Any], AfterValidator(_check_finite)]
     reply_to: Uuid | None = None
+    # Worked out once per message, not at every use: the envelope is immutable.
+    _payload: BaseModel | None = PrivateAttr(default=None)
+    _json: bytes | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # The fields only: pydantic would also compare what was worked out and cached.
+        if not isinstance(other, VOXMessage):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = BaseModel.__hash__
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy the message; what was worked out from the original is worked out again."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._payload = copy._json = None
+        return copy
 
     def payload(self) -> BaseModel | None:
         """Return details as this type's payload model, or None if the type is unknown."""
-        model = PAYLOAD_MODELS.get(self.type)
-        return None if model is None else model.model_validate(self.details)
+        if self._payload is None:
+            model = PAYLOAD_MODELS.get(self.type)
+            if model is None:
+                return None
+            self._payload = model.model_validate(self.details)
+        return self._payload
+
+    def payload_as(self, model: builtins.type[_Model]) -> _Model:
+        """Return details as the given payload model (validated once per message and model)."""
+        known = self.payload() if PAYLOAD_MODELS.get(self.type) is model else None
+        return known if isinstance(known, model) else model.model_validate(self.details)
 
     def reply(
         self,
@@ -222,7 +253,9 @@ def new_message(
 
 def serialize(message: VOXMessage) -> bytes:
     """Encode a message as compact UTF-8 JSON, in field order, omitting an absent reply_to."""
-    return message.model_dump_json(exclude_none=True).encode()
+    if message._json is None:
+        message._json = message.model_dump_json(exclude_none=True).encode()
+    return message._json
 
 
 def parse(
