@@ -152,7 +152,7 @@ async def test_grouped_rows_commit_together_or_not_at_all(tmp_path: Path) -> Non
         assert len(await ledger.pending_outbox()) == 1
         commits = ledger.commit_count
         first = await ledger.record_message(
-            ack, "received", outbox_done=message.message_id, then=[(message, "completed")]
+            ack, "received", outbox_done=message.message_id, then=[(message, "completed", None)]
         )
         assert ledger.commit_count == commits + 1
         assert first == 2
@@ -166,7 +166,7 @@ async def test_grouped_rows_commit_together_or_not_at_all(tmp_path: Path) -> Non
             )
         other = request()
         with pytest.raises(LedgerError, match="poisoned"):
-            await ledger.record_message(other, "received", then=[(other, "started")])
+            await ledger.record_message(other, "received", then=[(other, "started", None)])
         assert await ledger.find(other.message_id) == []
         assert not await ledger.has_message(other.message_id, emitted_at=other.emitted_at)
         assert (await ledger.verify()).ok

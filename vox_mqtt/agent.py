@@ -111,6 +111,9 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         self._handler_slots = asyncio.Semaphore(config.max_concurrency)
         self._intake_slots = asyncio.Semaphore(config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        # Commands whose "started" row committed with their "received" one, a handler slot
+        # already taken for them (see _starts_at_once).
+        self._started_at_once: set[UUID] = set()
         self._delegated: dict[UUID, int] = {}  # child id -> requests in flight
         self._running_handlers = 0
         self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
@@ -314,6 +317,12 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         # in-progress map is checked and filled with no await between, so two copies
         # arriving together cannot both pass the ledger check; a copy of a message still
         # being recorded waits for that record, so no ack ever precedes durability.
+        is_ack = message.type == MSG_ACKNOWLEDGED
+        ack = None if is_ack else message.acknowledgement(message_source=self.config.message_source)
+        # One commit per inbound message: its "received" row, the "sent" row of its ack, and
+        # for a command that starts at once its "started" row; an ack takes its message out
+        # of the outbox in the same transaction. docs/ledger.md says what a restart proves.
+        then: list[tuple[VOXMessage, str, str | None]] = [(ack, "sent", None)] if ack else []
         recording = self._in_progress.get(message_id)
         if recording is not None:
             await recording.wait()
@@ -325,20 +334,38 @@ class VOXAgent(CommandsMixin, OutboundMixin):
             try:
                 duplicate = await self.memory.has_message(message_id, emitted_at=message.emitted_at)
                 if not duplicate:
-                    await self.memory.record_message(message, "received", topic=inbound.topic)
+                    await self._record_received(message, inbound.topic, then)
             finally:
                 del self._in_progress[message_id]
                 recording.set()
         if duplicate:
-            await self.memory.record_message(message, "duplicate", topic=inbound.topic)
-            if message.type != MSG_ACKNOWLEDGED:
-                await self._publish_ack(message)
+            await self.memory.record_message(message, "duplicate", topic=inbound.topic, then=then)
+            if ack is not None:
+                await self._publish_ack(message, ack)
             return
-        if message.type != MSG_ACKNOWLEDGED:
-            # The record is durable, so the ack may go; routing need not wait for the ack's own
-            # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
-            self._spawn(self._publish_ack(message), "ack")
+        if ack is not None:
+            # The record is durable, so the ack may go; routing need not wait for its PUBACK.
+            self._spawn(self._publish_ack(message, ack), "ack")
         await self._route(message)
+
+    async def _record_received(
+        self, message: VOXMessage, topic: str, then: list[tuple[VOXMessage, str, str | None]]
+    ) -> None:
+        done = None
+        if message.type == MSG_ACKNOWLEDGED:
+            done = message.payload_as(MessageAcknowledged).in_response_to
+        starting = await self._starts_at_once(message)
+        if starting:
+            then = [*then, (message, "started", None)]
+        try:
+            await self.memory.record_message(
+                message, "received", topic=topic, then=then, outbox_done=done
+            )
+        except BaseException:
+            if starting:
+                self._started_at_once.discard(message.message_id)
+                self._handler_slots.release()
+            raise
 
     def _verify(self, message: VOXMessage, topic: topics.InboxTopic) -> str | None:
         """Return why a message may not be accepted, or None (DESIGN section 3)."""
@@ -374,8 +401,7 @@ class VOXAgent(CommandsMixin, OutboundMixin):
 
     async def _route(self, message: VOXMessage) -> None:
         if message.type == MSG_ACKNOWLEDGED:
-            ack = MessageAcknowledged.model_validate(message.details)
-            self.tracker.acknowledged(ack.in_response_to)
+            self.tracker.acknowledged(message.payload_as(MessageAcknowledged).in_response_to)
             return
         for listener in self.listeners:
             outcome = listener(message)
@@ -395,7 +421,7 @@ class VOXAgent(CommandsMixin, OutboundMixin):
     def _complete(self, reply: VOXMessage) -> None:
         assert reply.reply_to is not None
         if reply.type == MSG_COMMAND_ERROR:
-            error = CommandError.model_validate(reply.details)
+            error = reply.payload_as(CommandError)
             self.tracker.failed(reply.reply_to, error.code, error.error, reply)
         else:
             self.tracker.completed(reply.reply_to, reply)

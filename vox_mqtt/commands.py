@@ -7,7 +7,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -61,16 +61,27 @@ class CommandsMixin:
         _running_handlers: int
         _idle: asyncio.Event
         _serving: dict[UUID, VOXMessage]
+        _started_at_once: set[UUID]
         _interrupted: list[dict[str, Any]]
         _pending: list[dict[str, Any]]
         _unsent: list[tuple[str, str, bytes]]
 
         def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]: ...
         async def send_message(
-            self, message: VOXMessage, *, expects_reply: bool
+            self,
+            message: VOXMessage,
+            *,
+            expects_reply: bool,
+            then: Iterable[tuple[VOXMessage, str, str | None]] = (),
         ) -> TrackedRequest: ...
         async def _deliver(self, tracked: TrackedRequest) -> None: ...
-        async def _await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage: ...
+        async def _await_reply(
+            self,
+            message: VOXMessage,
+            timeout: float | None,
+            *,
+            then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        ) -> VOXMessage: ...
         async def _send_error_to(
             self, peer: UUID, reply_to: UUID, code: str, reason: str
         ) -> None: ...
@@ -120,17 +131,41 @@ class CommandsMixin:
         if self._serving.pop(request.message_id, None) is None:
             return  # already answered SHUTTING_DOWN when the grace period ran out
         kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply whole in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
-            await self.send_message(request.reply(kind, details), expects_reply=False)
-            await self.memory.record_message(
-                request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
+            # Its "completed" or "failed" row commits in the same transaction.
+            await self.send_message(
+                request.reply(kind, details), expects_reply=False, then=[(request, end, None)]
             )
 
+    async def _starts_at_once(self, request: VOXMessage) -> bool:
+        """Take a handler slot for a local command that can start now (its "started" row
+        then commits with its "received" one); False for anything else."""
+        if request.type != MSG_COMMAND_REQUEST or self.stopping or self._handler_slots.locked():
+            return False
+        try:
+            name = request.payload_as(CommandRequest).command
+        except ValueError:
+            return False
+        if self._local_handler(name) is None:
+            return False
+        await self._handler_slots.acquire()  # free, as just checked: returns at once
+        self._started_at_once.add(request.message_id)
+        return True
+
     async def _answer_command(self, request: VOXMessage) -> CommandResult | CommandError:
-        payload = CommandRequest.model_validate(request.details)
+        payload = request.payload_as(CommandRequest)
         name = payload.command
+        if request.message_id in self._started_at_once:
+            self._started_at_once.discard(request.message_id)
+            handler = self._local_handler(name)
+            assert handler is not None
+            try:
+                return await self._call(handler, name, payload.params, self._timeout_of(payload))
+            finally:
+                self._handler_slots.release()
         if self.stopping:
             return CommandError(
                 code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
@@ -224,15 +259,16 @@ class CommandsMixin:
             reply_to=request.message_id,
             message_source=self.config.message_source,
         )
-        await self.memory.record_message(request, "delegated", outcome=str(child))
         self._delegated[child] = self._delegated.get(child, 0) + 1
         try:
-            reply = await self._await_reply(downstream, timeout)
+            # The "delegated" row commits with the downstream request's "sent" row.
+            then = [(request, "delegated", str(child))]
+            reply = await self._await_reply(downstream, timeout, then=then)
         except CommandFailed as exc:
             return CommandError(code=exc.code, error=exc.error, command=name)
         finally:
             self._delegated[child] -= 1
-        result = CommandResult.model_validate(reply.details)
+        result = reply.payload_as(CommandResult)
         # The master answers for the work: upstream never learns the child exists.
         return CommandResult(
             command=name, result=result.result, summary=result.summary, handled_by=self.id

@@ -299,17 +299,17 @@ class VOXAgentMemory:
         topic: str | None = None,
         outbox: tuple[str, bytes] | None = None,
         outbox_done: UUID | None = None,
-        then: Iterable[tuple[VOXMessage, str]] = (),
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
         With outbox=(topic, payload), also keep the whole message until outbox_done(); with
         outbox_done=ID, forget that sent message in the same transaction. `then` rows, as
-        (message, action), commit in that same transaction right after this one (what each
+        (message, action, outcome), commit in that same transaction after this one (what each
         such grouping still lets a restart prove is in docs/ledger.md). Returns the first id.
         """
         rows = [self._message_row(message, action, outcome, reason, topic)]
-        rows += [self._message_row(other, what, None, None, None) for other, what in then]
+        rows += [self._message_row(other, what, result, None, None) for other, what, result in then]
         return await self._submit(
             rows,
             outbox=None if outbox is None else (str(message.message_id), *outbox),

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -53,8 +54,17 @@ class OutboundMixin:
 
         def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]: ...
 
-    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
-        """Record, publish and keep re-sending a message until it is acknowledged."""
+    async def send_message(
+        self,
+        message: VOXMessage,
+        *,
+        expects_reply: bool,
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+    ) -> TrackedRequest:
+        """Record, publish and keep re-sending a message until it is acknowledged.
+
+        `then` rows (message, action, outcome) commit in the same transaction as its "sent" row.
+        """
         if message.target not in self.config.peers:
             raise VoxError(
                 f"{self.name} may only talk to its master and children, not {message.target}"
@@ -62,7 +72,9 @@ class OutboundMixin:
         tracked = self.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.id)
         # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.memory.record_message(message, "sent", outbox=(topic, serialize(message)))
+        await self.memory.record_message(
+            message, "sent", outbox=(topic, serialize(message)), then=then
+        )
         self._spawn(self._deliver(tracked), "deliver")
         return tracked
 
@@ -70,8 +82,10 @@ class OutboundMixin:
         try:
             await self._deliver_until_acknowledged(tracked)
         finally:
-            with contextlib.suppress(VoxError):
-                await self.memory.outbox_done(tracked.message_id)
+            # An acknowledged message left the outbox with its ack's "received" row.
+            if not tracked.acknowledged.is_set():
+                with contextlib.suppress(VoxError):
+                    await self.memory.outbox_done(tracked.message_id)
 
     async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
         assert self.session is not None
@@ -108,10 +122,9 @@ class OutboundMixin:
             return None
         return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
 
-    async def _publish_ack(self, message: VOXMessage) -> None:
+    async def _publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
+        """Publish an ack whose "sent" row committed with its message's own row."""
         assert self.session is not None
-        ack = message.acknowledgement(message_source=self.config.message_source)
-        await self.memory.record_message(ack, "sent")
         try:
             await self.session.publish(topics.inbox(message.source, self.id), serialize(ack))
         except DeliveryFailed as exc:
@@ -130,8 +143,14 @@ class OutboundMixin:
         with contextlib.suppress(VoxError):
             await self.send_message(message, expects_reply=False)
 
-    async def _await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
-        tracked = await self.send_message(message, expects_reply=True)
+    async def _await_reply(
+        self,
+        message: VOXMessage,
+        timeout: float | None,
+        *,
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+    ) -> VOXMessage:
+        tracked = await self.send_message(message, expects_reply=True, then=then)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
