@@ -8,6 +8,7 @@ import functools
 import logging
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,8 @@ class Client(aiomqtt.Client):
         self._client.manual_ack_set(True)
         # Takes a message straight from paho's callback; False: it has no room, queue it.
         self.sink: Callable[[mqtt.MQTTMessage], bool] | None = None
+        self._loop_thread = threading.get_ident()
+        self._write_scheduled = False
 
     @property
     def lost(self) -> asyncio.Future[None]:
@@ -132,6 +135,28 @@ class Client(aiomqtt.Client):
         except BaseException as exc:
             self.connect_error = exc
             raise
+
+    def _on_socket_register_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        # aiomqtt registers a writer through call_soon_threadsafe for every packet: a wake-up
+        # of the loop through its self-pipe, two epoll changes and two turns of the loop.
+        # On the loop's own thread, write in this turn instead, and wait for the socket to
+        # be writable only when it did not take everything.
+        if threading.get_ident() != self._loop_thread:
+            super()._on_socket_register_write(client, userdata, sock)
+        elif not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_now, client, userdata, sock)
+
+    def _write_now(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._write_scheduled = False
+        try:
+            client.loop_write()
+        except Exception as exc:  # a broken pipe: the connection is gone, as aiomqtt does
+            if not self._disconnected.done():
+                self._disconnected.set_exception(exc)
+            return
+        if client.want_write():
+            super()._on_socket_register_write(client, userdata, sock)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         # The session's queue takes the message here, in paho's callback, sparing aiomqtt's
