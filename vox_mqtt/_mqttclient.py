@@ -66,6 +66,7 @@ class Client(aiomqtt.Client):
         self.sink: Callable[[mqtt.MQTTMessage], bool] | None = None
         self._loop_thread = threading.get_ident()
         self._write_scheduled = False
+        _buffer_reads(self._client)
 
     @property
     def lost(self) -> asyncio.Future[None]:
@@ -197,6 +198,38 @@ class Client(aiomqtt.Client):
         if outcome is not None and not outcome.done():
             outcome.set_result(reason_code)
         super()._on_publish(*args, **kwargs)
+
+
+def _buffer_reads(client: mqtt.Client) -> None:
+    """Make paho read the socket in large chunks instead of a few bytes per call.
+
+    paho asks for a packet's header byte by byte, then its body, then once more to learn
+    there is nothing left: four or five recv() calls per packet. One recv() now fills a
+    buffer the packets are cut from; loop_read goes on while the buffer holds data (epoll
+    cannot see it, so nothing else would come back for it).
+    """
+    buffer = bytearray()
+    recv = client._sock_recv
+    loop_read = client.loop_read
+
+    def buffered_recv(size: int) -> bytes:
+        if not buffer:
+            data = recv(65536)
+            if len(data) <= size:
+                return data
+            buffer.extend(data)
+        chunk = bytes(buffer[:size])
+        del buffer[:size]
+        return chunk
+
+    def read_all(max_packets: int = 1) -> Any:
+        rc = loop_read(max_packets)
+        while buffer and rc == mqtt.MQTT_ERR_SUCCESS and client._sock is not None:
+            rc = loop_read(max_packets)
+        return rc
+
+    client._sock_recv = buffered_recv  # type: ignore[method-assign,assignment]
+    client.loop_read = read_all  # type: ignore[method-assign]
 
 
 def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:
