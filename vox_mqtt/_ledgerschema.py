@@ -94,17 +94,32 @@ def _chain_hash(prev_hash: str, content: Iterable[Any]) -> str:
     return hashlib.sha256((prev_hash + canonical).encode("utf-8")).hexdigest()
 
 
+# One encoder for every row: json.dumps builds a new one per call when given options.
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def _canonical(data: Any) -> str:
     """Serialize as canonical JSON: sorted keys, no spaces, no NaN."""
-    return json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(data)
+
+
+# A UUID's text, for the few peers and the recent messages every row names again.
+_ID_TEXTS: dict[UUID, str] = {}
 
 
 def _id_text(value: UUID | str | None) -> str | None:
     """Write ids in one canonical form, so lookups match however the caller spelled them."""
-    if value is None or isinstance(value, UUID):  # a UUID's own str is already canonical
-        return None if value is None else str(value)
+    if value is None:
+        return None
+    if isinstance(value, UUID):  # a UUID's own str is already canonical
+        text = _ID_TEXTS.get(value)
+        if text is None:
+            if len(_ID_TEXTS) >= 4096:
+                _ID_TEXTS.clear()
+            text = _ID_TEXTS[value] = str(value)
+        return text
     try:
         return str(UUID(str(value)))
     except ValueError:

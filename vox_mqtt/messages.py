@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, Self, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from pydantic import (
     AfterValidator,
@@ -184,12 +185,16 @@ class VOXMessage(BaseModel):
 
     def payload(self) -> BaseModel | None:
         """Return details as this type's payload model, or None if the type is unknown."""
-        if self._payload is None:
+        # The private dict directly: pydantic's __getattr__ for private names is slow.
+        cache = self.__pydantic_private__
+        assert cache is not None
+        known: BaseModel | None = cache["_payload"]
+        if known is None:
             model = PAYLOAD_MODELS.get(self.type)
             if model is None:
                 return None
-            self._payload = model.model_validate(self.details)
-        return self._payload
+            known = cache["_payload"] = model.model_validate(self.details)
+        return known
 
     def payload_as(self, model: builtins.type[_Model]) -> _Model:
         """Return details as the given payload model (validated once per message and model)."""
@@ -236,7 +241,7 @@ def new_message(
         details = details.model_dump(mode="json", exclude_none=True)
     try:
         message = VOXMessage(
-            message_id=uuid4(),
+            message_id=_new_id(),
             message_source=message_source,
             emitted_at=now_iso(),
             source=source,
@@ -251,11 +256,27 @@ def new_message(
     return message
 
 
+_RANDOM = bytearray()
+os.register_at_fork(after_in_child=_RANDOM.clear)  # a child never reuses its parent's ids
+
+
+def _new_id() -> UUID:
+    """Return a random (version 4) UUID, reading the OS's randomness 256 ids at a time."""
+    if not _RANDOM:
+        _RANDOM.extend(os.urandom(16 * 256))
+    chunk = bytes(_RANDOM[-16:])
+    del _RANDOM[-16:]
+    return UUID(bytes=chunk, version=4)
+
+
 def serialize(message: VOXMessage) -> bytes:
     """Encode a message as compact UTF-8 JSON, in field order, omitting an absent reply_to."""
-    if message._json is None:
-        message._json = message.model_dump_json(exclude_none=True).encode()
-    return message._json
+    cache = message.__pydantic_private__
+    assert cache is not None
+    known: bytes | None = cache["_json"]
+    if known is None:
+        known = cache["_json"] = message.model_dump_json(exclude_none=True).encode()
+    return known
 
 
 def parse(
