@@ -30,7 +30,6 @@ _COLUMNS: Final = (
     *("message_type", "reply_to", "emitted_at", "outcome", "reason", "details"),
 )
 _ALL: Final = ", ".join((*_COLUMNS, "prev_hash", "hash"))
-_INSERT: Final = f"INSERT INTO logs ({_ALL}) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})"
 _PARENT: Final = f"""SELECT {_ALL} FROM logs WHERE message_id = (SELECT reply_to FROM logs
     WHERE message_id = ? AND reply_to IS NOT NULL ORDER BY id LIMIT 1) ORDER BY id LIMIT 1"""
 _HEAD: Final = "SELECT id, hash FROM logs ORDER BY id DESC LIMIT 1"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
-from ._ledgerschema import _HEAD, _INSERT, GENESIS_HASH, _chain_hash
+from ._ledgerschema import _ALL, _COLUMNS, _HEAD, GENESIS_HASH, _chain_hash
 
 __all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "rechain", "write_batch"]
 
@@ -91,6 +92,24 @@ class WriterThread:
         self._close_db()  # stopped without a closing job: the loop went away
 
 
+_PER_INSERT = 500  # rows per INSERT statement, at most (SQLite's variable limit may say fewer)
+_ROW_MARKS = "(" + ", ".join("?" * (len(_COLUMNS) + 2)) + ")"
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(count: int) -> str:
+    return f"INSERT INTO logs ({_ALL}) VALUES " + ", ".join([_ROW_MARKS] * count)
+
+
+def _insert(db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Insert rows with few statements: after each step the thread waits for the GIL again."""
+    width = len(_COLUMNS) + 2
+    per = max(1, min(_PER_INSERT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        db.execute(_insert_sql(len(chunk)), [value for row in chunk for value in row])
+
+
 def rechain(rows: Sequence[Row], head: Head) -> list[Row]:
     """Give rows chained onto a stale head new ids and hashes onto the real one."""
     last_id, prev = head
@@ -128,14 +147,14 @@ def write_batch(
             rows = rechain(rows, read_head(db))
         try:
             if rows:
-                db.executemany(_INSERT, rows)
+                _insert(db, rows)
         except sqlite3.IntegrityError:
             if not chained or not rows:
                 raise
             db.execute("ROLLBACK")
             db.execute("BEGIN IMMEDIATE")
             rows = rechain(rows, read_head(db))
-            db.executemany(_INSERT, rows)
+            _insert(db, rows)
         if added:
             db.executemany("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)", added)
         if removed:
