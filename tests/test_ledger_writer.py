@@ -103,8 +103,8 @@ async def test_the_dedupe_index_survives_a_restart(tmp_path: Path) -> None:
             assert await ledger.has_message(message.message_id, emitted_at=message.emitted_at)
     async with VOXAgentMemory(path) as again:
         # The recent one is answered from the index loaded at open, the old one from the file.
-        assert str(recent.message_id) in again._seen
-        assert str(old.message_id) not in again._seen
+        assert str(recent.message_id) in again._received
+        assert str(old.message_id) not in again._received
         for message in (recent, old):
             assert await again.has_message(message.message_id, emitted_at=message.emitted_at)
             assert await again.has_message(message.message_id)

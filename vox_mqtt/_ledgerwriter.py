@@ -9,11 +9,21 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
 
-from ._ledgerschema import _ALL, _COLUMNS, _HEAD, GENESIS_HASH, _chain_hash
+from ._ledgerschema import (
+    _ALL,
+    _COLUMNS,
+    _HEAD,
+    _SCHEMA,
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    _chain_hash,
+)
+from .errors import LedgerError
 
-__all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "rechain", "write_batch"]
+__all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "open_writer", "rechain", "write_batch"]
 
 LedgerSync = Literal["full", "normal"]
 # What each ledger_sync value survives is in docs/ledger.md ("Durable before acknowledged").
@@ -22,6 +32,7 @@ SYNC_MODES: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL"}
 Head = tuple[int, str]  # (last row id, its hash)
 Row = tuple[Any, ...]  # _COLUMNS, then prev_hash and hash
 Settle = Callable[[bool, Any], None]
+T = TypeVar("T")
 
 
 class WriterThread:
@@ -120,6 +131,31 @@ def rechain(rows: Sequence[Row], head: Head) -> list[Row]:
         out.append((*content, prev, digest))
         prev = digest
     return out
+
+
+def open_writer(
+    thread: WriterThread, path: Path, synchronous: str, load: Callable[[sqlite3.Connection], T]
+) -> tuple[Head, T]:
+    """Open the writing connection (on the writer thread); return the head and load(db)."""
+    db = thread.db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA busy_timeout = 10000")
+    try:
+        found = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        tables = {row[0] for row in found}
+        if not {"logs", "ledger_meta"} <= tables:
+            if tables:
+                listed = ", ".join(sorted(tables))
+                raise LedgerError(f"ledger {path}: not a vox ledger (its tables: {listed})")
+            db.executescript(_SCHEMA)
+        meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"ledger {path}: not a vox ledger: {exc}") from None
+    if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
+        raise LedgerError(f"{path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+    # WAL lets readers run beside the writer; FULL also syncs the WAL at every commit.
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
+    return read_head(db), load(db)
 
 
 def read_head(db: sqlite3.Connection) -> Head:

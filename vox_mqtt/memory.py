@@ -6,9 +6,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import math
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from uuid import UUID
 
 import aiosqlite
 
+from ._ledgerindex import ReceivedIndex, emitted_epoch
 from ._ledgerschema import (
     _ALL,
     _COLUMNS,
@@ -39,9 +38,9 @@ from ._ledgerschema import (
     _row_dict,
     _scrub,
 )
-from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, read_head, write_batch
+from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, open_writer, write_batch
 from .errors import LedgerError
-from .messages import VOXMessage, now_iso, parse_timestamp
+from .messages import VOXMessage, now_iso
 
 __all__ = [
     "DONE_ACTIONS",
@@ -51,14 +50,6 @@ __all__ = [
     "VOXAgentMemory",
     "VerifyReport",
 ]
-
-# The dedupe index (see has_message) holds the ids of messages received that were emitted
-# within this horizon, and at most this many of them.
-_SEEN_HORIZON = 600.0
-_SEEN_MAX = 200_000
-_RECEIVED_SINCE = """SELECT message_id, emitted_at FROM logs
-    WHERE action = 'received' AND message_id IS NOT NULL
-      AND (julianday(emitted_at) IS NULL OR julianday(emitted_at) >= ?)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,14 +77,6 @@ class _Pending:
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
     received: list[_Received] | None = None  # for the dedupe index, once committed
-
-
-def _emitted_epoch(emitted_at: str | None) -> float:
-    """Return a message's emission time in seconds; +inf when it has none that parses."""
-    try:
-        return math.inf if emitted_at is None else parse_timestamp(emitted_at).timestamp()
-    except ValueError:
-        return math.inf
 
 
 class VOXAgentMemory:
@@ -132,10 +115,7 @@ class VOXAgentMemory:
         # (last row id, its hash) as this writer's last commit left them: the next batch is
         # chained onto it on the loop, so the thread only executes and commits.
         self._head: Head | None = None
-        # message_id -> emission time of every "received" row emitted after _seen_floor.
-        self._seen: dict[str, float] = {}
-        self._seen_floor = 0.0
-        self._seen_added = 0
+        self._received = ReceivedIndex()  # answers has_message(..., emitted_at=...)
 
     @property
     def commit_count(self) -> int:
@@ -172,41 +152,16 @@ class VOXAgentMemory:
             return await self._check_schema(db, create=False)
         self._thread = WriterThread(f"ledger {self.path.name}")
         self._thread.start()
-        floor = time.time() - _SEEN_HORIZON
+        thread = self._thread
         with self._errors("cannot open"):
-            head, received = await self._thread.call(functools.partial(self._open_writer, floor))
+            self._head, received = await thread.call(
+                lambda: open_writer(thread, self.path, SYNC_MODES[self.sync], self._received.load)
+            )
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA query_only = ON")
-        self._head, self._seen_floor = head, floor
-        for message_id, emitted_at in received:
-            self._remember(str(message_id), _emitted_epoch(emitted_at))
+        for message_id, emitted in received:
+            self._received.add(message_id, emitted)
         self._guard = asyncio.create_task(self._watch(), name=f"ledger {self.path}")
-
-    def _open_writer(self, floor: float) -> tuple[Head, list[tuple[str, str | None]]]:
-        """Open the writing connection (on the writer thread); return the head and recent ids."""
-        assert self._thread is not None
-        db = self._thread.db = sqlite3.connect(self.path, isolation_level=None)
-        db.execute("PRAGMA busy_timeout = 10000")
-        try:
-            found = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-            tables = {row[0] for row in found}
-            if not {"logs", "ledger_meta"} <= tables:
-                if tables:
-                    listed = ", ".join(sorted(tables))
-                    problem = f"not a vox ledger (its tables: {listed})"
-                    raise LedgerError(f"ledger {self.path}: {problem}")
-                db.executescript(_SCHEMA)
-            meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
-        except sqlite3.Error as exc:
-            raise self._error(exc, "not a vox ledger") from None
-        if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
-            raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
-        # WAL lets readers run beside the writer; FULL also syncs the WAL at every commit.
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute(f"PRAGMA synchronous = {SYNC_MODES[self.sync]}")
-        # A day of margin: SQLite and Python may read an odd timestamp differently.
-        since = floor / 86400.0 + 2440587.5 - 1.0
-        return read_head(db), db.execute(_RECEIVED_SINCE, (since,)).fetchall()
 
     async def _watch(self) -> None:
         """Wait to be cancelled: if asyncio.run ends without close(), release the ledger."""
@@ -395,7 +350,7 @@ class VOXAgentMemory:
         values = tuple(row.get(column) for column in _COLUMNS[1:])
         received = None
         if action == "received" and (message_id := row.get("message_id")) is not None:
-            received = (message_id, _emitted_epoch(row.get("emitted_at")))
+            received = (message_id, emitted_epoch(row.get("emitted_at")))
         return values, received
 
     async def _submit(
@@ -478,7 +433,7 @@ class VOXAgentMemory:
                 row_id = rows[at][0] if pending.rows else 0
                 at += len(pending.rows)
                 for seen in pending.received or ():
-                    self._remember(*seen)
+                    self._received.add(*seen)
                 if not pending.future.done():
                     pending.future.set_result(row_id)
         else:
@@ -493,20 +448,6 @@ class VOXAgentMemory:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-    def _remember(self, message_id: str, emitted: float) -> None:
-        """Add a committed "received" row to the dedupe index, pruning it now and then."""
-        if emitted <= self._seen_floor:
-            return
-        self._seen[message_id] = emitted
-        self._seen_added += 1
-        if self._seen_added % 4096 == 0 or len(self._seen) > _SEEN_MAX:
-            floor = time.time() - _SEEN_HORIZON
-            if len(self._seen) > _SEEN_MAX:  # a flood of ids: keep the newest half
-                floor = max(floor, sorted(self._seen.values())[len(self._seen) // 2])
-            if floor > self._seen_floor:
-                self._seen_floor = floor
-                self._seen = {m: e for m, e in self._seen.items() if e > floor}
 
     async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         await self.init_db()
@@ -531,14 +472,14 @@ class VOXAgentMemory:
         with an emission time after its floor (loaded at open, kept up at each commit). Older
         messages, other actions and read-only ledgers are looked up in the database.
         """
-        key = _id_text(message_id)
+        key = _id_text(message_id) or ""
         if (
             action == "received"
             and emitted_at is not None
             and self._thread is not None
-            and _emitted_epoch(emitted_at) > self._seen_floor
+            and self._received.knows(emitted_at)
         ):
-            return key in self._seen
+            return key in self._received
         sql = "SELECT 1 FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
         await self.init_db()
         assert self._reader is not None
