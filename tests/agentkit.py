@@ -11,7 +11,7 @@ from typing import Any
 from tests.brokerkit import SecureBroker
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.roles import Role, command
-from vox_mqtt.topics import WARROOM_FILTER
+from vox_mqtt.topics import STATUS_FILTER, WARROOM_FILTER
 from vox_mqtt.transport import BrokerSettings
 
 
@@ -87,7 +87,7 @@ def operator_config(secure: SecureBroker, state_root: Path, **overrides: Any) ->
         "publish_status": False,
         "request_timeout": 10.0,
         "resend_initial": 0.3,
-        "observe": ("vox/+/status", WARROOM_FILTER),
+        "observe": (STATUS_FILTER, WARROOM_FILTER),
     }
     values.update(overrides)
     return AgentConfig(**values)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.agentkit import Analyst, agent_config, start_agents, wait_for
 from tests.brokerkit import Client, Received, SecureBroker, tree_fleet
+from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.liveness import FleetObserver, loss_code
 from vox_mqtt.messages import ErrorCode, new_message, serialize
@@ -33,7 +34,7 @@ def secure(secure_broker_factory: Any) -> SecureBroker:
 def explorer(secure: SecureBroker) -> Any:
     client = Client(secure.creds("explorer"))
     assert client.connect() == 0
-    client.subscribe(["vox/+/status", "vox/warroom/#"])
+    client.subscribe([topics.STATUS_FILTER, topics.WARROOM_FILTER])
     yield client
     client.close()
 

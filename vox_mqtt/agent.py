@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,7 +18,6 @@ from .errors import InvalidMessage, TopicError, VoxError
 from .liveness import Incident, Liveness
 from .memory import VOXAgentMemory
 from .messages import (
-    MAX_MESSAGE_BYTES,
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
@@ -31,47 +29,14 @@ from .messages import (
 )
 from .outbound import OutboundMixin
 from .roles import Role
+from .settings import AgentConfig, Will
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
-from .transport import BrokerSettings, Inbound, Session, Will
+from .transport import Inbound, Session
 
 __all__ = ["AgentConfig", "VOXAgent"]
 
 log = logging.getLogger("vox_mqtt.agent")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """Everything one agent knows: itself, its master, its children and its broker."""
-
-    id: UUID
-    name: str
-    master_id: UUID | None  # None only for the operator's console, the root's master
-    master_name: str = "master"
-    children: Mapping[UUID, str] = field(default_factory=dict)  # id -> name
-    state_dir: Path
-    broker: BrokerSettings
-    message_source: str = "vox-mqtt"
-    publish_status: bool = True
-    heartbeat_interval: float = 15.0
-    stale_after: float = 3.0  # heartbeat intervals
-    max_concurrency: int = 32  # command handlers running at once
-    max_intake: int = 256  # inbound messages being recorded/acknowledged at once
-    request_timeout: float = 30.0
-    resend_initial: float = 1.0
-    resend_max: float = 8.0
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
-    memory_alert_percent: float = 95.0
-    observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
-
-    @property
-    def peers(self) -> frozenset[UUID]:
-        """Return the only agents this one may talk to: its master and children."""
-        ids = set(self.children)
-        if self.master_id is not None:
-            ids.add(self.master_id)
-        return frozenset(ids)
 
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]

@@ -9,10 +9,9 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .agent import AgentConfig
 from .errors import ConfigError
+from .settings import AgentConfig, BrokerSettings
 from .topics import WARROOM_FILTER
-from .transport import BrokerSettings
 
 __all__ = [
     "BrokerSection",

@@ -16,11 +16,11 @@ from .agent import AgentConfig, VOXAgent
 from .config import ConsoleFile, load_console_config
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
 from .status import FleetView
-from .topics import WARROOM_FILTER
+from .topics import STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
 
-ALL_STATUS = "vox/+/status"
+ALL_STATUS = STATUS_FILTER  # the filter of every agent's status, under its old name
 _NOT_NOTIFICATIONS = frozenset({MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST})
 
 

@@ -28,14 +28,13 @@ from .liveness import Incident
 from .localbroker import LocalBroker, free_port
 from .memory import VOXAgentMemory
 from .status import AgentLiveness
-from .topics import WARROOM_FILTER
+from .topics import STATUS_FILTER, WARROOM_FILTER
 from .transport import BrokerSettings
 
 __all__ = ["DemoLayout", "FleetObserver", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 
 MARKER: Final = ".vox-demo"
 _OWNED: Final = ("fleet.toml", "broker", "config", "state", "logs", "run.json")
-ALL_STATUS: Final = "vox/+/status"
 
 
 @dataclass(frozen=True)
@@ -294,7 +293,7 @@ class FleetObserver:
                 state_dir=state_dir,
                 broker=replace(broker, session_expiry=0),
                 publish_status=False,
-                observe=(ALL_STATUS, WARROOM_FILTER),
+                observe=(STATUS_FILTER, WARROOM_FILTER),
             )
         )
 

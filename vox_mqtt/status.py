@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final
 from uuid import UUID
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import ValidationError
 
-from .messages import VOXMessage, parse_timestamp
+from .messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
     "ACTIVE",
@@ -32,29 +32,12 @@ __all__ = [
     "host_metrics",
 ]
 
-MSG_AGENT_STATUS: Final = "agent_status"
 ACTIVE: Final = "ACTIVE"
 INACTIVE: Final = "INACTIVE"
 STALE: Final = "STALE"
 UNKNOWN: Final = "UNKNOWN"
 VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
 SHUTDOWN: Final = "SHUTDOWN"
-
-
-class AgentStatus(BaseModel):
-    """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    name: StrictStr
-    status: Literal["ACTIVE", "INACTIVE"]
-    error_code: StrictStr | None = None
-    epoch: Annotated[StrictInt, Field(ge=0)]
-    started_at: StrictStr
-    heartbeat_interval: Annotated[float, Field(gt=0)]
-    commands: list[StrictStr] = Field(default_factory=list)
-    version: StrictStr = ""
-    metrics: dict[str, Any] = Field(default_factory=dict)
 
 
 _PROCESS_STARTED = time.time()
