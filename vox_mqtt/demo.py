@@ -24,12 +24,12 @@ from .agentconf import render_agent_config
 from .brokerconf import BrokerDir, render_broker_dir
 from .errors import ConfigError, LedgerError, VoxError
 from .hierarchy import Fleet, load_fleet, seed_fleet_toml
-from .liveness import Incident
 from .localbroker import LocalBroker, free_port
 from .memory import VOXAgentMemory
 from .status import AgentLiveness
 from .topics import STATUS_FILTER, WARROOM_FILTER
 from .transport import BrokerSettings
+from .warroom import Incident
 
 __all__ = ["DemoLayout", "FleetObserver", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 

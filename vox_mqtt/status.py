@@ -19,13 +19,11 @@ from .messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 __all__ = [
     "ACTIVE",
     "INACTIVE",
-    "MSG_AGENT_STATUS",
     "SHUTDOWN",
     "STALE",
     "UNKNOWN",
     "VM_CONNECTION_LOST",
     "AgentLiveness",
-    "AgentStatus",
     "EpochCounter",
     "FleetView",
     "StatusChange",
@@ -188,8 +186,15 @@ class FleetView:
     ) -> None:
         self._agents: dict[UUID, AgentLiveness] = {}
         self.stale_after = stale_after  # in heartbeat intervals
-        self.on_status_change = on_status_change
+        # Each is told of every change (liveness reacts, a console may draw it).
+        self.listeners: list[StatusHook] = []
+        if on_status_change is not None:
+            self.listeners.append(on_status_change)
         self._clock = clock
+
+    def add_listener(self, hook: StatusHook) -> None:
+        """Tell hook of every status change from now on."""
+        self.listeners.append(hook)
 
     def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
         """Start knowing an agent, UNKNOWN until its status arrives."""
@@ -290,8 +295,8 @@ class FleetView:
         entry.status = new
         if old == new:
             return None
-        if self.on_status_change is not None:
-            self.on_status_change(entry, old, new)
+        for hook in list(self.listeners):
+            hook(entry, old, new)
         return StatusChange(agent=entry, old=old, new=new)
 
     def commands_of(self, agent_ids: Iterable[UUID]) -> set[str]:

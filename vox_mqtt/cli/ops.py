@@ -30,9 +30,10 @@ from .. import topics
 from ..config import load_console_config, load_daemon_config
 from ..console import OperatorConsole
 from ..errors import CommandFailed, SubscriptionRefused
-from ..liveness import FleetObserver, Incident
+from ..observer import FleetObserver
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
+from ..warroom import Incident
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["Reader", "load_reader", "register"]
