@@ -15,7 +15,7 @@ import pytest
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_until
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ from . import topics
 from .context import AgentContext, TaskSet
 from .errors import VoxError
 from .inbound import InboundPipeline, Listener
+from .ledger import VOXAgentMemory
 from .liveness import Liveness
-from .memory import VOXAgentMemory
 from .messages import ErrorCode, VOXMessage
 from .outbox import Outbox
 from .roles import Role

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -138,6 +140,27 @@ class ConsoleFile(_Section):
     kind: Literal["operator"] = "operator"
     operator: OperatorSection
     broker: BrokerSection
+
+    def agent_config(
+        self, base: Path, *, client_id: str | None = None, observe: Sequence[str] = ()
+    ) -> AgentConfig:
+        """Return the runtime config of the console: the root's master, publishing no status."""
+        op = self.operator
+        broker = self.broker.settings(client_id or str(op.id), base=base)
+        if client_id is not None and client_id != str(op.id):
+            # A second, read-only console keeps no session behind it.
+            broker = replace(broker, session_expiry=0)
+        return AgentConfig(
+            id=op.id,
+            name=op.name,
+            master_id=None,
+            children={op.root_id: op.root_name},
+            state_dir=_resolve_path(base, op.state_dir),
+            broker=broker,
+            publish_status=False,
+            request_timeout=op.request_timeout,
+            observe=tuple(observe),
+        )
 
 
 def _resolve_path(base: Path, path: Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from .errors import BrokerUnavailable
-from .memory import VOXAgentMemory
+from .ledger import VOXAgentMemory
 from .settings import AgentConfig
 from .tracking import RequestTracker
 from .transport import Session

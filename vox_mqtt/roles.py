@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError, validate_call
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .memory import VOXAgentMemory
+    from .ledger import VOXAgentMemory
     from .messages import VOXMessage
     from .settings import AgentConfig
     from .tracking import TrackedRequest
