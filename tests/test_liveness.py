@@ -45,7 +45,7 @@ def statuses(client: Client, agent: UUID) -> list[dict[str, Any]]:
     return [
         json.loads(m.payload)["details"]
         for m in list(client.messages)
-        if m.topic == f"vox/{agent}/status" and m.payload
+        if m.topic == topics.status(agent) and m.payload
     ]
 
 
@@ -56,7 +56,7 @@ def last(client: Client, agent: UUID, key: str) -> Any:
 
 
 def posts(client: Client, source: UUID, subject: UUID) -> list[Received]:
-    return [m for m in list(client.messages) if m.topic == f"vox/warroom/{source}/{subject}"]
+    return [m for m in list(client.messages) if m.topic == topics.warroom(source, subject)]
 
 
 def kinds(client: Client, source: UUID, subject: UUID) -> list[Any]:
@@ -156,7 +156,13 @@ async def test_a_graceful_stop_is_no_incident(
         )
         await agents["spec_b"].stop()
         await wait_for(lambda: agents["coordinator"].fleet_view.get(spec).status == "INACTIVE")  # type: ignore[union-attr]
-        await asyncio.sleep(1.5)
+        # The coordinator reacts to the change before its next heartbeats go out, and the
+        # broker keeps one client's messages in order: two later heartbeats seen by the
+        # explorer prove any post about spec_b would have arrived already.
+        before = len(statuses(explorer, coord))
+        assert await asyncio.to_thread(
+            explorer.wait_for, lambda _: len(statuses(explorer, coord)) >= before + 2, 10.0
+        )
     assert posts(explorer, coord, spec) == []
 
 
