@@ -82,6 +82,10 @@ BREAKAGES = [
     ("cannot read the broker credentials", _remove_credentials),
     ("state dir", _state_dir_is_a_file),
     ("this is a 'operator' config, not an agent's", _edit('kind = "agent"', 'kind = "operator"')),
+    (
+        "agent.ledger_sync: Input should be 'full' or 'normal'",
+        _edit("[agent]\n", '[agent]\nledger_sync = "off"\n'),
+    ),
 ]
 
 
