@@ -78,6 +78,13 @@ class Client(aiomqtt.Client):
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
     ) -> ReasonCode | None:
         """Publish and return the broker's reason code; None if this connection is gone."""
+        outcome = self.publish_soon(topic, payload, qos, retain, properties)
+        return None if outcome is None else await outcome
+
+    def publish_soon(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
+    ) -> asyncio.Future[ReasonCode] | None:
+        """Publish; return the future of the broker's reason code, None if the link is gone."""
         if self._disconnected.done():
             return None
         info = self._client.publish(topic, payload, qos, retain, properties)
@@ -87,13 +94,17 @@ class Client(aiomqtt.Client):
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             raise DeliveryFailed(f"could not publish to {topic!r}: {mqtt.error_string(info.rc)}")
         # Registered before the loop runs again: paho writes (and so reports) only from the
-        # event loop's writer callback, never inside publish().
+        # event loop, never inside publish().
         outcome: asyncio.Future[ReasonCode] = self._loop.create_future()
-        self._outcomes[info.mid] = outcome
-        try:
-            return await outcome
-        finally:
-            self._outcomes.pop(info.mid, None)
+        mid = info.mid
+        self._outcomes[mid] = outcome
+
+        def forget(_: asyncio.Future[ReasonCode]) -> None:
+            if self._outcomes.get(mid) is outcome:
+                del self._outcomes[mid]
+
+        outcome.add_done_callback(forget)
+        return outcome
 
     def abort(self) -> None:
         """Close the socket without DISCONNECT, as a crash would: the broker sends the will."""

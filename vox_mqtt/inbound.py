@@ -130,7 +130,7 @@ class InboundPipeline:
             return
         if ack is not None:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
-            self.ctx.tasks.spawn(self.outbox.publish_ack(message, ack), "ack")
+            self.outbox.ack_soon(message, ack)
         await self._route(message)
 
     async def _record_received(

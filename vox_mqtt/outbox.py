@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -117,6 +118,33 @@ class Outbox:
                 )
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    def ack_soon(self, message: VOXMessage, ack: VOXMessage) -> None:
+        """Publish the ack of a message now, without a task waiting for its PUBACK.
+
+        Its rows are durable already. A failure is only logged: the sender re-sends until
+        acknowledged, and its duplicate gets a new ack.
+        """
+        topic = topics.inbox(message.source, self.config.id)
+        try:
+            outcome = self.ctx.live_session().publish_soon(topic, serialize(ack))
+        except VoxError as exc:
+            log.warning("%s: ack for %s not sent: %s", self.config.name, message.message_id, exc)
+            return
+        if outcome is None:  # no connection up: wait for one in the background
+            self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
+            return
+        outcome.add_done_callback(functools.partial(self._acked, message.message_id))
+
+    def _acked(self, message_id: UUID, outcome: asyncio.Future[Any]) -> None:
+        if outcome.cancelled():
+            return
+        exc = outcome.exception()
+        problem = str(exc) if exc is not None else None
+        if exc is None and outcome.result().is_failure:
+            problem = f"the broker refused it: {outcome.result()}"
+        if problem is not None:
+            log.warning("%s: ack for %s not delivered: %s", self.config.name, message_id, problem)
 
     async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""

@@ -191,6 +191,19 @@ class Session:
                 reason_code=rc.value,
             )
 
+    def publish_soon(
+        self, topic: str, payload: bytes, *, content_type: str | None = "application/json"
+    ) -> asyncio.Future[ReasonCode] | None:
+        """Publish at QoS 1 on the live connection without waiting for the PUBACK.
+
+        Returns the future of the broker's reason code (it fails with DeliveryFailed if the
+        connection drops first), or None when no connection is up: then use publish().
+        """
+        client = self._link
+        if self._closing or client is None or client.lost.done():
+            return None
+        return client.publish_soon(topic, payload, 1, False, publish_properties(content_type, None))
+
     def _unreachable(self, timeout: float | None) -> BrokerUnavailable:
         if self._closing:
             return BrokerUnavailable(f"the MQTT session of {self.settings.client_id} is closed")
