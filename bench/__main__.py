@@ -1,6 +1,6 @@
 """Run the benchmarks and write BENCHMARKS.md and results.json.
 
-    python -m bench [--quick] [--only NAME[,NAME...]] [--out DIR]
+    python -m bench [--quick] [--only NAME[,NAME...]] [--out DIR] [--ledger-sync normal]
 
 A full run (no --quick, no --only) writes BENCHMARKS.md at the repository root and
 bench/results.json; other runs print the table and write files only with --out.
@@ -31,6 +31,7 @@ from bench import (
     throughput,
 )
 from bench.report import REPO, figure_table, machine, markdown
+from bench.voxside import LEDGER_SYNC_ENV
 
 Runner = Callable[[Path, bool], "dict[str, Any] | list[dict[str, Any]]"]
 FIGURES: dict[str, tuple[int, Runner]] = {
@@ -74,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: seconds per figure")
     parser.add_argument("--only", default="", help=f"comma-separated figures: {', '.join(FIGURES)}")
     parser.add_argument("--out", type=Path, help="write BENCHMARKS.md and results.json here")
+    parser.add_argument(
+        "--ledger-sync",
+        choices=("full", "normal"),
+        default="full",
+        help="the agents' ledger_sync (docs/ledger.md); only full is the documented default",
+    )
     args = parser.parse_args(argv)
+    os.environ[LEDGER_SYNC_ENV] = args.ledger_sync  # worker processes read it too
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(FIGURES)
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
@@ -87,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "quick": args.quick,
+        "ledger_sync": args.ledger_sync,
         "machine": machine(),
     }
     results["figures"] = run_figures(names, args.quick)
     results["seconds"] = round(time.perf_counter() - started, 1)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    full = not args.quick and not args.only
+    full = not args.quick and not args.only and args.ledger_sync == "full"
     out = args.out
     md_path: Path | None
     json_path: Path | None

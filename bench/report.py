@@ -201,7 +201,9 @@ def markdown(results: dict[str, Any]) -> str:
         "# Benchmarks: VOX side by side with raw MQTT",
         "",
         f"Produced by `{results['command']}` on {results['date']} in "
-        f"{results['seconds']:.0f} s{' (quick sizes)' if results['quick'] else ''}.",
+        f"{results['seconds']:.0f} s{' (quick sizes)' if results['quick'] else ''}; the "
+        f"agents' ledgers with ledger_sync = {results.get('ledger_sync', 'full')!r}"
+        f"{' (synchronous=FULL)' if results.get('ledger_sync', 'full') == 'full' else ''}.",
         "",
         f"Machine: {m['nproc']} cores, {m['cpu_model']}, {m['memory_gib']} GiB, Linux "
         f"{m['kernel']}; Python {m['python']}, Mosquitto {m['mosquitto']}; {packages}. "

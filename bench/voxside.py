@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -28,6 +29,8 @@ class Echo(Role):
         return {"text": text}
 
 
+LEDGER_SYNC_ENV = "VOX_BENCH_LEDGER_SYNC"
+
 # Who serves what: the root answers `ping` itself and delegates `echo` down the tree.
 SEED_ROLES: dict[str, tuple[type[Role], ...]] = {
     "root": (Ping,),
@@ -45,6 +48,8 @@ async def start_vox(
 ) -> tuple[VOXAgent, dict[str, VOXAgent]]:
     """Start the named agents leaves first, then the operator; wait until routes are known."""
     fleet = bench.fleet
+    # `python -m bench --ledger-sync normal` measures the other durability setting.
+    overrides.setdefault("ledger_sync", os.environ.get(LEDGER_SYNC_ENV, "full"))
     chosen = sorted(names, key=lambda n: -fleet.depth_of(fleet.agent(n).id))
     agents: dict[str, VOXAgent] = {}
     for name in chosen:
