@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import pwd
+import re
 import stat
 import subprocess
 import time
@@ -28,7 +29,7 @@ ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]
 
 
-def reload_with_acl(secure: SecureBroker, staged: Path) -> int:
+def reload_with_acl(secure: SecureBroker, staged: Path, *extra: str) -> int:
     """Run `vox broker reload DIR --pid PID --acl STAGED` against the secure broker."""
     return main(
         [
@@ -39,8 +40,14 @@ def reload_with_acl(secure: SecureBroker, staged: Path) -> int:
             str(secure.broker.pid),
             "--acl",
             str(staged),
+            *extra,
         ]
     )
+
+
+def reload(secure: SecureBroker, *extra: str) -> int:
+    """Run `vox broker reload DIR --pid PID` against the secure broker."""
+    return main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid), *extra])
 
 
 def _publish_until(client: Client, topic: str, want_allowed: bool, timeout: float = 5.0) -> int:
@@ -62,6 +69,7 @@ def _rerender(secure: SecureBroker, fleet: Fleet) -> None:
         fmt=secure.dir.fmt,
         explorer=True,
         run_as_user=getpass.getuser(),
+        lock_client_ids=secure.dir.conf.read_text().count("use_username_as_clientid") > 0,
     )
 
 
@@ -93,7 +101,9 @@ def test_a_new_agent_reaches_connected_clients_after_reload(
         pid_file = tmp_path / "mosquitto.pid"
         pid_file.write_text(f"{secure.broker.pid}\n")
         assert main(["broker", "reload", str(secure.dir.root), "--pid-file", str(pid_file)]) == 0
-        assert "sent SIGHUP" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "sent SIGHUP" in out
+        assert re.search(r"allowed publish -> 0x(00|10), forbidden publish -> 0x87", out)
 
         newcomer = Client(secure.creds("spec_a3"))
         try:
@@ -122,12 +132,14 @@ def test_a_staged_acl_with_a_tab_is_refused_and_nothing_changes(
     before = secure.dir.acl.read_bytes()
     staged = tmp_path / "acl.new"
     staged.write_text(_corrupt(before.decode()))
-    code = reload_with_acl(secure, staged)
+    assert reload_with_acl(secure, staged) == 2
+    assert "pass --accept-edit to install a hand edit" in capsys.readouterr().err
+    code = reload_with_acl(secure, staged, "--accept-edit")
     err = capsys.readouterr().err
     assert code == 2
     line = before.decode().count("\n") + 1
     assert f"{staged}:{line}: " in err
-    assert "tabs are not separators" in err
+    assert "a tab at column 6" in err
     assert "NO ACL" in err
     assert "Traceback" not in err
     assert secure.dir.acl.read_bytes() == before
@@ -140,7 +152,9 @@ def test_a_corrupted_live_acl_is_not_signalled(
     secure = secure_broker_factory(seven_agent_fleet(), fmt="acl")
     assert secure.dir.acl is not None
     secure.dir.acl.write_text(_corrupt(secure.dir.acl.read_text()))
-    assert main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 2
+    assert reload(secure) == 2
+    assert "not the acl `vox broker render` wrote" in capsys.readouterr().err
+    assert reload(secure, "--accept-edit") == 2
     assert "refusing to reload" in capsys.readouterr().err
     _still_enforced(secure)
 
@@ -183,8 +197,8 @@ def test_dynsec_reload_is_refused_with_the_reason(
     secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secure = secure_broker_factory(seven_agent_fleet(), fmt="dynsec")
-    assert main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 2
-    assert "restart the broker" in capsys.readouterr().err
+    assert reload(secure) == 2
+    assert "`vox broker apply` changes it live" in capsys.readouterr().err
 
 
 def test_only_mosquitto_gets_the_signal(
@@ -234,9 +248,15 @@ def test_a_valid_staged_acl_is_installed_and_applied(
     try:
         assert client.connect() == 0
         assert client.publish("lab/x", b"x") == NOT_AUTHORIZED
-        code = reload_with_acl(secure, staged)
+        assert reload_with_acl(secure, staged) == 2
+        assert secure.dir.acl.read_text() != staged.read_text()
+        code = reload_with_acl(secure, staged, "--accept-edit")
         assert code == 0
-        assert f"installed {staged}" in capsys.readouterr().out
+        captured = capsys.readouterr()
+        assert f"installed {staged}" in captured.out
+        assert "installed a hand edit of acl" in captured.err
+        # Accepted once, it is what the manifest now vouches for.
+        assert reload(secure) == 0
         assert secure.dir.acl.read_text() == staged.read_text()
         assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == 0o600
         assert _publish_until(client, "lab/x", want_allowed=True) in ALLOWED
