@@ -62,14 +62,20 @@ def people(fleet: Fleet) -> dict[str, Who]:
 
 
 def expected_write(who: Who, topic: str, root: UUID) -> bool:
-    """Inbox: only under its own id, only to master/children; own status; own war-room posts."""
+    """Inbox: only under its own id, only to master/children; own status; posts about self/kids."""
     levels = topic.split("/")
     if len(levels) == 4 and levels[0] == "vox" and levels[2] == "inbox":
         return levels[3] == str(who.id) and UUID(levels[1]) in who.peers
     if len(levels) == 3 and levels[0] == "vox" and levels[2] == "status":
         return who.kind == "agent" and levels[1] == str(who.id)
     if len(levels) == 4 and levels[:2] == ["vox", "warroom"]:
-        return who.kind == "agent" and levels[2] == str(who.id)
+        # Posts about itself or one of its own children, never about anyone else.
+        subject = UUID(levels[3])
+        return (
+            who.kind == "agent"
+            and levels[2] == str(who.id)
+            and (subject == who.id or subject in who.children)
+        )
     return False
 
 
@@ -93,7 +99,7 @@ def universe(fleet: Fleet) -> list[str]:
     root = fleet.root.id
     topics = [f"vox/{t}/inbox/{s}" for t, s in itertools.product(ids, ids)]
     topics += [f"vox/{i}/status" for i in ids]
-    topics += [f"vox/warroom/{i}/{root}" for i in ids]
+    topics += [f"vox/warroom/{s}/{about}" for s, about in itertools.product(ids, ids)]
     topics += [
         f"vox/{root}/inbox",
         f"vox/{root}/status/extra",

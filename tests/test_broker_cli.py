@@ -42,6 +42,7 @@ def test_render_writes_the_broker_dir(
         [
             f"{n}.toml"
             for n in (
+                "_canary",
                 "operator",
                 "explorer",
                 "root",
@@ -101,6 +102,8 @@ def test_agents_that_leave_lose_their_credentials(fleet_file: Path, tmp_path: Pa
     fleet_file.write_text(fleet_toml(smaller))
     assert _render(fleet_file, out) == 0
     assert sorted(p.name for p in (out / "credentials").iterdir()) == [
+        "_canary.toml",
+        "explorer.toml",
         "operator.toml",
         "root.toml",
     ]
@@ -224,6 +227,51 @@ def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_
     assert _render(fleet_file, out, "--format", "dynsec") == 0
     assert not (out / "acl").exists()
     assert not (out / "passwd").exists()
-    assert _render(fleet_file, out) == 0
+    assert _render(fleet_file, out, "--format", "acl") == 0
     assert not (out / "dynsec.json").exists()
     assert load_credentials(out / "credentials" / "root.toml").password == secret
+
+
+def test_render_remembers_its_options_and_says_what_changed(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out, "--port", "18830", "--explorer") == 0
+    names = ("mosquitto.conf", "acl", "passwd", "render.json")
+    first = {n: (out / n).read_bytes() for n in names}
+    creds = {p.name: p.read_bytes() for p in (out / "credentials").iterdir()}
+    capsys.readouterr()
+    # No options: the same listener, the explorer kept, every file byte for byte.
+    assert _render(fleet_file, out) == 0
+    assert "changed" not in capsys.readouterr().err
+    assert {n: (out / n).read_bytes() for n in names} == first
+    assert {p.name: p.read_bytes() for p in (out / "credentials").iterdir()} == creds
+    assert load_credentials(out / "credentials" / "root.toml").port == 18830
+    # Moving the listener or dropping an identity happens only when asked, and is said.
+    assert _render(fleet_file, out, "--port", "18831", "--no-explorer") == 0
+    err = capsys.readouterr().err
+    assert "vox: changed: port: 18830 -> 18831" in err
+    assert "vox: changed: explorer: True -> False" in err
+    assert not (out / "credentials" / "explorer.toml").exists()
+
+
+def test_rotate_names_rekeys_only_those_identities(fleet_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out) == 0
+    before = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    passwd = (out / "passwd").read_text().splitlines()
+    assert _render(fleet_file, out, "--rotate", "spec_a1") == 0
+    after = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    assert [n for n in before if before[n] != after[n]] == ["spec_a1.toml"]
+    changed = set((out / "passwd").read_text().splitlines()) - set(passwd)
+    spec = load_credentials(out / "credentials" / "spec_a1.toml").username
+    assert [line.split(":")[0] for line in changed] == [spec]
+
+
+def test_rotate_an_unknown_name_is_a_clear_error(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _render(fleet_file, tmp_path / "b", "--rotate", "nobody") == 2
+    assert capsys.readouterr().err == (
+        "vox: error: --rotate nobody: no identity of that name in the fleet\n"
+    )

@@ -67,7 +67,7 @@ def load_manifest(root: Path) -> Manifest | None:
     path = root / MANIFEST_NAME
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError) as exc:
         raise ConfigError([f"{path}: unreadable manifest ({exc}): re-render the broker"]) from None
