@@ -338,41 +338,6 @@ def test_wrong_password_and_anonymous_are_refused(secure: SecureBroker, observed
     assert try_connect(secure.creds("spec_a1")) == 0
 
 
-def test_with_locked_client_ids_a_claimed_id_does_not_take_over_another_session(
-    secure_broker_factory: Callable[..., SecureBroker],
-) -> None:
-    locked = secure_broker_factory(seven_agent_fleet(), lock_client_ids=True)
-    root = Client(locked.creds("root"))
-    intruder = Client(locked.creds("spec_a1"), client_id=locked.creds("root").username)
-    try:
-        assert root.connect() == 0
-        assert intruder.connect() == 0
-        # The broker renamed the intruder after its username: root's session survives.
-        assert root.publish(f"vox/{locked.fleet.root.id}/status", b"alive") in ALLOWED_PUBACK
-        assert root.connected
-    finally:
-        intruder.close()
-        root.close()
-
-
-def test_by_default_one_identity_may_hold_two_connections(
-    secure: SecureBroker, observed: Observed
-) -> None:
-    """A console's second window (status beside watch) must not kick the first."""
-    first = Client(secure.creds("operator"))
-    second = Client(secure.creds("operator"), client_id=f"{secure.creds('operator').username}-2")
-    try:
-        assert first.connect() == 0
-        assert second.connect() == 0
-        topic = f"vox/{secure.fleet.root.id}/inbox/{secure.fleet.operator_id}"
-        assert first.publish(topic, b"x") in ALLOWED_PUBACK
-        assert second.publish(topic, b"y") in ALLOWED_PUBACK
-        assert first.connected
-    finally:
-        second.close()
-        first.close()
-
-
 def _crash_with_will(secure: SecureBroker, name: str, will_topic: str) -> None:
     client = Client(secure.creds(name), will=(will_topic, f"will-of-{name}".encode()))
     assert client.connect() == 0

@@ -28,6 +28,7 @@ __all__ = [
     "CANARY_NAME",
     "DYNSEC_CONTROL",
     "EXPLORER_NAME",
+    "LOOK_PURPOSES",
     "AclEntry",
     "AclFile",
     "Identity",
@@ -41,6 +42,7 @@ __all__ = [
     "dynsec_hashes",
     "explorer_id",
     "fleet_identities",
+    "look_name",
     "parse_acl_file",
     "render_acl_file",
     "render_dynsec",
@@ -53,6 +55,11 @@ EXPLORER_NAME: Final = "explorer"
 CANARY_NAME: Final = "_canary"
 _EXPLORER_NS: Final = "vox-mqtt read-only explorer"
 _CANARY_NS: Final = "vox-mqtt reload canary"
+# The operator's read-only looks, one identity each: with client ids locked to
+# usernames, `vox status` beside `vox watch` would otherwise kick one another (and
+# the operator's own session, which holds its queued notifications).
+LOOK_PURPOSES: Final = ("watch", "status")
+_LOOK_NS: Final = "vox-mqtt operator look"
 ADMIN_NAME: Final = "_admin"
 _ADMIN_NS: Final = "vox-mqtt dynamic-security admin"
 DYNSEC_CONTROL: Final = "$CONTROL/dynamic-security/v1"
@@ -81,6 +88,7 @@ class Kind(StrEnum):
     AGENT = "agent"
     OPERATOR = "operator"
     EXPLORER = "explorer"
+    LOOK = "look"
     CANARY = "canary"
     ADMIN = "admin"
 
@@ -194,8 +202,26 @@ def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
     )
 
 
+def look_name(purpose: str) -> str:
+    """Return the identity name of one of the operator's looks (no agent can be called so)."""
+    return f"_{purpose}"
+
+
+def _looks(fleet: Fleet) -> list[Identity]:
+    rules = (Rule(topic=_ALL_STATUS, read=True), Rule(topic=topics.WARROOM_FILTER, read=True))
+    return [
+        Identity(
+            name=look_name(purpose),
+            id=uuid5(fleet.operator_id, f"{_LOOK_NS} {purpose}"),
+            kind=Kind.LOOK,
+            rules=rules,
+        )
+        for purpose in LOOK_PURPOSES
+    ]
+
+
 def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity, ...]:
-    """Return every broker identity of the fleet with its rules, the operator first."""
+    """Return every broker identity of the fleet with its rules: operator, its looks, agents."""
     names = {agent.name for agent in fleet}
     clashes = [n for n in (fleet.operator_name, EXPLORER_NAME if explorer else None) if n in names]
     if clashes:
@@ -211,7 +237,8 @@ def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity,
             id=fleet.operator_id,
             kind=Kind.OPERATOR,
             rules=_operator_rules(fleet),
-        )
+        ),
+        *_looks(fleet),
     ]
     result += [
         Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a.id))

@@ -44,6 +44,7 @@ from .lastgood import seed_last_good
 from .messages import MAX_MESSAGE_BYTES
 from .passwd import (
     Credentials,
+    LookLogin,
     PasswordHash,
     atomic_write,
     atomic_write_many,
@@ -404,6 +405,17 @@ def render_broker_dir(
     files: list[tuple[Path, str]] = []
     layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
     plain_host = _local_host("127.0.0.1" if with_tls else bind)
+    looks = tuple(
+        LookLogin(
+            purpose=look.name.lstrip("_"),
+            username=look.username,
+            password=passwords[look.id],
+            cert_file=None if layout is None else layout.client_cert(look.id),
+            key_file=None if layout is None else layout.client_key(look.id),
+        )
+        for look in every
+        if look.kind is Kind.LOOK
+    )
     for identity in every:
         on_broker_host = identity.kind in (Kind.CANARY, Kind.ADMIN)
         tls_identity = layout is not None and not on_broker_host
@@ -415,6 +427,8 @@ def render_broker_dir(
             ca_file=layout.ca_cert if tls_identity and layout else None,
             cert_file=layout.client_cert(identity.id) if tls_identity and layout else None,
             key_file=layout.client_key(identity.id) if tls_identity and layout else None,
+            client_id_locked=lock_client_ids,
+            looks=looks if identity.kind is Kind.OPERATOR else (),
         )
         path = cred_dir / f"{identity.name}.toml"
         header = _credential_header(identity, locked=lock_client_ids)

@@ -30,8 +30,9 @@ from .. import topics
 from .._mqttclient import Refused
 from ..config import load_console_config, load_daemon_config
 from ..console import ALL_STATUS, OperatorConsole
-from ..errors import CommandFailed
+from ..errors import CommandFailed, ConfigError
 from ..liveness import FleetObserver, Incident
+from ..passwd import Credentials, load_credentials
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
@@ -188,8 +189,36 @@ class Reader:
     broker: BrokerSettings
 
 
-def load_reader(path: Path) -> Reader:
-    """Read an operator or agent config; the connection gets its own client id, no session."""
+def _credentials(password_file: Path | None, base: Path) -> Credentials | None:
+    if password_file is None:
+        return None
+    path = password_file if password_file.is_absolute() else base / password_file
+    return load_credentials(path)
+
+
+def _as_look(
+    broker: BrokerSettings, creds: Credentials | None, purpose: str, base: Path
+) -> BrokerSettings:
+    """Log in as the operator's identity for this kind of look, when the broker rendered one."""
+    look = None if creds is None else creds.look(purpose)
+    if look is None:
+        return broker
+
+    def local(path: Path | None) -> Path | None:
+        return None if path is None or path.is_absolute() else base / path
+
+    return replace(
+        broker,
+        username=look.username,
+        password=look.password,
+        client_id=look.username,
+        cert_file=local(look.cert_file) if broker.cert_file is not None else None,
+        key_file=local(look.key_file) if broker.key_file is not None else None,
+    )
+
+
+def load_reader(path: Path, purpose: str = "status") -> Reader:
+    """Read an operator or agent config; the look logs in as its own identity, with no session."""
     try:
         kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -198,6 +227,15 @@ def load_reader(path: Path) -> Reader:
     if kind == "agent":
         daemon = load_daemon_config(path)
         a = daemon.agent
+        creds = _credentials(daemon.broker.password_file, base)
+        if creds is not None and creds.client_id_locked:
+            raise ConfigError(
+                [
+                    f"{path}: the broker locks client ids to usernames, so a look as agent "
+                    f"{a.name} would take over its daemon's session: look with the operator's "
+                    "console config instead"
+                ]
+            )
         broker = daemon.broker.settings(f"{a.id}-status-{secrets.token_hex(4)}", base=base)
         return Reader(
             kind="agent",
@@ -213,6 +251,7 @@ def load_reader(path: Path) -> Reader:
     console = load_console_config(path)
     op = console.operator
     broker = console.broker.settings(f"{op.id}-status-{secrets.token_hex(4)}", base=base)
+    broker = _as_look(broker, _credentials(console.broker.password_file, base), purpose, base)
     return Reader(
         kind="operator",
         name=op.name,
@@ -388,7 +427,7 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Show a live tree of the fleet until interrupted or --duration has passed."""
-    reader = load_reader(args.config)
+    reader = load_reader(args.config, "watch")
 
     async def run() -> int:
         async with observing(reader, warroom=reader.warroom) as observer:
