@@ -138,18 +138,18 @@ def _code(value: int | None) -> str:
 
 
 def probe_rules(
-    creds: Credentials, *, allowed: str, forbidden: str, pid: int, timeout: float
+    creds: Credentials, *, allowed: str, forbidden: str, pid: int | None, timeout: float
 ) -> ProbeResult:
     """Retry the canary until the rules are proven or timeout; fail at once if pid dies."""
     deadline = time.monotonic() + timeout
     seen = "no attempt"
     while True:
-        if not alive(pid):
+        if pid is not None and not alive(pid):
             return ProbeResult(ok=False, reason=f"the broker (pid {pid}) died")
         ok, seen = _attempt(creds, allowed, forbidden)
         if ok:
             # A crash can follow the reload by a moment: look once more.
-            if alive(pid):
+            if pid is None or alive(pid):
                 return ProbeResult(ok=True, reason=seen)
             return ProbeResult(ok=False, reason=f"the broker (pid {pid}) died")
         if "NO ACL" in seen or time.monotonic() > deadline:

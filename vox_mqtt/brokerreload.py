@@ -206,8 +206,8 @@ def reload_broker(
     if "acl_file" not in settings:
         raise ConfigError(
             [
-                f"{root / CONF_NAME} uses the dynamic-security plugin: `vox broker apply` "
-                "changes it live, without a signal (docs/broker.md)"
+                f"{root / CONF_NAME} uses the dynamic-security plugin: `vox broker reload` "
+                "applies it live, without a signal (docs/broker.md)"
             ]
         )
     acl_path = Path(settings["acl_file"])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..brokerconf import DEFAULT_USER, render_broker_dir
 from ..brokermanifest import RenderOptions, load_manifest, resolve_options
-from ..brokerreload import VERIFY_TIMEOUT, reload_broker
+from ..brokerreload import VERIFY_TIMEOUT, broker_settings, reload_broker
+from ..dynsecapply import apply_dynsec
 from ..errors import ConfigError
 from ..hierarchy import load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
@@ -65,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(or restore the previous files and fail)",
     )
     reload.add_argument("dir", type=Path, help="broker directory written by `vox broker render`")
-    target = reload.add_mutually_exclusive_group(required=True)
+    # A dynamic-security broker is changed live, without a signal: no pid needed.
+    target = reload.add_mutually_exclusive_group()
     target.add_argument("--pid", type=int, help="mosquitto's process id")
     target.add_argument("--pid-file", type=Path, help="file holding mosquitto's process id")
     reload.add_argument("--acl", type=Path, help="hand-edited ACL to validate and install first")
@@ -181,7 +183,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if result.fmt == "acl":
         apply = f"vox broker reload {result.root} --pid PID"
     else:
-        apply = f"vox broker apply {result.root}   (live, through the dynamic-security plugin)"
+        apply = f"vox broker reload {result.root}   (applied live, no signal)"
     console.print(f"a running broker: {apply}", markup=False)
     return 0
 
@@ -201,8 +203,23 @@ def _read_pid(args: argparse.Namespace) -> int:
     return int(text)
 
 
+def _apply_dynsec(args: argparse.Namespace) -> int:
+    report = apply_dynsec(args.dir, timeout=args.verify_timeout, accept_edit=args.accept_edit)
+    sent = ", ".join(f"{n} {c}" for c, n in sorted(report.summary.items())) or "nothing"
+    out_console().print(
+        f"applied live through the dynamic-security plugin ({sent}; no signal); "
+        f"canary: {report.proof}",
+        markup=False,
+    )
+    return 0
+
+
 def cmd_reload(args: argparse.Namespace) -> int:
-    """Install what render wrote, SIGHUP, and prove the new rules are in force."""
+    """Install what render wrote, SIGHUP (or apply live with dynsec), and prove the rules."""
+    if "plugin" in broker_settings(args.dir.absolute()):
+        return _apply_dynsec(args)
+    if args.pid is None and args.pid_file is None:
+        raise ConfigError(["--pid or --pid-file is needed: the broker is signalled (SIGHUP)"])
     pid = _read_pid(args)
     report = reload_broker(
         args.dir,
