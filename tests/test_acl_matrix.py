@@ -26,6 +26,7 @@ from tests.brokerkit import (
     start_secure_broker,
     try_connect,
 )
+from vox_mqtt.acl import Kind, fleet_identities
 from vox_mqtt.hierarchy import Fleet
 from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
@@ -39,7 +40,7 @@ class Who:
 
     name: str
     id: UUID
-    kind: str  # agent | operator
+    kind: str  # agent | operator | look (the operator's read-only looks)
     master: UUID | None
     children: frozenset[UUID]
 
@@ -54,6 +55,8 @@ def people(fleet: Fleet) -> dict[str, Who]:
             fleet.operator_name, fleet.operator_id, "operator", None, frozenset({fleet.root.id})
         )
     }
+    for look in (i for i in fleet_identities(fleet) if i.kind is Kind.LOOK):
+        out[look.name] = Who(look.name, look.id, "look", None, frozenset())
     for agent in fleet:
         master = agent.master_id or fleet.operator_id
         kids = frozenset(a.id for a in fleet if a.master_id == agent.id)
@@ -86,10 +89,10 @@ def expected_read(who: Who, topic: str, root: UUID) -> bool:
         return levels[1] == str(who.id)
     if len(levels) == 3 and levels[0] == "vox" and levels[2] == "status":
         subject = UUID(levels[1])
-        return who.kind == "operator" or subject == who.id or subject in who.peers
+        return who.kind in ("operator", "look") or subject == who.id or subject in who.peers
     if len(levels) >= 3 and levels[:2] == ["vox", "warroom"]:
         # The whole war room, so that topics.WARROOM_FILTER may be subscribed under dynsec.
-        return who.kind == "operator" or who.id == root
+        return who.kind in ("operator", "look") or who.id == root
     return False
 
 
@@ -114,9 +117,9 @@ def probe_filters(who: Who, fleet: Fleet) -> dict[str, bool]:
     """Wildcard subscriptions and whether dynsec must grant them."""
     other = fleet.root.id if who.id != fleet.root.id else fleet.agent("coord_a").id
     return {
-        f"vox/{who.id}/inbox/+": True,
-        "vox/+/status": who.kind == "operator",
-        "vox/warroom/#": who.kind == "operator" or who.id == fleet.root.id,
+        f"vox/{who.id}/inbox/+": who.kind != "look",
+        "vox/+/status": who.kind in ("operator", "look"),
+        "vox/warroom/#": who.kind in ("operator", "look") or who.id == fleet.root.id,
         f"vox/{other}/inbox/+": False,
         "vox/+/inbox/+": False,
         "vox/#": False,
@@ -147,6 +150,9 @@ def _sentinel(obs: Observed, reader: str) -> tuple[str, str]:
     if who.kind == "operator":
         root = obs.secure.fleet.root
         return root.name, f"vox/{who.id}/inbox/{root.id}"
+    if who.kind == "look":  # reads every status, writes nothing: the root's will do
+        root = obs.secure.fleet.root
+        return root.name, f"vox/{root.id}/status"
     return reader, f"vox/{who.id}/status"
 
 

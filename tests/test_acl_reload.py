@@ -193,12 +193,13 @@ def test_the_trap_the_validator_exists_for(secure_broker_factory: SecureFactory)
     assert "Invalid line in acl_file" in secure.broker.log_text()
 
 
-def test_dynsec_reload_is_refused_with_the_reason(
+def test_dynsec_reload_applies_live_without_a_signal(
     secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secure = secure_broker_factory(seven_agent_fleet(), fmt="dynsec")
-    assert reload(secure) == 2
-    assert "`vox broker apply` changes it live" in capsys.readouterr().err
+    assert reload(secure) == 0
+    assert "applied live through the dynamic-security plugin" in capsys.readouterr().out
+    assert "Reloading config" not in secure.broker.log_text()
 
 
 def test_only_mosquitto_gets_the_signal(
@@ -220,7 +221,7 @@ def test_an_acl_the_broker_user_cannot_read_is_refused(
         pytest.skip("no mosquitto user on this machine")
     broker_dir = render_broker_dir(seven_agent_fleet(), tmp_path / "b", run_as_user="mosquitto")
     assert broker_dir.acl is not None
-    assert broker_dir.acl.stat().st_uid == pwd.getpwnam("mosquitto").pw_uid
+    assert broker_dir.acl.stat().st_gid == pwd.getpwnam("mosquitto").pw_gid
     os.chown(broker_dir.acl, 0, 0)
     assert main(["broker", "reload", str(broker_dir.root), "--pid", str(sleeper.pid)]) == 2
     assert "not readable by the broker's user `mosquitto`" in capsys.readouterr().err
@@ -244,6 +245,7 @@ def test_a_valid_staged_acl_is_installed_and_applied(
     spec = secure.creds("spec_a1")
     staged = tmp_path / "acl.new"
     staged.write_text(secure.dir.acl.read_text() + f"user {spec.username}\ntopic write lab/x\n")
+    mode = stat.S_IMODE(secure.dir.acl.stat().st_mode)
     client = Client(spec)
     try:
         assert client.connect() == 0
@@ -258,7 +260,7 @@ def test_a_valid_staged_acl_is_installed_and_applied(
         # Accepted once, it is what the manifest now vouches for.
         assert reload(secure) == 0
         assert secure.dir.acl.read_text() == staged.read_text()
-        assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == 0o600
+        assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == mode
         assert _publish_until(client, "lab/x", want_allowed=True) in ALLOWED
     finally:
         client.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def test_render_writes_the_broker_dir(
             f"{n}.toml"
             for n in (
                 "_canary",
+                "_status",
+                "_watch",
                 "operator",
                 "explorer",
                 "root",
@@ -55,8 +58,11 @@ def test_render_writes_the_broker_dir(
             )
         ]
     )
-    for secret in [out / "passwd", out / "acl", *(out / "credentials").iterdir()]:
+    for secret in (out / "credentials").iterdir():
         assert _mode(secret) == 0o600, secret
+    # As root, root keeps the broker's files and the broker's group may read them.
+    for broker_file in (out / "passwd", out / "acl"):
+        assert _mode(broker_file) == (0o640 if os.geteuid() == 0 else 0o600), broker_file
     root = load_credentials(out / "credentials" / "root.toml")
     assert root.username == str(load_fleet(fleet_file).agent("root").id)
     assert root.port == 18830
@@ -103,6 +109,8 @@ def test_agents_that_leave_lose_their_credentials(fleet_file: Path, tmp_path: Pa
     assert _render(fleet_file, out) == 0
     assert sorted(p.name for p in (out / "credentials").iterdir()) == [
         "_canary.toml",
+        "_status.toml",
+        "_watch.toml",
         "explorer.toml",
         "operator.toml",
         "root.toml",
@@ -123,7 +131,7 @@ def test_dynsec_format_and_json_output(
     assert Path(plugin.split(" ", 1)[1]).is_file()
     assert f"plugin_opt_config_file {out}/dynsec.json" in conf
     assert "acl_file" not in conf
-    assert _mode(out / "dynsec.json") == 0o600
+    assert _mode(out / "dynsec.json") == (0o640 if os.geteuid() == 0 else 0o600)
 
 
 def test_a_bad_fleet_file_gives_one_line_per_problem(
@@ -209,15 +217,18 @@ def test_pki_init_then_render_with_tls(
     conf = (out / "mosquitto.conf").read_text()
     assert "listener 18883 10.0.0.7\n" in conf
     assert "listener 1883 127.0.0.1\n" in conf
-    assert _mode(out / "tls" / "server.key") == 0o600
+    assert _mode(out / "tls" / "server.key") == (0o640 if os.geteuid() == 0 else 0o600)
     assert _render(fleet_file, out, "--pki", str(pki), "--explorer") == 2
     assert "vox pki init" in capsys.readouterr().err
 
 
-def test_reload_needs_a_pid(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as caught:
-        main(["broker", "reload", str(tmp_path)])
-    assert caught.value.code == 2
+def test_reload_needs_a_pid(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _render(fleet_file, tmp_path / "b") == 0
+    capsys.readouterr()
+    assert main(["broker", "reload", str(tmp_path / "b")]) == 2
+    assert "--pid or --pid-file is needed" in capsys.readouterr().err
 
 
 def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_path: Path) -> None:

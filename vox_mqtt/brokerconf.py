@@ -369,20 +369,26 @@ def render_broker_dir(
     )
 
     owner, warning = _owner_of(user)
+    # As root: the broker reads its files through their group, and root keeps owning
+    # them, so `vox broker reload` works within the unit's capability bounds
+    # (no CAP_DAC_OVERRIDE needed; docs/broker.md). Only data/ is the broker's own.
+    readable = None if owner is None else (0, owner[1])
+    mode = 0o600 if owner is None else 0o640
     warnings = [warning] if warning else []
     # What the running broker last loaded, kept before it is overwritten (docs/broker.md).
     seed_last_good(root)
     if tls is not None:
         (root / "tls").mkdir(exist_ok=True, mode=0o700)
-        if owner is not None:
-            os.chown(root / "tls", *owner)
+        if readable is not None:
+            os.chown(root / "tls", *readable)
+            os.chmod(root / "tls", 0o750)
         for name, data in tls.items():
-            atomic_write(root / "tls" / name, data, mode=0o600, owner=owner)
+            atomic_write(root / "tls" / name, data, mode=mode, owner=readable)
     written: dict[str, bytes] = {security_name: security_text.encode("utf-8")}
     if fmt == "acl":
         written["passwd"] = render_passwd({i.username: hashes[i.id] for i in every}).encode()
     for name, data in written.items():
-        atomic_write(root / name, data, mode=0o600, owner=owner)
+        atomic_write(root / name, data, mode=mode, owner=readable)
     # The other format's files would only mislead a reader (and `vox broker reload`).
     for other in ("dynsec.json",) if fmt == "acl" else ("acl", "passwd"):
         (root / other).unlink(missing_ok=True)

@@ -104,15 +104,36 @@ def check_is_mosquitto(pid: int) -> None:
         raise ConfigError([f"pid {pid} is {comm!r}, not mosquitto: refusing to signal it"])
 
 
+def _signal_as_owner(pid: int) -> bool:
+    """Send SIGHUP from a child that became the broker's user; return whether it could."""
+    # Under the broker unit's capability bounds root has CAP_SETUID but not CAP_KILL:
+    # a process may always signal its own user's processes.
+    st = Path(f"/proc/{pid}").stat()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(st.st_gid)
+            os.setuid(st.st_uid)
+            os.kill(pid, signal.SIGHUP)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def _signal(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGHUP)
+        return
     except ProcessLookupError:
         raise BrokerUnavailable(f"no process with pid {pid}: is the broker running?") from None
     except PermissionError:
-        raise BrokerUnavailable(
-            f"not allowed to signal pid {pid}: run as root or as the broker's user"
-        ) from None
+        if os.geteuid() == 0 and _signal_as_owner(pid):
+            return
+    raise BrokerUnavailable(f"not allowed to signal pid {pid}: run as root or as the broker's user")
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -230,7 +251,8 @@ def reload_broker(
     if replaced:
         st = acl_path.stat() if acl_path.exists() else None
         owner = None if st is None or os.geteuid() != 0 else (st.st_uid, st.st_gid)
-        atomic_write(acl_path, data["acl"], mode=0o600, owner=owner)
+        mode = 0o600 if st is None else st.st_mode & 0o777
+        atomic_write(acl_path, data["acl"], mode=mode, owner=owner)
     _signal(pid)
     time.sleep(_SIGNAL_SETTLE)
     proof = probe_rules(

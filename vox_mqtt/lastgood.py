@@ -56,6 +56,7 @@ def restore_last_good(root: Path, names: Iterable[str]) -> list[str]:
             continue
         st = live.stat() if live.exists() else None
         owner = None if st is None or os.geteuid() != 0 else (st.st_uid, st.st_gid)
-        atomic_write(live, kept.read_bytes(), mode=0o600, owner=owner)
+        mode = 0o600 if st is None else st.st_mode & 0o777
+        atomic_write(live, kept.read_bytes(), mode=mode, owner=owner)
         restored.append(name)
     return restored

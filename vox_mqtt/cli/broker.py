@@ -216,11 +216,12 @@ def _apply_dynsec(args: argparse.Namespace) -> int:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     """Install what render wrote, SIGHUP (or apply live with dynsec), and prove the rules."""
+    given = args.pid is not None or args.pid_file is not None
+    pid = _read_pid(args) if given else 0
     if "plugin" in broker_settings(args.dir.absolute()):
         return _apply_dynsec(args)
-    if args.pid is None and args.pid_file is None:
+    if not given:
         raise ConfigError(["--pid or --pid-file is needed: the broker is signalled (SIGHUP)"])
-    pid = _read_pid(args)
     report = reload_broker(
         args.dir,
         pid=pid,
