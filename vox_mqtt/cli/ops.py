@@ -294,8 +294,8 @@ async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObse
             # A fresh client id never has a session: this broker replaced it with the username.
             print(
                 f"vox: warning: the broker gave this look the MQTT session of {reader.name}: "
-                "it locks client ids to usernames (--lock-client-ids), so a running client "
-                "of that identity was disconnected by it — see docs/liveness.md",
+                "it locks client ids to usernames, so a running client of that identity "
+                "was disconnected by it — see docs/broker.md",
                 file=sys.stderr,
             )
         pump = asyncio.ensure_future(_pump(session, observer))
