@@ -6,8 +6,6 @@ import getpass
 import time
 from collections.abc import Callable
 
-import pytest
-
 from tests.brokerkit import Client, SecureBroker, add_agent, seven_agent_fleet, try_connect
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.cli import main
@@ -27,7 +25,7 @@ def logins(secure: SecureBroker) -> dict[str, int]:
 
 
 def test_add_and_rekey_through_a_reload_keep_every_other_session(
-    secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
+    secure_broker_factory: SecureFactory,
 ) -> None:
     secure = secure_broker_factory(seven_agent_fleet())
     f = secure.fleet
