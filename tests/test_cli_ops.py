@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import Client, SecureBroker, tree_fleet
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
+from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.topics import WARROOM_ID
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 ROLES = {"spec_a": [Analyst()], "spec_b": [Analyst()]}
@@ -220,3 +222,46 @@ async def test_status_as_an_agent_on_a_dynsec_broker_asks_for_each_topic(
         code, out, err = await capture("status", "--config", config, "--json")
     assert (code, err) == (0, "")
     assert sorted(row["name"] for row in json.loads(out)["agents"]) == ["coordinator", "spec_a"]
+
+
+@UNLOCKED
+async def test_warroom_marks_a_post_that_breaks_the_rule(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    """An ACL widened by hand lets spec_a post about the root: `vox warroom` marks it."""
+    f = secure.fleet
+    spec, root = f.agent("spec_a"), f.root
+    assert secure.dir.acl is not None
+    own = f"topic write vox/warroom/{spec.id}/{spec.id}"
+    acl = secure.dir.acl.read_text().replace(own, f"topic write vox/warroom/{spec.id}/+")
+    staged = tmp_path / "acl.widened"
+    staged.write_text(acl)
+    pid = str(secure.broker.pid)
+    args = ["broker", "reload", str(secure.dir.root), "--pid", pid, "--acl", str(staged)]
+    assert main([*args, "--accept-edit"]) == 0
+    async with AsyncExitStack() as stack:
+        await running_fleet(stack, secure, tmp_path)
+        forged = new_message(
+            MSG_SYSTEM_FAILURE,
+            source=spec.id,
+            target=WARROOM_ID,
+            details=SystemFailure(
+                error_code="HEARTBEAT_STALE", severity="CRITICAL", description="forged"
+            ),
+        )
+        attacker = Client(secure.creds("spec_a"), client_id=f"{spec.id}-forger")
+        try:
+            assert attacker.connect() == 0
+            topic = f"vox/warroom/{spec.id}/{root.id}"
+            assert await asyncio.to_thread(
+                attacker.publish, topic, serialize(forged), retain=True
+            ) in {0x00, 0x10}
+        finally:
+            attacker.close()
+        code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
+        [row] = [json.loads(line) for line in out.splitlines()]
+        assert row["rule_broken"] is not None
+        assert "neither itself nor its child" in row["rule_broken"]
+        code, out, err = await capture("warroom", "--config", configs["operator"])
+        assert "RULE BROKEN" in out
+        assert "from spec_a about root" in out

@@ -35,6 +35,7 @@ from ..liveness import FleetObserver, Incident
 from ..passwd import Credentials, load_credentials
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
+from ..warroomguard import rule_problem
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["Reader", "load_reader", "register"]
@@ -445,11 +446,20 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def incident_row(incident: Incident, names: Callable[[UUID], str]) -> dict[str, Any]:
-    """Return a war-room post as JSON-ready data, with the names the statuses told."""
+def incident_row(
+    incident: Incident,
+    names: Callable[[UUID], str],
+    master_of: Callable[[UUID], UUID | None] = lambda _: None,
+) -> dict[str, Any]:
+    """Return a war-room post as JSON-ready data, with the names the statuses told.
+
+    `rule_broken` says why a post breaks the war-room rule (an agent posts only about
+    itself and its own children), judged by the masters the statuses told; else None.
+    """
     row = incident.as_dict()
     row["source_name"] = names(incident.topic.source)
     row["subject_name"] = names(incident.topic.subject)
+    row["rule_broken"] = rule_problem(incident.topic.source, incident.topic.subject, master_of)
     return row
 
 
@@ -465,13 +475,19 @@ def cmd_warroom(args: argparse.Namespace) -> int:
                 entry = observer.view.get(agent_id)
                 return entry.name if entry is not None and entry.name else ""
 
-            rows = [incident_row(i, names) for i in observer.incidents.values()]
+            def master_of(agent_id: UUID) -> UUID | None:
+                entry = observer.view.get(agent_id)
+                return None if entry is None else entry.master_id
+
+            rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
             rows.sort(key=lambda r: str(r["emitted_at"]))
             _print_incidents(rows, as_json=args.json, title="open incidents")
             if not args.follow:
                 return 0
             queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-            observer.on_incident = lambda incident: queue.put_nowait(incident_row(incident, names))
+            observer.on_incident = lambda incident: queue.put_nowait(
+                incident_row(incident, names, master_of)
+            )
             deadline = None if args.duration is None else time.monotonic() + args.duration
             while deadline is None or time.monotonic() < deadline:
                 try:
@@ -497,8 +513,9 @@ def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | 
         mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{row['severity']}[/]"
         source = row["source_name"] or row["source"]
         subject = row["subject_name"] or row["subject"]
+        broken = "[bold red]RULE BROKEN[/] " if row.get("rule_broken") else ""
         console.print(
-            f"{row['emitted_at']} {mark} {row['error_code']} from {source} about {subject}: "
-            f"{row['description']}"
+            f"{row['emitted_at']} {broken}{mark} {row['error_code']} from {source} about "
+            f"{subject}: {row['description']}"
         )
     sys.stdout.flush()
