@@ -259,9 +259,11 @@ async def test_warroom_marks_a_post_that_breaks_the_rule(
         finally:
             attacker.close()
         code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
+        assert (code, err) == (0, "")
         [row] = [json.loads(line) for line in out.splitlines()]
         assert row["rule_broken"] is not None
         assert "neither itself nor its child" in row["rule_broken"]
-        code, out, err = await capture("warroom", "--config", configs["operator"])
+        code, out, _ = await capture("warroom", "--config", configs["operator"])
+        assert code == 0
         assert "RULE BROKEN" in out
         assert "from spec_a about root" in out

@@ -42,4 +42,4 @@ def test_a_flood_from_one_source_is_bounded() -> None:
     for n in range(100):
         now[0] = n * 0.01  # 100 posts in one second
         taken += guard.refuse(COORD, COORD, 1000, master_of) is None
-    assert taken == guard.burst + 1
+    assert guard.burst <= taken <= guard.burst + 1
