@@ -64,7 +64,6 @@ ADMIN_NAME: Final = "_admin"
 _ADMIN_NS: Final = "vox-mqtt dynamic-security admin"
 DYNSEC_CONTROL: Final = "$CONTROL/dynamic-security/v1"
 # topics.py builds per-agent topics; these two filters exist only for the broker.
-_ALL_STATUS: Final = f"{topics.PREFIX}/+/status"
 _EVERYTHING: Final = f"{topics.PREFIX}/#"
 # Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
 _C_SPACE: Final = " \t\n\v\f\r"
@@ -197,7 +196,7 @@ def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
     return (
         Rule(topic=topics.inbox_filter(operator), read=True),
         Rule(topic=topics.inbox(fleet.root.id, operator), write=True),
-        Rule(topic=_ALL_STATUS, read=True),
+        Rule(topic=topics.STATUS_FILTER, read=True),
         Rule(topic=topics.WARROOM_FILTER, read=True),
     )
 
@@ -208,7 +207,10 @@ def look_name(purpose: str) -> str:
 
 
 def _looks(fleet: Fleet) -> list[Identity]:
-    rules = (Rule(topic=_ALL_STATUS, read=True), Rule(topic=topics.WARROOM_FILTER, read=True))
+    rules = (
+        Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.WARROOM_FILTER, read=True),
+    )
     return [
         Identity(
             name=look_name(purpose),
