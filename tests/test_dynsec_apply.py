@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 from collections.abc import Callable
 
 import pytest
@@ -138,3 +139,29 @@ def test_only_the_broker_directory_holds_the_admin(
     admin = secure.dir.credentials_for("_admin")
     assert admin.host == "127.0.0.1"
     assert not admin.tls
+
+
+def test_an_apply_the_canary_cannot_prove_is_rolled_back(
+    secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hand edit that takes the canary's right away: the previous rules come back."""
+    secure = secure_broker_factory(seven_agent_fleet(), fmt="dynsec")
+    rerender(secure, secure.fleet)
+    apply(secure, capsys)  # proven: last-good/ now holds these rules
+    grown = add_agent(secure.fleet, "spec_a3", "coord_a")
+    rerender(secure, grown)
+    path = secure.dir.root / "dynsec.json"
+    document = json.loads(path.read_text())
+    for role in document["roles"]:
+        role["acls"] = [a for a in role["acls"] if not a["topic"].startswith("vox/canary/")]
+    path.write_text(json.dumps(document))
+    args = ["broker", "reload", str(secure.dir.root), "--verify-timeout", "1"]
+    assert main(args) == 2  # a hand edit needs --accept-edit
+    capsys.readouterr()
+    assert main([*args, "--accept-edit"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("vox: error: APPLY FAILED: allowed publish -> 0x87")
+    assert "re-applied the previous rules" in line
+    # Back to the previous rules: the newcomer is unknown again, the canary proves the rest.
+    assert try_connect(secure.creds("spec_a3")) >= 0x80  # type: ignore[operator]
+    assert try_connect(secure.creds("spec_a1")) == 0

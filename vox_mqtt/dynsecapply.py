@@ -32,7 +32,7 @@ from .brokermanifest import file_digest, load_manifest, write_manifest
 from .brokerprobe import probe_rules
 from .errors import BrokerUnavailable, ConfigError, VoxError
 from .lastgood import LAST_GOOD, keep_last_good
-from .passwd import PasswordHash, load_credentials, load_secrets
+from .passwd import Credentials, PasswordHash, load_credentials, load_secrets
 
 __all__ = ["ApplyReport", "DynsecApplyFailed", "apply_dynsec", "plan_commands"]
 
@@ -229,6 +229,47 @@ def _applied_hashes(root: Path) -> dict[str, PasswordHash]:
         return {}
 
 
+def _send(
+    admin: Credentials,
+    desired: _State,
+    secrets: Mapping[str, str],
+    applied: Mapping[str, PasswordHash],
+    timeout: float,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Turn the broker's rules into desired; return the commands sent and the refusals."""
+    control = _Control(admin.host, admin.port, admin.username, admin.password)
+    try:
+        control.start(timeout)
+        current = _current(control, timeout)
+        commands = plan_commands(current, desired, secrets, applied, keep=(admin.username,))
+        failures = []
+        for start in range(0, len(commands), _BATCH):
+            batch = commands[start : start + _BATCH]
+            for command, response in zip(batch, control.call(batch, timeout), strict=False):
+                if response.get("error"):
+                    failures.append(f"{command['command']}: {response['error']}")
+    finally:
+        control.close()
+    return commands, failures
+
+
+def _go_back(
+    root: Path, admin: Credentials, secrets: Mapping[str, str], problem: str, timeout: float
+) -> str:
+    """Re-apply the rules last proven (last-good/); return the one loud line to print."""
+    failed = f"APPLY FAILED: {problem}"
+    try:
+        document = json.loads((root / LAST_GOOD / "dynsec.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{failed}; no previous rules were kept: fix the broker now"
+    previous = _state(document.get("clients", []), document.get("roles", []))
+    # Secrets are not rolled back: an identity re-keyed by this render keeps its new one.
+    commands, failures = _send(admin, previous, secrets, {}, timeout)
+    if failures:
+        return f"{failed}; re-applying the previous rules failed too: {failures[0]}"
+    return f"{failed}; re-applied the previous rules ({len(commands)} command(s))"
+
+
 def apply_dynsec(
     out_dir: str | Path, *, timeout: float = 10.0, accept_edit: bool = False
 ) -> ApplyReport:
@@ -253,34 +294,21 @@ def apply_dynsec(
     admin = load_credentials(root / "credentials" / f"{ADMIN_NAME}.toml")
     canary = load_credentials(root / "credentials" / f"{CANARY_NAME}.toml")
     secrets = load_secrets(root / "credentials")
-    control = _Control(admin.host, admin.port, admin.username, admin.password)
-    try:
-        control.start(timeout)
-        current = _current(control, timeout)
-        commands = plan_commands(
-            current, desired, secrets, _applied_hashes(root), keep=(admin.username,)
+    commands, failures = _send(admin, desired, secrets, _applied_hashes(root), timeout)
+    problem = None
+    if failures:
+        problem = f"the broker refused {len(failures)} command(s), first: {failures[0]}"
+    else:
+        proof = probe_rules(
+            canary,
+            allowed=canary_topic(manifest.canary_nonce),
+            forbidden=canary_forbidden_topic(),
+            pid=None,
+            timeout=timeout,
         )
-        failures = []
-        for start in range(0, len(commands), _BATCH):
-            batch = commands[start : start + _BATCH]
-            for command, response in zip(batch, control.call(batch, timeout), strict=False):
-                if response.get("error"):
-                    failures.append(f"{command['command']}: {response['error']}")
-        if failures:
-            raise DynsecApplyFailed(
-                f"APPLY FAILED: the broker refused {len(failures)} command(s), first: {failures[0]}"
-            )
-    finally:
-        control.close()
-    proof = probe_rules(
-        canary,
-        allowed=canary_topic(manifest.canary_nonce),
-        forbidden=canary_forbidden_topic(),
-        pid=None,
-        timeout=timeout,
-    )
-    if not proof.ok:
-        raise DynsecApplyFailed(f"APPLY FAILED: {proof.reason}")
+        problem = None if proof.ok else proof.reason
+    if problem is not None:
+        raise DynsecApplyFailed(_go_back(root, admin, secrets, problem, timeout))
     keep_last_good(root, ("dynsec.json",))
     # The plugin saved its state over the rendered file: that is now what render vouched for.
     files = {**manifest.files, "dynsec.json": file_digest(path.read_bytes())}
