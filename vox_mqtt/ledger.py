@@ -41,6 +41,7 @@ from ._ledgerschema import (
 from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, open_writer, write_batch
 from .errors import LedgerError
 from .messages import VOXMessage, now_iso
+from .privatefs import private_file
 
 __all__ = [
     "DONE_ACTIONS",
@@ -150,6 +151,11 @@ class VOXAgentMemory:
                 await db.execute("PRAGMA busy_timeout = 10000")
                 await db.execute("PRAGMA query_only = ON")
             return await self._check_schema(db, create=False)
+        try:
+            # SQLite gives the -wal and -shm files the database file's own mode.
+            private_file(self.path)
+        except OSError as exc:
+            raise LedgerError(f"ledger {self.path}: cannot open: {exc.strerror}") from None
         self._thread = WriterThread(f"ledger {self.path.name}")
         self._thread.start()
         thread = self._thread
