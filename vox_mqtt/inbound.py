@@ -122,6 +122,16 @@ class InboundPipeline:
             recording = self._in_progress[message_id] = asyncio.Event()
             try:
                 duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
+                if not duplicate and ack is None:
+                    # An ack: nothing waits for its row, so it stops the re-sending at once
+                    # and its row (with the outbox removal) joins the next commit.
+                    done = message.payload_as(MessageAcknowledged).in_response_to
+                    row = ledger.record_received_later(
+                        message, topic=inbound.topic, outbox_done=done
+                    )
+                    self.outbox.settle_ack(message)
+                    await row
+                    return
                 if not duplicate:
                     await self._record_received(message, inbound.topic, then)
             finally:
@@ -140,16 +150,11 @@ class InboundPipeline:
     async def _record_received(
         self, message: VOXMessage, topic: str, then: list[tuple[VOXMessage, str, str | None]]
     ) -> None:
-        done = None
-        if message.type == MSG_ACKNOWLEDGED:
-            done = message.payload_as(MessageAcknowledged).in_response_to
         starting = await self.runner.starts_at_once(message)
         if starting:
             then = [*then, (message, "started", None)]
         try:
-            await self.ctx.ledger.record_message(
-                message, "received", topic=topic, then=then, outbox_done=done
-            )
+            await self.ctx.ledger.record_message(message, "received", topic=topic, then=then)
         except BaseException:
             if starting:
                 self.runner.cancel_start(message)

@@ -53,6 +53,10 @@ __all__ = [
 ]
 
 
+# Rows nothing waits for (an ack's "received") wait this long for a batch to join.
+_LATER = 0.02
+
+
 @dataclass(frozen=True, kw_only=True)
 class VerifyReport:
     """The outcome of checking the hash chain and the append-only triggers."""
@@ -112,6 +116,7 @@ class VOXAgentMemory:
         self._buffer: list[_Pending] = []
         self._in_flight = False
         self._flush_handle: asyncio.Handle | None = None
+        self._flush_later = False  # the handle is the timer of rows nothing waits for
         self._drain_waiters: list[asyncio.Future[None]] = []
         # (last row id, its hash) as this writer's last commit left them: the next batch is
         # chained onto it on the loop, so the thread only executes and commits.
@@ -301,6 +306,23 @@ class VOXAgentMemory:
         }
         return self._row("message", action, message.source, message.target, _scrub(details), meta)
 
+    def record_received_later(
+        self, message: VOXMessage, *, topic: str | None, outbox_done: UUID | None
+    ) -> asyncio.Future[int]:
+        """Queue a "received" row that nothing waits for (an ack's) without forcing a commit.
+
+        It commits with the next batch, or after _LATER seconds if none comes; the returned
+        future says when. The ledger must be open.
+        """
+        if self._thread is None or self._closed or self.read_only:
+            raise LedgerError(f"ledger {self.path} is not open for writing")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        values, received = self._message_row(message, "received", None, None, topic)
+        done = None if outbox_done is None else str(outbox_done)
+        pending = _Pending([values], future, None, done, None if received is None else [received])
+        self._enqueue(pending, urgent=False)
+        return future
+
     async def outbox_done(self, message_id: UUID) -> None:
         """Forget a sent message once it is acknowledged (or given up on)."""
         if not self._closed and self._thread is not None:
@@ -380,7 +402,7 @@ class VOXAgentMemory:
         self._enqueue(_Pending(values, future, outbox, outbox_done, received))
         return await future
 
-    def _enqueue(self, pending: _Pending) -> None:
+    def _enqueue(self, pending: _Pending, *, urgent: bool = True) -> None:
         self._buffer.append(pending)
         if self._in_flight:
             return  # _written hands the buffer over when the commit in flight ends
@@ -388,14 +410,20 @@ class VOXAgentMemory:
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
             self._flush()
-        elif self._flush_handle is None:
+            return
+        if self._flush_handle is not None:
+            if not (urgent and self._flush_later):
+                return
+            self._flush_handle.cancel()  # an urgent record takes the waiting ones along
+        loop = asyncio.get_running_loop()
+        self._flush_later = not urgent
+        if not urgent:
+            self._flush_handle = loop.call_later(_LATER, self._flush)
+        elif self._window > 0:
+            self._flush_handle = loop.call_later(self._window, self._flush)
+        else:
             # call_soon still collects every record made in this turn of the loop.
-            loop = asyncio.get_running_loop()
-            self._flush_handle = (
-                loop.call_later(self._window, self._flush)
-                if self._window > 0
-                else loop.call_soon(self._flush)
-            )
+            self._flush_handle = loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Chain the next batch onto the cached head and hand it to the writer thread at once."""
