@@ -170,3 +170,23 @@ async def test_grouped_rows_commit_together_or_not_at_all(tmp_path: Path) -> Non
         assert await ledger.find(other.message_id) == []
         assert not await ledger.has_message(other.message_id, emitted_at=other.emitted_at)
         assert (await ledger.verify()).ok
+
+
+async def test_an_acks_row_joins_the_next_commit_or_commits_alone_soon(tmp_path: Path) -> None:
+    async with VOXAgentMemory(tmp_path / "logs.db", commit_window=0) as ledger:
+        sent = request()
+        await ledger.record_message(sent, "sent", outbox=("t", b"payload"))
+        ack = sent.acknowledgement()
+        commits = ledger.commit_count
+        later = ledger.record_received_later(ack, topic="t", outbox_done=sent.message_id)
+        await asyncio.sleep(0)
+        assert not later.done()  # it did not force a commit of its own
+        other = request()
+        await ledger.record_message(other, "received")
+        assert later.done()
+        assert ledger.commit_count == commits + 1  # both rows, one transaction
+        assert await ledger.pending_outbox() == []
+        assert await ledger.has_message(ack.message_id, emitted_at=ack.emitted_at)
+        alone = ledger.record_received_later(request(), topic="t", outbox_done=None)
+        async with asyncio.timeout(5):
+            assert await alone > 0  # with nothing to join, it commits after a moment
