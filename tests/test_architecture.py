@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt._ledgerschema": SERVICES,
     "vox_mqtt._ledgerwriter": SERVICES,
     "vox_mqtt._ledgerindex": SERVICES,
+    "vox_mqtt._ledgerrows": SERVICES,
     "vox_mqtt.ledger": SERVICES,
     "vox_mqtt.memory": SERVICES,  # the ledger under the seed's module name
     "vox_mqtt.tracking": SERVICES,

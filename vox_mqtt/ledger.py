@@ -15,13 +15,11 @@ from uuid import UUID
 
 import aiosqlite
 
-from ._ledgerindex import ReceivedIndex, emitted_epoch
+from ._ledgerindex import ReceivedIndex
+from ._ledgerrows import Received, Values, make_row, message_row
 from ._ledgerschema import (
     _ALL,
-    _COLUMNS,
     _INTERRUPTED,
-    _KEPT_DETAILS,
-    _MAX_REASON,
     _PARENT,
     _PENDING,
     _PROMOTED,
@@ -32,7 +30,6 @@ from ._ledgerschema import (
     GENESIS_HASH,
     SCHEMA_VERSION,
     STARTED_ACTIONS,
-    _canonical,
     _chain_hash,
     _id_text,
     _row_dict,
@@ -40,7 +37,7 @@ from ._ledgerschema import (
 )
 from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, open_writer, write_batch
 from .errors import LedgerError
-from .messages import VOXMessage, now_iso
+from .messages import VOXMessage
 from .privatefs import private_file
 
 __all__ = [
@@ -67,21 +64,17 @@ class VerifyReport:
     problem: str | None
 
 
-_Values = tuple[Any, ...]  # a row's _COLUMNS without id
-_Received = tuple[str, float]  # a "received" row's message_id and emission time
-
-
 @dataclass(slots=True)
 class _Pending:
     """Rows (none, for an outbox removal alone) that commit together, and who waits for them."""
 
-    rows: list[_Values]
+    rows: list[Values]
     future: asyncio.Future[int]  # the first row's id (0 without rows)
     # The outbox is the one mutable table: a sent message waits there, whole, until it is
     # acknowledged, so a restart can re-send it. It commits with its "sent" row.
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
-    received: list[_Received] | None = None  # for the dedupe index, once committed
+    received: list[Received] | None = None  # for the dedupe index, once committed
 
 
 class VOXAgentMemory:
@@ -253,7 +246,7 @@ class VOXAgentMemory:
             for key, column in _PROMOTED.items()
             if isinstance(value := clean.get(key), str | UUID)
         }
-        return await self._submit([self._row(event_type, action, source, target, clean, meta)])
+        return await self._submit([make_row(event_type, action, source, target, clean, meta)])
 
     async def record_message(
         self,
@@ -274,37 +267,13 @@ class VOXAgentMemory:
         (message, action, outcome), commit in that same transaction after this one (what each
         such grouping still lets a restart prove is in docs/ledger.md). Returns the first id.
         """
-        rows = [self._message_row(message, action, outcome, reason, topic)]
-        rows += [self._message_row(other, what, result, None, None) for other, what, result in then]
+        rows = [message_row(message, action, outcome, reason, topic)]
+        rows += [message_row(other, what, result, None, None) for other, what, result in then]
         return await self._submit(
             rows,
             outbox=None if outbox is None else (str(message.message_id), *outbox),
             outbox_done=None if outbox_done is None else str(outbox_done),
         )
-
-    def _message_row(
-        self,
-        message: VOXMessage,
-        action: str,
-        outcome: str | None,
-        reason: str | None,
-        topic: str | None,
-    ) -> tuple[_Values, _Received | None]:
-        details: dict[str, Any] = {"message_source": message.message_source[:200]}
-        for key in _KEPT_DETAILS.get(message.type, ()):
-            if key in message.details:
-                details[key] = message.details[key]
-        if topic is not None:
-            details["topic"] = topic
-        meta = {
-            "message_id": str(message.message_id),
-            "message_type": message.type,
-            "reply_to": _id_text(message.reply_to),
-            "emitted_at": message.emitted_at,
-            "outcome": outcome,
-            "reason": reason,
-        }
-        return self._row("message", action, message.source, message.target, _scrub(details), meta)
 
     def record_received_later(
         self, message: VOXMessage, *, topic: str | None, outbox_done: UUID | None
@@ -317,7 +286,7 @@ class VOXAgentMemory:
         if self._thread is None or self._closed or self.read_only:
             raise LedgerError(f"ledger {self.path} is not open for writing")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        values, received = self._message_row(message, "received", None, None, topic)
+        values, received = message_row(message, "received", None, None, topic)
         done = None if outbox_done is None else str(outbox_done)
         pending = _Pending([values], future, None, done, None if received is None else [received])
         self._enqueue(pending, urgent=False)
@@ -350,40 +319,11 @@ class VOXAgentMemory:
         """Record input that did not parse or verify by its size and digest, never its bytes."""
         details = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "topic": topic}
         meta = {"message_id": _id_text(message_id), "outcome": "rejected", "reason": reason}
-        return await self._submit([self._row("message", "rejected", source, None, details, meta)])
-
-    def _row(
-        self,
-        event_type: str,
-        action: str,
-        source: UUID | str | None,
-        target: UUID | str | None,
-        details: dict[str, Any],
-        meta: Mapping[str, str | None],
-    ) -> tuple[_Values, _Received | None]:
-        """Check and lay out one row; a bad one fails here, alone, never inside a batch."""
-        for name, word in (("event_type", event_type), ("action", action)):
-            if not isinstance(word, str) or not 0 < len(word) <= 64:
-                raise LedgerError(f"{name} must be a string of 1 to 64 characters, not {word!r}")
-        row = {**meta, "recorded_at": now_iso(), "event_type": event_type, "action": action}
-        row.update(source=_id_text(source), target=_id_text(target))
-        if (reason := meta.get("reason")) is not None:
-            row["reason"] = reason[:_MAX_REASON]
-        try:
-            row["details"] = _canonical(details)
-            # A field that is not UTF-8 would fail inside the batch and take its neighbours down.
-            "".join(v for v in row.values() if isinstance(v, str)).encode()
-        except (TypeError, ValueError) as exc:
-            raise LedgerError(f"cannot record {action!r}: {exc}") from None
-        values = tuple(row.get(column) for column in _COLUMNS[1:])
-        received = None
-        if action == "received" and (message_id := row.get("message_id")) is not None:
-            received = (message_id, emitted_epoch(row.get("emitted_at")))
-        return values, received
+        return await self._submit([make_row("message", "rejected", source, None, details, meta)])
 
     async def _submit(
         self,
-        rows: list[tuple[_Values, _Received | None]],
+        rows: list[tuple[Values, Received | None]],
         *,
         outbox: tuple[str, str, bytes] | None = None,
         outbox_done: str | None = None,
