@@ -139,12 +139,12 @@ class Outbox:
     def _acked(self, message_id: UUID, outcome: asyncio.Future[Any]) -> None:
         if outcome.cancelled():
             return
-        exc = outcome.exception()
-        problem = str(exc) if exc is not None else None
-        if exc is None and outcome.result().is_failure:
-            problem = f"the broker refused it: {outcome.result()}"
-        if problem is not None:
-            log.warning("%s: ack for %s not delivered: %s", self.config.name, message_id, problem)
+        name = self.config.name
+        if (exc := outcome.exception()) is not None:
+            # The connection dropped (or was closed) first: the sender will re-send.
+            log.info("%s: ack for %s not confirmed: %s", name, message_id, exc)
+        elif (code := outcome.result()).is_failure:
+            log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
 
     async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
