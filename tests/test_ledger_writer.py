@@ -190,3 +190,22 @@ async def test_an_acks_row_joins_the_next_commit_or_commits_alone_soon(tmp_path:
         alone = ledger.record_received_later(request(), topic="t", outbox_done=None)
         async with asyncio.timeout(5):
             assert await alone > 0  # with nothing to join, it commits after a moment
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        {"command": "x", "params": {"a": [1, {"b": "c"}], "é": "ü"}},
+        {"command": "x", "params": {"deep": {"note_to_human": "secret", "keep": 1}}},
+        {"command": "x", "params": {"text": "a value that says note_to_human is fine"}},
+        {"command": "x", "params": {"id": ROOT}},
+    ],
+)
+def test_a_rows_details_are_the_scrubbed_ones_with_or_without_the_fast_path(
+    details: dict[str, object],
+) -> None:
+    from vox_mqtt._ledgerrows import _details_text
+    from vox_mqtt._ledgerschema import _canonical, _scrub
+
+    made = _details_text(details)
+    assert (made if isinstance(made, str) else _canonical(made)) == _canonical(_scrub(details))

@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from ._ledgerindex import emitted_epoch
-from ._ledgerschema import _COLUMNS, _KEPT_DETAILS, _MAX_REASON, _canonical, _id_text, _scrub
+from ._ledgerschema import _KEPT_DETAILS, _MAX_REASON, _canonical, _id_text, _scrub
 from .errors import LedgerError
 from .messages import VOXMessage, now_iso
 
@@ -32,14 +32,28 @@ def message_row(
     if topic is not None:
         details["topic"] = topic
     meta = {
-        "message_id": str(message.message_id),
+        "message_id": _id_text(message.message_id),
         "message_type": message.type,
         "reply_to": _id_text(message.reply_to),
         "emitted_at": message.emitted_at,
         "outcome": outcome,
         "reason": reason,
     }
-    return make_row("message", action, message.source, message.target, _scrub(details), meta)
+    return make_row("message", action, message.source, message.target, _details_text(details), meta)
+
+
+def _details_text(details: dict[str, Any]) -> dict[str, Any] | str:
+    """Serialize details that hold nothing to scrub; otherwise leave them to _scrub."""
+    # Parsed messages hold plain JSON: if the serialized text never names note_to_human,
+    # no key at any depth does, and _scrub would change nothing the text shows.
+    try:
+        text = _canonical(details)
+    except (TypeError, ValueError):
+        text = '"note_to_human"'  # a UUID or another value only _scrub makes plain
+    if '"note_to_human"' in text:
+        clean: dict[str, Any] = _scrub(details)
+        return clean
+    return text
 
 
 def make_row(
@@ -47,25 +61,31 @@ def make_row(
     action: str,
     source: UUID | str | None,
     target: UUID | str | None,
-    details: dict[str, Any],
+    details: dict[str, Any] | str,
     meta: Mapping[str, str | None],
 ) -> tuple[Values, Received | None]:
-    """Check and lay out one row; a bad one fails here, alone, never inside a batch."""
+    """Check and lay out one row (details clean, or already their canonical text).
+
+    A bad row fails here, alone, never inside a batch.
+    """
     for name, word in (("event_type", event_type), ("action", action)):
         if not isinstance(word, str) or not 0 < len(word) <= 64:
             raise LedgerError(f"{name} must be a string of 1 to 64 characters, not {word!r}")
-    row = {**meta, "recorded_at": now_iso(), "event_type": event_type, "action": action}
-    row.update(source=_id_text(source), target=_id_text(target))
-    if (reason := meta.get("reason")) is not None:
-        row["reason"] = reason[:_MAX_REASON]
+    reason = meta.get("reason")
     try:
-        row["details"] = _canonical(details)
+        text = details if isinstance(details, str) else _canonical(details)
+        # In _COLUMNS order, after id.
+        values = (
+            *(now_iso(), event_type, action, _id_text(source), _id_text(target)),
+            *(meta.get("message_id"), meta.get("message_type"), meta.get("reply_to")),
+            *(meta.get("emitted_at"), meta.get("outcome")),
+            *(None if reason is None else reason[:_MAX_REASON], text),
+        )
         # A field that is not UTF-8 would fail inside the batch and take its neighbours down.
-        "".join(v for v in row.values() if isinstance(v, str)).encode()
+        "".join(v for v in values if isinstance(v, str)).encode()
     except (TypeError, ValueError) as exc:
         raise LedgerError(f"cannot record {action!r}: {exc}") from None
-    values = tuple(row.get(column) for column in _COLUMNS[1:])
     received = None
-    if action == "received" and (message_id := row.get("message_id")) is not None:
-        received = (message_id, emitted_epoch(row.get("emitted_at")))
+    if action == "received" and (message_id := values[5]) is not None:
+        received = (message_id, emitted_epoch(values[8]))
     return values, received
