@@ -102,6 +102,7 @@ class OperatorConsole:
             "message_id": str(message.message_id),
             "emitted_at": message.emitted_at,
             "type": message.type,
+            "source": str(message.source),
             "message_source": message.message_source,
             "details": message.details,
         }
