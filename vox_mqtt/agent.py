@@ -108,6 +108,7 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         self.stopping = False
         self._stack = AsyncExitStack()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._acks: set[asyncio.Task[Any]] = set()  # acknowledgements not yet PUBACKed
         self._handler_slots = asyncio.Semaphore(config.max_concurrency)
         self._intake_slots = asyncio.Semaphore(config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
@@ -231,6 +232,10 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         for role in self.roles:
             with contextlib.suppress(Exception):
                 await role.stop()
+        if self._acks:
+            # Acks we owe go out before we leave, or the peer keeps re-sending what we already
+            # hold (a one-shot `vox send` would leave the root re-sending its answer).
+            await asyncio.wait(list(self._acks), timeout=self.config.broker.publish_timeout)
         if self._liveness is not None and self.session is not None and self.session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
                 await self._liveness.publish_shutdown()
@@ -337,7 +342,9 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         if message.type != MSG_ACKNOWLEDGED:
             # The record is durable, so the ack may go; routing need not wait for the ack's own
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
-            self._spawn(self._publish_ack(message), "ack")
+            ack = self._spawn(self._publish_ack(message), "ack")
+            self._acks.add(ack)
+            ack.add_done_callback(self._acks.discard)
         await self._route(message)
 
     def _verify(self, message: VOXMessage, topic: topics.InboxTopic) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .agent import AgentConfig, VOXAgent
 from .config import ConsoleFile, load_console_config
+from .errors import ConfigError
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
 from .status import FleetView
 from .topics import WARROOM_FILTER
@@ -76,6 +77,12 @@ class OperatorConsole:
         return self.agent.fleet_view
 
     async def __aenter__(self) -> OperatorConsole:
+        state_dir = self.inbox_path.parent
+        if state_dir.exists() and not state_dir.is_dir():
+            raise ConfigError(
+                [f"state dir {state_dir}: it is a file, not a folder — move the file away or "
+                 "point operator.state_dir elsewhere"]
+            )  # fmt: skip
         await self.agent.__aenter__()
         return self
 
