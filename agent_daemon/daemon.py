@@ -18,6 +18,7 @@ from vox_mqtt._mqttclient import Refused
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
 from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError
+from vox_mqtt.peernames import write_names
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -92,6 +93,14 @@ def prepare(path: Path) -> Prepared:
     return prepared
 
 
+def keep_names(config: AgentConfig) -> None:
+    """Keep the names this agent knows beside its ledger, for `vox ledger` views."""
+    names = {config.id: config.name, **config.children}
+    if config.master_id is not None:
+        names[config.master_id] = config.master_name
+    write_names(Path(config.state_dir), names)
+
+
 def state_dir_problems(state_dir: Path) -> list[str]:
     """Return why the state dir cannot hold the ledger, creating it if it is missing."""
     if state_dir.exists() and not state_dir.is_dir():
@@ -145,6 +154,7 @@ class AgentDaemon:
             loop.add_signal_handler(signum, self.request_stop, signum)
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         reloader = asyncio.ensure_future(self._reload_loop())
+        keep_names(self.prepared.config)
         try:
             agent = await self._connect()
             if agent is None:

@@ -61,6 +61,12 @@ async def test_send_names_the_handler_and_leaves_no_resend_behind(
         assert len(results) == 1, witness.lines
         acked = _payloads(witness, topics.inbox(root, operator), "message_acknowledged")
         assert [a["details"]["in_response_to"] for a in acked] == [results[0]["message_id"]]
+        # The console's ledger, read with no --config: names from beside the ledger.
+        ledger = tmp_path / "cli-state" / "operator" / "logs.db"
+        code, out, err = await capture("ledger", ledger, "tail")
+        assert (code, err) == (0, "")
+        assert f"root {str(root)[:8]}" in out
+        assert f"{fleet.operator_name} {str(operator)[:8]}" in out
     finally:
         witness.close()
 

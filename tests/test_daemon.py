@@ -536,6 +536,13 @@ def test_sighup_reopens_logs_and_rechecks_the_config(
     broker_factory(dep.conf_text, port=dep.port)
     daemon = run_daemon(dep.root_config)
     notify.wait_for("READY=1")
+    # The names the agent knows are kept beside its ledger, for `vox ledger` views.
+    names = json.loads((dep.state_dir / "names.json").read_text())
+    assert names == {
+        dep.root_id: "root",
+        str(dep.fleet.agent("leaf").id): "leaf",
+        str(dep.fleet.operator_id): dep.fleet.operator_name,
+    }
     daemon.signal(signal.SIGHUP)
     daemon.wait_log("is valid and unchanged")
     notify.wait_for("RELOADING=1")

@@ -16,6 +16,7 @@ from .agent import AgentConfig, VOXAgent
 from .config import ConsoleFile, load_console_config
 from .errors import ConfigError
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from .peernames import write_names
 from .status import FleetView
 from .topics import WARROOM_FILTER
 
@@ -84,6 +85,8 @@ class OperatorConsole:
                  "point operator.state_dir elsewhere"]
             )  # fmt: skip
         await self.agent.__aenter__()
+        op = self.file.operator
+        write_names(state_dir, {op.id: op.name, op.root_id: op.root_name})
         return self
 
     async def __aexit__(

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from ..errors import ConfigError, FleetError
 from ..hierarchy import Fleet, load_fleet
+from ..peernames import read_names
 from ._common import CONFIG_ENV
 
 __all__ = [
@@ -135,17 +136,18 @@ class Names:
 
 
 def names_for_ledger(db: Path, given: Path | None) -> Names:
-    """Return the names for a ledger's views: from --config, else the configs found nearby.
+    """Return the names for a ledger's views: beside it, from --config, or configs nearby.
 
-    Without --config: $VOX_CONFIG, /etc/vox/NAME.toml for a ledger in a folder NAME (the
-    unit's state directory), and NAME.toml next to a console's NAME-state folder. A file
-    that is missing or unreadable there only means fewer names.
+    The agent keeps names.json beside its ledger. Without --config also: $VOX_CONFIG,
+    /etc/vox/NAME.toml for a ledger in a folder NAME (the unit's state directory), and
+    NAME.toml next to a console's NAME-state folder. A file that is missing or unreadable
+    there only means fewer names.
     """
-    names = Names()
+    folder = db.absolute().parent
+    names = Names(read_names(folder))  # what the agent wrote beside its ledger at start
     if given is not None:
         names.add_file(given)
         return names
-    folder = db.absolute().parent
     candidates = [_ETC / f"{folder.name}.toml"]
     if folder.name.endswith("-state"):
         candidates.append(folder.parent / f"{folder.name.removesuffix('-state')}.toml")
