@@ -89,7 +89,7 @@ async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) ->
             if args.json:
                 print_json({"ok": False, "code": exc.code, "error": exc.error})
             else:
-                fail(f"{args.command}: {exc.code}: {exc.error} (answered by {root_name})")
+                fail(f"{args.command}: {exc.code}: {exc.error}")
             return EXIT_RUNTIME
     details = reply.details
     # A master answers for its children's work, so the operator's answer comes from the root.
