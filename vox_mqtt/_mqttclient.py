@@ -42,7 +42,9 @@ class Client(aiomqtt.Client):
     def __init__(self, *args: Any, will: Will | None, **kwargs: Any) -> None:
         paho_will = None
         if will is not None:
-            props = properties(PacketTypes.WILLMESSAGE, ContentType=will.content_type)
+            props = will.properties or properties(
+                PacketTypes.WILLMESSAGE, ContentType=will.content_type
+            )
             paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
         super().__init__(*args, will=paho_will, **kwargs)
         self.will = will

@@ -30,6 +30,7 @@ from .messages import (
     parse,
 )
 from .outbound import OutboundMixin
+from .publishprops import PublishProperties
 from .roles import Role
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
@@ -95,6 +96,11 @@ class VOXAgent(CommandsMixin, OutboundMixin):
         # would only add latency to every hop.
         self.memory = VOXAgentMemory(Path(config.state_dir) / "logs.db", commit_window=0)
         self.tracker = RequestTracker(on_change=on_request_change)
+        # What an MQTT explorer shows beside each publish, built once per peer and type.
+        known = dict(config.children)
+        if config.master_id is not None:
+            known[config.master_id] = config.master_name
+        self.publish_props = PublishProperties(config.name, known)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():
             self.fleet_view.watch(child_id, child_name)

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from . import topics
 from .errors import CommandFailed, DeliveryFailed, VoxError
 from .messages import (
+    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     CommandError,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from .agent import AgentConfig
     from .memory import VOXAgentMemory
+    from .publishprops import PublishProperties
     from .tracking import RequestTracker
     from .transport import Session
 
@@ -50,6 +52,7 @@ class OutboundMixin:
         memory: VOXAgentMemory
         tracker: RequestTracker
         session: Session | None
+        publish_props: PublishProperties
 
         def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]: ...
 
@@ -76,13 +79,21 @@ class OutboundMixin:
     async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
         assert self.session is not None
         message = tracked.message
-        topic = topics.inbox(message.target, self.id)
+        target = message.target
+        topic = topics.inbox(target, self.id)
         payload = serialize(message)
+        # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
+        fixed = None if self._expiry(message) else self.publish_props.inbox(target, message.type)
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
             try:
-                await self.session.publish(topic, payload, expiry=self._expiry(message))
+                props = fixed
+                if props is None:
+                    props = self.publish_props.inbox(
+                        target, message.type, expiry=self._expiry(message)
+                    )
+                await self.session.publish(topic, payload, props=props)
                 self.tracker.dispatched(message.message_id)
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
@@ -113,7 +124,11 @@ class OutboundMixin:
         ack = message.acknowledgement(message_source=self.config.message_source)
         await self.memory.record_message(ack, "sent")
         try:
-            await self.session.publish(topics.inbox(message.source, self.id), serialize(ack))
+            await self.session.publish(
+                topics.inbox(message.source, self.id),
+                serialize(ack),
+                props=self.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
+            )
         except DeliveryFailed as exc:
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning("%s: ack for %s not delivered: %s", self.name, message.message_id, exc)
