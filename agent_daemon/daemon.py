@@ -14,10 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from vox_mqtt._mqttclient import Refused
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
-from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError
+from vox_mqtt.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    DeliveryFailed,
+    LedgerError,
+    Refused,
+    SubscriptionRefused,
+)
 from vox_mqtt.peernames import write_names
 from vox_mqtt.roles import Role, load_role
 
@@ -203,10 +209,10 @@ class AgentDaemon:
             try:
                 entered = await self._unless_stopped(agent.__aenter__())
             except (BrokerUnavailable, DeliveryFailed) as exc:
-                if isinstance(exc, Refused) and not _rerender_cures(exc):
+                if isinstance(exc, Refused) and not isinstance(exc, SubscriptionRefused):
                     raise  # a refused login: run() says so and exits
-                # DeliveryFailed: the broker refused the birth, e.g. an ACL rendered from
-                # an older fleet file; re-rendering the broker fixes it, so keep trying.
+                # DeliveryFailed or SubscriptionRefused: the login was accepted but the ACL
+                # is from an older fleet file; re-rendering the broker fixes it, so keep trying.
                 wait = random.uniform(0.5, 1.0) * delay
                 log.warning(
                     "cannot connect to the broker (try %d): %s; next try in %.1fs",
@@ -355,15 +361,6 @@ class AgentDaemon:
             )
         else:
             log.info("SIGHUP: logs reopened; %s is valid and unchanged", path)
-
-
-def _rerender_cures(exc: Refused) -> bool:
-    """Return whether a refusal is the ACL of an older fleet file (a broker re-render cures it).
-
-    The login itself was accepted then; only what this agent asked to read was refused,
-    like a refused birth (DeliveryFailed), which is retried too.
-    """
-    return "subscription" in str(exc)
 
 
 def _changed_keys(old: DaemonFile, new: DaemonFile) -> list[str]:

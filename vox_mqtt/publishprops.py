@@ -82,6 +82,6 @@ class PublishProperties:
             props = self._own[key] = vox_properties(type=type, sender=self.name, expiry=expiry)
         return props
 
-    def will(self, type: str) -> Properties:
-        """Return the properties of the will (a status): built per connection, not cached."""
-        return vox_properties(type=type, sender=self.name, packet=PacketTypes.WILLMESSAGE)
+    def will(self, type: str) -> tuple[tuple[str, str], ...]:
+        """Return the user properties of the will (a status): the sender's name only."""
+        return ((TYPE_KEY, type), (FROM_KEY, self.name))

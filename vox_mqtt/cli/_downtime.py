@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..liveness import HEARTBEAT_STALE, Incident
 from ..messages import parse_timestamp
 from ..status import ACTIVE, INACTIVE, SHUTDOWN, STALE, VM_CONNECTION_LOST, AgentLiveness
+from ..warroom import HEARTBEAT_STALE, Incident
 from ._common import duration
 
 __all__ = ["Liveliness", "liveliness"]

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from ..errors import LedgerError
-from ..memory import VOXAgentMemory
+from ..ledger import VOXAgentMemory
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 from ._ids import AmbiguousId, Names, names_for_ledger, normalize_prefix, pick_by_prefix
 

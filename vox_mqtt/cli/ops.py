@@ -27,12 +27,12 @@ from rich.table import Table
 from rich.tree import Tree
 
 from .. import topics
-from .._mqttclient import Refused
 from ..config import load_console_config, load_daemon_config
-from ..console import ALL_STATUS
-from ..liveness import FleetObserver, Incident
+from ..errors import SubscriptionRefused
+from ..observer import FleetObserver
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
+from ..warroom import Incident
 from ._common import add_config_option, config_path, out_console, print_json
 from ._downtime import liveliness
 
@@ -139,11 +139,11 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
 async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObserver]:
     """Log in as the reader and keep a FleetObserver up to date for the block."""
     observer = FleetObserver(stale_after=reader.stale_after)
-    wanted = [ALL_STATUS] + ([topics.WARROOM_FILTER] if warroom else [])
+    wanted = [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if warroom else [])
     try:
         session = await _connect(reader.broker, wanted)
-    except Refused as exc:
-        if "subscription" not in str(exc) or reader.kind != "agent":
+    except SubscriptionRefused:
+        if reader.kind != "agent":
             raise
         # The dynsec plugin refuses a wildcard it does not grant: ask for each topic instead.
         exact = [topics.status(peer) for peer in reader.peers]
