@@ -187,3 +187,19 @@ async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_o
     assert re.search(r"spec_b ACTIVE .*cpu \d+% rss \d+ MiB \(host cpu \d+%\)", frame)
     mine = {r["name"]: r for r in json.loads(own)["agents"]}
     assert mine["spec_a"]["down_for_at_most"] is True
+
+
+async def test_a_console_state_dir_that_is_a_file_is_one_clear_line(
+    configs: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    capture: Any,  # noqa: F811
+) -> None:
+    state = tmp_path / "cli-state" / "operator"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("not a folder\n")
+    code, out, err = await capture("send", "--config", configs["operator"], "analyze")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"vox: error: state dir {state}: it is a file, not a folder — move the file away or "
+        "point operator.state_dir elsewhere\n"
+    )
