@@ -184,7 +184,7 @@ async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_o
     assert re.search(r"\d+ MiB", live_row)
     for column in ("cpu%", "rss", "host cpu%", "host mem%"):
         assert column in table
-    assert re.search(r"spec_b ACTIVE .*cpu \d+% rss \d+ MiB \(host cpu \d+%\)", frame)
+    assert re.search(r"spec_b ACTIVE .*cpu \d+\.\d% rss \d+ MiB \(host cpu \d+%\)", frame)
     mine = {r["name"]: r for r in json.loads(own)["agents"]}
     assert mine["spec_a"]["down_for_at_most"] is True
 

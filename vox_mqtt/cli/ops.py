@@ -200,8 +200,8 @@ def _wide_console() -> Console:
     return console
 
 
-def _percent(value: Any) -> str:
-    return "-" if not isinstance(value, int | float) else f"{value:.0f}"
+def _percent(value: Any, digits: int = 0) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.{digits}f}"
 
 
 def _mebibytes(value: Any) -> str:
@@ -232,7 +232,8 @@ def status_table(
             str(entry.epoch),
             liveliness(entry, incidents, now).text(),
             # A down agent's last figures would read as current: show them only while live.
-            _percent(metrics.get("process_cpu_percent")) if live else "-",
+            # An idle agent uses a fraction of a percent: one decimal shows it.
+            _percent(metrics.get("process_cpu_percent"), 1) if live else "-",
             _mebibytes(metrics.get("process_rss_bytes")) if live else "-",
             _percent(metrics.get("cpu_percent")) if live else "-",
             _percent(metrics.get("memory_percent")) if live else "-",
@@ -292,7 +293,7 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
         metrics = entry.metrics or {}
         if entry.status == ACTIVE and metrics:
             figures = (
-                f", cpu {_percent(metrics.get('process_cpu_percent'))}% "
+                f", cpu {_percent(metrics.get('process_cpu_percent'), 1)}% "
                 f"rss {_mebibytes(metrics.get('process_rss_bytes'))} "
                 f"(host cpu {_percent(metrics.get('cpu_percent'))}%)"
             )
