@@ -25,6 +25,7 @@ from vox_mqtt.errors import (
     SubscriptionRefused,
 )
 from vox_mqtt.peernames import write_names
+from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -115,7 +116,7 @@ def state_dir_problems(state_dir: Path) -> list[str]:
             "agent.state_dir elsewhere"
         ]
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
     except NotADirectoryError:
         return [f"state dir {state_dir}: a folder on its path is a file"]
     except OSError as exc:

@@ -16,6 +16,7 @@ from .config import ConsoleFile, load_console_config
 from .errors import ConfigError
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
 from .peernames import write_names
+from .privatefs import private_dir
 from .status import FleetView
 from .topics import STATUS_FILTER, WARROOM_FILTER
 
@@ -100,7 +101,7 @@ class OperatorConsole:
             "message_source": message.message_source,
             "details": message.details,
         }
-        self.inbox_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.inbox_path.parent)
         with self.inbox_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
