@@ -20,6 +20,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from .errors import BrokerUnavailable, DeliveryFailed, Refused
+from .publishprops import PackedProperties, packed
 
 if TYPE_CHECKING:
     from .settings import BrokerSettings, Will
@@ -41,7 +42,13 @@ class Client(aiomqtt.Client):
     def __init__(self, *args: Any, will: Will | None, **kwargs: Any) -> None:
         paho_will = None
         if will is not None:
-            props = properties(PacketTypes.WILLMESSAGE, ContentType=will.content_type)
+            props = properties(
+                PacketTypes.WILLMESSAGE,
+                ContentType=will.content_type,
+                # JSON is UTF-8 text: the payload-format indicator says so to explorers.
+                PayloadFormatIndicator=1 if will.content_type == "application/json" else None,
+                UserProperty=list(will.user_properties) or None,
+            )
             paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
         super().__init__(*args, will=paho_will, **kwargs)
         self.will = will
@@ -320,21 +327,12 @@ def properties(packet_type: int, **values: Any) -> Properties:
     return result
 
 
-class _PackedProperties(Properties):
-    """Properties serialized once: paho packs them again for every publish otherwise."""
-
-    def pack(self) -> bytes:
-        packed: bytes = self.__dict__["_packed"]
-        return packed
-
-
 @functools.lru_cache(maxsize=512)
 def publish_properties(content_type: str | None, expiry: int | None) -> Properties:
     """Return the (shared, never modified) PUBLISH properties for one kind of publish."""
-    result = _PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
     if content_type is not None:
         result.ContentType = content_type
     if expiry is not None:
         result.MessageExpiryInterval = expiry
-    result.__dict__["_packed"] = Properties.pack(result)  # type: ignore[no-untyped-call]
-    return result
+    return packed(result)

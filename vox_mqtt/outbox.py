@@ -18,6 +18,7 @@ from . import topics
 from .context import AgentContext
 from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
 from .messages import (
+    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     CommandError,
@@ -43,6 +44,7 @@ class Outbox:
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
         self.config = ctx.config
+        self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
 
     # --- sending --------------------------------------------------------------------------
 
@@ -93,13 +95,20 @@ class Outbox:
         session = self.ctx.live_session()
         tracker = self.ctx.tracker
         message = tracked.message
-        topic = topics.inbox(message.target, self.config.id)
+        target = message.target
+        topic = topics.inbox(target, self.config.id)
         payload = serialize(message)
+        props = self.ctx.publish_props
+        # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
+        fixed = None if _expiry(message) else props.inbox(target, message.type)
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
             try:
-                await session.publish(topic, payload, expiry=_expiry(message))
+                these = fixed
+                if these is None:
+                    these = props.inbox(target, message.type, expiry=_expiry(message))
+                await session.publish(topic, payload, props=these)
                 tracker.dispatched(message.message_id)
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
@@ -123,18 +132,22 @@ class Outbox:
         """Publish the ack of a message now, without a task waiting for its PUBACK.
 
         Its rows are durable already. A failure is only logged: the sender re-sends until
-        acknowledged, and its duplicate gets a new ack.
+        acknowledged, and its duplicate gets a new ack. flush_acks waits for it before the
+        agent leaves.
         """
         topic = topics.inbox(message.source, self.config.id)
+        props = self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED)
         try:
-            outcome = self.ctx.live_session().publish_soon(topic, serialize(ack))
+            outcome = self.ctx.live_session().publish_soon(topic, serialize(ack), props=props)
         except VoxError as exc:
             log.warning("%s: ack for %s not sent: %s", self.config.name, message.message_id, exc)
             return
         if outcome is None:  # no connection up: wait for one in the background
-            self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
-            return
-        outcome.add_done_callback(functools.partial(self._acked, message.message_id))
+            outcome = self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
+        else:
+            outcome.add_done_callback(functools.partial(self._acked, message.message_id))
+        self._acking.add(outcome)
+        outcome.add_done_callback(self._acking.discard)
 
     def _acked(self, message_id: UUID, outcome: asyncio.Future[Any]) -> None:
         if outcome.cancelled():
@@ -146,11 +159,24 @@ class Outbox:
         elif (code := outcome.result()).is_failure:
             log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
 
+    async def flush_acks(self, timeout: float) -> None:
+        """Wait (up to timeout) for the acks still on their way to their PUBACK.
+
+        Acks owed go out before the agent leaves, or the peer keeps re-sending what this
+        agent already holds: a one-shot `vox send` would leave the root re-sending its answer.
+        """
+        if self._acking:
+            await asyncio.wait(list(self._acking), timeout=timeout)
+
     async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
         session = self.ctx.live_session()
         try:
-            await session.publish(topics.inbox(message.source, self.config.id), serialize(ack))
+            await session.publish(
+                topics.inbox(message.source, self.config.id),
+                serialize(ack),
+                props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
+            )
         except DeliveryFailed as exc:
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(
