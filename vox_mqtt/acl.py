@@ -68,6 +68,7 @@ class Kind(StrEnum):
     AGENT = "agent"
     OPERATOR = "operator"
     EXPLORER = "explorer"
+    BRIDGE = "bridge"  # a site broker's link upstream (docs/federation.md)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from .acl import (
     render_dynsec,
 )
 from .errors import BrokerUnavailable, ConfigError
+from .federation import broker_identities, site_section
 from .hierarchy import Fleet
 from .messages import MAX_MESSAGE_BYTES
 from .passwd import (
@@ -280,6 +281,9 @@ def render_broker_dir(
     tls_port: int = 8883,
     bind: str | None = None,
     lock_client_ids: bool = False,
+    broker: str | None = None,
+    upstream_dir: str | Path | None = None,
+    bridge_keepalive: int = 10,
 ) -> BrokerDir:
     """Write mosquitto.conf, the ACL, passwd and a credentials file per identity into out_dir."""
     root = Path(out_dir).absolute()
@@ -288,7 +292,22 @@ def render_broker_dir(
     with_tls = pki_dir is not None
     _check_args(fmt, host, bind, port, tls_port if with_tls else None)
     user = _safe_text(run_as_user or DEFAULT_USER, "--user")
-    identities = fleet_identities(fleet, explorer=explorer)
+    if fleet.brokers and broker is None:
+        names = ", ".join(b.name for b in fleet.brokers)
+        raise ConfigError([f"the fleet has several brokers: choose one with --broker ({names})"])
+    if broker is not None:
+        # One broker of a federation (docs/federation.md): its own clients and bridges.
+        identities = broker_identities(fleet, broker, explorer=explorer)
+        bridge_conf, bridge_tls = site_section(
+            fleet,
+            broker,
+            None if upstream_dir is None else Path(upstream_dir).absolute(),
+            root / "tls",
+            keepalive=bridge_keepalive,
+        )
+    else:
+        identities = fleet_identities(fleet, explorer=explorer)
+        bridge_conf, bridge_tls = "", {}
     plugin = find_dynsec_plugin() if fmt == "dynsec" else None
     tls = None
     if pki_dir is not None:
@@ -323,12 +342,22 @@ def render_broker_dir(
 
     owner, warning = _owner_of(user)
     warnings = [warning] if warning else []
-    if tls is not None:
+    tls_files = {**(tls or {}), **bridge_tls}
+    if tls_files:
         (root / "tls").mkdir(exist_ok=True, mode=0o700)
         if owner is not None:
             os.chown(root / "tls", *owner)
-        for name, data in tls.items():
+        for name, data in tls_files.items():
             atomic_write(root / "tls" / name, data, mode=0o600, owner=owner)
+    # The bridge's secret must not sit in the world-readable mosquitto.conf.
+    bridge_path = root / "bridge" / "bridge.conf"
+    if bridge_conf:
+        bridge_path.parent.mkdir(exist_ok=True, mode=0o700)
+        if owner is not None:
+            os.chown(bridge_path.parent, *owner)
+        atomic_write(bridge_path, bridge_conf, mode=0o600, owner=owner)
+    else:
+        bridge_path.unlink(missing_ok=True)
     if fmt == "acl":
         passwd_text = render_passwd({i.username: hashes[i.id] for i in identities})
         atomic_write(root / "passwd", passwd_text, mode=0o600, owner=owner)
@@ -348,6 +377,8 @@ def render_broker_dir(
         plugin=plugin,
         lock_client_ids=lock_client_ids,
     )
+    if bridge_conf:
+        conf_text += f"\ninclude_dir {bridge_path.parent}\n"
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
 
     credentials: dict[str | UUID, Path] = {}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..brokerconf import DEFAULT_USER, reload_broker, render_broker_dir
 from ..errors import ConfigError
+from ..federation import broker_spec
 from ..hierarchy import load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
 from ._common import err_console, out_console, print_json
@@ -23,10 +24,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     render.add_argument("fleet", type=Path, help="the fleet file (TOML)")
     render.add_argument("--out", type=Path, required=True, help="broker directory to write")
-    render.add_argument("--host", default="127.0.0.1", help="address clients connect to")
+    render.add_argument(
+        "--host", help="address clients connect to (default 127.0.0.1, or the broker's host)"
+    )
     render.add_argument("--bind", help="address the listener binds (default: --host)")
-    render.add_argument("--port", type=int, default=1883, help="plain MQTT port (default 1883)")
-    render.add_argument("--tls-port", type=int, default=8883, help="TLS port with --pki")
+    render.add_argument("--port", type=int, help="plain MQTT port (default 1883, or the broker's)")
+    render.add_argument("--tls-port", type=int, help="TLS port with --pki (default 8883)")
+    render.add_argument(
+        "--broker",
+        help="in a fleet with [[brokers]]: the one broker to render (its clients, "
+        "ACL and, for a site, its bridge upstream)",
+    )
+    render.add_argument(
+        "--upstream-dir",
+        type=Path,
+        help="for a site broker: the directory its upstream broker was rendered into "
+        "(the bridge's credentials come from there)",
+    )
+    render.add_argument(
+        "--bridge-keepalive",
+        type=int,
+        default=10,
+        help="seconds between a bridge's pings: a cut link shows within 1.5x this (default 10)",
+    )
     render.add_argument("--format", choices=("acl", "dynsec"), default="acl", dest="fmt")
     render.add_argument("--pki", type=Path, help="PKI dir from `vox pki init`: adds TLS")
     render.add_argument("--rotate", action="store_true", help="issue new secrets for everyone")
@@ -78,13 +98,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_render(args: argparse.Namespace) -> int:
     """Render the broker directory from the fleet file."""
     fleet = load_fleet(args.fleet)
+    spec = None if args.broker is None else broker_spec(fleet, args.broker)
+    if not 5 <= args.bridge_keepalive <= 65535:
+        raise ConfigError([f"--bridge-keepalive must be 5 or more (got {args.bridge_keepalive})"])
     result = render_broker_dir(
         fleet,
         args.out,
-        host=args.host,
+        host=args.host or (spec.host if spec else "127.0.0.1"),
         bind=args.bind,
-        port=args.port,
-        tls_port=args.tls_port,
+        port=args.port or (spec.port if spec else 1883),
+        tls_port=args.tls_port or (spec.tls_port if spec else 8883),
+        broker=args.broker,
+        upstream_dir=args.upstream_dir,
+        bridge_keepalive=args.bridge_keepalive,
         fmt=args.fmt,
         pki_dir=args.pki,
         rotate=args.rotate,
