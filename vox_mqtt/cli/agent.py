@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
+from ..errors import ConfigError
+from ..hierarchy import Fleet, load_fleet
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,10 +42,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.set_defaults(func=cmd_render)
 
 
+def _check_broker_dir(fleet: Fleet, name: str, broker_dir: Path) -> None:
+    """In a fleet of several brokers, say which broker's directory an identity needs."""
+    if not fleet.brokers:
+        return
+    try:
+        agent = fleet.agent(name)
+        identity, broker = agent.name, agent.broker
+    except KeyError:
+        identity, broker = fleet.operator_name, fleet.root_broker
+    if not (broker_dir / "credentials" / f"{identity}.toml").is_file():
+        raise ConfigError(
+            [
+                f"--broker-dir {broker_dir}: {identity!r} connects to broker {broker!r}: pass "
+                f"the directory `vox broker render --broker {broker}` wrote"
+            ]
+        )
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """Render one config and say what was written."""
+    fleet = load_fleet(args.fleet)
+    _check_broker_dir(fleet, args.name, args.broker_dir)
     rendered = render_agent_config(
-        args.fleet,
+        fleet,
         args.name,
         args.broker_dir,
         args.out,
