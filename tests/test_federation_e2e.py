@@ -38,28 +38,10 @@ def _witness_sees(witness: Witness, line: str, timeout: float = 15.0) -> bool:
 
 def _cli_pub(creds: Credentials, topic: str) -> int:
     """Publish "forged" with mosquitto_pub (exit 0 even when refused: the witness judges)."""
+    args = f"-h {creds.host} -p {creds.port} -V 5 -q 1 -t {topic} -m forged".split()
+    args += ["-u", creds.username, "-P", creds.password, "-i", f"{creds.username}-pub"]
     done = subprocess.run(
-        [
-            "mosquitto_pub",
-            "-h",
-            creds.host,
-            "-p",
-            str(creds.port),
-            "-V",
-            "5",
-            "-q",
-            "1",
-            "-u",
-            creds.username,
-            "-P",
-            creds.password,
-            "-i",
-            f"{creds.username}-pub",
-            "-t",
-            topic,
-            "-m",
-            "forged",
-        ],  # fmt: skip
+        ["mosquitto_pub", *args],
         capture_output=True,
         text=True,
         timeout=20,
