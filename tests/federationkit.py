@@ -21,6 +21,7 @@ from tests.faultkit import TcpProxy
 from tests.fleetproc import AgentProcess
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
+from vox_mqtt.federation import write_link_map
 from vox_mqtt.hierarchy import Fleet, load_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
 from vox_mqtt.passwd import Credentials
@@ -158,6 +159,8 @@ def deploy_federation(
     operator = render_agent_config(
         fleet, "operator", dirs[top].root, etc / "operator.toml", root / "console"
     )
+    for name, config in [*configs.items(), (fleet.operator_name, operator.config)]:
+        write_link_map(fleet, name, config)
     federation = Federation(
         root=root,
         fleet=fleet,

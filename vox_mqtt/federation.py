@@ -9,6 +9,7 @@ a site speaks for its own agents and nobody else's (docs/federation.md).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -20,7 +21,8 @@ from . import topics
 from .acl import Identity, Kind, Rule, fleet_identities
 from .errors import ConfigError
 from .hierarchy import Fleet
-from .passwd import load_credentials
+from .passwd import atomic_write, load_credentials
+from .sitelinks import LINK_FILTER, Link, LinkMap, links_path
 from .sites import BrokerSpec, chain_up
 
 __all__ = [
@@ -34,16 +36,18 @@ __all__ = [
     "broker_of_identity",
     "broker_spec",
     "intersect",
+    "link_map",
+    "link_owners",
     "link_path",
     "link_topic",
     "render_bridge_conf",
     "site_section",
     "sites_below",
+    "write_link_map",
 ]
 
 BRIDGE_PREFIX: Final = "bridge-"
 _BRIDGE_NS: Final = "vox-mqtt bridge "
-LINK_FILTER: Final = f"{topics.PREFIX}/link/+"
 
 
 def bridge_id(fleet: Fleet, broker: str) -> UUID:
@@ -139,14 +143,13 @@ def _base_identities(fleet: Fleet) -> list[tuple[str, Identity]]:
     assert root is not None
     reads: dict[UUID, list[Rule]] = defaultdict(list)
     reads[fleet.operator_id].append(Rule(topic=LINK_FILTER, read=True))
-    for agent in fleet:
-        master_id = fleet.master_of(agent.id)
-        master_broker = root if agent.master_id is None else fleet.agent(master_id).broker
-        assert agent.broker is not None
-        assert master_broker is not None
-        # A master watches every bridge between it and each child: one down means unreachable.
-        for link in link_path(fleet, agent.broker, master_broker):
-            reads[master_id].append(Rule(topic=link_topic(link), read=True))
+    # A master watches every bridge between it and each child: one down means unreachable.
+    for link, pairs in _crossings(fleet).items():
+        for master, _ in pairs:
+            reads[master].append(Rule(topic=link_topic(link), read=True))
+    # The one master that tells the war room about a lost link may post about it.
+    for bridge, owner in link_owners(fleet).items():
+        reads[owner].append(Rule(topic=topics.warroom(owner, bridge), write=True))
     result: list[tuple[str, Identity]] = []
     for identity in fleet_identities(fleet):
         broker = root if identity.kind is Kind.OPERATOR else fleet.agent(identity.id).broker
@@ -154,6 +157,72 @@ def _base_identities(fleet: Fleet) -> list[tuple[str, Identity]]:
         extra = tuple(dict.fromkeys(reads.get(identity.id, ())))
         result.append((broker, replace(identity, rules=identity.rules + extra)))
     return result
+
+
+def _crossings(fleet: Fleet) -> dict[UUID, list[tuple[UUID, UUID]]]:
+    """Return bridge -> the (master, child) pairs whose traffic crosses it."""
+    root = fleet.root_broker
+    pairs: dict[UUID, list[tuple[UUID, UUID]]] = defaultdict(list)
+    for agent in fleet:
+        master_id = fleet.master_of(agent.id)
+        master_broker = root if agent.master_id is None else fleet.agent(master_id).broker
+        assert agent.broker is not None
+        assert master_broker is not None
+        for link in link_path(fleet, agent.broker, master_broker):
+            pairs[link].append((master_id, agent.id))
+    return pairs
+
+
+def link_owners(fleet: Fleet) -> dict[UUID, UUID]:
+    """Return bridge -> the agent that posts its one incident: the highest master across it."""
+    owners: dict[UUID, UUID] = {}
+    for bridge, pairs in _crossings(fleet).items():
+        masters = {m for m, _ in pairs if m != fleet.operator_id}
+        if masters:
+            owners[bridge] = min(masters, key=lambda m: (fleet.depth_of(m), str(m)))
+    return owners
+
+
+def link_map(fleet: Fleet, identity: UUID) -> LinkMap | None:
+    """Return the links an identity watches (None in a one-broker fleet)."""
+    if not fleet.brokers:
+        return None
+    sites = {bridge_id(fleet, b.name): b.name for b in fleet.brokers if b.upstream is not None}
+    owners = link_owners(fleet)
+    behind: dict[UUID, set[UUID]] = defaultdict(set)
+    if identity == fleet.operator_id:
+        for bridge, site in sites.items():
+            below = sites_below(fleet, site)
+            behind[bridge] = {a.id for a in fleet if a.broker in below}
+    else:
+        for bridge, pairs in _crossings(fleet).items():
+            behind[bridge] |= {child for master, child in pairs if master == identity}
+    links = [
+        Link(
+            id=bridge,
+            site=sites[bridge],
+            behind=frozenset(agents),
+            owner=owners.get(bridge) == identity,
+        )
+        for bridge, agents in sorted(behind.items(), key=lambda kv: sites[kv[0]])
+        if agents
+    ]
+    return LinkMap(links=tuple(links))
+
+
+def write_link_map(fleet: Fleet, name: str, config: Path) -> Path | None:
+    """Write NAME.links.json beside a rendered config; remove it for a one-broker fleet."""
+    target = links_path(config)
+    try:
+        identity = fleet.agent(name).id
+    except KeyError:
+        identity = fleet.operator_id
+    links = link_map(fleet, identity)
+    if links is None:
+        target.unlink(missing_ok=True)
+        return None
+    atomic_write(target, json.dumps(links.as_json(), indent=1) + "\n", mode=0o640)
+    return target
 
 
 def _crossing(
@@ -177,6 +246,24 @@ def _crossing(
                 common = intersect(rule.topic, candidate)
                 if common is not None:
                     kept.setdefault(common, None)
+
+
+def _minimal(filters: Iterable[str]) -> tuple[str, ...]:
+    """Return the filters, sorted, without those another one of them already covers."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for topic in filters:
+        levels = topic.split("/")
+        # Only filters that share these levels can cover each other in the VOX scheme.
+        groups["/".join(levels[:3] if levels[1] in ("warroom", "link") else levels[:2])].append(
+            topic
+        )
+    kept = [
+        topic
+        for group in groups.values()
+        for topic in group
+        if not any(other != topic and intersect(other, topic) == topic for other in group)
+    ]
+    return tuple(sorted(kept))
 
 
 def bridges(fleet: Fleet) -> tuple[Bridge, ...]:
@@ -211,8 +298,8 @@ def bridges(fleet: Fleet) -> tuple[Bridge, ...]:
                 site=site.name,
                 upstream=site.upstream,
                 id=bridge_id(fleet, site.name),
-                out_topics=tuple(sorted(out)),
-                in_topics=tuple(sorted(down)),
+                out_topics=_minimal(out),
+                in_topics=_minimal(down),
             )
         )
     return tuple(result)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
 from ..errors import ConfigError
+from ..federation import write_link_map
 from ..hierarchy import Fleet, load_fleet
 
 
@@ -74,6 +75,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
     )
     print(f"wrote {rendered.config} ({rendered.kind} {rendered.name})")
+    links = write_link_map(fleet, rendered.name, rendered.config)
+    if links is not None:
+        print(f"wrote {links} (the bridge links it watches)")
     for path in rendered.secrets:
         print(f"wrote {path} (secret, mode 0600)")
     return 0

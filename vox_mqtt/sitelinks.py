@@ -1,0 +1,155 @@
+"""Bridge links as an observer sees them: which agents sit behind which link, and which are down.
+
+A site broker's bridge keeps a retained "1" on `vox/link/<bridge>` while it is up and
+leaves "0" as its will on the upstream broker (docs/federation.md). An observer that
+knows which agents sit behind which bridge marks them `SITE_LINK_LOST` at once instead
+of waiting for their heartbeats to go stale, and one incident stands for the whole site.
+
+What an identity may know of the links comes from `vox agent render`, which writes a
+`NAME.links.json` beside the config (a master: the links between it and its children;
+the operator: every link). Fleets with one broker have no such file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+from . import topics
+
+__all__ = [
+    "LINK_FILTER",
+    "SITE_LINK_LOST",
+    "UNREACHABLE",
+    "LinkMap",
+    "LinkWatch",
+    "links_path",
+    "parse_link_topic",
+]
+
+SITE_LINK_LOST: Final = "SITE_LINK_LOST"
+UNREACHABLE: Final = "UNREACHABLE"
+LINK_FILTER: Final = f"{topics.PREFIX}/link/+"
+
+
+def links_path(config: Path) -> Path:
+    """Return where the link map of a config lives: beside it, NAME.links.json."""
+    return config.with_name(config.stem + ".links.json")
+
+
+def parse_link_topic(topic: str) -> UUID | None:
+    """Return the bridge id of a `vox/link/<bridge>` topic, or None for any other topic."""
+    levels = topic.split("/")
+    if len(levels) != 3 or levels[0] != topics.PREFIX or levels[1] != "link":
+        return None
+    try:
+        bridge = UUID(levels[2])
+    except ValueError:
+        return None
+    return bridge if str(bridge) == levels[2] else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One bridge as an identity knows it: its site and the agents behind it (for this one)."""
+
+    id: UUID
+    site: str
+    behind: frozenset[UUID]
+    owner: bool  # this identity posts the one war-room incident about it
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkMap:
+    """The links an identity watches."""
+
+    links: tuple[Link, ...] = ()
+
+    @property
+    def topics(self) -> list[str]:
+        """Return the link topics to subscribe to (exact ones: dynsec refuses a wildcard)."""
+        return [f"{topics.PREFIX}/link/{link.id}" for link in self.links]
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the map as the JSON a links file holds."""
+        return {
+            "links": [
+                {
+                    "id": str(link.id),
+                    "site": link.site,
+                    "behind": sorted(str(a) for a in link.behind),
+                    "owner": link.owner,
+                }
+                for link in self.links
+            ]
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> LinkMap:
+        """Build a map from links-file JSON; raise ValueError if it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("links"), list):
+            raise ValueError("not a links file: no `links` list")
+        links = []
+        for item in data["links"]:
+            if not isinstance(item, dict):
+                raise ValueError("a link must be an object")
+            links.append(
+                Link(
+                    id=UUID(str(item["id"])),
+                    site=str(item.get("site", "")),
+                    behind=frozenset(UUID(str(a)) for a in item.get("behind", [])),
+                    owner=bool(item.get("owner", False)),
+                )
+            )
+        return cls(links=tuple(links))
+
+    @classmethod
+    def beside(cls, config: Path) -> LinkMap | None:
+        """Load the map beside a config; None when the fleet has one broker (no file)."""
+        path = links_path(config)
+        try:
+            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+@dataclass
+class LinkWatch:
+    """The last known state of each watched link; who is unreachable because of it."""
+
+    map: LinkMap
+    up: dict[UUID, bool] = field(default_factory=dict)
+
+    def take(self, topic: str, payload: bytes) -> tuple[UUID, bool] | None:
+        """Apply a link notification; return (bridge, up) when its state changed."""
+        bridge = parse_link_topic(topic)
+        if bridge is None or bridge not in {link.id for link in self.map.links}:
+            return None
+        state = payload.strip() == b"1"
+        if self.up.get(bridge) == state:
+            return None
+        self.up[bridge] = state
+        return bridge, state
+
+    def down(self) -> list[Link]:
+        """Return the links known to be down."""
+        return [link for link in self.map.links if self.up.get(link.id) is False]
+
+    def lost_via(self, agent: UUID) -> Link | None:
+        """Return a down link the agent sits behind, or None if nothing cuts it off."""
+        return next((link for link in self.down() if agent in link.behind), None)
+
+    def overlay(self, agents: Iterable[Any]) -> list[Any]:
+        """Return AgentLiveness entries with those behind a down link shown UNREACHABLE."""
+        shown = []
+        for entry in agents:
+            if self.lost_via(entry.id) is not None:
+                entry = replace(entry, status=UNREACHABLE, error_code=SITE_LINK_LOST)
+            shown.append(entry)
+        return shown
