@@ -33,6 +33,7 @@ def federated_fleet_text(
     brokers: dict[str, str | None],
     *,
     heartbeat: float = 1.0,
+    settings: dict[str, dict[str, str]] | None = None,
 ) -> str:
     """Return a fleet file: {agent: (master, broker or None, roles)}, {broker: upstream}."""
     ids = {name: uuid4() for name in agents}
@@ -48,6 +49,8 @@ def federated_fleet_text(
         if broker is not None:
             body += f'broker = "{broker}"\n'
         body += "roles = [" + ", ".join(f'"{r}"' for r in roles) + "]\n"
+        for key, value in (settings or {}).get(name, {}).items():
+            body += f"settings.{key} = {value!r}\n".replace("'", '"')
         parts.append(body)
     return "\n".join(parts)
 
