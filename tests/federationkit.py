@@ -25,6 +25,7 @@ from vox_mqtt.federation import write_link_map
 from vox_mqtt.hierarchy import Fleet, load_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
 from vox_mqtt.passwd import Credentials
+from vox_mqtt.pki import init_pki
 from vox_mqtt.sites import chain_up
 
 
@@ -114,11 +115,16 @@ def deploy_federation(
     proxied: Iterable[str] = (),
     bridge_keepalive: int = 5,
     keepalive: int = 5,
+    tls: bool = False,
 ) -> Federation:
     """Render and start every broker of the fleet; render every daemon config."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "fleet.toml").write_text(text)
     fleet = load_fleet(root / "fleet.toml")
+    pki = None
+    if tls:
+        pki = root / "pki"
+        init_pki(pki, fleet, explorer=True)
     order = sorted(fleet.brokers, key=lambda b: len(list(chain_up(fleet.brokers, b.name))))
     dirs: dict[str, BrokerDir] = {}
     proxies: dict[str, TcpProxy] = {}
@@ -130,6 +136,8 @@ def deploy_federation(
             root / "brokers" / spec.name,
             broker=spec.name,
             port=free_port(),
+            tls_port=free_port(),
+            pki_dir=pki,
             fmt=fmt,  # type: ignore[arg-type]
             upstream_dir=None if spec.upstream is None else dirs[spec.upstream].root,
             explorer=spec.upstream is None,
@@ -138,7 +146,8 @@ def deploy_federation(
         )
         if spec.name in wanted:
             assert spec.upstream is not None
-            proxy = TcpProxy(dirs[spec.upstream].port)
+            upstream = dirs[spec.upstream]
+            proxy = TcpProxy(upstream.tls_port if tls and upstream.tls_port else upstream.port)
             bridge_conf = dirs[spec.name].root / "bridge" / "bridge.conf"
             text_before = bridge_conf.read_text()
             rewired = re.sub(r"(?m)^address .*$", f"address 127.0.0.1:{proxy.port}", text_before)

@@ -56,10 +56,20 @@ async def _command(federation: Federation) -> Any:
         return await console.send_command("analyze", {"target": "plant.pdf"}, wait=30)
 
 
-@pytest.mark.parametrize("fmt", ["acl", "dynsec"])
-def test_a_command_crosses_two_bridges_and_its_result_comes_back(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize(("fmt", "tls"), [("acl", False), ("dynsec", False), ("acl", True)])
+def test_a_command_crosses_two_bridges_and_its_result_comes_back(
+    tmp_path: Path, fmt: str, tls: bool
+) -> None:
     text = federated_fleet_text(AGENTS, BROKERS)
-    with running_federation(tmp_path, text, fmt=fmt) as federation:
+    with running_federation(tmp_path, text, fmt=fmt, tls=tls) as federation:
+        if tls:
+            # Every client and both bridges log in with certificates on the TLS listeners.
+            bridge_conf = (federation.dirs["west"].root / "bridge" / "bridge.conf").read_text()
+            assert f"address 127.0.0.1:{federation.dirs['east'].tls_port}" in bridge_conf
+            assert "bridge_certfile" in bridge_conf
+            assert "remote_password" not in bridge_conf
+            spec_conf = federation.configs["spec_w"].read_text()
+            assert f"port = {federation.dirs['west'].tls_port}" in spec_conf
         federation.start()
         reply = asyncio.run(_command(federation))
         assert reply.details["result"]["target"] == "plant.pdf"
@@ -67,9 +77,7 @@ def test_a_command_crosses_two_bridges_and_its_result_comes_back(tmp_path: Path,
         # The specialist's only connection is to its own site broker.
         spec_log = federation.daemons["spec_w"].log()
         assert "Traceback" not in spec_log
-        west_port = federation.dirs["west"].port
         assert federation.brokers["west"].log_text().count(str(federation.id("spec_w"))) >= 1
-        assert str(west_port) in federation.configs["spec_w"].read_text()
 
 
 def test_the_firewall_holds_across_bridges(tmp_path: Path) -> None:
