@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridged,
     detection,
     footprint,
     ledger_bench,
@@ -40,6 +41,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "detection": (5, detection.run),
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
+    "bridged": (8, bridged.run),
 }
 
 
