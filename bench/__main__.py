@@ -23,6 +23,7 @@ from typing import Any
 from bench import (
     bridged,
     detection,
+    fleet_large,
     footprint,
     ledger_bench,
     one_hop,
@@ -42,6 +43,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
     "bridged": (8, bridged.run),
+    "fleet_large": (9, fleet_large.run),
 }
 
 
