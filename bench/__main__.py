@@ -27,6 +27,7 @@ from bench import (
     footprint,
     ledger_bench,
     one_hop,
+    reload_sessions,
     render_large,
     three_levels,
     throughput,
@@ -44,6 +45,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "render": (7, render_large.run),
     "bridged": (8, bridged.run),
     "fleet_large": (9, fleet_large.run),
+    "reload": (10, reload_sessions.run),
 }
 
 

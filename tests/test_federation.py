@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,14 @@ from vox_mqtt.federation import (
     bridges,
     broker_identities,
     intersect,
+    link_map,
+    link_owners,
     link_path,
     link_topic,
 )
 from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch
+from vox_mqtt.status import AgentLiveness
 
 OPERATOR = uuid4()
 
@@ -291,3 +296,63 @@ def test_cli_render_and_tree_name_each_agents_broker(tmp_path: Path) -> None:
     )  # fmt: skip
     assert wrong.returncode == 2
     assert "'coord' connects to broker 'east'" in wrong.stderr
+
+
+def test_link_maps_tell_each_identity_only_its_own_links(chain: Fleet) -> None:
+    ids = {agent.name: agent.id for agent in chain}
+    east, west = bridge_id(chain, "east"), bridge_id(chain, "west")
+    owners = link_owners(chain)
+    assert owners == {east: ids["root"], west: ids["coord"]}
+    operator = link_map(chain, chain.operator_id)
+    assert operator is not None
+    behind = {link.site: set(link.behind) for link in operator.links}
+    assert behind == {
+        "east": {ids["coord"], ids["spec_e"], ids["spec_w"]},
+        "west": {ids["spec_w"]},
+    }
+    assert not any(link.owner for link in operator.links)
+    root = link_map(chain, ids["root"])
+    assert root is not None
+    assert [(link.site, set(link.behind), link.owner) for link in root.links] == [
+        ("east", {ids["coord"]}, True)
+    ]
+    coord = link_map(chain, ids["coord"])
+    assert coord is not None
+    assert [(link.site, set(link.behind), link.owner) for link in coord.links] == [
+        ("west", {ids["spec_w"]}, True)
+    ]
+    spec = link_map(chain, ids["spec_core"])
+    assert spec is not None
+    assert spec.links == ()
+    assert LinkMap.from_json(json.loads(json.dumps(operator.as_json()))) == operator
+    assert link_map(parse_fleet(federated_text({"root": (None, None)}, {})), OPERATOR) is None
+    # The owner may post the one incident; the war-room post crosses up to the root.
+    on_east = {i.name: i for i in broker_identities(chain, "east")}
+    assert on_east["coord"].may_write(topics.warroom(ids["coord"], west))
+    bridge = bridge_for(chain, "east")
+    assert bridge is not None
+    assert any(intersect(t, topics.warroom(ids["coord"], west)) for t in bridge.out_topics)
+
+
+def test_a_link_watch_marks_who_is_behind_a_lost_link(chain: Fleet) -> None:
+    ids = {agent.name: agent.id for agent in chain}
+    operator = link_map(chain, chain.operator_id)
+    assert operator is not None
+    watch = LinkWatch(operator)
+    east = link_topic(bridge_id(chain, "east"))
+    west = link_topic(bridge_id(chain, "west"))
+    assert watch.take(east, b"1") == (bridge_id(chain, "east"), True)
+    assert watch.take(east, b"1") is None  # no change
+    assert watch.take("vox/link/not-a-uuid", b"0") is None
+    assert watch.take(f"vox/{ids['root']}/status", b"0") is None
+    assert watch.lost_via(ids["spec_w"]) is None
+    assert watch.take(west, b"0") == (bridge_id(chain, "west"), False)
+    lost = watch.lost_via(ids["spec_w"])
+    assert lost is not None
+    assert lost.site == "west"
+    assert watch.lost_via(ids["coord"]) is None
+    entries = [AgentLiveness(id=ids["spec_w"], status="ACTIVE"), AgentLiveness(id=ids["coord"])]
+    shown = watch.overlay(entries)
+    assert (shown[0].status, shown[0].error_code) == (UNREACHABLE, SITE_LINK_LOST)
+    assert entries[0].status == "ACTIVE"  # the view itself is left alone
+    assert shown[1] is entries[1]

@@ -19,6 +19,7 @@ import os
 import pwd
 import signal
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -42,7 +43,7 @@ from .passwd import (
     PasswordHash,
     atomic_write,
     atomic_write_many,
-    hash_password,
+    hash_passwords,
     load_credentials,
     load_secrets,
     new_secret,
@@ -267,6 +268,39 @@ def _credential_header(identity: Identity) -> list[str]:
     ]
 
 
+def _write_credentials(
+    identities: tuple[Identity, ...],
+    passwords: Mapping[UUID, str],
+    cred_dir: Path,
+    address: Credentials,
+    layout: PkiLayout | None,
+) -> dict[str | UUID, Path]:
+    """Write one credentials file per identity and drop those of identities that left."""
+    credentials: dict[str | UUID, Path] = {}
+    files: list[tuple[Path, str]] = []
+    for identity in identities:
+        creds = Credentials(
+            username=identity.username,
+            password=passwords[identity.id],
+            host=address.host,
+            port=address.port,
+            ca_file=None if layout is None else layout.ca_cert,
+            cert_file=None if layout is None else layout.client_cert(identity.id),
+            key_file=None if layout is None else layout.client_key(identity.id),
+        )
+        path = cred_dir / f"{identity.name}.toml"
+        files.append((path, render_credentials(creds, comment_lines=_credential_header(identity))))
+        credentials[identity.name] = path
+        credentials[identity.id] = path
+    atomic_write_many(files, mode=0o600)
+    # Secrets of identities that left the fleet must not linger.
+    current = {p.name for p in credentials.values()}
+    for stale in cred_dir.glob("*.toml"):
+        if stale.name not in current:
+            stale.unlink()
+    return credentials
+
+
 def render_broker_dir(
     fleet: Fleet,
     out_dir: str | Path,
@@ -319,14 +353,21 @@ def render_broker_dir(
 
     secrets = {} if rotate else load_secrets(cred_dir)
     old_hashes = {} if rotate else _existing_hashes(root)
-    passwords: dict[UUID, str] = {}
-    hashes: dict[UUID, PasswordHash] = {}
-    for identity in identities:
-        password = secrets.get(identity.username) or new_secret()
-        old = old_hashes.get(identity.username)
-        # Keep a hash that still matches, so an unchanged fleet renders unchanged files.
-        passwords[identity.id] = password
-        hashes[identity.id] = old if old and old.verify(password) else hash_password(password)
+    passwords = {i.id: secrets.get(i.username) or new_secret() for i in identities}
+    layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
+    # The credentials files mostly wait on the disk: write them while hashing and
+    # rendering go on, so a render of 10,000 identities costs the slower of the two.
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vox-credentials")
+    writing = writer.submit(
+        _write_credentials,
+        identities,
+        passwords,
+        cred_dir,
+        Credentials(username="", password="", host=host, port=tls_port if with_tls else port),
+        layout,
+    )
+    writer.shutdown(wait=False)  # the job runs on; result() below joins it
+    hashes = hash_passwords(passwords, {i.id: old_hashes.get(i.username) for i in identities})
 
     header = [f"vox-mqtt acl_file for {len(identities)} identities: generated, do not edit."]
     if fmt == "acl":
@@ -381,29 +422,7 @@ def render_broker_dir(
         conf_text += f"\ninclude_dir {bridge_path.parent}\n"
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
 
-    credentials: dict[str | UUID, Path] = {}
-    files: list[tuple[Path, str]] = []
-    layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
-    for identity in identities:
-        creds = Credentials(
-            username=identity.username,
-            password=passwords[identity.id],
-            host=host,
-            port=tls_port if with_tls else port,
-            ca_file=None if layout is None else layout.ca_cert,
-            cert_file=None if layout is None else layout.client_cert(identity.id),
-            key_file=None if layout is None else layout.client_key(identity.id),
-        )
-        path = cred_dir / f"{identity.name}.toml"
-        files.append((path, render_credentials(creds, comment_lines=_credential_header(identity))))
-        credentials[identity.name] = path
-        credentials[identity.id] = path
-    atomic_write_many(files, mode=0o600)
-    # Secrets of identities that left the fleet must not linger.
-    current = {p.name for p in credentials.values()}
-    for stale in cred_dir.glob("*.toml"):
-        if stale.name not in current:
-            stale.unlink()
+    credentials = writing.result()
     return BrokerDir(
         root=root,
         conf=root / CONF_NAME,
