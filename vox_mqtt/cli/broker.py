@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypeVar
 
 from ..brokerconf import DEFAULT_USER, reload_broker, render_broker_dir
 from ..errors import ConfigError
@@ -11,6 +12,8 @@ from ..federation import broker_spec
 from ..hierarchy import load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
 from ._common import err_console, out_console, print_json
+
+_T = TypeVar("_T")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,6 +98,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     init.set_defaults(func=cmd_pki_init)
 
 
+def _given(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """Render the broker directory from the fleet file."""
     fleet = load_fleet(args.fleet)
@@ -104,10 +111,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     result = render_broker_dir(
         fleet,
         args.out,
-        host=args.host or (spec.host if spec else "127.0.0.1"),
+        host=_given(args.host, spec.host if spec else "127.0.0.1"),
         bind=args.bind,
-        port=args.port or (spec.port if spec else 1883),
-        tls_port=args.tls_port or (spec.tls_port if spec else 8883),
+        port=_given(args.port, spec.port if spec else 1883),
+        tls_port=_given(args.tls_port, spec.tls_port if spec else 8883),
         broker=args.broker,
         upstream_dir=args.upstream_dir,
         bridge_keepalive=args.bridge_keepalive,
