@@ -31,6 +31,7 @@ from .messages import (
 )
 from .outbound import OutboundMixin
 from .roles import Role
+from .sitelinks import LinkMap, parse_link_topic
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
 from .transport import BrokerSettings, Inbound, Session, Will
@@ -64,6 +65,7 @@ class AgentConfig:
     disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
     memory_alert_percent: float = 95.0
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
+    links: LinkMap | None = None  # bridge links to watch in a federated fleet (sitelinks.py)
 
     @property
     def peers(self) -> frozenset[UUID]:
@@ -189,6 +191,7 @@ class VOXAgent(CommandsMixin, OutboundMixin):
             # answered with our birth at once (see Liveness._on_own_status).
             subscriptions.append(topics.status(self.id))
         subscriptions += list(self.config.observe)
+        subscriptions += [] if self.config.links is None else self.config.links.topics
         self.session = Session(
             self.config.broker,
             subscriptions=subscriptions,
@@ -265,6 +268,10 @@ class VOXAgent(CommandsMixin, OutboundMixin):
     async def _inbound_loop(self) -> None:
         assert self.session is not None
         async for inbound in self.session.messages():
+            if self.config.links is not None and parse_link_topic(inbound.topic) is not None:
+                assert self._liveness is not None
+                self._liveness.on_link(inbound)
+                continue
             try:
                 topic = topics.parse_topic(inbound.topic)
             except TopicError as exc:

@@ -13,7 +13,8 @@ the operator: every link). Fleets with one broker have no such file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -23,15 +24,19 @@ from . import topics
 
 __all__ = [
     "LINK_FILTER",
+    "LINK_SETTLE",
     "SITE_LINK_LOST",
     "UNREACHABLE",
     "LinkMap",
     "LinkWatch",
+    "SiteLinkDuty",
     "links_path",
     "parse_link_topic",
 ]
 
 SITE_LINK_LOST: Final = "SITE_LINK_LOST"
+# Seconds a child's fresh loss behind a link waits for the link's own news.
+LINK_SETTLE: Final = 3.0
 UNREACHABLE: Final = "UNREACHABLE"
 LINK_FILTER: Final = f"{topics.PREFIX}/link/+"
 
@@ -153,3 +158,62 @@ class LinkWatch:
                 entry = replace(entry, status=UNREACHABLE, error_code=SITE_LINK_LOST)
             shown.append(entry)
         return shown
+
+
+class SiteLinkDuty:
+    """What a master does about its links: whom to leave alone, which incident to hold open."""
+
+    def __init__(self, links: LinkMap, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.watch = LinkWatch(links)
+        self._by_id = {link.id: link for link in links.links}
+        self._clock = clock
+        self._changed_at: dict[UUID, float] = {}
+
+    @property
+    def topics(self) -> list[str]:
+        """Return the link topics to subscribe to."""
+        return self.watch.map.topics
+
+    def take(self, topic: str, payload: bytes) -> tuple[Link, bool] | None:
+        """Apply a link notification; return (link, up) when its state changed."""
+        change = self.watch.take(topic, payload)
+        if change is None:
+            return None
+        self._changed_at[change[0]] = self._clock()
+        return self._by_id[change[0]], change[1]
+
+    def cut_off(self, agent: UUID) -> bool:
+        """Return whether the agent sits behind a link that is down."""
+        return self.watch.lost_via(agent) is not None
+
+    def holds(self, agent: UUID, received_at: float, grace: float) -> bool:
+        """Return whether a child's loss is the site's, not its own, or may yet turn out so.
+
+        True when the child sits behind a link that is down; behind one whose state changed
+        less than `grace` ago (a site coming back: its agents are reborn within it); or
+        when its last status is under LINK_SETTLE old: a site broker that stops publishes
+        its clients' wills just before its bridge's own "0" arrives.
+        """
+        now = self._clock()
+        for link in self.watch.map.links:
+            if agent not in link.behind:
+                continue
+            if self.watch.up.get(link.id) is False:
+                return True
+            if now - self._changed_at.get(link.id, -grace - 1.0) < grace:
+                return True
+            if now - received_at < LINK_SETTLE:
+                return True
+        return False
+
+    def link(self, subject: UUID) -> Link | None:
+        """Return the link a war-room subject names, or None if it is no link of ours."""
+        return self._by_id.get(subject)
+
+    def owned_down(self) -> list[Link]:
+        """Return the links down whose one incident this agent posts."""
+        return [link for link in self.watch.down() if link.owner]
+
+    def known_up(self, subject: UUID) -> bool:
+        """Return whether a link has been heard up (not merely never heard of)."""
+        return self.watch.up.get(subject) is True
