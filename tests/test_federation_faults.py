@@ -2,7 +2,8 @@
 
 Bound (docs/federation.md): a cut shows on the core within 2.5 x the bridge keepalive
 (5 s here): the upstream broker publishes the bridge's will 1.5 keepalives after the
-last packet, on its next periodic keepalive check. A stopped site broker says so at
+last packet, on its next periodic keepalive check; the owner's one SITE_LINK_LOST
+incident follows within its next reconcile tick. A stopped site broker says so at
 once. Commands accepted meanwhile are answered after healing, exactly once.
 """
 
@@ -91,6 +92,15 @@ def _check_incidents(fed: Federation, warroom: Witness) -> None:
     assert per_agent == [], per_agent
 
 
+def _wait_prefix(witness: Witness, prefix: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(line.startswith(prefix) for line in list(witness.lines)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _wait_count(witness: Witness, line: str, count: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -162,6 +172,12 @@ async def _scenario(fed: Federation, links: Witness, east_link: str, west_link: 
         detected = time.monotonic() - cut
         print(f"east link loss seen on the core after {detected:.1f}s")
         assert detected <= BOUND, f"link loss seen after {detected:.1f}s"
+        # The one incident follows within the root's next reconcile tick (at most 1 s).
+        incident = f"vox/warroom/{fed.id('root')}/{bridge_id(fed.fleet, 'east')} "
+        assert await asyncio.to_thread(_wait_prefix, links, incident, 5)
+        posted = time.monotonic() - cut
+        print(f"east SITE_LINK_LOST incident posted {posted:.1f}s after the cut")
+        assert posted <= BOUND + 1.5
         agents, states = await asyncio.to_thread(_status, fed)
         assert states["east"] == "DOWN"
         assert states["west"] == "UP"
