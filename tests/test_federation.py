@@ -356,3 +356,40 @@ def test_a_link_watch_marks_who_is_behind_a_lost_link(chain: Fleet) -> None:
     assert (shown[0].status, shown[0].error_code) == (UNREACHABLE, SITE_LINK_LOST)
     assert entries[0].status == "ACTIVE"  # the view itself is left alone
     assert shown[1] is entries[1]
+
+
+def test_vox_watch_draws_agents_behind_a_lost_link_unreachable(chain: Fleet) -> None:
+    from rich.console import Console
+
+    from vox_mqtt.cli.ops import Reader, status_tree
+    from vox_mqtt.liveness import FleetObserver
+    from vox_mqtt.transport import BrokerSettings
+
+    operator = link_map(chain, chain.operator_id)
+    assert operator is not None
+    reader = Reader(
+        kind="operator",
+        name="operator",
+        id=chain.operator_id,
+        top=chain.operator_id,
+        top_name="operator",
+        peers=(),
+        warroom=True,
+        stale_after=3.0,
+        broker=BrokerSettings(host="127.0.0.1", port=1, username="u", password="p", client_id="c"),
+        links=operator,
+    )
+    observer = FleetObserver()
+    for agent in chain:
+        entry = observer.view.watch(agent.id, agent.name)
+        entry.status, entry.last_heartbeat = "ACTIVE", "2026-01-01T00:00:00.000Z"
+        entry.master_id = chain.master_of(agent.id)
+    watch = reader.link_watch()
+    assert watch is not None
+    watch.take(link_topic(bridge_id(chain, "west")), b"0")
+    console = Console(record=True, width=300)
+    console.print(status_tree(reader, observer, watch))
+    text = console.export_text()
+    assert "spec_w UNREACHABLE SITE_LINK_LOST" in text
+    assert "coord ACTIVE" in text
+    assert "site west: bridge link lost (SITE_LINK_LOST)" in text
