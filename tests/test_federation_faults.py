@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.brokerkit import Witness
+from tests.brokerkit import Client, Witness
 from tests.faultkit import run_vox
 from tests.federationkit import Federation, federated_fleet_text, running_federation
 from tests.test_fleet_processes import wait_for_route
@@ -90,6 +90,17 @@ def _check_incidents(fed: Federation, warroom: Witness) -> None:
     per_agent = [(t, d) for t, d in posts if t.startswith(f"vox/warroom/{root}/") and
                  t.rsplit("/", 1)[1] in behind]  # fmt: skip
     assert per_agent == [], per_agent
+
+
+def _site_still_talks(fed: Federation) -> bool:
+    """Return whether a fresh spec_e status reaches coord_e's identity on the east broker."""
+    probe = Client(fed.creds("east", "coord_e"), client_id=f"{fed.id('coord_e')}-probe")
+    assert probe.connect() == 0
+    try:
+        assert probe.subscribe([f"vox/{fed.id('spec_e')}/status"]) == [1]
+        return probe.wait_for(lambda ms: any(not m.retain for m in ms), timeout=12)
+    finally:
+        probe.close()
 
 
 def _wait_prefix(witness: Witness, prefix: str, timeout: float) -> bool:
@@ -185,6 +196,8 @@ async def _scenario(fed: Federation, links: Witness, east_link: str, west_link: 
             assert agents[name]["status"] == UNREACHABLE, agents[name]
             assert agents[name]["error_code"] == SITE_LINK_LOST
         assert agents["coord_w"]["status"] == "ACTIVE"
+        # Inside the cut-off site life goes on: spec_e's heartbeats still reach coord_e.
+        assert await asyncio.to_thread(_site_still_talks, fed)
         # The other site is not affected meanwhile.
         other = await console.send_command("count_west", {"tag": "west-0"}, wait=30)
         assert other.details["result"]["by"] == "spec_w"
