@@ -33,7 +33,6 @@ __all__ = [
     "bridge_id",
     "bridges",
     "broker_identities",
-    "broker_of_identity",
     "broker_spec",
     "intersect",
     "link_map",
@@ -57,7 +56,7 @@ def bridge_id(fleet: Fleet, broker: str) -> UUID:
 
 def link_topic(bridge: UUID) -> str:
     """Return the retained topic on which a bridge's state ("1" up, "0" down) lives."""
-    return f"{topics.PREFIX}/link/{bridge}"
+    return topics.link(bridge)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,21 +327,6 @@ def broker_identities(fleet: Fleet, broker: str, *, explorer: bool = False) -> t
     if spec.upstream is None and explorer:
         result += [i for i in fleet_identities(fleet, explorer=True) if i.kind is Kind.EXPLORER]
     return tuple(result)
-
-
-def broker_of_identity(fleet: Fleet, key: UUID) -> str | None:
-    """Return the broker an identity connects to (None in a one-broker fleet)."""
-    if not fleet.brokers:
-        return None
-    if key == fleet.operator_id:
-        return fleet.root_broker
-    try:
-        return fleet.agent(key).broker
-    except KeyError:
-        for spec in fleet.brokers:
-            if spec.upstream is not None and bridge_id(fleet, spec.name) == key:
-                return spec.upstream
-        return fleet.root_broker
 
 
 @dataclass(frozen=True, kw_only=True)

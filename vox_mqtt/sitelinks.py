@@ -38,7 +38,7 @@ SITE_LINK_LOST: Final = "SITE_LINK_LOST"
 # Seconds a child's fresh loss behind a link waits for the link's own news.
 LINK_SETTLE: Final = 3.0
 UNREACHABLE: Final = "UNREACHABLE"
-LINK_FILTER: Final = f"{topics.PREFIX}/link/+"
+LINK_FILTER: Final = topics.LINK_FILTER
 
 
 def links_path(config: Path) -> Path:
@@ -77,7 +77,7 @@ class LinkMap:
     @property
     def topics(self) -> list[str]:
         """Return the link topics to subscribe to (exact ones: dynsec refuses a wildcard)."""
-        return [f"{topics.PREFIX}/link/{link.id}" for link in self.links]
+        return [topics.link(link.id) for link in self.links]
 
     def as_json(self) -> dict[str, Any]:
         """Return the map as the JSON a links file holds."""
