@@ -290,6 +290,16 @@ def test_cli_render_and_tree_name_each_agents_broker(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert "--upstream-dir" in missing.stderr
     assert "Traceback" not in missing.stderr
+    east = vox(
+        "broker", "render", fleet_path, "--out", tmp_path / "east", "--broker", "east",
+        "--upstream-dir", tmp_path / "core", "--json", *user,
+    )  # fmt: skip
+    assert east.returncode == 0, east.stderr
+    rendered = json.loads(east.stdout)
+    assert rendered["broker"] == "east"
+    assert rendered["bridge"]["upstream"] == "core"
+    assert rendered["bridge"]["out"]
+    assert rendered["bridge"]["in"]
     wrong = vox(
         "agent", "render", fleet_path, "coord", "--broker-dir", tmp_path / "core",
         "--out", tmp_path / "etc" / "coord.toml",

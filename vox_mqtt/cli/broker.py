@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from ..brokerconf import DEFAULT_USER, reload_broker, render_broker_dir
 from ..errors import ConfigError
-from ..federation import broker_spec
+from ..federation import bridge_for, broker_spec
 from ..hierarchy import load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
 from ._common import err_console, out_console, print_json
@@ -127,6 +127,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
+    bridge = None if args.broker is None else bridge_for(fleet, args.broker)
     names = sorted(k for k in result.credentials if isinstance(k, str))
     security = result.acl if result.acl is not None else result.dynsec
     if args.json:
@@ -142,6 +143,15 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "tls_port": result.tls_port,
                 "credentials": {name: str(result.credentials[name]) for name in names},
                 "warnings": list(result.warnings),
+                "broker": args.broker,
+                "bridge": None
+                if bridge is None
+                else {
+                    "conf": str(result.root / "bridge" / "bridge.conf"),
+                    "upstream": bridge.upstream,
+                    "out": list(bridge.out_topics),
+                    "in": list(bridge.in_topics),
+                },
             }
         )
         return 0
@@ -154,6 +164,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         f"wrote {len(names)} credentials files in {result.root / 'credentials'} (0600)",
         markup=False,
     )
+    if bridge is not None:
+        console.print(
+            f"wrote {result.root / 'bridge' / 'bridge.conf'} (0600): bridge to "
+            f"{bridge.upstream!r}, {len(bridge.out_topics)} topic(s) up, "
+            f"{len(bridge.in_topics)} down",
+            markup=False,
+        )
     listen = f"{result.host}:{result.port}"
     if result.tls_port is not None:
         listen = f"TLS {result.host}:{result.tls_port}, plain 127.0.0.1:{result.port}"
