@@ -28,8 +28,9 @@ from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alon
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
 from bench.report import REPO
+from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.status import ACTIVE
 
 WORKERS = 4
@@ -45,7 +46,7 @@ async def _count_statuses(bench: BenchBroker, window: float) -> int:
     reader: aiomqtt.Client = raw_client(bench, "explorer")
     count = 0
     async with reader:
-        await reader.subscribe(ALL_STATUS, qos=1)
+        await reader.subscribe(topics.STATUS_FILTER, qos=1)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(window):
                 async for message in reader.messages:
@@ -91,7 +92,7 @@ async def measure(workdir: Path, agents: int, heartbeat: float, window: float) -
                     line = await worker.stdout.readline()
                 assert line.startswith(b"ready"), line
             startup = time.perf_counter() - started
-            fresh = OperatorConsole(console_file, persistent=False, observe=(ALL_STATUS,))
+            fresh = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
             started = time.perf_counter()
             async with fresh:
                 await poll(all_active(fresh), 120)

@@ -10,11 +10,13 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from rich.console import Console
 
 from tests.fleetproc import REPO, child_env
 from vox_mqtt import topics
 from vox_mqtt.acl import Kind, parse_acl_file
 from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.cli.ops import Reader, status_tree
 from vox_mqtt.errors import ConfigError, FleetError
 from vox_mqtt.federation import (
     bridge_for,
@@ -28,6 +30,8 @@ from vox_mqtt.federation import (
     link_topic,
 )
 from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.observer import FleetObserver
+from vox_mqtt.settings import BrokerSettings
 from vox_mqtt.sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch
 from vox_mqtt.status import AgentLiveness
 
@@ -369,12 +373,6 @@ def test_a_link_watch_marks_who_is_behind_a_lost_link(chain: Fleet) -> None:
 
 
 def test_vox_watch_draws_agents_behind_a_lost_link_unreachable(chain: Fleet) -> None:
-    from rich.console import Console
-
-    from vox_mqtt.cli.ops import Reader, status_tree
-    from vox_mqtt.liveness import FleetObserver
-    from vox_mqtt.transport import BrokerSettings
-
     operator = link_map(chain, chain.operator_id)
     assert operator is not None
     reader = Reader(

@@ -15,7 +15,7 @@ from tests.federationkit import Federation, federated_fleet_text, running_federa
 from tests.fleetproc import wait_until
 from tests.test_fleet_processes import wait_for_route
 from vox_mqtt import topics
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.federation import bridge_id, link_topic
 from vox_mqtt.passwd import Credentials
 
@@ -51,7 +51,9 @@ def _cli_pub(creds: Credentials, topic: str) -> int:
 
 
 async def _command(federation: Federation) -> Any:
-    async with OperatorConsole(federation.operator_config, observe=[ALL_STATUS]) as console:
+    async with OperatorConsole(
+        federation.operator_config, observe=[topics.STATUS_FILTER]
+    ) as console:
         await wait_for_route(console, "analyze", timeout=60)
         return await console.send_command("analyze", {"target": "plant.pdf"}, wait=30)
 

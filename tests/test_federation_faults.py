@@ -21,7 +21,8 @@ from tests.brokerkit import Client, Witness
 from tests.faultkit import run_vox
 from tests.federationkit import Federation, federated_fleet_text, running_federation
 from tests.test_fleet_processes import wait_for_route
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
+from vox_mqtt import topics
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.federation import bridge_id, link_topic
 from vox_mqtt.sitelinks import SITE_LINK_LOST, UNREACHABLE
@@ -165,7 +166,7 @@ async def _accepted_or_refused(console: OperatorConsole, command: str, tag: str)
 
 async def _scenario(fed: Federation, links: Witness, east_link: str, west_link: str) -> list[str]:
     """Cut east, then stop west; return the west tags accepted and answered meanwhile."""
-    async with OperatorConsole(fed.operator_config, observe=[ALL_STATUS]) as console:
+    async with OperatorConsole(fed.operator_config, observe=[topics.STATUS_FILTER]) as console:
         await wait_for_route(console, "count_east", timeout=60)
         await wait_for_route(console, "count_west", timeout=60)
         reply = await console.send_command("count_east", {"tag": "east-0"}, wait=30)
