@@ -32,7 +32,14 @@ from vox_mqtt.federation import (
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.observer import FleetObserver
 from vox_mqtt.settings import BrokerSettings
-from vox_mqtt.sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch
+from vox_mqtt.sitelinks import (
+    LINK_SETTLE,
+    SITE_LINK_LOST,
+    UNREACHABLE,
+    LinkMap,
+    LinkWatch,
+    SiteLinkDuty,
+)
 from vox_mqtt.status import AgentLiveness
 
 OPERATOR = uuid4()
@@ -401,3 +408,34 @@ def test_vox_watch_draws_agents_behind_a_lost_link_unreachable(chain: Fleet) -> 
     assert "spec_w UNREACHABLE SITE_LINK_LOST" in text
     assert "coord ACTIVE" in text
     assert "site west: bridge link lost (SITE_LINK_LOST)" in text
+
+
+def test_a_master_holds_per_agent_incidents_only_while_the_site_is_to_blame(chain: Fleet) -> None:
+    ids = {agent.name: agent.id for agent in chain}
+    links = link_map(chain, ids["coord"])
+    assert links is not None
+    now = [100.0]
+    duty = SiteLinkDuty(links, clock=lambda: now[0])
+    west = link_topic(bridge_id(chain, "west"))
+    spec_w, old_status = ids["spec_w"], 0.0
+    # First news that a link is up starts no grace: a lost child is its own incident.
+    assert duty.take(west, b"1") is not None
+    assert not duty.holds(spec_w, old_status, grace=45)
+    # A fresh loss waits LINK_SETTLE for the link's own news (a stopping site's wills).
+    assert duty.holds(spec_w, now[0] - 1, grace=45)
+    assert not duty.holds(spec_w, now[0] - LINK_SETTLE - 0.1, grace=45)
+    # Down: the site's one incident stands for it; this agent owns it.
+    change = duty.take(west, b"0")
+    assert change is not None
+    assert change[0].site == "west"
+    assert change[1] is False
+    assert duty.holds(spec_w, old_status, grace=45)
+    assert [link.site for link in duty.owned_down()] == ["west"]
+    # Back: its agents get the grace to be reborn, then count for themselves again.
+    duty.take(west, b"1")
+    assert duty.known_up(bridge_id(chain, "west"))
+    now[0] += 44
+    assert duty.holds(spec_w, old_status, grace=45)
+    now[0] += 2
+    assert not duty.holds(spec_w, old_status, grace=45)
+    assert not duty.holds(ids["spec_e"], old_status, grace=45)  # not behind any link of coord

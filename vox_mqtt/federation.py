@@ -42,6 +42,7 @@ __all__ = [
     "render_bridge_conf",
     "site_section",
     "sites_below",
+    "sites_fleet_toml",
     "write_link_map",
 ]
 
@@ -439,3 +440,22 @@ def site_section(
         keepalive=keepalive,
     )
     return text, files
+
+
+def sites_fleet_toml(seed: str) -> str:
+    """Return the seed fleet file spread over a core broker and two chained sites.
+
+    The coordinator and specialist_a live on site plant-a (bridged to the core);
+    specialist_b on plant-b, bridged to plant-a: two bridges from the operator.
+    """
+    brokers = (
+        '[[brokers]]\nname = "core"\n\n'
+        '[[brokers]]\nname = "plant-a"\nupstream = "core"\n\n'
+        '[[brokers]]\nname = "plant-b"\nupstream = "plant-a"\n\n'
+    )
+    placed = seed.replace('name = "coordinator"\n', 'name = "coordinator"\nbroker = "plant-a"\n')
+    placed = placed.replace(
+        'name = "specialist_b"\n', 'name = "specialist_b"\nbroker = "plant-b"\n'
+    )
+    head, sep, agents = placed.partition("\n[[agents]]\n")
+    return head + "\n" + brokers + sep.lstrip("\n") + agents

@@ -167,7 +167,7 @@ class SiteLinkDuty:
         self.watch = LinkWatch(links)
         self._by_id = {link.id: link for link in links.links}
         self._clock = clock
-        self._changed_at: dict[UUID, float] = {}
+        self._back_at: dict[UUID, float] = {}
 
     @property
     def topics(self) -> list[str]:
@@ -176,10 +176,15 @@ class SiteLinkDuty:
 
     def take(self, topic: str, payload: bytes) -> tuple[Link, bool] | None:
         """Apply a link notification; return (link, up) when its state changed."""
+        bridge = parse_link_topic(topic)
+        was_down = bridge is not None and self.watch.up.get(bridge) is False
         change = self.watch.take(topic, payload)
         if change is None:
             return None
-        self._changed_at[change[0]] = self._clock()
+        if was_down and change[1]:
+            # Back from down: the site's agents are reborn within the grace (first news of
+            # a link that is up is no return, and starts no grace).
+            self._back_at[change[0]] = self._clock()
         return self._by_id[change[0]], change[1]
 
     def cut_off(self, agent: UUID) -> bool:
@@ -189,8 +194,8 @@ class SiteLinkDuty:
     def holds(self, agent: UUID, received_at: float, grace: float) -> bool:
         """Return whether a child's loss is the site's, not its own, or may yet turn out so.
 
-        True when the child sits behind a link that is down; behind one whose state changed
-        less than `grace` ago (a site coming back: its agents are reborn within it); or
+        True when the child sits behind a link that is down; behind one that came back less
+        than `grace` ago (its agents are reborn within it); or
         when its last status is under LINK_SETTLE old: a site broker that stops publishes
         its clients' wills just before its bridge's own "0" arrives.
         """
@@ -200,7 +205,8 @@ class SiteLinkDuty:
                 continue
             if self.watch.up.get(link.id) is False:
                 return True
-            if now - self._changed_at.get(link.id, -grace - 1.0) < grace:
+            back_at = self._back_at.get(link.id)
+            if back_at is not None and now - back_at < grace:
                 return True
             if now - received_at < LINK_SETTLE:
                 return True
