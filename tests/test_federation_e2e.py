@@ -16,7 +16,7 @@ from tests.fleetproc import wait_until
 from tests.test_fleet_processes import wait_for_route
 from vox_mqtt import topics
 from vox_mqtt.console import OperatorConsole
-from vox_mqtt.federation import bridge_id, link_topic
+from vox_mqtt.federation import bridge_id, broker_identities, link_topic
 from vox_mqtt.passwd import Credentials
 
 pytestmark = pytest.mark.slow
@@ -99,6 +99,56 @@ def test_the_firewall_holds_across_bridges(tmp_path: Path) -> None:
     for fmt in ("acl", "dynsec"):
         with running_federation(tmp_path / fmt, text, fmt=fmt) as fed:
             _check_firewall(fed, fmt)
+            _check_write_matrix(fed)
+
+
+def _universe(fed: Federation) -> list[str]:
+    """Return every VOX topic of the fleet: each inbox pair, status, war-room pair and link."""
+    everyone = [*(a.id for a in fed.fleet), fed.fleet.operator_id]
+    found = [topics.inbox(a, b) for a in everyone for b in everyone if a != b]
+    found += [topics.status(a) for a in everyone]
+    found += [topics.warroom(a, b) for a in everyone for b in everyone]
+    found += [link_topic(bridge_id(fed.fleet, site)) for site in ("east", "west")]
+    return found
+
+
+def _check_write_matrix(fed: Federation) -> None:
+    """Every topic of the fleet, written by a site's bridge identity and by a site's agent.
+
+    What the broker's ACL refuses must match the rendered rules exactly (PUBACK 0x87
+    for a topic outside them), and an independent `mosquitto_sub` on the core (the
+    explorer) must see none of the refused ones.
+    """
+    universe = _universe(fed)
+    witness = Witness(fed.creds("core", "explorer"), "vox/#")
+    try:
+        assert witness.wait_first(10)  # the retained link states: subscribed
+        cases = [("core", "bridge-east"), ("east", "spec_e"), ("west", "coord_w")]
+        allowed_any: set[str] = set()
+        for broker, name in cases:
+            identity = next(i for i in broker_identities(fed.fleet, broker) if i.name == name)
+            client = _probe(fed.creds(broker, name))
+            try:
+                codes = client.publish_many([(t, b"matrix") for t in universe])
+            finally:
+                client.close()
+            for topic, code in zip(universe, codes, strict=True):
+                allowed = identity.may_write(topic)
+                assert (code != NOT_AUTHORIZED) == allowed, (name, topic, hex(code))
+                if allowed:
+                    allowed_any.add(topic)
+            assert sum(identity.may_write(t) for t in universe) < len(universe) / 4, name
+        # No refused write reached the core (some allowed ones did, across the bridges).
+        root = _probe(fed.creds("core", "root"))
+        try:
+            witness.sync(root, topics.status(fed.id("root")))
+        finally:
+            root.close()
+        arrived = {ln.split(" ", 1)[0] for ln in witness.lines if ln.endswith(" matrix")}
+        assert arrived
+        assert arrived <= allowed_any, sorted(arrived - allowed_any)
+    finally:
+        witness.close()
 
 
 def _probe(creds: Credentials) -> Client:
