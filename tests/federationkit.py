@@ -116,6 +116,7 @@ def deploy_federation(
     bridge_keepalive: int = 5,
     keepalive: int = 5,
     tls: bool = False,
+    lock_client_ids: bool = True,
 ) -> Federation:
     """Render and start every broker of the fleet; render every daemon config."""
     root.mkdir(parents=True, exist_ok=True)
@@ -143,6 +144,7 @@ def deploy_federation(
             explorer=spec.upstream is None,
             run_as_user=getpass.getuser(),
             bridge_keepalive=bridge_keepalive,
+            lock_client_ids=lock_client_ids,
         )
         if spec.name in wanted:
             assert spec.upstream is not None

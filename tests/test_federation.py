@@ -178,17 +178,20 @@ def test_each_bridge_carries_exactly_what_must_cross(chain: Fleet) -> None:
     assert set(west.out_topics) == {
         topics.inbox(ids["coord"], ids["spec_w"]),
         topics.status(ids["spec_w"]),  # coord and the operator watch it
-        topics.warroom_filter(ids["spec_w"]),  # toward the root
+        topics.warroom(ids["spec_w"], ids["spec_w"]),  # its own incidents, toward the root
     }
     assert set(west.in_topics) == {
         topics.inbox(ids["spec_w"], ids["coord"]),
         topics.status(ids["coord"]),
     }
-    # east -> core: coord's talk with root, every status and war-room post below, west's link.
+    # east -> core: coord's talk with root, every status and war-room post below (each about
+    # its poster or the poster's child; coord also owns west's link), west's link state.
     assert set(east.out_topics) == {
         topics.inbox(ids["root"], ids["coord"]),
         *(topics.status(ids[n]) for n in ("coord", "spec_e", "spec_w")),
-        *(topics.warroom_filter(ids[n]) for n in ("coord", "spec_e", "spec_w")),
+        *(topics.warroom(ids[n], ids[n]) for n in ("coord", "spec_e", "spec_w")),
+        *(topics.warroom(ids["coord"], ids[n]) for n in ("spec_e", "spec_w")),
+        topics.warroom(ids["coord"], west.id),
         link_topic(west.id),
     }
     assert set(east.in_topics) == {
@@ -204,7 +207,10 @@ def test_each_bridge_carries_exactly_what_must_cross(chain: Fleet) -> None:
 def test_a_site_identity_speaks_only_for_its_own_agents(chain: Fleet) -> None:
     ids = {agent.name: agent.id for agent in chain}
     core = {i.name: i for i in broker_identities(chain, "core")}
-    assert set(core) == {"operator", "root", "coord_core", "spec_core", "bridge-east"}
+    looks = {name for name, i in core.items() if i.kind is Kind.LOOK}
+    assert looks  # the operator's `vox status` and `vox watch` identities, on the core only
+    assert all(core[n].may_read(link_topic(bridge_id(chain, "west"))) for n in looks)
+    assert set(core) - looks == {"operator", "root", "coord_core", "spec_core", "bridge-east"}
     bridge = core["bridge-east"]
     assert bridge.kind is Kind.BRIDGE
     assert bridge.id == bridge_id(chain, "east")
@@ -247,7 +253,8 @@ def test_render_writes_a_bridge_with_a_secret_only_the_broker_reads(
     conf = east.conf.read_text()
     assert f"include_dir {east.root / 'bridge'}" in conf
     bridge_conf = (east.root / "bridge" / "bridge.conf").read_text()
-    assert (east.root / "bridge" / "bridge.conf").stat().st_mode & 0o077 == 0
+    # Never world-readable (group-readable for the broker when rendered as root).
+    assert (east.root / "bridge" / "bridge.conf").stat().st_mode & 0o007 == 0
     secret = core.credentials_for("bridge-east").password
     assert f"remote_password {secret}" in bridge_conf
     assert secret not in conf
@@ -265,8 +272,9 @@ def test_render_writes_a_bridge_with_a_secret_only_the_broker_reads(
     # The core's ACL parses as Mosquitto parses it and holds the bridge's account.
     parsed = parse_acl_file((core.root / "acl").read_text())
     assert str(bridge_id(chain, "east")) in parsed.users
-    # Each broker holds credentials only for its own clients.
+    # Each broker holds credentials only for its own clients (and its reload canary).
     assert sorted(p.name for p in (east.root / "credentials").glob("*.toml")) == [
+        "_canary.toml",
         "bridge-west.toml",
         "coord.toml",
         "spec_e.toml",

@@ -152,9 +152,12 @@ def _base_identities(fleet: Fleet) -> list[tuple[str, Identity]]:
         reads[owner].append(Rule(topic=topics.warroom(owner, bridge), write=True))
     result: list[tuple[str, Identity]] = []
     for identity in fleet_identities(fleet):
-        broker = root if identity.kind is Kind.OPERATOR else fleet.agent(identity.id).broker
+        # The operator and its looks (`vox status`, `vox watch`) use the root broker.
+        broker = root if identity.kind is not Kind.AGENT else fleet.agent(identity.id).broker
         assert broker is not None
         extra = tuple(dict.fromkeys(reads.get(identity.id, ())))
+        if identity.kind is Kind.LOOK:
+            extra += (Rule(topic=LINK_FILTER, read=True),)
         result.append((broker, replace(identity, rules=identity.rules + extra)))
     return result
 
