@@ -49,7 +49,7 @@ from .passwd import (
     PasswordHash,
     atomic_write,
     atomic_write_many,
-    hash_password,
+    hash_passwords,
     load_credentials,
     load_secrets,
     new_secret,
@@ -283,15 +283,13 @@ def _secrets(
     secrets = {} if rotate else load_secrets(cred_dir)
     old_hashes = {} if rotate else _existing_hashes(root)
     passwords: dict[UUID, str] = {}
-    hashes: dict[UUID, PasswordHash] = {}
+    kept: dict[UUID, PasswordHash | None] = {}
     for identity in identities:
         fresh = identity.name in rotate_names
-        password = (None if fresh else secrets.get(identity.username)) or new_secret()
-        old = None if fresh else old_hashes.get(identity.username)
-        # Keep a hash that still matches, so an unchanged fleet renders unchanged files.
-        passwords[identity.id] = password
-        hashes[identity.id] = old if old and old.verify(password) else hash_password(password)
-    return passwords, hashes
+        passwords[identity.id] = (None if fresh else secrets.get(identity.username)) or new_secret()
+        kept[identity.id] = None if fresh else old_hashes.get(identity.username)
+    # A hash that still matches is kept, so an unchanged fleet renders unchanged files.
+    return passwords, hash_passwords(passwords, kept)
 
 
 def _render_security(
