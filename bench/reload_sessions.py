@@ -2,10 +2,10 @@
 
 A broker rendered for N agents (1,000; 50 with --quick) has one connected client per
 agent. The fleet gains an agent; `render_broker_dir` rewrites the directory and
-`reload_broker` validates the ACL and sends SIGHUP. Measured: how many of the N
-sessions dropped (every client then publishes its own status at QoS 1 on the same
-connection, and the broker's log is searched for their disconnection), and how long
-from the reload until the new agent can log in and publish.
+`reload_broker` validates the ACL, sends SIGHUP and proves the new rules with its
+canary. Measured: how many of the N sessions dropped (every client then publishes its
+own status at QoS 1 on the same connection, and the broker's log is searched for their
+disconnection), and how long from the reload until the new agent can log in and publish.
 
     python -m bench.reload_sessions [--quick]
 """
@@ -26,7 +26,8 @@ import aiomqtt
 from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
 from bench.rawmqtt import raw_client
 from vox_mqtt import topics
-from vox_mqtt.brokerconf import reload_broker, render_broker_dir
+from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.brokerreload import reload_broker
 from vox_mqtt.hierarchy import parse_fleet
 
 
