@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridged,
     detection,
     faststream_rpc,
+    fleet_large,
     footprint,
     ledger_bench,
     one_hop,
+    reload_sessions,
     render_large,
     three_levels,
     throughput,
@@ -42,7 +45,10 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "detection": (5, detection.run),
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
-    "faststream": (8, faststream_rpc.run),
+    "bridged": (8, bridged.run),
+    "fleet_large": (9, fleet_large.run),
+    "reload": (10, reload_sessions.run),
+    "faststream": (11, faststream_rpc.run),
 }
 
 
