@@ -60,7 +60,7 @@ def summarize(profile: cProfile.Profile, top: int = 15) -> dict[str, Any]:
     busy = sum(areas.values())
     functions.sort(reverse=True)
     by_cumulative = sorted(
-        (f for f in functions if "vox_mqtt/" in f[3] or "aiosqlite" in f[3]),
+        (f for f in functions if "vox_mqtt/" in f[3]),
         key=lambda f: f[1],
         reverse=True,
     )
