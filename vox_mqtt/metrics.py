@@ -14,6 +14,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Final
 
 __all__ = [
@@ -321,7 +322,7 @@ def _histogram(raw: Any) -> HistogramSnapshot | None:
     if total is None or any(b is None for b in bounds) or any(c is None for c in counts):
         return None
     checked = tuple(b for b in bounds if b is not None)
-    if any(a >= b for a, b in zip(checked, checked[1:], strict=False)):
+    if any(a >= b for a, b in pairwise(checked)):
         return None  # bounds must rise strictly, or the buckets mean nothing
     return HistogramSnapshot(
         bounds=checked, counts=tuple(c for c in counts if c is not None), sum=total

@@ -237,7 +237,9 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
 
 
 @contextlib.asynccontextmanager
-async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObserver]:
+async def observing(
+    reader: Reader, *, warroom: bool, on_session: Callable[[Session], None] | None = None
+) -> AsyncIterator[FleetObserver]:
     """Log in as the reader and keep a FleetObserver up to date for the block."""
     observer = FleetObserver(stale_after=reader.stale_after)
     wanted = [ALL_STATUS] + ([topics.WARROOM_FILTER] if warroom else [])
@@ -259,6 +261,8 @@ async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObse
                 "of that identity was disconnected by it — see docs/liveness.md",
                 file=sys.stderr,
             )
+        if on_session is not None:
+            on_session(session)
         pump = asyncio.ensure_future(_pump(session, observer))
         try:
             yield observer
