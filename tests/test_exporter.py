@@ -139,3 +139,14 @@ def test_listen_address_parsing() -> None:
     for bad in ("9733", ":9733", "host:port", "h:70000"):
         with pytest.raises(ValueError, match="--listen"):
             parse_listen(bad)
+
+
+def test_alert_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool missing: `make test` installs Debian's prometheus"
+    rules = Path(__file__).resolve().parent.parent / "docs" / "vox-alerts.yml"
+    result = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 5 rules found" in result.stdout

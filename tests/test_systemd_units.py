@@ -96,6 +96,9 @@ def test_make_install_stages_units_user_and_configs(tmp_path: Path) -> None:
     root = _stage(tmp_path)
     unit = root / "etc/systemd/system/vox-agent@.service"
     assert unit.read_text() == (SYSTEMD_DIR / "vox-agent@.service").read_text()
+    exporter = root / "etc/systemd/system/vox-exporter.service"
+    assert exporter.read_text() == (SYSTEMD_DIR / "vox-exporter.service").read_text()
+    assert (root / "opt/vox-mqtt/share/doc/vox-alerts.yml").is_file()
     assert os.readlink(root / "usr/local/bin/vox-agent") == "/opt/vox-mqtt/bin/vox-agent"
     assert (root / "etc/systemd/system/mosquitto.service.d/vox.conf").is_file()
     assert "vox:x:" in (root / "etc/passwd").read_text()
@@ -107,6 +110,7 @@ def test_make_install_stages_units_user_and_configs(tmp_path: Path) -> None:
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     root = _stage(tmp_path)
     assert _verify(root, "vox-agent@coordinator.service", "mosquitto.service") == ""
+    assert _verify(root, "vox-exporter.service") == ""
 
 
 @needs_systemd
@@ -134,6 +138,9 @@ def test_agent_unit_exposure_is_ok(tmp_path: Path) -> None:
     exposure = _exposure(root, "vox-agent@coordinator.service")
     print(f"systemd-analyze security vox-agent@coordinator.service: {exposure}")
     assert exposure <= EXPOSURE_TARGET
+    exporter = _exposure(root, "vox-exporter.service")
+    print(f"systemd-analyze security vox-exporter.service: {exporter}")
+    assert exporter <= EXPOSURE_TARGET
     # The drop-in hardens the distribution's broker unit too.
     assert _exposure(root, "mosquitto.service") < 5.0
 
@@ -170,6 +177,20 @@ def test_agent_unit_lifecycle_settings() -> None:
     assert "ProcSubset" not in unit
     grace = float(unit["TimeoutStopSec"][0])
     assert grace > 10.0  # the default agent.shutdown_grace, plus the SHUTDOWN publish
+
+
+def test_exporter_unit_shares_the_agent_hardening() -> None:
+    agent = _unit_settings(SYSTEMD_DIR / "vox-agent@.service")
+    exporter = _unit_settings(SYSTEMD_DIR / "vox-exporter.service")
+    assert exporter["ExecStart"] == [
+        "/usr/local/bin/vox exporter --config /etc/vox/exporter.toml --listen 127.0.0.1:9733"
+    ]
+    assert exporter["User"] == ["vox"]
+    assert exporter["RestartPreventExitStatus"] == ["2"]
+    hardening = [k for k in agent if k.startswith(("Protect", "Private", "Restrict", "System"))]
+    hardening += ["NoNewPrivileges", "CapabilityBoundingSet", "MemoryDenyWriteExecute"]
+    for key in hardening:
+        assert exporter.get(key) == agent[key], key
 
 
 # --- the daemon inside the sandbox the unit draws ---------------------------------------------
