@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import (
     detection,
+    exporter_scrape,
     footprint,
     ledger_bench,
     one_hop,
@@ -40,6 +41,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "detection": (5, detection.run),
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
+    "exporter": (8, exporter_scrape.run),
 }
 
 

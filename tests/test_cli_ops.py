@@ -82,7 +82,16 @@ async def test_status_json_and_table(
 
         code, out, err = await capture("status", "--config", configs["operator"])
         assert (code, err) == (0, "")
-        for word in ("name", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands"):
+        for word in (
+            "heartbeat",
+            "msg/s",
+            "errors",
+            "p50 cmd",
+            "cpu%",
+            "mem%",
+            "disk%",
+            "commands",
+        ):
             assert word in out
         assert out.count("ACTIVE") == 4
         assert str(secure.fleet.agent("spec_b").id) in out

@@ -32,6 +32,7 @@ from ..config import load_console_config, load_daemon_config
 from ..console import ALL_STATUS, OperatorConsole
 from ..errors import CommandFailed
 from ..liveness import FleetObserver, Incident
+from ..metrics import parse_snapshot, quantile
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
@@ -310,14 +311,40 @@ def _age(entry: AgentLiveness) -> str:
     return "-" if age is None else f"{age:.1f}s"
 
 
+def activity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """Return messages/s, errors and median command time from a heartbeat's metrics."""
+    snapshot = parse_snapshot(metrics.get("agent"))
+    if snapshot is None:
+        return "-", "-", "-"
+    rate = "-" if snapshot.messages_per_s is None else f"{snapshot.messages_per_s:.1f}"
+    handler = snapshot.histograms.get("command_handler_seconds")
+    median = None if handler is None else quantile(handler, 0.5)
+    p50 = "-" if median is None else f"{median * 1000:.1f}ms"
+    return rate, str(snapshot.errors()), p50
+
+
 def status_table(agents: list[AgentLiveness], title: str) -> Table:
     """Return the status table: one row per agent."""
     table = Table(title=title)
-    columns = ("name", "id", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands")
+    columns = (
+        "name",
+        "id",
+        "status",
+        "epoch",
+        "heartbeat",
+        "msg/s",
+        "errors",
+        "p50 cmd",
+        "cpu%",
+        "mem%",
+        "disk%",
+        "commands",
+    )
     for column in columns:
         table.add_column(column)
     for entry in sorted(agents, key=lambda a: a.name):
         metrics = entry.metrics or {}
+        rate, errors, p50 = activity(metrics)
         colour = _COLOURS.get(entry.status, "white")
         status = entry.status + (f" ({entry.error_code})" if entry.error_code else "")
         table.add_row(
@@ -326,6 +353,9 @@ def status_table(agents: list[AgentLiveness], title: str) -> Table:
             f"[{colour}]{status}[/]",
             str(entry.epoch),
             _age(entry),
+            rate,
+            errors,
+            p50,
             str(metrics.get("cpu_percent", "-")),
             str(metrics.get("memory_percent", "-")),
             str(metrics.get("disk_percent", "-")),
