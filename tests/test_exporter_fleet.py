@@ -12,6 +12,7 @@ import pytest
 
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
 from tests.promkit import Exporter, poll, run_exporter, run_prometheus, sample
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.console import ALL_STATUS, OperatorConsole
 from vox_mqtt.errors import CommandFailed
 
@@ -85,64 +86,71 @@ def check_counts(exporter: Exporter) -> bool:
 
 def test_exporter_counts_exactly_what_the_fleet_did(tmp_path: Path) -> None:
     text = fleet_text(SHAPE, roles=ROLES, heartbeat=1.0)
-    with (
-        run_fleet(tmp_path / "fleet", text, keepalive=KEEPALIVE) as procs,
-        run_exporter(procs.operator_config, tmp_path / "exporter.log") as exporter,
-    ):
-        ids = {a.name: str(a.id) for a in procs.fleet}
-        poll(
-            lambda: all(sample(exporter.samples(), "vox_agent_up", agent=n) == 1.0 for n in SHAPE),
-            30,
-            "every agent up",
-        )
-        outcomes = asyncio.run(send_commands(procs))
-        assert outcomes == {"ok": 3, "HANDLER_ERROR": 1, "NO_ROUTE": 2}
-        poll(lambda: check_counts(exporter), 15, "the counts in a heartbeat")
-        time.sleep(2.5)  # two more heartbeats: the counts stay exact, nothing counted twice
-        assert check_counts(exporter), exporter.text()
+    with run_fleet(tmp_path / "fleet", text, keepalive=KEEPALIVE) as procs:
+        # The read-only explorer identity: the broker lets it read vox/# and write nothing.
+        explorer = render_agent_config(
+            procs.fleet, "explorer", procs.broker_dir.root, tmp_path / "etc" / "explorer.toml"
+        ).config
+        with run_exporter(explorer, tmp_path / "exporter.log") as exporter:
+            check_fleet(procs, exporter)
 
-        body = exporter.text()
-        s = exporter.samples()
-        worker = sample(s, "vox_agent_up", agent="worker", id=ids["worker"], master="root")
-        assert worker == 1.0
-        assert sample(s, "vox_agent_up", agent="root", master="operator") == 1.0
-        assert sample(s, "vox_agent_epoch", agent="worker") == 1.0
-        assert sample(s, "vox_agent_ledger_records_total", agent="worker") or 0 > 0
-        assert (sample(s, "vox_agent_ledger_bytes", agent="worker") or 0) > 0
-        assert (sample(s, "vox_agent_process_resident_memory_bytes", agent="root") or 0) > 0
-        assert sample(s, "vox_exporter_broker_connected") == 1.0
-        promtool = shutil.which("promtool")
-        assert promtool, "promtool missing: `make test` installs Debian's prometheus"
-        checked = subprocess.run(
-            [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=30
-        )
-        assert checked.returncode == 0, checked.stdout + checked.stderr
 
-        # A killed daemon: its will reaches the exporter, the next scrape says up 0.
-        procs.agents["worker"].kill()
-        took = poll(
-            lambda: sample(exporter.samples(), "vox_agent_up", agent="worker") == 0.0,
-            LIVENESS_BOUND + 2,
-            "worker up 0",
-            every=0.1,
-        )
-        assert took <= LIVENESS_BOUND
-        s = exporter.samples()
-        assert sample(s, "vox_agent_status", agent="worker", state="INACTIVE") == 1.0
-        # The root's alert for its lost child is in the war room.
-        poll(
-            lambda: (
-                sample(
-                    exporter.samples(),
-                    "vox_warroom_open_incidents",
-                    severity="CRITICAL",
-                    code="VM_CONNECTION_LOST",
-                )
-                == 1.0
-            ),
-            10,
-            "the war-room incident",
-        )
+def check_fleet(procs: FleetProcesses, exporter: Exporter) -> None:
+    """Commands in, exact counts out, promtool, then a kill and up 0."""
+    ids = {a.name: str(a.id) for a in procs.fleet}
+    poll(
+        lambda: all(sample(exporter.samples(), "vox_agent_up", agent=n) == 1.0 for n in SHAPE),
+        30,
+        "every agent up",
+    )
+    outcomes = asyncio.run(send_commands(procs))
+    assert outcomes == {"ok": 3, "HANDLER_ERROR": 1, "NO_ROUTE": 2}
+    poll(lambda: check_counts(exporter), 15, "the counts in a heartbeat")
+    time.sleep(2.5)  # two more heartbeats: the counts stay exact, nothing counted twice
+    assert check_counts(exporter), exporter.text()
+
+    body = exporter.text()
+    s = exporter.samples()
+    worker = sample(s, "vox_agent_up", agent="worker", id=ids["worker"], master="root")
+    assert worker == 1.0
+    assert sample(s, "vox_agent_up", agent="root", master="operator") == 1.0
+    assert sample(s, "vox_agent_epoch", agent="worker") == 1.0
+    assert (sample(s, "vox_agent_ledger_records_total", agent="worker") or 0) > 0
+    assert (sample(s, "vox_agent_ledger_bytes", agent="worker") or 0) > 0
+    assert (sample(s, "vox_agent_process_resident_memory_bytes", agent="root") or 0) > 0
+    assert sample(s, "vox_exporter_broker_connected") == 1.0
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: `make test` installs Debian's prometheus"
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    # A killed daemon: its will reaches the exporter, the next scrape says up 0.
+    procs.agents["worker"].kill()
+    took = poll(
+        lambda: sample(exporter.samples(), "vox_agent_up", agent="worker") == 0.0,
+        LIVENESS_BOUND + 2,
+        "worker up 0",
+        every=0.1,
+    )
+    assert took <= LIVENESS_BOUND
+    s = exporter.samples()
+    assert sample(s, "vox_agent_status", agent="worker", state="INACTIVE") == 1.0
+    # The root's alert for its lost child is in the war room.
+    poll(
+        lambda: (
+            sample(
+                exporter.samples(),
+                "vox_warroom_open_incidents",
+                severity="CRITICAL",
+                code="VM_CONNECTION_LOST",
+            )
+            == 1.0
+        ),
+        10,
+        "the war-room incident",
+    )
 
 
 def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verbs = agent.add_subparsers(dest="agent_verb", metavar="VERB", required=True)
     render = verbs.add_parser(
         "render",
-        help="write one agent's daemon config (or `operator` for the console's config)",
+        help="write one agent's daemon config (or `operator`, `explorer` for theirs)",
         description=(
             "Write the config of one agent: itself, its master and its children, nothing "
             "else of the tree. Its broker credentials (and TLS files) are copied next to "
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     render.add_argument("fleet", type=Path, help="the fleet file")
-    render.add_argument("name", help="the agent's name or id, or `operator`")
+    render.add_argument("name", help="the agent's name or id, or `operator` or `explorer`")
     render.add_argument(
         "--broker-dir", required=True, type=Path, help="the folder `vox broker render` wrote"
     )

@@ -31,6 +31,7 @@ from .._mqttclient import Refused
 from ..config import load_console_config, load_daemon_config
 from ..console import ALL_STATUS, OperatorConsole
 from ..errors import CommandFailed
+from ..explorerconf import load_explorer_config
 from ..liveness import FleetObserver, Incident
 from ..metrics import parse_snapshot, quantile
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
@@ -178,7 +179,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 class Reader:
     """Who a read-only look logs in as, and where it sits in the tree."""
 
-    kind: str  # "operator" or "agent"
+    kind: str  # "operator", "explorer" or "agent"
     name: str
     id: UUID
     top: UUID  # the tree is drawn from here: the operator, or the agent's master
@@ -190,12 +191,27 @@ class Reader:
 
 
 def load_reader(path: Path) -> Reader:
-    """Read an operator or agent config; the connection gets its own client id, no session."""
+    """Read an operator, explorer or agent config; the look gets its own client id, no session."""
     try:
         kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         kind = "operator"  # let the loader say what is wrong with the file
     base = path.absolute().parent
+    if kind == "explorer":
+        explorer = load_explorer_config(path)
+        e = explorer.explorer
+        broker = explorer.broker.settings(f"{e.id}-status-{secrets.token_hex(4)}", base=base)
+        return Reader(
+            kind="explorer",
+            name=e.name,
+            id=e.id,
+            top=e.operator_id,
+            top_name=e.operator_name,
+            peers=(),
+            warroom=True,
+            stale_after=3.0,
+            broker=_read_only(broker),
+        )
     if kind == "agent":
         daemon = load_daemon_config(path)
         a = daemon.agent
