@@ -136,3 +136,12 @@ def test_parser_never_raises(counters: dict[str, Any], histograms: dict[str, Any
     for values in snap.counters.values():
         assert len(values) <= MAX_LABEL_VALUES
         assert all(isinstance(n, int) and n >= 0 for n in values.values())
+
+
+def test_turned_off_metrics_count_nothing_and_have_no_snapshot() -> None:
+    metrics = AgentMetrics(enabled=False)
+    metrics.messages_in.inc("command_request")
+    metrics.command_handler_seconds.observe(0.1)
+    assert metrics.messages_in.values == {}
+    assert metrics.command_handler_seconds.counts == [0] * (len(COMMAND_BUCKETS) + 1)
+    assert metrics.snapshot() is None

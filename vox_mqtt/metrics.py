@@ -156,11 +156,34 @@ class Histogram:
         self.observe(time.perf_counter() - started)
 
 
+class _Uncounted(LabelledCounter):
+    """A counter that counts nothing: metrics turned off (the benchmark's baseline)."""
+
+    __slots__ = ()
+
+    def inc(self, key: str, amount: int = 1) -> None:
+        """Do nothing."""
+
+
+class _Unobserved(Histogram):
+    """A histogram that keeps nothing: metrics turned off."""
+
+    __slots__ = ()
+
+    def observe(self, value: float) -> None:
+        """Do nothing."""
+
+
 class AgentMetrics:
     """Every counter, gauge and histogram of one agent, and its heartbeat snapshot."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.counters: dict[str, LabelledCounter] = {name: LabelledCounter() for name in COUNTERS}
+    def __init__(
+        self, *, enabled: bool = True, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.enabled = enabled
+        counter = LabelledCounter if enabled else _Uncounted
+        histogram = Histogram if enabled else _Unobserved
+        self.counters: dict[str, LabelledCounter] = {name: counter() for name in COUNTERS}
         # Plain counts are attributes: `metrics.duplicates += 1` is the whole cost.
         self.duplicates = 0
         self.resends = 0
@@ -174,7 +197,7 @@ class AgentMetrics:
         self.commands_served = c["commands_served"]
         self.commands_delegated = c["commands_delegated"]
         self.commands_failed = c["commands_failed"]
-        self.histograms: dict[str, Histogram] = {name: Histogram() for name in HISTOGRAMS}
+        self.histograms: dict[str, Histogram] = {name: histogram() for name in HISTOGRAMS}
         h = self.histograms
         self.command_handler_seconds = h["command_handler_seconds"]
         self.command_roundtrip_seconds = h["command_roundtrip_seconds"]
@@ -189,8 +212,10 @@ class AgentMetrics:
             raise ValueError(f"unknown gauge {name!r}")
         self._gauges[name] = read
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any] | None:
         """Return the compact, JSON-ready values for a heartbeat's details.metrics.agent."""
+        if not self.enabled:
+            return None
         counters: dict[str, Any] = {}
         for name, spec in COUNTERS.items():
             if spec.label is None:
