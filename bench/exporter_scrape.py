@@ -24,10 +24,10 @@ from prometheus_client.registry import Collector
 from bench.common import figure, run_alone
 from vox_mqtt import topics
 from vox_mqtt.exporter import FleetCollector, fleet_families
-from vox_mqtt.liveness import FleetObserver
-from vox_mqtt.messages import new_message, serialize
+from vox_mqtt.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 from vox_mqtt.metrics import AgentMetrics
-from vox_mqtt.status import MSG_AGENT_STATUS, AgentStatus, host_metrics
+from vox_mqtt.observer import FleetObserver
+from vox_mqtt.status import host_metrics
 from vox_mqtt.transport import Inbound
 
 

@@ -15,10 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from vox_mqtt import topics
 from vox_mqtt.cli.exporter import parse_listen
 from vox_mqtt.exporter import FleetCollector
-from vox_mqtt.liveness import FleetObserver
-from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.messages import (
+    MSG_AGENT_STATUS,
+    MSG_SYSTEM_FAILURE,
+    AgentStatus,
+    SystemFailure,
+    new_message,
+    serialize,
+)
 from vox_mqtt.metrics import AgentMetrics
-from vox_mqtt.status import MSG_AGENT_STATUS, AgentStatus
+from vox_mqtt.observer import FleetObserver
 from vox_mqtt.transport import Inbound
 
 OPERATOR = uuid4()

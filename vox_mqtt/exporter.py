@@ -22,8 +22,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .liveness import FleetObserver
 from .metrics import COUNTERS, GAUGES, HISTOGRAMS, parse_host_metrics, parse_snapshot
+from .observer import FleetObserver
 from .status import ACTIVE, INACTIVE, STALE, UNKNOWN, AgentLiveness
 
 __all__ = ["HOST_FAMILIES", "STATES", "FleetCollector", "fleet_families"]
