@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -23,6 +24,7 @@ from .inbound import InboundPipeline, Listener
 from .ledger import VOXAgentMemory
 from .liveness import Liveness
 from .messages import ErrorCode, VOXMessage
+from .metrics import AgentMetrics
 from .outbox import Outbox
 from .roles import Role
 from .router import Router
@@ -57,8 +59,16 @@ class VOXAgent:
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():
             self.fleet_view.watch(child_id, child_name)
+        self.metrics = AgentMetrics(enabled=config.metrics)
+        if config.metrics:
+            self.memory.on_commit = self._count_commit
+            self.metrics.gauge("ledger_bytes", self._ledger_bytes)
         self._ctx = AgentContext(
-            config=config, ledger=self.memory, tracker=self.tracker, tasks=TaskSet(config.name)
+            config=config,
+            ledger=self.memory,
+            tracker=self.tracker,
+            tasks=TaskSet(config.name),
+            metrics=self.metrics,
         )
         self.router = Router()
         self._outbox = Outbox(self._ctx)
@@ -78,6 +88,18 @@ class VOXAgent:
         self._stopped = False
         for role in roles:
             self.add_role(role)
+
+    def _count_commit(self, records: int, seconds: float) -> None:
+        self.metrics.ledger_records += records
+        self.metrics.ledger_commit_seconds.observe(seconds)
+
+    def _ledger_bytes(self) -> float:
+        # The write-ahead log holds the newest records until a checkpoint: count it too.
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{self.memory.path}{suffix}").st_size
+        return float(total)
 
     # --- what the parts hold, as the agent's public view ----------------------------------
 
@@ -232,6 +254,7 @@ class VOXAgent:
         )
         self._ctx.session = session
         await self._stack.enter_async_context(session)
+        self.metrics.commands_served.seed(self.router.commands)
         tasks = self._ctx.tasks
         tasks.spawn(self._inbound.run(), "inbound")
         tasks.spawn(self._liveness.run(), "liveness")

@@ -48,6 +48,8 @@ class InboundPipeline:
         self.listeners: list[Listener] = []  # see every verified inbound message
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        self.intake = 0  # inbound messages being recorded, acknowledged and routed
+        ctx.metrics.gauge("intake_queue", lambda: self.intake)
 
     async def run(self) -> None:
         """Read the session's messages until it ends."""
@@ -64,12 +66,14 @@ class InboundPipeline:
                 self.ctx.tasks.spawn(self._intake(inbound, topic), "intake")
 
     async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
+        self.intake += 1
         try:
             await self._process(inbound, topic)
         except Exception:
             # Nothing a peer sends may stop the agent: log it and go on.
             log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
         finally:
+            self.intake -= 1
             self._intake_slots.release()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
@@ -110,10 +114,12 @@ class InboundPipeline:
                 del self._in_progress[message_id]
                 recording.set()
         if duplicate:
+            self.ctx.metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic)
             if message.type != MSG_ACKNOWLEDGED:
                 await self.outbox.publish_ack(message)
             return
+        self.ctx.metrics.messages_in.inc(message.type)
         if message.type != MSG_ACKNOWLEDGED:
             # The record is durable, so the ack may go; routing need not wait for the ack's own
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
@@ -123,6 +129,7 @@ class InboundPipeline:
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
         log.warning(
             "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
         )
@@ -141,6 +148,7 @@ class InboundPipeline:
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
         )

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -91,6 +92,8 @@ class VOXAgentMemory:
         # (last row id, its hash) as this writer's last commit left them: a commit then costs
         # three round trips to the sqlite thread instead of four (see _write).
         self._head: tuple[int, str] | None = None
+        # Told (records written, seconds) after each commit: the agent's metrics.
+        self.on_commit: Callable[[int, float], None] | None = None
 
     @property
     def commit_count(self) -> int:
@@ -323,6 +326,7 @@ class VOXAgentMemory:
     async def _commit(self, batch: list[_Pending]) -> None:
         db = self._writer
         assert db is not None
+        started = time.perf_counter()
         try:
             with self._errors("cannot write"):
                 try:
@@ -344,6 +348,8 @@ class VOXAgentMemory:
                     pending.future.set_exception(error)
             return
         self._commits += 1
+        if self.on_commit is not None:
+            self.on_commit(sum(1 for row_id in ids if row_id), time.perf_counter() - started)
         for row_id, pending in zip(ids, batch, strict=True):
             if not pending.future.done():
                 pending.future.set_result(row_id)

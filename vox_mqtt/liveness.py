@@ -141,6 +141,8 @@ class Liveness:
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
+        if self.connected_at is not None:
+            self.ctx.metrics.reconnects += 1
         self.connected_at = time.monotonic()
         session = self.ctx.session
         self._resumed = session is not None and session.session_present
@@ -153,7 +155,7 @@ class Liveness:
         if session is None or not self.config.publish_status:
             return
         if metrics is None:
-            metrics = host_metrics(self.config.state_dir)
+            metrics = self._figures()
         message = self._status_message(ACTIVE, None, metrics)
         self._advertised = list(message.details.get("commands", []))
         await session.publish(topics.status(self.config.id), serialize(message), retain=True)
@@ -162,7 +164,8 @@ class Liveness:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
         session = self.ctx.session
         if session is not None and self.config.publish_status:
-            message = self._status_message(INACTIVE, SHUTDOWN)
+            # The last counts of this process stay readable after it stops.
+            message = self._status_message(INACTIVE, SHUTDOWN, self._figures())
             await session.publish(topics.status(self.config.id), serialize(message), retain=True)
 
     async def run(self) -> None:
@@ -182,6 +185,14 @@ class Liveness:
                 next_beat = time.monotonic() + interval
                 await self._heartbeat()
 
+    def _figures(self) -> dict[str, Any]:
+        """Return the host figures and this agent's metrics for details.metrics."""
+        figures = host_metrics(self.config.state_dir)
+        snapshot = self.ctx.metrics.snapshot()
+        if snapshot is not None:
+            figures["agent"] = snapshot
+        return figures
+
     def _online(self) -> bool:
         # While the session is down a publish would wait for it: the birth covers the gap.
         session = self.ctx.session
@@ -190,7 +201,7 @@ class Liveness:
     async def _heartbeat(self) -> None:
         if not self._online():
             return
-        metrics = host_metrics(self.config.state_dir)
+        metrics = self._figures()
         await self._safely(self.publish_status(metrics))
         await self._safely(self._check_host(metrics))
 

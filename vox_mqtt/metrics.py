@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Final
+
+from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_ERROR, MSG_COMMAND_REQUEST, MSG_COMMAND_RESULT
 
 __all__ = [
     "COMMAND_BUCKETS",
@@ -41,6 +43,13 @@ MAX_LABEL_VALUES: Final = 32  # distinct label values one counter keeps; the res
 MAX_LABEL_LENGTH: Final = 64
 MAX_BUCKETS: Final = 40
 OTHER: Final = "other"
+# The message types every agent exchanges: their counters exist from the start.
+CORE_TYPES: Final = (
+    MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
+    MSG_COMMAND_ERROR,
+    MSG_ACKNOWLEDGED,
+)
 _MAX_COUNT: Final = 2**63 - 1
 
 # Upper bounds in seconds, shared by every timing: from a ledger group commit (sub-ms)
@@ -135,6 +144,12 @@ class LabelledCounter:
         """Return the sum over every label."""
         return sum(self.values.values())
 
+    def seed(self, keys: Iterable[str]) -> None:
+        """Start these keys at 0: a series that exists before its first event lets rate() see it."""
+        for key in keys:
+            if key not in self.values and len(self.values) < MAX_LABEL_VALUES - 1:
+                self.values[key] = 0
+
 
 class Histogram:
     """Observations counted into fixed buckets (upper bounds, plus one for +Inf)."""
@@ -193,6 +208,9 @@ class AgentMetrics:
         c = self.counters
         self.messages_in = c["messages_in"]
         self.messages_out = c["messages_out"]
+        if enabled:
+            self.messages_in.seed(CORE_TYPES)
+            self.messages_out.seed(CORE_TYPES)
         self.rejected = c["rejected"]
         self.commands_served = c["commands_served"]
         self.commands_delegated = c["commands_delegated"]

@@ -17,6 +17,7 @@ from . import topics
 from .context import AgentContext
 from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
 from .messages import (
+    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     CommandError,
@@ -66,17 +67,18 @@ class Outbox:
             except InvalidMessage:
                 continue
             tracked = self.ctx.tracker.track(message, expects_reply=False)
-            self.ctx.tasks.spawn(self._deliver(tracked), "redeliver")
+            self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
 
-    async def _deliver(self, tracked: TrackedRequest) -> None:
+    async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
         try:
-            await self._deliver_until_acknowledged(tracked)
+            await self._deliver_until_acknowledged(tracked, resend)
         finally:
             with contextlib.suppress(VoxError):
                 await self.ctx.ledger.outbox_done(tracked.message_id)
 
-    async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
+    async def _deliver_until_acknowledged(self, tracked: TrackedRequest, resend: bool) -> None:
         session = self.ctx.live_session()
+        metrics = self.ctx.metrics
         tracker = self.ctx.tracker
         message = tracked.message
         topic = topics.inbox(message.target, self.config.id)
@@ -84,12 +86,18 @@ class Outbox:
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
+            if resend:
+                metrics.resends += 1
+            else:
+                metrics.messages_out.inc(message.type)
+                resend = True
             try:
                 await session.publish(topic, payload, expiry=_expiry(message))
                 tracker.dispatched(message.message_id)
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
                     # The broker refused it (ACL): re-sending cannot help.
+                    metrics.delivery_failures += 1
                     tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
                     return
                 log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
@@ -97,6 +105,7 @@ class Outbox:
                 async with asyncio.timeout(delay):
                     await tracked.acknowledged.wait()
             if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
+                metrics.delivery_failures += 1
                 tracker.failed(
                     message.message_id,
                     ErrorCode.TIMEOUT,
@@ -110,9 +119,11 @@ class Outbox:
         session = self.ctx.live_session()
         ack = message.acknowledgement(message_source=self.config.message_source)
         await self.ctx.ledger.record_message(ack, "sent")
+        self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
         try:
             await session.publish(topics.inbox(message.source, self.config.id), serialize(ack))
         except DeliveryFailed as exc:
+            self.ctx.metrics.delivery_failures += 1
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(
                 "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
@@ -133,6 +144,7 @@ class Outbox:
 
     async def await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
         """Send a message and return its reply; raise CommandFailed on an error or timeout."""
+        started = time.perf_counter()
         tracked = await self.send_message(message, expects_reply=True)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
@@ -142,6 +154,9 @@ class Outbox:
             self.ctx.tracker.failed(
                 message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
             )
+        if message.type == MSG_COMMAND_REQUEST:
+            # End to end as the requester sees it, answered or not.
+            self.ctx.metrics.command_roundtrip_seconds.time_since(started)
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")

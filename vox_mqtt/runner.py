@@ -55,6 +55,7 @@ class CommandRunner:
         self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
         self._idle = asyncio.Event()
         self._idle.set()
+        ctx.metrics.gauge("inflight_commands", lambda: self._running)
 
     @property
     def in_flight(self) -> int:
@@ -94,6 +95,7 @@ class CommandRunner:
                 error=f"{self.config.name} is stopping and {name!r} did not finish in time",
                 command=name or None,
             )
+            self.ctx.metrics.commands_failed.inc(ErrorCode.SHUTTING_DOWN)
             with contextlib.suppress(VoxError):
                 answers.append(
                     await self.outbox.send_message(
@@ -122,7 +124,11 @@ class CommandRunner:
                 self._idle.set()
         if self._serving.pop(request.message_id, None) is None:
             return  # already answered SHUTTING_DOWN when the grace period ran out
-        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+        if isinstance(details, CommandResult):
+            kind = MSG_COMMAND_RESULT
+        else:
+            kind = MSG_COMMAND_ERROR
+            self.ctx.metrics.commands_failed.inc(details.code)
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply whole in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
@@ -143,7 +149,13 @@ class CommandRunner:
         if handler is not None:
             async with self._handler_slots:
                 await self.ctx.ledger.record_message(request, "started")
-                return await self._call(handler, name, payload.params, timeout)
+                metrics = self.ctx.metrics
+                metrics.commands_served.inc(name)
+                started = time.perf_counter()
+                try:
+                    return await self._call(handler, name, payload.params, timeout)
+                finally:
+                    metrics.command_handler_seconds.time_since(started)
         return await self._delegate(request, payload, timeout)
 
     def _timeout_of(self, payload: CommandRequest) -> float:
@@ -202,6 +214,7 @@ class CommandRunner:
             message_source=self.config.message_source,
         )
         await self.ctx.ledger.record_message(request, "delegated", outcome=str(child))
+        self.ctx.metrics.commands_delegated.inc(name)
         self._delegated[child] = self._delegated.get(child, 0) + 1
         try:
             reply = await self.outbox.await_reply(downstream, timeout)
@@ -222,6 +235,7 @@ class CommandRunner:
     ) -> None:
         """After a restart: report interrupted commands, run acknowledged but unstarted ones."""
         for row in interrupted:
+            self.ctx.metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
             await self.outbox.send_error_to(
                 UUID(row["source"]),
                 UUID(row["message_id"]),

@@ -88,6 +88,7 @@ class AgentConfig:
     disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
     memory_alert_percent: float = 95.0
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
+    metrics: bool = True  # count the agent's work (docs/metrics.md); off only to measure it
 
     @property
     def peers(self) -> frozenset[UUID]:
