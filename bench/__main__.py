@@ -25,6 +25,7 @@ from bench import (
     exporter_scrape,
     footprint,
     ledger_bench,
+    metrics_cost,
     one_hop,
     render_large,
     three_levels,
@@ -42,6 +43,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
     "exporter": (8, exporter_scrape.run),
+    "metrics_cost": (9, metrics_cost.run),
 }
 
 

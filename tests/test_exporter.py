@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vox_mqtt import topics
 from vox_mqtt.cli.exporter import parse_listen
+from vox_mqtt.cli.ops import activity
 from vox_mqtt.exporter import FleetCollector
 from vox_mqtt.messages import (
     MSG_AGENT_STATUS,
@@ -156,3 +157,16 @@ def test_alert_rules_pass_promtool() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 5 rules found" in result.stdout
+
+
+def test_status_columns_from_a_heartbeat() -> None:
+    metrics = AgentMetrics(clock=iter([0.0, 2.0]).__next__)
+    metrics.messages_in.inc("command_request", 4)
+    metrics.commands_failed.inc("NO_ROUTE")
+    metrics.rejected.inc("INVALID_MESSAGE")
+    for seconds in (0.002, 0.003, 0.004, 0.2):
+        metrics.command_handler_seconds.observe(seconds)
+    rate, errors, p50 = activity({"cpu_percent": 1.0, "agent": metrics.snapshot()})
+    assert (rate, errors) == ("2.0", "2")
+    assert p50 == "3.8ms"  # one of four at or below 2.5 ms, two in (2.5, 5] ms: linear in it
+    assert activity({"cpu_percent": 1.0}) == ("-", "-", "-")
