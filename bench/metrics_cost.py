@@ -5,6 +5,7 @@ The same agents on the same broker, once with metrics on (the default) and once 
 interleaved in rounds so a change of load on a shared machine hits both alike. One hop:
 sequential operator -> root `ping` round trips (p50, median of the rounds). Throughput:
 concurrent `echo` through root -> coordinator -> two specialists (median of the rounds).
+Also, load-independent: the time of one counter increment and one histogram observation.
 
     python -m bench.metrics_cost [--quick]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text, run_alone
 from bench.throughput import drive
 from bench.voxside import start_vox
+from vox_mqtt.metrics import AgentMetrics
 
 PARAMS = {"text": "hello"}
 ALL = ["root", "coordinator", "spec_a", "spec_b"]
@@ -59,6 +62,37 @@ async def rate(bench: BenchBroker, metrics: bool, concurrency: int, seconds: flo
         return await drive(call, concurrency, seconds)
 
 
+def per_event_ns(quick: bool) -> dict[str, Any]:
+    """Time one counter increment and one histogram observation, against a bare dict add."""
+    metrics = AgentMetrics()
+    n = 20_000 if quick else 1_000_000
+    counter, histogram = metrics.messages_in, metrics.command_handler_seconds
+    plain: dict[str, int] = {"command_request": 0}
+
+    def timed(step: Callable[[], None]) -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            step()
+        return (time.perf_counter() - started) / n * 1e9
+
+    def bare() -> None:
+        plain["command_request"] += 1
+
+    inc_ns = timed(lambda: counter.inc("command_request"))
+    observe_ns = timed(lambda: histogram.observe(0.003))
+    bare_ns = timed(bare)
+    return figure(
+        title="Metrics cost per event: one labelled counter increment (ns)",
+        unit="ns",
+        vox=inc_ns,
+        baseline=bare_ns,
+        target="none set (baseline: a bare dict increment in a lambda)",
+        met=None,
+        histogram_observe_ns=round(observe_ns, 1),
+        events=n,
+    )
+
+
 async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Interleave metrics on and off for both figures; return one row each."""
     rounds, count, concurrency, seconds = sizes(quick)
@@ -73,6 +107,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     hop_on, hop_off = statistics.median(hop[True]), statistics.median(hop[False])
     rate_on, rate_off = statistics.median(through[True]), statistics.median(through[False])
     return [
+        per_event_ns(quick),
         figure(
             title="Metrics cost, one hop: operator -> agent round trip p50, metrics on vs off",
             unit="ms",
