@@ -170,3 +170,20 @@ def test_status_columns_from_a_heartbeat() -> None:
     assert (rate, errors) == ("2.0", "2")
     assert p50 == "3.8ms"  # one of four at or below 2.5 ms, two in (2.5, 5] ms: linear in it
     assert activity({"cpu_percent": 1.0}) == ("-", "-", "-")
+
+
+def test_a_hostile_heartbeat_cannot_blow_up_a_scrape() -> None:
+    agent = uuid4()
+    hostile = {
+        "v": 1,
+        "counters": {"messages_in": {f"type-{i}": i for i in range(50_000)}},
+        "histograms": {
+            "command_handler_seconds": {"le": list(range(5000)), "counts": [1] * 5001, "sum": 1}
+        },
+    }
+    observer = FleetObserver()
+    observer.take(status(agent, OPERATOR, "mallory", "ACTIVE", metrics={"agent": hostile}))
+    text, samples = scrape(FleetCollector(observer))
+    assert sum(1 for name, _ in samples if name == "vox_agent_messages_in_total") == 32
+    assert not any(name.startswith("vox_agent_command_handler_seconds") for name, _ in samples)
+    assert len(text) < 20_000

@@ -199,3 +199,32 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
             "Prometheus sees the worker down",
         )
         assert prom.value('vox_agent_up{agent="root"}') == 1.0
+
+
+def test_exporter_survives_a_broker_restart(tmp_path: Path) -> None:
+    text = fleet_text(SHAPE, roles=ROLES, heartbeat=1.0)
+    with (
+        run_fleet(tmp_path / "fleet", text, keepalive=KEEPALIVE) as procs,
+        run_exporter(procs.operator_config, tmp_path / "exporter.log") as exporter,
+    ):
+
+        def all_up() -> bool:
+            s = exporter.samples()
+            return all(sample(s, "vox_agent_up", agent=n) == 1.0 for n in SHAPE)
+
+        poll(all_up, 30, "every agent up")
+        procs.broker.stop()
+        # Blind, and says so: the alert rules tell this apart from a fleet outage.
+        poll(
+            lambda: sample(exporter.samples(), "vox_exporter_broker_connected") == 0.0,
+            20,
+            "the exporter to notice the broker is gone",
+        )
+        procs.broker.start()
+        poll(
+            lambda: sample(exporter.samples(), "vox_exporter_broker_connected") == 1.0,
+            40,
+            "the exporter back on the broker",
+        )
+        poll(all_up, 40, "every agent up again after the restart")
+        assert exporter.process.poll() is None
