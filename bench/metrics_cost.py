@@ -3,9 +3,10 @@
 The same agents on the same broker, once with metrics on (the default) and once with
 `AgentConfig(metrics=False)`, whose counters and histograms count nothing. The two are
 interleaved in rounds so a change of load on a shared machine hits both alike. One hop:
-sequential operator -> root `ping` round trips (p50, median of the rounds). Throughput:
-concurrent `echo` through root -> coordinator -> two specialists (median of the rounds).
-Also, load-independent: the time of one counter increment and one histogram observation.
+sequential operator -> root `ping` round trips (p50; the best round). Throughput:
+concurrent `echo` through root -> coordinator -> two specialists (the best round).
+Also, independent of load: the time of one counter increment and one histogram
+observation, the counting calls one hop makes at both ends, and their product.
 
     python -m bench.metrics_cost [--quick]
 """
@@ -34,19 +35,34 @@ def sizes(quick: bool) -> tuple[int, int, int, float]:
     return (1, 20, 4, 0.5) if quick else (3, 300, 32, 4.0)
 
 
-async def one_hop_p50(bench: BenchBroker, metrics: bool, count: int) -> float:
-    """Return the p50 in ms of sequential operator -> root round trips."""
+def events(metrics: AgentMetrics) -> int:
+    """Return how many counting calls an agent's metrics have taken so far."""
+    total = sum(counter.total() for counter in metrics.counters.values())
+    total += metrics.duplicates + metrics.resends + metrics.delivery_failures
+    total += metrics.reconnects
+    commits = sum(metrics.ledger_commit_seconds.counts)
+    # A commit is two calls (records added, latency observed); other timings are one.
+    total += 2 * commits
+    total += sum(sum(h.counts) for h in metrics.histograms.values()) - commits
+    return total
+
+
+async def one_hop_p50(bench: BenchBroker, metrics: bool, count: int) -> tuple[float, float]:
+    """Return the p50 in ms of sequential operator -> root round trips, and events per hop."""
     root = bench.id("root")
     async with AsyncExitStack() as stack:
-        operator, _ = await start_vox(stack, bench, ["root"], metrics=metrics)
+        operator, agents = await start_vox(stack, bench, ["root"], metrics=metrics)
         for _ in range(max(3, count // 10)):
             await operator.request("ping", PARAMS, to=root)
+        both = (operator.metrics, agents["root"].metrics)
+        before = sum(events(m) for m in both)
         times = []
         for _ in range(count):
             started = time.perf_counter()
             await operator.request("ping", PARAMS, to=root)
             times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        counted = sum(events(m) for m in both) - before
+    return statistics.median(times), counted / count
 
 
 async def rate(bench: BenchBroker, metrics: bool, concurrency: int, seconds: float) -> float:
@@ -97,17 +113,28 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Interleave metrics on and off for both figures; return one row each."""
     rounds, count, concurrency, seconds = sizes(quick)
     hop: dict[bool, list[float]] = {True: [], False: []}
+    per_hop: list[float] = []
     through: dict[bool, list[float]] = {True: [], False: []}
     with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
         for _ in range(rounds):
             for metrics in (False, True):
-                hop[metrics].append(await one_hop_p50(bench, metrics, count))
+                p50, counted = await one_hop_p50(bench, metrics, count)
+                hop[metrics].append(p50)
+                if metrics:
+                    per_hop.append(counted)
             for metrics in (False, True):
                 through[metrics].append(await rate(bench, metrics, concurrency, seconds))
-    hop_on, hop_off = statistics.median(hop[True]), statistics.median(hop[False])
-    rate_on, rate_off = statistics.median(through[True]), statistics.median(through[False])
+    # The least disturbed round of each: on a shared machine, load only ever adds time.
+    hop_on, hop_off = min(hop[True]), min(hop[False])
+    rate_on, rate_off = max(through[True]), max(through[False])
+    event = per_event_ns(quick)
+    hop_events = statistics.median(per_hop)
+    event["events_per_hop"] = round(hop_events, 1)
+    # Counting calls one hop makes (both ends) x the cost of one: independent of load.
+    event["cost_per_hop_us"] = round(hop_events * event["vox"] / 1000, 2)
+    event["share_of_hop_p50_percent"] = round(100 * hop_events * event["vox"] / 1e6 / hop_on, 3)
     return [
-        per_event_ns(quick),
+        event,
         figure(
             title="Metrics cost, one hop: operator -> agent round trip p50, metrics on vs off",
             unit="ms",

@@ -24,11 +24,12 @@ from prometheus_client.registry import Collector
 
 from .metrics import COUNTERS, GAUGES, HISTOGRAMS, parse_host_metrics, parse_snapshot
 from .observer import FleetObserver
-from .status import ACTIVE, INACTIVE, STALE, UNKNOWN, AgentLiveness
+from .status import ACTIVE, INACTIVE, STALE, AgentLiveness
 
 __all__ = ["HOST_FAMILIES", "STATES", "FleetCollector", "fleet_families"]
 
-STATES: Final = (ACTIVE, STALE, INACTIVE, UNKNOWN)
+# An agent the exporter lists has sent a status, so it is never UNKNOWN.
+STATES: Final = (ACTIVE, STALE, INACTIVE)
 AGENT_LABELS: Final = ("agent", "id", "master")
 # Heartbeat host figure -> (metric name, help). Per agent: agents may share a host.
 HOST_FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
