@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 from prometheus_client.core import (
@@ -22,7 +22,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .metrics import COUNTERS, GAUGES, HISTOGRAMS, parse_host_metrics, parse_snapshot
+from .metrics import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    MetricsSnapshot,
+    parse_host_metrics,
+    parse_snapshot,
+)
 from .observer import FleetObserver
 from .status import ACTIVE, INACTIVE, STALE, AgentLiveness
 
@@ -54,11 +61,28 @@ HOST_FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
 _MAX_WARROOM_SERIES: Final = 256  # (severity, code) pairs remembered to report as 0
 
 
+Parsed = tuple[dict[str, Any], dict[str, float], MetricsSnapshot | None]
+
+
+def _parsed(entry: AgentLiveness, cache: dict[UUID, Parsed] | None) -> Parsed:
+    """Return an agent's host figures and snapshot, parsed once per status received."""
+    raw = entry.metrics or {}
+    if cache is not None:
+        hit = cache.get(entry.id)
+        if hit is not None and hit[0] is raw:
+            return hit
+    parsed = (raw, parse_host_metrics(raw), parse_snapshot(raw.get("agent")))
+    if cache is not None:
+        cache[entry.id] = parsed
+    return parsed
+
+
 def fleet_families(
     observer: FleetObserver,
     *,
     names: Mapping[UUID, str],
     seen_incidents: set[tuple[str, str]] | None = None,
+    cache: dict[UUID, Parsed] | None = None,
 ) -> list[Metric]:
     """Return every metric family for the agents and incidents the observer holds."""
     observer.view.refresh()  # an agent whose heartbeat is too old is STALE at this scrape
@@ -120,10 +144,9 @@ def fleet_families(
             age.add_metric(base, round(heartbeat_age, 3))
         interval.add_metric(base, entry.heartbeat_interval)
         epoch.add_metric(base, float(entry.epoch))
-        raw = entry.metrics or {}
-        for key, value in parse_host_metrics(raw).items():
+        _, figures, snapshot = _parsed(entry, cache)
+        for key, value in figures.items():
             host[key].add_metric(base, value)
-        snapshot = parse_snapshot(raw.get("agent"))
         if snapshot is None:
             continue
         for name, values in snapshot.counters.items():
@@ -191,10 +214,14 @@ class FleetCollector(Collector):
         self.connected = connected
         self.timeout = timeout
         self._seen: set[tuple[str, str]] = set()
+        # A status's metrics are parsed at the first scrape after it arrived, not at each.
+        self._cache: dict[UUID, Parsed] = {}
         self._lock = threading.Lock()
 
     def _build(self) -> list[Metric]:
-        families = fleet_families(self.observer, names=self.names, seen_incidents=self._seen)
+        families = fleet_families(
+            self.observer, names=self.names, seen_incidents=self._seen, cache=self._cache
+        )
         if self.connected is not None:
             link = GaugeMetricFamily(
                 "vox_exporter_broker_connected",
