@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from vox_mqtt import topics
+from vox_mqtt.cli import main
 from vox_mqtt.cli.exporter import parse_listen
 from vox_mqtt.cli.ops import activity
 from vox_mqtt.exporter import FleetCollector
@@ -188,3 +189,17 @@ def test_a_hostile_heartbeat_cannot_blow_up_a_scrape() -> None:
     assert sum(1 for name, _ in samples if name == "vox_agent_messages_in_total") == 32
     assert not any(name.startswith("vox_agent_command_handler_seconds") for name, _ in samples)
     assert len(text) < 20_000
+
+
+def test_bad_config_or_address_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope.toml")
+    assert main(["exporter", "--config", missing, "--listen", "127.0.0.1:0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vox: error: ")
+    assert err.count("\n") == 1
+    assert "nope.toml" in err
+    assert main(["exporter", "--config", missing, "--listen", "localhost"]) == 2
+    err = capsys.readouterr().err
+    assert err == "vox: error: --listen 'localhost' is not HOST:PORT (e.g. 127.0.0.1:9733)\n"
