@@ -17,6 +17,7 @@ from typing import Any, Final
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
 from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError
+from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -81,7 +82,7 @@ def prepare(path: Path) -> Prepared:
 
 def _state_dir_problems(state_dir: Path) -> list[str]:
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
     except OSError as exc:
         return [f"state dir {state_dir}: cannot create it: {exc.strerror}"]
     if not os.access(state_dir, os.W_OK | os.X_OK):

@@ -68,7 +68,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    reader = load_reader(args.config)
+    reader = load_reader(args.config, "exporter")
     return asyncio.run(_serve(reader, host, port))
 
 
