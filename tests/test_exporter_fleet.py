@@ -165,6 +165,10 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
             40,
             "Prometheus sees both agents up",
         )
+        # The operator's config: the exporter logged in as the operator's own read-only look.
+        look = procs.broker_dir.credentials_for(procs.fleet.operator_name).look("exporter")
+        assert look is not None
+        assert f"u'{look.username}'" in procs.broker.log_tail(400)
         assert sorted(prom.rules_loaded()) == sorted(
             [
                 "VoxAgentDown",
