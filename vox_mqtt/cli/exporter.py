@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import signal
 import sys
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from ..exporter import FleetCollector
 from ..transport import Session
-from ._common import EXIT_USAGE, fail
+from ._common import EXIT_USAGE, add_config_option, fail
 from .ops import Reader, load_reader, observing
 
 __all__ = ["parse_listen", "register"]
@@ -31,12 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "exporter", help="serve every agent's liveness and metrics to Prometheus"
     )
-    parser.add_argument(
-        "--config",
-        required=True,
-        type=Path,
-        help="the operator console config, or an agent's daemon config (what it may read)",
-    )
+    add_config_option(parser)
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
