@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..acl import EXPLORER_NAME
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
 from ..hierarchy import Fleet, load_fleet
 from ._common import EXIT_USAGE, fail
@@ -55,7 +56,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    if name != "operator" and report_roles(fleet, args.fleet, only=[fleet.agent(name)]):
+    if name not in ("operator", EXPLORER_NAME) and report_roles(
+        fleet, args.fleet, only=[fleet.agent(name)]
+    ):
         fail(f"not written: fix the role paths of {name} in {args.fleet}")
         return EXIT_USAGE
     rendered = render_agent_config(
@@ -74,9 +77,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def resolve_agent(fleet: Fleet, key: str) -> str:
-    """Return the name of the agent a name, id or unique id prefix designates (or `operator`)."""
+    """Return the agent a name, id or unique id prefix designates (or `operator`, `explorer`)."""
     if key in ("operator", fleet.operator_name, str(fleet.operator_id)):
         return "operator"
+    if key == EXPLORER_NAME and EXPLORER_NAME not in {a.name for a in fleet}:
+        return EXPLORER_NAME
     try:
         return fleet.agent(key).name
     except KeyError:
@@ -86,7 +91,7 @@ def resolve_agent(fleet: Fleet, key: str) -> str:
     except ValueError:
         known = ", ".join(sorted(a.name for a in fleet))
         raise ValueError(
-            f"no agent {key!r} in the fleet (agents: {known}; or `operator`)"
+            f"no agent {key!r} in the fleet (agents: {known}; or `operator`, `explorer`)"
         ) from None
     ids = {str(a.id): a.name for a in fleet} | {str(fleet.operator_id): "operator"}
     return ids[pick_by_prefix(prefix, ids, "agent id", "the fleet")]
