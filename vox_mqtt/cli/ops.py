@@ -292,7 +292,8 @@ def status_table(
         *("host cpu%", "host mem%", "disk%", "commands"),
     )
     for column in columns:
-        table.add_column(column)
+        # The state and its code stay on one line: a narrow terminal shortens the id instead.
+        table.add_column(column, no_wrap=column in ("name", "status", "liveness"))
     now = time.monotonic()
     for entry in sorted(agents, key=lambda a: a.name):
         metrics = entry.metrics or {}
