@@ -266,6 +266,12 @@ async def test_duplicates_are_reacknowledged_and_never_re_executed(
         assert metrics.messages_out.values[MSG_ACKNOWLEDGED] == 3
         await wait_for(lambda: metrics.resends >= 1)  # the unacknowledged result again
         assert sum(metrics.command_handler_seconds.counts) == 1
+        snapshot = metrics.snapshot()
+        assert snapshot is not None
+        assert snapshot["gauges"]["intake_queue"] == 0  # all taken in
+        assert snapshot["gauges"]["inflight_commands"] == 0
+        assert snapshot["gauges"]["ledger_bytes"] > 0
+        assert snapshot["counters"]["ledger_records"] >= 4  # received x1, duplicate x2, ...
 
 
 async def test_wrong_target_in_the_envelope_is_rejected(seed: Any, tmp_path: Path) -> None:

@@ -50,7 +50,12 @@ class InboundPipeline:
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
-        ctx.metrics.gauge("intake_queue", lambda: self.intake)
+        ctx.metrics.gauge("intake_queue", self._waiting)
+
+    def _waiting(self) -> int:
+        """Return the messages received and not yet routed: queued in the session or in intake."""
+        session = self.ctx.session
+        return self.intake + (0 if session is None else session.queued)
 
     async def run(self) -> None:
         """Read the session's messages until it ends."""

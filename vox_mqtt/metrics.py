@@ -101,7 +101,7 @@ COUNTERS: Final[Mapping[str, CounterSpec]] = {
 }
 GAUGES: Final[Mapping[str, str]] = {
     "inflight_commands": "commands being run or awaited by this agent",
-    "intake_queue": "inbound messages waiting to be processed",
+    "intake_queue": "inbound messages received and not yet routed",
     "ledger_bytes": "size of the ledger database in bytes",
 }
 HISTOGRAMS: Final[Mapping[str, str]] = {
