@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridged,
     detection,
     exporter_scrape,
+    fleet_large,
     footprint,
     ledger_bench,
     metrics_cost,
     one_hop,
+    reload_sessions,
     render_large,
     three_levels,
     throughput,
@@ -42,8 +45,11 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "detection": (5, detection.run),
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
-    "exporter": (8, exporter_scrape.run),
-    "metrics_cost": (9, metrics_cost.run),
+    "bridged": (8, bridged.run),
+    "fleet_large": (9, fleet_large.run),
+    "reload": (10, reload_sessions.run),
+    "exporter": (11, exporter_scrape.run),
+    "metrics_cost": (12, metrics_cost.run),
 }
 
 

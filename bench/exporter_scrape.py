@@ -1,4 +1,4 @@
-"""Figure 8: one `vox exporter` scrape of a fleet of 1,000 agents' retained statuses.
+"""Figure 11: one `vox exporter` scrape of a fleet of 1,000 agents' retained statuses.
 
 The observer holds 1,000 agent statuses, each with host figures and a full metrics
 snapshot (every counter with a few labels, every histogram with counts); a scrape builds
@@ -87,7 +87,7 @@ class _Static(Collector):
 
 
 def run(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Measure figure 8: scrape time for N agents, against rendering prebuilt families."""
+    """Measure figure 11: scrape time for N agents, against rendering prebuilt families."""
     agents, scrapes = sizes(quick)
     inbound = statuses(agents)
     observer = FleetObserver()

@@ -1,4 +1,4 @@
-"""Figure 9: what counting metrics costs on the hot path (one hop and throughput, on vs off).
+"""Figure 12: what counting metrics costs on the hot path (one hop and throughput, on vs off).
 
 The same agents on the same broker, once with metrics on (the default) and once with
 `AgentConfig(metrics=False)`, whose counters and histograms count nothing. The two are
@@ -165,7 +165,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Measure figure 9 in its own event loop."""
+    """Measure figure 12 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
 
 
