@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 from uuid import UUID, uuid4
 
 from pydantic import (
@@ -22,11 +24,14 @@ from pydantic import (
     model_validator,
 )
 
+from ._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
 from .errors import InvalidMessage
 
 __all__ = [
     "CONTENT_TYPE",
     "ERROR_CODES",
+    "MAX_DEADLINE_SECONDS",
+    "MAX_EXPIRY_SECONDS",
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
     "MSG_COMMAND_ERROR",
@@ -43,17 +48,21 @@ __all__ = [
     "DataRequest",
     "DataResponse",
     "ErrorCode",
+    "FrozenDict",
+    "FrozenList",
     "JobDetected",
     "MessageAcknowledged",
     "Price",
     "SystemFailure",
     "Uuid",
     "VOXMessage",
+    "expiry_seconds",
     "new_message",
     "now_iso",
     "parse",
     "parse_timestamp",
     "serialize",
+    "thaw_json",
 ]
 
 # Envelope-level types of seed 000.
@@ -68,6 +77,10 @@ MSG_DATA_RESPONSE: Final = "data_response"
 MSG_SYSTEM_FAILURE: Final = "system_failure"
 
 MAX_MESSAGE_BYTES: Final = 256 * 1024
+# The furthest a command deadline may lie ahead. MQTT's message expiry is a 32-bit count of
+# seconds (about 136 years); a deadline beyond any real job's is a mistake or an attack.
+MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600
+MAX_EXPIRY_SECONDS: Final = 2**32 - 1
 # The MQTT v5 content-type property of every VOX publish.
 CONTENT_TYPE: Final = "application/json"
 
@@ -101,6 +114,12 @@ def parse_timestamp(value: str) -> datetime:
     return parsed
 
 
+def expiry_seconds(deadline: str, *, now: float | None = None) -> int:
+    """Return the MQTT message expiry for a deadline: the seconds left, within 1..2**32-1."""
+    left = parse_timestamp(deadline).timestamp() - (time.time() if now is None else now)
+    return int(min(MAX_EXPIRY_SECONDS, max(1.0, left)))
+
+
 def _check_timestamp(value: str) -> str:
     parse_timestamp(value)
     # Kept as the sender wrote it, so a message re-serializes byte for byte.
@@ -126,19 +145,10 @@ Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
 """A UUID field that accepts only the 8-4-4-4-12 text form."""
 
 
-def _check_finite(details: dict[str, Any]) -> dict[str, Any]:
-    # JSON has no NaN or Infinity; pydantic reads them (and 1e400) as floats and would
-    # write them back as null, silently changing what the sender said.
-    stack: list[Any] = [details]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("NaN and Infinity are not JSON numbers")
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-    return details
+def _freeze_details(details: dict[str, Any]) -> dict[str, Any]:
+    # Frozen all the way down: a message is immutable, so what was validated is what is sent.
+    frozen: dict[str, Any] = freeze_json(details)
+    return frozen
 
 
 def now_iso() -> str:
@@ -157,8 +167,20 @@ class VOXMessage(BaseModel):
     source: Uuid
     target: Uuid
     type: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
-    details: Annotated[dict[str, Any], AfterValidator(_check_finite)]
+    details: Annotated[dict[str, Any], AfterValidator(_freeze_details)]
     reply_to: Uuid | None = None
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Return a copy with `update` applied, validated like any new message."""
+        if not update:
+            return self  # immutable all the way down: the copy would be the same message
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        try:
+            copy = self.model_validate({**fields, **update})
+        except ValidationError as exc:
+            raise InvalidMessage(_describe(exc)) from None
+        _validate_payload(copy)
+        return copy
 
     def payload(self) -> BaseModel | None:
         """Return details as this type's payload model, or None if the type is unknown."""
@@ -343,6 +365,21 @@ class CommandRequest(_Payload):
     params: dict[str, Any] = Field(default_factory=dict)
     # Optional deadline; it becomes the MQTT message expiry and bounds the re-sends.
     deadline: IsoTimestamp | None = None
+
+    @model_validator(mode="after")
+    def _deadline_in_reach(self) -> CommandRequest:
+        if self.deadline is None:
+            return self
+        try:
+            ahead = parse_timestamp(self.deadline).timestamp() - time.time()
+        except (OverflowError, OSError, ValueError):
+            ahead = math.inf  # beyond what the platform's clock can even represent
+        if ahead > MAX_DEADLINE_SECONDS:
+            raise ValueError(
+                f"deadline {self.deadline} is more than {MAX_DEADLINE_SECONDS // 86400} days"
+                " away; give one within that"
+            )
+        return self
 
 
 class MessageAcknowledged(_Payload):

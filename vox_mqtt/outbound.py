@@ -21,8 +21,8 @@ from .messages import (
     CommandRequest,
     ErrorCode,
     VOXMessage,
+    expiry_seconds,
     new_message,
-    parse_timestamp,
     serialize,
 )
 from .tracking import RequestState, TrackedRequest
@@ -106,7 +106,7 @@ class OutboundMixin:
         deadline = message.details.get("deadline")
         if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
             return None
-        return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
+        return expiry_seconds(deadline)
 
     async def _publish_ack(self, message: VOXMessage) -> None:
         assert self.session is not None
