@@ -22,10 +22,7 @@ class FrozenDict(dict[str, Any]):
     __slots__ = ()
     __setitem__ = __delitem__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse  # type: ignore[assignment]
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self.items()))
+    __ior__ = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         # copy and pickle would otherwise rebuild it item by item through __setitem__.
@@ -42,11 +39,8 @@ class FrozenList(list[Any]):
     """A list that refuses every change; it still serializes as a JSON array."""
 
     __slots__ = ()
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
-    append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self))
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenList, (list(self),))
