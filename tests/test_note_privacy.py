@@ -1,0 +1,55 @@
+"""A forwarded job's note and client address never reach a file of the coordinator's."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from tests.agentkit import wait_for
+from tests.test_examples_roles import Fixture, drop, fleet_fixture, job_mail, seed_fleet
+
+__all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
+
+# Searched case-insensitively: the note's client name and the sender's address.
+SECRETS = (b"netwire", b"ana@", b"note_to_human", b"o-26-xxxxx")
+
+
+def leaks(state_dir: Path) -> list[str]:
+    """Return every file of the state dir (the WAL included) holding any secret, any case."""
+    found = []
+    for path in sorted(state_dir.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes().lower()
+            found += [f"{path.name}: {s.decode()}" for s in SECRETS if s in data]
+    return found
+
+
+def outbox_size(db: Path) -> int:
+    with sqlite3.connect(db) as con:
+        return int(con.execute("SELECT count(*) FROM outbox").fetchone()[0])
+
+
+async def test_no_file_of_the_coordinator_holds_the_note_before_or_after_the_ack(
+    fleet_fixture: Fixture,
+) -> None:
+    f = fleet_fixture
+    coordinator_dir = f.tmp / "coordinator"
+    async with AsyncExitStack() as stack:
+        # The root is not up yet: the coordinator's notification waits, unacknowledged.
+        await f.start(stack, ["coordinator", "specialist_a"])
+        drop(f.intake, "job-1.eml", job_mail())
+        await wait_for(lambda: any(r["action"] == "notified" for r in f.ledger_rows("coordinator")))
+        assert outbox_size(coordinator_dir / "logs.db") == 1
+        assert (coordinator_dir / "logs.db-wal").exists()
+        assert leaks(coordinator_dir) == []
+        # The root comes up, gets the re-send and acknowledges it: the outbox empties.
+        await f.start(stack, ["root"])
+        await wait_for(lambda: len(f.inbox()) == 1, timeout=20)
+        await wait_for(lambda: outbox_size(coordinator_dir / "logs.db") == 0)
+        assert leaks(coordinator_dir) == []
+    # The whole message still reached the human, from memory, note and address included.
+    [entry] = f.inbox()
+    assert entry["message_source"] == "ana@netwire.example"
+    assert "Client: Netwire" in entry["details"]["note_to_human"]
+    assert leaks(coordinator_dir) == []
