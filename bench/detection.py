@@ -37,10 +37,11 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `tests` impor
 
 from bench.common import BARE_CLIENT, figure, run_alone
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
+from vox_mqtt import topics
 
 HEARTBEAT = 1.0
 STALE_AFTER = 3.0  # heartbeat intervals, the agents' default
-BROKER_CHECK = 5.0  # seconds: how often Mosquitto may look at keepalives (DESIGN section 8)
+BROKER_CHECK = 5.0  # seconds: how often Mosquitto may look at keepalives (docs/liveness.md)
 IMMEDIATE = 1.0  # seconds: what "at once" is allowed to mean on a loaded 2-core machine
 SHAPE = {
     "root": None,
@@ -75,7 +76,8 @@ class Witness:
             CallbackAPIVersion.VERSION2, client_id=f"{self.username}-bench", protocol=mqtt.MQTTv5
         )
         client.username_pw_set(self.username, self.password)
-        client.on_connect = lambda c, *_: c.subscribe([("vox/+/status", 1), ("vox/warroom/#", 1)])
+        wanted = [(topics.STATUS_FILTER, 1), (topics.WARROOM_FILTER, 1)]
+        client.on_connect = lambda c, *_: c.subscribe(wanted)
         client.on_message = self._on_message
         client.connect("127.0.0.1", self.port, keepalive=30)
         client.loop_start()

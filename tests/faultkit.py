@@ -31,6 +31,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.fleetproc import REPO, AgentProcess, child_env
+from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
@@ -189,7 +190,8 @@ class Recorder:
             protocol=mqtt.MQTTv5,
         )
         client.username_pw_set(creds.username, creds.password)
-        client.on_connect = lambda c, *_: c.subscribe([("vox/+/status", 1), ("vox/warroom/#", 1)])
+        wanted = [(topics.STATUS_FILTER, 1), (topics.WARROOM_FILTER, 1)]
+        client.on_connect = lambda c, *_: c.subscribe(wanted)
         client.on_message = self._on_message
         client.reconnect_delay_set(min_delay=0.1, max_delay=1)  # type: ignore[arg-type]
         client.connect("127.0.0.1", self.deployment.port, keepalive=30)

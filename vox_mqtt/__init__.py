@@ -15,7 +15,7 @@ from .errors import (
     VoxError,
 )
 from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
-from .memory import VOXAgentMemory
+from .ledger import VOXAgentMemory
 from .messages import VOXMessage, new_message, parse, serialize
 from .roles import Role, command, on
 from .topics import WARROOM_ID

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from .errors import LedgerError
-from .memory import VOXAgentMemory
+from .ledger import VOXAgentMemory
 
 __all__ = ["HeadWitness", "WitnessReport", "check_against_witness"]
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from ..errors import LedgerError
-from ..memory import VOXAgentMemory
+from ..ledger import VOXAgentMemory
 from ..witness import check_against_witness
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
