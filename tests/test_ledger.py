@@ -308,7 +308,8 @@ async def test_a_command_request_keeps_what_a_restart_needs(memory: VOXAgentMemo
     error = request.reply("command_error", {"code": "NO_ROUTE", "error": "free text here"})
     await memory.record_message(error, "sent", outcome="NO_ROUTE", reason="no child serves it")
     (row,) = await memory.find(error.message_id)
-    assert row["details"] == {"code": "NO_ROUTE", "message_source": memory.stored_source("vox-mqtt")}
+    source = memory.stored_source("vox-mqtt")
+    assert row["details"] == {"code": "NO_ROUTE", "message_source": source}
     assert (row["outcome"], row["reason"], row["reply_to"]) == (
         "NO_ROUTE",
         "no child serves it",

@@ -1,4 +1,4 @@
-"""The envelope's traps closed: bounded deadlines, frozen details, validated copies, exact numbers."""
+"""The envelope's traps closed: bounded deadlines, frozen details, checked copies, exact numbers."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _request_bytes(deadline: str) -> bytes:
     ],
 )
 def test_a_far_future_deadline_is_refused_at_parse_time(deadline: str) -> None:
-    with pytest.raises(InvalidMessage, match="deadline .* is more than 30 days away"):
+    with pytest.raises(InvalidMessage, match=r"deadline .* is more than 30 days away"):
         parse(_request_bytes(deadline))
 
 
@@ -75,7 +75,8 @@ def test_details_are_immutable_all_the_way_down() -> None:
     message = new_message(MSG_COMMAND_REQUEST, source=A, target=B, details=details)
     before = serialize(message)
     params = message.details["params"]
-    assert isinstance(params, FrozenDict) and isinstance(params["l"], FrozenList)
+    assert isinstance(params, FrozenDict)
+    assert isinstance(params["l"], FrozenList)
     for change in (
         lambda: message.details.__setitem__("command", "y"),
         lambda: message.details.update(command="y"),
@@ -97,19 +98,21 @@ def test_details_are_immutable_all_the_way_down() -> None:
     assert json.loads(before)["details"] == json.loads(json.dumps(message.details))
     thawed = thaw_json(message.details)
     thawed["params"]["l"].append(5)
-    assert type(thawed["params"]) is dict and message.details["params"]["l"] == [1, 2]
+    assert type(thawed["params"]) is dict
+    assert message.details["params"]["l"] == [1, 2]
 
 
 def test_every_changed_copy_is_validated() -> None:
     message = new_message(MSG_COMMAND_REQUEST, source=A, target=B, details={"command": "x"})
-    with pytest.raises(InvalidMessage, match="details.command"):
+    with pytest.raises(InvalidMessage, match=r"details\.command"):
         message.model_copy(update={"details": {"params": {}}})
     with pytest.raises(InvalidMessage, match="type"):
         message.model_copy(update={"type": "Not A Type"})
     with pytest.raises(InvalidMessage, match="NaN"):
         message.model_copy(update={"details": {"command": "x", "params": {"v": float("nan")}}})
     moved = message.model_copy(update={"target": A})
-    assert moved.target == A and moved.message_id == message.message_id
+    assert moved.target == A
+    assert moved.message_id == message.message_id
     changed = message.model_copy(update={"details": {"command": "y", "params": {"k": [1]}}})
     assert isinstance(changed.details["params"]["k"], FrozenList)
 
@@ -121,7 +124,9 @@ def test_numbers_keep_their_json_form() -> None:
     out = serialize(parse(raw))
     assert b'"big":1000000000000000,' in out
     assert b'"neg":-2000,' in out
-    assert b'"i":7,' in out and b'"f":1.5,' in out and b'"huge":1e+300' in out
+    assert b'"i":7,' in out
+    assert b'"f":1.5,' in out
+    assert b'"huge":1e+300' in out
     assert b".0," not in out
     # Integral numbers past 2**53 are not exact as doubles: they stay floats, not 300 digits.
     assert isinstance(parse(raw).details["params"]["huge"], float)
