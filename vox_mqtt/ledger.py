@@ -101,6 +101,8 @@ class VOXAgentMemory:
         # (last row id, its hash) as this writer's last commit left them: a commit then costs
         # three round trips to the sqlite thread instead of four (see _write).
         self._head: tuple[int, str] | None = None
+        # Why the last commit failed, while the file cannot take writes; None once one works.
+        self.write_failure: str | None = None
         # message_source may name a client: kept as a keyed digest unless asked for in clear.
         self.clear_sources = clear_sources
         self._source_key = source_key
@@ -382,11 +384,14 @@ class VOXAgentMemory:
             with contextlib.suppress(Exception):
                 await db.execute("ROLLBACK")
             error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+            if isinstance(exc.__context__, sqlite3.OperationalError | OSError):
+                self.write_failure = str(error)  # the file cannot take writes (disk full ...)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)
             return
         self._commits += 1
+        self.write_failure = None
         for row_id, pending in zip(ids, batch, strict=True):
             if not pending.future.done():
                 pending.future.set_result(row_id)

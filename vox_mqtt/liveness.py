@@ -7,20 +7,22 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
-from uuid import UUID
+from typing import Any, Final, Literal
+from uuid import UUID, uuid5
 
 from . import topics
 from ._version import __version__
 from .context import AgentContext
-from .errors import VoxError
+from .errors import LedgerError, VoxError
 from .messages import (
     MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
     AgentStatus,
+    LedgerHead,
     SystemFailure,
     VOXMessage,
     new_message,
@@ -31,7 +33,9 @@ from .observer import read_status
 from .settings import Will
 from .status import (
     ACTIVE,
+    DEGRADED,
     INACTIVE,
+    LEDGER_UNAVAILABLE,
     SHUTDOWN,
     VM_CONNECTION_LOST,
     AgentLiveness,
@@ -41,6 +45,7 @@ from .status import (
 )
 from .transport import Inbound
 from .warroom import (
+    CHILD_MISBEHAVING,
     DISK_FULL,
     INCIDENT_EXPIRY,
     MEMORY_PRESSURE,
@@ -49,6 +54,7 @@ from .warroom import (
     apply_warroom,
     loss_code,
 )
+from .witness import HeadWitness
 
 __all__ = ["CATCH_UP", "Liveness"]
 
@@ -56,6 +62,13 @@ log = logging.getLogger("vox_mqtt.liveness")
 
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
+
+
+_STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
+    ACTIVE: "ACTIVE",
+    DEGRADED: "DEGRADED",
+}
+_INCIDENT_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 
 class _OpenIncidents:
@@ -76,8 +89,13 @@ class _OpenIncidents:
         else:
             self.codes[subject] = code
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({str(k): v for k, v in self.codes.items()}), encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            text = json.dumps({str(k): v for k, v in self.codes.items()})
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # A full disk must not stop the alert about it: kept in memory for this run.
+            log.warning("open incidents kept in memory only: %s", exc)
 
 
 class Liveness:
@@ -105,16 +123,26 @@ class Liveness:
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
+        fleet_view.add_reject_listener(self._queue_reject)
+        # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
+        self._witness = HeadWitness(ctx.ledger)
+        self._published_failure: str | None = None  # the ledger failure our status names
 
     # --- own status -----------------------------------------------------------------------
 
     def _status_message(
-        self, status: str, error_code: str | None, metrics: dict[str, Any] | None = None
+        self,
+        status: str,
+        error_code: str | None,
+        metrics: dict[str, Any] | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+        detail: str | None = None,
     ) -> VOXMessage:
         target = self.config.master_id or topics.WARROOM_ID
         report = AgentStatus(
             name=self.config.name,
-            status="ACTIVE" if status == ACTIVE else "INACTIVE",
+            status=_STATUS_WORDS.get(status, "INACTIVE"),
             error_code=error_code,
             epoch=self.epoch,
             started_at=self.started_at,
@@ -122,6 +150,8 @@ class Liveness:
             commands=self.advertise() if status == ACTIVE else [],
             version=__version__,
             metrics=metrics or {},
+            ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
+            detail=None if detail is None else detail[:300],
         )
         return new_message(
             MSG_AGENT_STATUS,
@@ -154,7 +184,17 @@ class Liveness:
             return
         if metrics is None:
             metrics = host_metrics(self.config.state_dir)
-        message = self._status_message(ACTIVE, None, metrics)
+        failure = self.ctx.ledger.write_failure
+        self._published_failure = failure
+        head = await self._ledger_head()
+        if failure is None:
+            message = self._status_message(ACTIVE, None, metrics, head=head)
+        else:
+            # It cannot record, so it accepts nothing: its master routes elsewhere.
+            detail = f"cannot record: {failure}"
+            message = self._status_message(
+                DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
+            )
         self._advertised = list(message.details.get("commands", []))
         await session.publish(topics.status(self.config.id), serialize(message), retain=True)
 
@@ -162,8 +202,17 @@ class Liveness:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
         session = self.ctx.session
         if session is not None and self.config.publish_status:
-            message = self._status_message(INACTIVE, SHUTDOWN)
+            # Its ledger's last head: its master marks it final (nothing may follow it).
+            head = await self._ledger_head()
+            message = self._status_message(INACTIVE, SHUTDOWN, head=head)
             await session.publish(topics.status(self.config.id), serialize(message), retain=True)
+
+    async def _ledger_head(self) -> tuple[int, str] | None:
+        try:
+            return await self.ctx.ledger.head()
+        except LedgerError as exc:
+            log.warning("%s: ledger head unknown: %s", self.config.name, exc)
+            return None
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -177,6 +226,8 @@ class Liveness:
                     await self._react(*change)
                     continue
             self.fleet_view.refresh()
+            if self.ctx.ledger.write_failure != self._published_failure and self._online():
+                await self._safely(self.publish_status())  # DEGRADED now, or ACTIVE again
             await self._reconcile()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
@@ -190,6 +241,10 @@ class Liveness:
     async def _heartbeat(self) -> None:
         if not self._online():
             return
+        if self.ctx.ledger.write_failure is not None:
+            # Try a write each beat, to learn when the ledger can record again.
+            with contextlib.suppress(LedgerError):
+                await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
         metrics = host_metrics(self.config.state_dir)
         await self._safely(self.publish_status(metrics))
         await self._safely(self._check_host(metrics))
@@ -204,6 +259,13 @@ class Liveness:
 
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
+
+    def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
+        log.warning(
+            "%s: refused a status of %s: %s", self.config.name, entry.name or entry.id, reason
+        )
+        # Not a change of state, but the agent now gets no work: react as to one.
+        self._changes.put_nowait((entry, entry.status, entry.status))
 
     async def on_observed(
         self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
@@ -221,6 +283,13 @@ class Liveness:
             await self._on_own_status(message, retained=inbound.retain)
         else:
             self.fleet_view.update(message, retained=inbound.retain)
+            entry = self.fleet_view.get(topic.agent)
+            if topic.agent in self.config.children and entry is not None and entry.ledger_head:
+                final = entry.status == INACTIVE and entry.error_code == SHUTDOWN
+                try:
+                    await self._witness.saw(entry.id, entry.ledger_head, final=final)
+                except LedgerError as exc:
+                    log.warning("%s: child's ledger head not recorded: %s", self.config.name, exc)
             if (
                 topic.agent in self.config.children
                 and self._online()
@@ -283,13 +352,14 @@ class Liveness:
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue
+                if code == CHILD_MISBEHAVING:
+                    why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
+                    severity: Severity = "ERROR"
+                else:
+                    why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"
+                    severity = "CRITICAL"
                 await self._safely(
-                    self.open_incident(
-                        child_id,
-                        code,
-                        f"child {name} is unreachable ({code}, epoch {entry.epoch})",
-                        epoch=entry.epoch,
-                    )
+                    self.open_incident(child_id, code, why, epoch=entry.epoch, severity=severity)
                 )
             elif code is None and child_id in self._open.codes:
                 state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
@@ -297,10 +367,46 @@ class Liveness:
                     self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
                 )
         for subject in list(self._open.codes):
-            if subject != self.config.id and subject not in self.config.children:
+            if subject not in self._own_subjects() and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
+        if self.advertise() != self._advertised:
+            # A child's hold as misbehaving ran out: its commands come back.
+            await self._safely(self.publish_status())
 
     # --- the war room ---------------------------------------------------------------------
+
+    def own_subject(self, error_code: str) -> UUID:
+        """Return the war-room subject of this agent's own incident of one kind.
+
+        One retained post per (source, subject): each kind a role raises gets its own
+        subject, so it opens and resolves apart from the host checks and from other kinds.
+        """
+        return uuid5(self.config.id, f"incident:{error_code}")
+
+    def _own_subjects(self) -> set[UUID]:
+        subjects = {s for s, code in self._open.codes.items() if s == self.own_subject(code)}
+        return subjects | {self.config.id}
+
+    async def raise_own(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Open an incident about this agent's own work; False if one of the kind is open."""
+        if not _INCIDENT_CODE.fullmatch(error_code):
+            raise ValueError(f"error_code {error_code!r} must be UPPER_SNAKE_CASE, 1-64 chars")
+        subject = self.own_subject(error_code)
+        if subject in self._open.codes:
+            return False  # one post per incident, however often the role raises it
+        text = f"{self.config.name}: {description}"[:1000]
+        await self.open_incident(subject, error_code, text, epoch=self.epoch, severity=severity)
+        return True
+
+    async def resolve_own(self, error_code: str, description: str) -> bool:
+        """Resolve this agent's own incident of a kind; False if none was open."""
+        subject = self.own_subject(error_code)
+        if subject not in self._open.codes:
+            return False
+        await self.resolve_incident(subject, f"{self.config.name}: {description}"[:1000])
+        return True
 
     async def open_incident(
         self,
@@ -352,7 +458,11 @@ class Liveness:
             details=failure,
             message_source=self.config.message_source,
         )
-        await self.ctx.ledger.record_message(message, "sent")
+        try:
+            await self.ctx.ledger.record_message(message, "sent")
+        except LedgerError as exc:
+            # The alert matters more than its record (the disk may be what is full).
+            log.warning("%s: war-room post not recorded: %s", self.config.name, exc)
         await session.publish(
             topics.warroom(self.config.id, subject),
             serialize(message),

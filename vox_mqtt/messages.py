@@ -31,8 +31,12 @@ from .errors import InvalidMessage
 __all__ = [
     "CONTENT_TYPE",
     "ERROR_CODES",
+    "MAX_ADVERTISED_COMMANDS",
+    "MAX_COMMAND_NAME",
     "MAX_DEADLINE_SECONDS",
+    "MAX_EPOCH",
     "MAX_EXPIRY_SECONDS",
+    "MAX_HEARTBEAT_INTERVAL",
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
     "MSG_AGENT_STATUS",
@@ -54,6 +58,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "JobDetected",
+    "LedgerHead",
     "MessageAcknowledged",
     "Price",
     "SystemFailure",
@@ -101,6 +106,10 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
     DELIVERY_FAILED = "DELIVERY_FAILED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    # The answer, as a message, would be over the size limit: it is never published.
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    # The agent cannot record (its disk is full): it accepts nothing it could not keep.
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
 
 
 ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
@@ -429,20 +438,44 @@ def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> 
         raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
 
 
+# A status is believed and repeated up the tree only within these bounds
+# (docs/liveness.md, "What a status may say"): no child can push its master past a limit.
+MAX_ADVERTISED_COMMANDS: Final = 256
+MAX_COMMAND_NAME: Final = 128
+MAX_HEARTBEAT_INTERVAL: Final = 3600.0
+MAX_EPOCH: Final = 2**53 - 1
+CommandName = Annotated[StrictStr, Field(min_length=1, max_length=MAX_COMMAND_NAME)]
+
+
+class LedgerHead(BaseModel):
+    """The newest row of an agent's ledger, as its status reports it to its master."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row: Annotated[StrictInt, Field(ge=0)]
+    hash: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
 class AgentStatus(BaseModel):
     """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    name: StrictStr
-    status: Literal["ACTIVE", "INACTIVE"]
-    error_code: StrictStr | None = None
-    epoch: Annotated[StrictInt, Field(ge=0)]
-    started_at: StrictStr
-    heartbeat_interval: Annotated[float, Field(gt=0)]
-    commands: list[StrictStr] = Field(default_factory=list)
-    version: StrictStr = ""
+    name: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    # DEGRADED: connected but refusing work it could not record (its reason in error_code).
+    status: Literal["ACTIVE", "INACTIVE", "DEGRADED"]
+    error_code: Annotated[StrictStr, Field(max_length=64)] | None = None
+    epoch: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH)]
+    started_at: IsoTimestamp
+    heartbeat_interval: Annotated[float, Field(gt=0, le=MAX_HEARTBEAT_INTERVAL)]
+    commands: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = Field(
+        default_factory=list
+    )
+    version: Annotated[StrictStr, Field(max_length=64)] = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
+    ledger_head: LedgerHead | None = None
+    # Why it is DEGRADED (or what its error_code means), for a person.
+    detail: Annotated[StrictStr, Field(max_length=300)] | None = None
 
 
 class JobDetected(_Payload):

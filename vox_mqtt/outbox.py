@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from . import topics
 from .context import AgentContext
-from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
+from .errors import CommandFailed, DeliveryFailed, InvalidMessage, MessageTooLarge, VoxError
 from .messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
@@ -31,7 +31,7 @@ from .messages import (
 )
 from .tracking import RequestState, TrackedRequest
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "check_size"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -51,10 +51,12 @@ class Outbox:
             raise VoxError(
                 f"{self.config.name} may only talk to its master and children, not {message.target}"
             )
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
         tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, serialize(message)))
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, payload))
         self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
         return tracked
 
@@ -104,6 +106,17 @@ class Outbox:
                 )
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    async def publish_unrecorded(self, message: VOXMessage) -> None:
+        """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
+        payload = serialize(message)
+        try:
+            check_size(message, payload, self.config.max_message_bytes)
+            await self.ctx.live_session().publish(
+                topics.inbox(message.target, self.config.id), payload
+            )
+        except VoxError as exc:
+            log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
     async def publish_ack(self, message: VOXMessage) -> None:
         """Acknowledge a message already recorded durably (never tracked, never re-sent)."""
@@ -237,6 +250,20 @@ class Outbox:
         return await self.send_message(
             message.reply(type, details, message_source=self.config.message_source),
             expects_reply=False,
+        )
+
+
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
         )
 
 

@@ -13,7 +13,7 @@ from uuid import UUID
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .context import AgentContext
-from .errors import CommandFailed, VoxError
+from .errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from .messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
@@ -124,9 +124,23 @@ class CommandRunner:
             return  # already answered SHUTTING_DOWN when the grace period ran out
         kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
         with contextlib.suppress(VoxError):
-            # The reply's "sent" row (with the reply whole in the outbox) is what marks the
+            # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
-            await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            try:
+                await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            except MessageTooLarge as exc:
+                kind, name = MSG_COMMAND_ERROR, str(request.details.get("command", ""))
+                log.warning("%s: %s: %s", self.config.name, name, exc)
+                too_large = CommandError(
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
+                    error=f"the result of {name!r} is too large to send: {exc}",
+                    command=name or None,
+                )
+                await self.outbox.send_message(request.reply(kind, too_large), expects_reply=False)
+            except LedgerError:
+                # It cannot be recorded (the disk is full): answer anyway, once.
+                await self.outbox.publish_unrecorded(request.reply(kind, details))
+                return
             await self.ctx.ledger.record_message(
                 request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
             )

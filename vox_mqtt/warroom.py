@@ -13,6 +13,7 @@ from .status import INACTIVE, SHUTDOWN, STALE, VM_CONNECTION_LOST, AgentLiveness
 from .transport import Inbound
 
 __all__ = [
+    "CHILD_MISBEHAVING",
     "DISK_FULL",
     "HEARTBEAT_STALE",
     "INCIDENT_EXPIRY",
@@ -30,6 +31,8 @@ Severity = Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
 
 INCIDENT_EXPIRY: Final = 24 * 3600  # seconds a retained war-room post lives on the broker
 HEARTBEAT_STALE: Final = "HEARTBEAT_STALE"
+# A child's status broke a bound (docs/liveness.md): ignored, and the child gets no work.
+CHILD_MISBEHAVING: Final = "CHILD_MISBEHAVING"
 DISK_FULL: Final = "DISK_FULL"
 MEMORY_PRESSURE: Final = "MEMORY_PRESSURE"
 
@@ -92,6 +95,8 @@ def apply_warroom(
 
 def loss_code(entry: AgentLiveness) -> str | None:
     """Return why an agent counts as lost (an incident), or None if it is not."""
+    if entry.misbehaving():
+        return CHILD_MISBEHAVING
     if entry.status == STALE:
         return HEARTBEAT_STALE
     if entry.status == INACTIVE and entry.error_code != SHUTDOWN:
