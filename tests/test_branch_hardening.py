@@ -1,0 +1,178 @@
+"""One child cannot take down its branch: an inflated status, an oversized result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from tests.agentkit import Analyst, operator_config, start_agents, wait_for
+from tests.brokerkit import SecureBroker, tree_fleet
+from vox_mqtt import topics
+from vox_mqtt.agent import VOXAgent
+from vox_mqtt.errors import CommandFailed
+from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
+from vox_mqtt.roles import command
+from vox_mqtt.status import ACTIVE
+
+pytestmark = pytest.mark.slow
+
+SEED_TREE = {
+    "root": None,
+    "coordinator": "root",
+    "specialist_a": "coordinator",
+    "specialist_b": "coordinator",
+}
+
+
+class Huge(Analyst):
+    """A specialist that answers with as many 1e15 numbers as it is asked for."""
+
+    @command
+    async def numbers(self, count: int) -> list[float]:
+        return [1e15] * count
+
+
+@pytest.fixture
+def seed(secure_broker_factory: Any) -> SecureBroker:
+    broker: SecureBroker = secure_broker_factory(tree_fleet(SEED_TREE))
+    return broker
+
+
+def publish_as(secure: SecureBroker, name: str, topic: str, payload: bytes, tmp: Path) -> None:
+    """Publish one retained message with an agent's credentials, as an attacker holding them."""
+    creds = secure.creds(name)
+    path = tmp / f"{uuid4()}.json"
+    path.write_bytes(payload)
+    done = subprocess.run(
+        [
+            *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(secure.dir.port), "-V", "5"),
+            # Its own client id: the real agent stays connected (no session takeover).
+            *("-u", creds.username, "-P", creds.password, "-i", f"{creds.username}-x"),
+            *("-q", "1", "-r", "-t", topic, "-f", str(path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def inflated_status(secure: SecureBroker, name: str) -> bytes:
+    """The status of F3: a huge epoch and interval, commands padded to just under the limit."""
+    fleet = secure.fleet
+    agent = fleet.agent(name)
+    assert agent.master_id is not None
+    details: dict[str, Any] = {
+        "name": name,
+        "status": "ACTIVE",
+        "epoch": 10**6,
+        "started_at": now_iso(),
+        "heartbeat_interval": 1e9,
+        "commands": [],
+    }
+
+    def build() -> bytes:
+        message = new_message(
+            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
+        )
+        return serialize(message)
+
+    room = MAX_MESSAGE_BYTES - 200 - len(build())
+    details["commands"] = [f"c{i:05d}" + "x" * 94 for i in range(room // 103)]
+    payload = build()
+    assert MAX_MESSAGE_BYTES - 400 < len(payload) <= MAX_MESSAGE_BYTES
+    return payload
+
+
+async def test_an_inflated_child_status_leaves_the_branch_serving(
+    seed: SecureBroker, tmp_path: Path
+) -> None:
+    fleet = seed.fleet
+    coord_id = fleet.agent("coordinator").id
+    a_id, b_id = fleet.agent("specialist_a").id, fleet.agent("specialist_b").id
+    roles = {"specialist_a": [Analyst()], "specialist_b": [Analyst()]}
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, seed, tmp_path, roles)
+        root, coordinator = agents["root"], agents["coordinator"]
+        await wait_for(lambda: "analyze" in root.advertised_commands())
+        operator = await stack.enter_async_context(VOXAgent(operator_config(seed, tmp_path)))
+
+        publish_as(
+            seed,
+            "specialist_a",
+            topics.status(a_id),
+            inflated_status(seed, "specialist_a"),
+            tmp_path,
+        )
+
+        # The root keeps the coordinator ACTIVE across many of its heartbeat intervals,
+        # and its advertisement stays small: only what the healthy child offers.
+        watched_until = time.monotonic() + 6 * coordinator.config.heartbeat_interval
+        while time.monotonic() < watched_until:
+            seen = root.fleet_view.get(coord_id)
+            assert seen is not None
+            assert seen.status == ACTIVE, seen
+            await asyncio.sleep(0.2)
+        assert coordinator.advertised_commands() == ["analyze"]
+        # The coordinator refused the status, with the reasons, and never believed it.
+        entry = coordinator.fleet_view.get(a_id)
+        assert entry is not None
+        assert entry.rejected is not None
+        assert "commands" in entry.rejected
+        assert "heartbeat_interval" in entry.rejected
+        assert entry.epoch < 1000
+        # Commands go to the other child while the misbehaving one is held.
+        for n in range(4):
+            reply = await operator.request(
+                "analyze", {"target": f"t{n}"}, to=fleet.root.id, timeout=10
+            )
+            assert reply.details["result"]["by"] == "specialist_b"
+        # One war-room incident, from the coordinator, about the misbehaving child.
+        await wait_for(lambda: [i for i in root.incidents if i.failure.subject == a_id])
+        posts = [i for i in root.incidents if i.failure.subject == a_id]
+        assert len(posts) == 1
+        assert posts[0].failure.error_code == "CHILD_MISBEHAVING"
+        assert posts[0].topic.source == coord_id
+        assert b_id not in {i.failure.subject for i in root.incidents}
+
+
+async def test_an_oversized_result_is_a_clear_command_error_not_a_disconnect(
+    seed: SecureBroker, tmp_path: Path
+) -> None:
+    fleet = seed.fleet
+    roles = {"specialist_a": [Huge()]}
+    names = ["root", "coordinator", "specialist_a"]
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, seed, tmp_path, roles, names)
+        root = agents["root"]
+        await wait_for(lambda: "numbers" in root.advertised_commands())
+        epochs = {name: agent.epoch for name, agent in agents.items()}
+        operator = await stack.enter_async_context(VOXAgent(operator_config(seed, tmp_path)))
+        started = time.monotonic()
+        with pytest.raises(CommandFailed) as failure:
+            await operator.request("numbers", {"count": 30_000}, to=fleet.root.id, timeout=20)
+        assert failure.value.code == "MESSAGE_TOO_LARGE"
+        assert "the result of 'numbers' is too large to send" in failure.value.error
+        assert "over the 262144-byte message limit" in failure.value.error
+        assert time.monotonic() - started < 10  # an answer, not a timeout
+        # A result that fits still comes back whole, as integers, through the coordinator.
+        reply = await operator.request("numbers", {"count": 1000}, to=fleet.root.id, timeout=10)
+        assert reply.details["result"] == [10**15] * 1000
+        assert b"1000000000000000.0" not in serialize(reply)
+        # Nobody was disconnected: every agent is still on its first connection.
+        assert {name: agent.epoch for name, agent in agents.items()} == epochs
+        assert not root.incidents
+        rows = await agents["specialist_a"].memory.get_recent(50)
+        errors = [r for r in rows if r["message_type"] == "command_error" and r["action"] == "sent"]
+        assert [json.loads(json.dumps(r["details"]))["code"] for r in errors] == [
+            "MESSAGE_TOO_LARGE"
+        ]
