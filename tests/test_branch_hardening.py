@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import time
 from contextlib import AsyncExitStack
@@ -13,13 +14,15 @@ from uuid import uuid4
 
 import pytest
 
-from tests.agentkit import Analyst, operator_config, start_agents, wait_for
+from tests.agentkit import Analyst, agent_config, operator_config, start_agents, wait_for
 from tests.brokerkit import SecureBroker, tree_fleet
 from vox_mqtt import topics
+from vox_mqtt._ledgerschema import _TRIGGER_SQL
 from vox_mqtt.agent import VOXAgent
+from vox_mqtt.cli import main
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
-from vox_mqtt.roles import command
+from vox_mqtt.roles import Role, command
 from vox_mqtt.status import ACTIVE
 
 pytestmark = pytest.mark.slow
@@ -176,3 +179,120 @@ async def test_an_oversized_result_is_a_clear_command_error_not_a_disconnect(
         assert [json.loads(json.dumps(r["details"]))["code"] for r in errors] == [
             "MESSAGE_TOO_LARGE"
         ]
+
+
+class Watchdog(Role):
+    """A role that raises its own war-room incident and resolves it."""
+
+    @command
+    async def trouble(self, on: bool) -> bool:
+        if on:
+            return await self.agent.raise_incident("QUEUE_BACKLOG", "the backlog is 900 jobs")
+        return await self.agent.resolve_incident("QUEUE_BACKLOG", "the backlog is cleared")
+
+
+async def test_a_role_raises_and_resolves_its_own_incident_once(
+    seed: SecureBroker, tmp_path: Path
+) -> None:
+    fleet = seed.fleet
+    watchdog = Watchdog()
+    names = ["root", "coordinator", "specialist_a"]
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, seed, tmp_path, {"specialist_a": [watchdog]}, names)
+        root = agents["root"]
+        await wait_for(lambda: "trouble" in root.advertised_commands())
+        operator = await stack.enter_async_context(VOXAgent(operator_config(seed, tmp_path)))
+
+        async def trouble(on: bool) -> bool:
+            reply = await operator.request("trouble", {"on": on}, to=fleet.root.id, timeout=10)
+            return bool(reply.details["result"])
+
+        def posts() -> list[Any]:
+            return [i for i in root.incidents if i.failure.error_code == "QUEUE_BACKLOG"]
+
+        assert await trouble(True)
+        assert not await trouble(True)  # one post per incident, however often it is raised
+        await wait_for(lambda: len(posts()) == 1)
+        [post] = posts()
+        assert post.topic.source == fleet.agent("specialist_a").id
+        assert post.failure.description == "specialist_a: the backlog is 900 jobs"
+        assert post.failure.severity == "ERROR"
+        assert await trouble(False)
+        await wait_for(lambda: not posts())
+        assert not await trouble(False)
+        with pytest.raises(ValueError, match="UPPER_SNAKE_CASE"):
+            await agents["specialist_a"].raise_incident("not a code", "x")
+
+
+async def test_a_handler_added_after_mounting_is_routed(seed: SecureBroker, tmp_path: Path) -> None:
+    fleet = seed.fleet
+    role = Analyst()
+    seen: list[str] = []
+    names = ["coordinator", "specialist_a"]
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, seed, tmp_path, {"coordinator": [role]}, names)
+        coordinator = agents["coordinator"]
+
+        @role.on("job_detected")
+        async def job(message: Any) -> None:
+            seen.append(str(message.message_id))
+
+        assert "job_detected" in coordinator.events
+        tracked = await agents["specialist_a"].notify_master(
+            "job_detected",
+            {
+                "start_time": "2026-01-12T09:00:00+00:00",
+                "end_time": "2026-01-12T10:00:00+00:00",
+                "estimated_effort_minutes": 30,
+                "price": {"currency": "USD", "value": 10},
+            },
+        )
+        await wait_for(lambda: seen == [str(tracked.message_id)])
+        with pytest.raises(ValueError, match="is a command"):
+            role.on("analyze")
+    assert fleet.agent("coordinator").id == coordinator.id
+
+
+async def test_heartbeats_carry_the_ledger_head_and_the_master_catches_a_truncation(
+    seed: SecureBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = seed.fleet
+    a_id = fleet.agent("specialist_a").id
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, seed, tmp_path, {}, ["root", "coordinator"])
+        coordinator = agents["coordinator"]
+        async with VOXAgent(agent_config(seed, "specialist_a", tmp_path), [Analyst()]) as a:
+            await wait_for(lambda: "analyze" in coordinator.advertised_commands())
+            for n in range(3):
+                await coordinator.request("analyze", {"target": f"t{n}"}, to=a_id, timeout=10)
+            row = (await a.memory.head())[0]
+            entry = coordinator.fleet_view.get(a_id)
+            assert entry is not None
+            await wait_for(lambda: (entry.ledger_head or (0, ""))[0] >= row)
+        # Stopped: its SHUTDOWN status carried its last head, which the master marks final.
+        await wait_for(lambda: entry.error_code == "SHUTDOWN")
+        witnessed = await coordinator.memory.witnessed_heads(a_id)
+        assert witnessed[-1]["details"]["final"] is True
+        assert len(witnessed) >= 2
+    child_db, master_db = (
+        tmp_path / "specialist_a" / "logs.db",
+        tmp_path / "coordinator" / "logs.db",
+    )
+    args = ["ledger", str(child_db), "verify", "--witness", str(master_db)]
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, args) == 0
+    assert f"witnessed of agent {a_id}" in capsys.readouterr().out
+    # Someone with the file drops the newest rows and puts the triggers back: the chain
+    # verifies on its own, the master's record does not.
+    with sqlite3.connect(child_db) as db:
+        last = db.execute("SELECT MAX(id) FROM logs").fetchone()[0]
+        for name in _TRIGGER_SQL:
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute("DELETE FROM logs WHERE id > ?", (last - 3,))
+        for sql in _TRIGGER_SQL.values():
+            db.execute(sql)
+    assert await asyncio.to_thread(main, ["ledger", str(child_db), "verify"]) == 0
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, args) == 1
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert f"it ends at row {last - 3}: rows were removed since row" in err

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from .errors import LedgerError
-from .ledger import VOXAgentMemory
+from .ledger import GENESIS_HASH, VOXAgentMemory
 
 __all__ = ["HeadWitness", "WitnessReport", "check_against_witness"]
 
@@ -71,6 +71,7 @@ async def check_against_witness(
         problem = f"the witness holds no ledger head of {agent}"
         return _report(agent, heads, None, None, last_row, problem)
     stored = await ledger.row_hashes(h["row"] for h in heads)
+    stored[0] = GENESIS_HASH  # an empty ledger's head: every ledger starts there
     agreed: dict[str, Any] | None = None
     for head in heads:
         found = stored.get(head["row"])
