@@ -53,3 +53,52 @@ async def test_no_file_of_the_coordinator_holds_the_note_before_or_after_the_ack
     assert entry["message_source"] == "ana@netwire.example"
     assert "Client: Netwire" in entry["details"]["note_to_human"]
     assert leaks(coordinator_dir) == []
+
+
+async def test_message_source_is_a_keyed_digest_unless_clear_text_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    from uuid import uuid4
+
+    from vox_mqtt.config import AgentSection
+    from vox_mqtt.ledger import VOXAgentMemory
+    from vox_mqtt.messages import new_message
+
+    message = new_message(
+        "data_request",
+        source=uuid4(),
+        target=uuid4(),
+        details={"subject": "invoices"},
+        message_source="ana@netwire.example",
+    )
+    digests = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        async with VOXAgentMemory(tmp_path / name / "logs.db") as ledger:
+            await ledger.record_message(message, "received")
+            await ledger.record_message(message, "duplicate")
+            rows = await ledger.get_recent()
+        assert rows[0]["details"]["message_source"] == rows[1]["details"]["message_source"]
+        digests.append(rows[0]["details"]["message_source"])
+        assert leaks(tmp_path / name) == []
+        assert oct((tmp_path / name / "logs.key").stat().st_mode & 0o777) == "0o600"
+    # Each ledger has its own key: digests do not link one agent's rows to another's.
+    assert digests[0].startswith("hmac:")
+    assert digests[0] != digests[1]
+    clear = tmp_path / "clear"
+    clear.mkdir()
+    async with VOXAgentMemory(clear / "logs.db", clear_sources=True) as ledger:
+        await ledger.record_message(message, "received")
+        [row] = await ledger.get_recent()
+    assert row["details"]["message_source"] == "ana@netwire.example"
+    assert not (clear / "logs.key").exists()
+    section = AgentSection.model_validate(
+        {
+            "name": "a",
+            "id": str(uuid4()),
+            "master_id": str(uuid4()),
+            "state_dir": "/x",
+            "ledger_clear_sources": True,
+        }
+    )
+    assert section.ledger_clear_sources is True

@@ -55,7 +55,11 @@ class VOXAgent:
         self.name = config.name
         # No commit window: batches form by themselves while a commit runs, and a window
         # would only add latency to every hop.
-        self.memory = VOXAgentMemory(Path(config.state_dir) / "logs.db", commit_window=0)
+        self.memory = VOXAgentMemory(
+            Path(config.state_dir) / "logs.db",
+            commit_window=0,
+            clear_sources=config.ledger_clear_sources,
+        )
         self.tracker = RequestTracker(on_change=on_request_change)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():

@@ -76,6 +76,7 @@ class AgentConfig:
     state_dir: Path
     broker: BrokerSettings
     message_source: str = "vox-mqtt"
+    ledger_clear_sources: bool = False  # message_source in clear in the ledger, not a digest
     publish_status: bool = True
     heartbeat_interval: float = 15.0
     stale_after: float = 3.0  # heartbeat intervals
