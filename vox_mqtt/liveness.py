@@ -233,6 +233,11 @@ class Liveness:
                 next_beat = time.monotonic() + interval
                 await self._heartbeat()
 
+    def _advertisement_stale(self) -> bool:
+        """Tell whether our published commands differ from what we would publish now."""
+        wanted = [] if self.ctx.ledger.write_failure is not None else self.advertise()
+        return wanted != self._advertised
+
     def _online(self) -> bool:
         # While the session is down a publish would wait for it: the birth covers the gap.
         session = self.ctx.session
@@ -293,7 +298,7 @@ class Liveness:
             if (
                 topic.agent in self.config.children
                 and self._online()
-                and self.advertise() != self._advertised
+                and self._advertisement_stale()
             ):
                 # A child that stays ACTIVE may still gain or lose commands (its own
                 # children came or went): pass that up now, not at the next heartbeat.
@@ -325,7 +330,7 @@ class Liveness:
         )
         if entry.id not in self.config.children:
             return
-        if self._online() and self.advertise() != self._advertised:
+        if self._online() and self._advertisement_stale():
             # A child's commands join or leave this agent's advertisement at once.
             await self._safely(self.publish_status())
         await self._reconcile()
@@ -369,7 +374,7 @@ class Liveness:
         for subject in list(self._open.codes):
             if subject not in self._own_subjects() and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
-        if self.advertise() != self._advertised:
+        if self._advertisement_stale():
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
 
