@@ -102,3 +102,35 @@ async def test_message_source_is_a_keyed_digest_unless_clear_text_is_asked_for(
         }
     )
     assert section.ledger_clear_sources is True
+
+
+async def test_an_acknowledged_outbox_entry_is_overwritten_in_the_file(tmp_path: Path) -> None:
+    from uuid import uuid4
+
+    from vox_mqtt.ledger import VOXAgentMemory
+    from vox_mqtt.messages import new_message, serialize
+
+    marker = "ZQX-OUTBOX-MARKER"
+    message = new_message(
+        "job_detected",
+        source=uuid4(),
+        target=uuid4(),
+        details={
+            "start_time": "2026-01-12T09:00:00+00:00",
+            "end_time": "2026-01-12T10:00:00+00:00",
+            "estimated_effort_minutes": 30,
+            "price": {"currency": "USD", "value": 10},
+            "reference": marker,  # payload text the ledger rows never keep
+        },
+    )
+    path = tmp_path / "logs.db"
+    async with VOXAgentMemory(path) as ledger:
+        await ledger.record_message(message, "sent", outbox=("t", serialize(message)))
+        assert marker.encode() in (tmp_path / "logs.db-wal").read_bytes()
+        await ledger.outbox_done(message.message_id)
+        assert ledger._writer is not None
+        pragma = await ledger._writer.execute_fetchall("PRAGMA secure_delete")
+        assert list(pragma) == [(1,)]
+    # Closed: the WAL is folded back and the freed page was zeroed, not left readable.
+    assert not (tmp_path / "logs.db-wal").exists()
+    assert marker.encode() not in path.read_bytes()
