@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
+from tests.fleetproc import fleet_text as tests_fleet_text
 from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
@@ -39,16 +40,8 @@ SEED_SHAPE: dict[str, str | None] = {
 
 
 def fleet_text(shape: Mapping[str, str | None], *, heartbeat: float = 15.0) -> str:
-    """Return a fleet file for {name: master name or None}."""
-    ids = {name: uuid4() for name in shape}
-    parts = [f'[operator]\nname = "operator"\nid = "{uuid4()}"\n']
-    for name, master in shape.items():
-        lines = [f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"']
-        if master is not None:
-            lines.append(f'master_id = "{ids[master]}"')
-        lines.append(f"heartbeat_interval = {heartbeat}")
-        parts.append("\n".join(lines) + "\n")
-    return "\n".join(parts)
+    """Return a fleet file for {name: master name or None}, heartbeats as agents default."""
+    return tests_fleet_text(shape, heartbeat=heartbeat)
 
 
 def tree_shape(agents: int, fanout: int) -> dict[str, str | None]:

@@ -11,6 +11,8 @@ from .errors import (
     FleetError,
     InvalidMessage,
     LedgerError,
+    Refused,
+    SubscriptionRefused,
     TopicError,
     VoxError,
 )
@@ -36,7 +38,9 @@ __all__ = [
     "InvalidMessage",
     "LedgerError",
     "OperatorConsole",
+    "Refused",
     "Role",
+    "SubscriptionRefused",
     "TopicError",
     "VOXAgent",
     "VOXAgentMemory",

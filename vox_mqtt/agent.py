@@ -31,7 +31,7 @@ from .runner import CommandRunner
 from .settings import AgentConfig, Will
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
-from .transport import Session
+from .transport import Inbound, Session
 from .warroom import Incident, Severity
 
 __all__ = ["AgentConfig", "VOXAgent"]
@@ -312,7 +312,7 @@ class VOXAgent:
             await self._liveness.on_connect()
 
     async def _observed(
-        self, inbound: Any, topic: topics.StatusTopic | topics.WarroomTopic
+        self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
     ) -> None:
         if self._liveness is not None:
             await self._liveness.on_observed(inbound, topic)
