@@ -30,6 +30,7 @@ from .messages import (
     serialize,
 )
 from .observer import read_status
+from .outbox import check_size
 from .settings import Will
 from .status import (
     ACTIVE,
@@ -196,7 +197,7 @@ class Liveness:
                 DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
             )
         self._advertised = list(message.details.get("commands", []))
-        await session.publish(topics.status(self.config.id), serialize(message), retain=True)
+        await session.publish(topics.status(self.config.id), self._checked(message), retain=True)
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
@@ -205,7 +206,15 @@ class Liveness:
             # Its ledger's last head: its master marks it final (nothing may follow it).
             head = await self._ledger_head()
             message = self._status_message(INACTIVE, SHUTDOWN, head=head)
-            await session.publish(topics.status(self.config.id), serialize(message), retain=True)
+            await session.publish(
+                topics.status(self.config.id), self._checked(message), retain=True
+            )
+
+    def _checked(self, message: VOXMessage) -> bytes:
+        """Serialize, refusing (MessageTooLarge) what the broker would drop us for."""
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
+        return payload
 
     async def _ledger_head(self) -> tuple[int, str] | None:
         try:
@@ -470,7 +479,7 @@ class Liveness:
             log.warning("%s: war-room post not recorded: %s", self.config.name, exc)
         await session.publish(
             topics.warroom(self.config.id, subject),
-            serialize(message),
+            self._checked(message),
             retain=retain,
             expiry=INCIDENT_EXPIRY,
         )
