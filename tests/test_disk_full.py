@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -14,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.agentkit import Analyst, operator_config, start_agents, wait_for
+from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.brokerkit import SecureBroker, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import CommandFailed
+from vox_mqtt.messages import MSG_AGENT_STATUS, VOXMessage, new_message, now_iso
 
 pytestmark = [
     pytest.mark.slow,
@@ -85,6 +87,22 @@ def kick(secure: SecureBroker, name: str) -> None:
     )
 
 
+def status_of(agent: VOXAgent, *, epoch: int, commands: list[str]) -> VOXMessage:
+    """An in-bounds ACTIVE status of an agent, as its master would receive it."""
+    assert agent.config.master_id is not None
+    details = {
+        "name": agent.name,
+        "status": "ACTIVE",
+        "epoch": epoch,
+        "started_at": now_iso(),
+        "heartbeat_interval": agent.config.heartbeat_interval,
+        "commands": commands,
+    }
+    return new_message(
+        MSG_AGENT_STATUS, source=agent.id, target=agent.config.master_id, details=details
+    )
+
+
 @pytest.fixture
 def seed(secure_broker_factory: Any) -> SecureBroker:
     broker: SecureBroker = secure_broker_factory(tree_fleet(SEED_TREE))
@@ -96,7 +114,7 @@ async def test_a_jump_to_a_full_disk_alerts_degrades_and_routes_elsewhere(
 ) -> None:
     fleet = seed.fleet
     a_id = fleet.agent("specialist_a").id
-    roles = {"specialist_a": [Analyst()], "specialist_b": [Analyst()]}
+    roles = {"specialist_a": [Analyst()], "specialist_b": [Analyst(), Slow()]}
     async with AsyncExitStack() as stack:
         agents = await start_agents(stack, seed, tmp_path, roles)
         root, coordinator, specialist = (
@@ -136,8 +154,30 @@ async def test_a_jump_to_a_full_disk_alerts_degrades_and_routes_elsewhere(
         kick(seed, "specialist_a")
         await wait_for(lambda: entry.epoch > epoch and entry.status == "DEGRADED", timeout=20)
         assert specialist.epoch == entry.epoch
+        # A master that still believes it healthy (an in-bounds status newer than its real
+        # ones, so they are ignored) sends it work: refused unrecorded, the work goes to the
+        # other child. The other is made the busier one, so the first pick is the full one.
+        forged = status_of(specialist, epoch=entry.epoch + 1, commands=["analyze"])
+        coordinator.fleet_view.update(forged)
+        assert entry.healthy
+        busy = asyncio.ensure_future(
+            operator.request("sleep", {"seconds": 2.0}, to=fleet.root.id, timeout=10)
+        )
+        await wait_for(lambda: coordinator.in_flight == 1)
+        reply = await operator.request("analyze", {"target": "rerouted"}, to=fleet.root.id)
+        assert reply.details["result"]["by"] == "specialist_b"
+        await busy
+        request_rows = [
+            r
+            for r in await coordinator.memory.get_recent(200)
+            if r["action"] == "delegated" and r["details"].get("params") == {"target": "rerouted"}
+        ]
+        assert sorted(r["outcome"] for r in request_rows) == sorted(
+            [str(a_id), str(fleet.agent("specialist_b").id)]
+        )
         # Space comes back: it records again, says ACTIVE, and the incident is resolved.
         filler.unlink()
+        kick(seed, "specialist_a")  # a new epoch, above the forged one
         await wait_for(lambda: entry.status == "ACTIVE" and entry.healthy, timeout=15)
         await wait_for(lambda: not disk_full(), timeout=15)
         await wait_for(lambda: "analyze" in coordinator.advertised_commands())

@@ -67,9 +67,12 @@ class CommandRunner:
         self._idle.clear()
         self.ctx.tasks.spawn(self._serve(request), "command")
 
-    def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
+    def choose_child(
+        self, command: str, *, avoid: Iterable[UUID] = ()
+    ) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
-        entries = (self.fleet_view.get(c) for c in self.config.children)
+        skip = set(avoid)
+        entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
         return choose_child(command, entries, load=self._delegated)
 
     # --- stopping -------------------------------------------------------------------------
@@ -199,7 +202,30 @@ class CommandRunner:
         self, request: VOXMessage, payload: CommandRequest, timeout: float
     ) -> CommandResult | CommandError:
         name = payload.command
-        child, code = self.choose_child(name)
+        refused: set[UUID] = set()
+        while True:
+            child, code = self.choose_child(name, avoid=refused)
+            if child is None and refused:
+                break  # every child that could have served it refused it unrecorded
+            outcome = await self._delegate_to(child, code, request, payload, timeout)
+            if not (
+                isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
+            ):
+                return outcome
+            # That child cannot record and did nothing: the work goes to another, if any.
+            assert child is not None
+            refused.add(child)
+        return outcome
+
+    async def _delegate_to(
+        self,
+        child: UUID | None,
+        code: ErrorCode | None,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+    ) -> CommandResult | CommandError:
+        name = payload.command
         if child is None:
             reason = (
                 f"no child that serves {name!r} is healthy"
