@@ -271,6 +271,12 @@ class Liveness:
 
     # --- watching others ------------------------------------------------------------------
 
+    async def _witness_head(self, child: UUID, head: tuple[int, str], *, final: bool) -> None:
+        try:
+            await self._witness.saw(child, head, final=final)
+        except LedgerError as exc:
+            log.warning("%s: a child's ledger head not recorded: %s", self.config.name, exc)
+
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
 
@@ -300,10 +306,10 @@ class Liveness:
             entry = self.fleet_view.get(topic.agent)
             if topic.agent in self.config.children and entry is not None and entry.ledger_head:
                 final = entry.status == INACTIVE and entry.error_code == SHUTDOWN
-                try:
-                    await self._witness.saw(entry.id, entry.ledger_head, final=final)
-                except LedgerError as exc:
-                    log.warning("%s: child's ledger head not recorded: %s", self.config.name, exc)
+                # Its own commit, off the path that reads the session's messages.
+                self.ctx.tasks.spawn(
+                    self._witness_head(entry.id, entry.ledger_head, final=final), "witness"
+                )
             if (
                 topic.agent in self.config.children
                 and self._online()

@@ -26,10 +26,20 @@ class HeadWitness:
 
         final: the child's last word before stopping (its SHUTDOWN status).
         """
-        if self._last.get(child) in ((head, final), (head, True)):
+        before = self._last.get(child)
+        if before in ((head, final), (head, True)):
             return False
-        await self._memory.record_witness(child, head, final=final)
+        # Claimed before the write, so two statuses arriving together record it once.
         self._last[child] = (head, final)
+        try:
+            await self._memory.record_witness(child, head, final=final)
+        except BaseException:
+            if self._last.get(child) == (head, final):  # not recorded: try it next time
+                if before is None:
+                    self._last.pop(child, None)
+                else:
+                    self._last[child] = before
+            raise
         return True
 
 
