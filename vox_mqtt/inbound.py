@@ -152,7 +152,7 @@ class InboundPipeline:
                 command=str(message.details.get("command", "")) or None,
             )
             await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
-        # Anything else is not acknowledged: its sender re-sends it until we can record.
+        # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
 
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
