@@ -52,13 +52,27 @@ def seed(secure_broker_factory: Any) -> SecureBroker:
 def publish_as(secure: SecureBroker, name: str, topic: str, payload: bytes, tmp: Path) -> None:
     """Publish one retained message with an agent's credentials, as an attacker holding them."""
     creds = secure.creds(name)
+    publish_as_identity(
+        port=secure.dir.port,
+        username=creds.username,
+        password=creds.password,
+        topic=topic,
+        payload=payload,
+        tmp=tmp,
+    )
+
+
+def publish_as_identity(
+    *, port: int, username: str, password: str, topic: str, payload: bytes, tmp: Path
+) -> None:
+    """Publish one retained message with `mosquitto_pub` under an identity's credentials."""
     path = tmp / f"{uuid4()}.json"
     path.write_bytes(payload)
     done = subprocess.run(
         [
-            *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(secure.dir.port), "-V", "5"),
+            *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-V", "5"),
             # Its own client id: the real agent stays connected (no session takeover).
-            *("-u", creds.username, "-P", creds.password, "-i", f"{creds.username}-x"),
+            *("-u", username, "-P", password, "-i", f"{username}-x"),
             *("-q", "1", "-r", "-t", topic, "-f", str(path)),
         ],
         capture_output=True,
