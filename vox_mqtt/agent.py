@@ -25,6 +25,7 @@ from .ledger import VOXAgentMemory
 from .liveness import Liveness
 from .messages import MAX_ADVERTISED_COMMANDS, ErrorCode, VOXMessage
 from .outbox import Outbox
+from .privatefs import private_dir
 from .roles import Role
 from .router import Router
 from .runner import CommandRunner
@@ -256,7 +257,7 @@ class VOXAgent:
         return self
 
     async def _start(self) -> None:
-        Path(self.config.state_dir).mkdir(parents=True, exist_ok=True)
+        private_dir(Path(self.config.state_dir))
         await self.memory.init_db()
         self._stack.push_async_callback(self.memory.close)
         self._liveness = Liveness(
@@ -334,6 +335,7 @@ class VOXAgent:
         for role in self.roles:
             with contextlib.suppress(Exception):
                 await role.stop()
+        await self._outbox.flush_acks(self.config.broker.publish_timeout)
         session = self._ctx.session
         if self._liveness is not None and session is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):

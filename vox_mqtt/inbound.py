@@ -30,6 +30,7 @@ from .transport import Inbound
 __all__ = ["InboundPipeline", "Listener", "Observed"]
 
 log = logging.getLogger("vox_mqtt.agent")
+RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -97,6 +98,9 @@ class InboundPipeline:
         if problem is not None:
             await self._reject(message, inbound, topic, problem)
             return
+        if inbound.retain:
+            await self._reject_retained(message, inbound)
+            return
         if ledger.write_failure is not None:
             await self._refuse_unrecordable(message, ledger.write_failure)
             return
@@ -131,7 +135,7 @@ class InboundPipeline:
         if message.type != MSG_ACKNOWLEDGED:
             # The record is durable, so the ack may go; routing need not wait for the ack's own
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
-            self.ctx.tasks.spawn(self.outbox.publish_ack(message), "ack")
+            self.outbox.spawn_ack(message)
         await self._route(message)
 
     async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
@@ -171,6 +175,21 @@ class InboundPipeline:
             await self.outbox.send_error_to(
                 topic.source, message.message_id, ErrorCode.UNAUTHORIZED_SOURCE, problem
             )
+
+    async def _reject_retained(self, message: VOXMessage, inbound: Inbound) -> None:
+        # The broker re-delivers a retained message on every new subscription: it is
+        # recorded each time and never executed, acked or answered (docs/broker.md).
+        reason = f"retained message in an inbox: never executed ({RETAINED_HELP})"
+        log.warning(
+            "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
+        )
+        await self.ctx.ledger.record_message(
+            message,
+            "rejected",
+            outcome=ErrorCode.INVALID_MESSAGE,
+            reason=reason,
+            topic=inbound.topic,
+        )
 
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage

@@ -55,6 +55,7 @@ from .warroom import (
     apply_warroom,
     loss_code,
 )
+from .warroomguard import WarroomGuard
 from .witness import HeadWitness
 
 __all__ = ["CATCH_UP", "Liveness"]
@@ -121,6 +122,7 @@ class Liveness:
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
         self._open = _OpenIncidents(self.config.state_dir)
+        self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
@@ -168,7 +170,12 @@ class Liveness:
             return None
         self.epoch = self.epoch_counter.next()
         message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
-        return Will(topic=topics.status(self.config.id), payload=serialize(message), retain=True)
+        return Will(
+            topic=topics.status(self.config.id),
+            payload=serialize(message),
+            retain=True,
+            user_properties=self.ctx.publish_props.will(MSG_AGENT_STATUS),
+        )
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
@@ -197,7 +204,12 @@ class Liveness:
                 DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
             )
         self._advertised = list(message.details.get("commands", []))
-        await session.publish(topics.status(self.config.id), self._checked(message), retain=True)
+        await session.publish(
+            topics.status(self.config.id),
+            self._checked(message),
+            retain=True,
+            props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+        )
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
@@ -207,7 +219,10 @@ class Liveness:
             head = await self._ledger_head()
             message = self._status_message(INACTIVE, SHUTDOWN, head=head)
             await session.publish(
-                topics.status(self.config.id), self._checked(message), retain=True
+                topics.status(self.config.id),
+                self._checked(message),
+                retain=True,
+                props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
             )
 
     def _checked(self, message: VOXMessage) -> bytes:
@@ -277,6 +292,15 @@ class Liveness:
         except LedgerError as exc:
             log.warning("%s: a child's ledger head not recorded: %s", self.config.name, exc)
 
+    def _master_of(self, agent_id: UUID) -> UUID | None:
+        """Return an agent's master as this agent knows it (config, then statuses)."""
+        if agent_id == self.config.id:
+            return self.config.master_id
+        if agent_id in self.config.children:
+            return self.config.id
+        entry = self.fleet_view.get(agent_id)
+        return None if entry is None else entry.master_id
+
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
 
@@ -292,6 +316,12 @@ class Liveness:
     ) -> None:
         """Take a status or war-room message the session delivered."""
         if isinstance(topic, topics.WarroomTopic):
+            refused = self._guard.refuse(
+                topic.source, topic.subject, len(inbound.payload), self._master_of
+            )
+            if refused is not None:
+                log.warning("%s: war room: dropped a post: %s", self.config.name, refused)
+                return
             incident = apply_warroom(self.incidents, inbound, topic)
             if incident is not None and self.on_incident is not None:
                 self.on_incident(incident)
@@ -487,10 +517,16 @@ class Liveness:
             topics.warroom(self.config.id, subject),
             self._checked(message),
             retain=retain,
-            expiry=INCIDENT_EXPIRY,
+            props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
         )
-        log.warning(
-            "%s: war room: %s %s", self.config.name, failure.error_code, failure.description
+        # An incident is news a person should see (WARNING); its resolution is not (INFO).
+        log.log(
+            logging.INFO if failure.resolved else logging.WARNING,
+            "%s: war room: %s%s %s",
+            self.config.name,
+            failure.error_code,
+            " resolved:" if failure.resolved else "",
+            failure.description,
         )
 
     async def _check_host(self, metrics: dict[str, Any]) -> None:
