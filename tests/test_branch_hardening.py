@@ -71,7 +71,8 @@ def publish_as_identity(
     done = subprocess.run(
         [
             *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-V", "5"),
-            # Its own client id: the real agent stays connected (no session takeover).
+            # A client id of its own; a broker that locks ids to usernames (the default)
+            # makes this a takeover of the real agent's session, which then reconnects.
             *("-u", username, "-P", password, "-i", f"{username}-x"),
             *("-q", "1", "-r", "-t", topic, "-f", str(path)),
         ],
@@ -228,7 +229,9 @@ async def test_a_role_raises_and_resolves_its_own_incident_once(
         assert not await trouble(True)  # one post per incident, however often it is raised
         await wait_for(lambda: len(posts()) == 1)
         [post] = posts()
-        assert post.topic.source == fleet.agent("specialist_a").id
+        a_id = fleet.agent("specialist_a").id
+        assert post.topic.source == a_id
+        assert post.failure.subject == a_id  # the one topic an agent may post about itself
         assert post.failure.description == "specialist_a: the backlog is 900 jobs"
         assert post.failure.severity == "ERROR"
         assert await trouble(False)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Literal
-from uuid import UUID, uuid5
+from uuid import UUID
 
 from . import topics
 from ._version import __version__
@@ -71,6 +71,7 @@ _STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
     DEGRADED: "DEGRADED",
 }
 _INCIDENT_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_SEVERITY_RANK: Final[tuple[Severity, ...]] = ("CRITICAL", "ERROR", "WARNING", "INFO")
 
 
 class _OpenIncidents:
@@ -130,6 +131,11 @@ class Liveness:
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
         self._witness = HeadWitness(ctx.ledger)
         self._published_failure: str | None = None  # the ledger failure our status names
+        # What is wrong with this agent itself, by code: its host checks and its roles'
+        # causes; one war-room incident about it carries them all (see _post_own).
+        self._host_causes: dict[str, tuple[Severity, str]] = {}
+        self._role_causes: dict[str, tuple[Severity, str]] = {}
+        self._own_posted: tuple[str, ...] = ()
 
     # --- own status -----------------------------------------------------------------------
 
@@ -391,6 +397,10 @@ class Liveness:
                 continue
             code = loss_code(entry)
             name = entry.name or str(child_id)
+            if code == CHILD_MISBEHAVING and self._open.codes.get(child_id) not in (None, code):
+                # A status out of bounds is its own incident, even on top of a loss (an
+                # attacker's connection takes the child's session over): say so, once.
+                self._open.set(child_id, None)
             if code is not None and child_id not in self._open.codes:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
@@ -417,7 +427,7 @@ class Liveness:
                     self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
                 )
         for subject in list(self._open.codes):
-            if subject not in self._own_subjects() and subject not in self.config.children:
+            if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
         if self._advertisement_stale():
             # A child's hold as misbehaving ran out: its commands come back.
@@ -425,38 +435,57 @@ class Liveness:
 
     # --- the war room ---------------------------------------------------------------------
 
-    def own_subject(self, error_code: str) -> UUID:
-        """Return the war-room subject of this agent's own incident of one kind.
-
-        One retained post per (source, subject): each kind a role raises gets its own
-        subject, so it opens and resolves apart from the host checks and from other kinds.
-        """
-        return uuid5(self.config.id, f"incident:{error_code}")
-
-    def _own_subjects(self) -> set[UUID]:
-        subjects = {s for s, code in self._open.codes.items() if s == self.own_subject(code)}
-        return subjects | {self.config.id}
-
     async def raise_own(
         self, error_code: str, description: str, *, severity: Severity = "ERROR"
     ) -> bool:
-        """Open an incident about this agent's own work; False if one of the kind is open."""
+        """Add a cause to this agent's own incident; False if that cause is already open."""
         if not _INCIDENT_CODE.fullmatch(error_code):
             raise ValueError(f"error_code {error_code!r} must be UPPER_SNAKE_CASE, 1-64 chars")
-        subject = self.own_subject(error_code)
-        if subject in self._open.codes:
+        if error_code in self._role_causes:
             return False  # one post per incident, however often the role raises it
-        text = f"{self.config.name}: {description}"[:1000]
-        await self.open_incident(subject, error_code, text, epoch=self.epoch, severity=severity)
+        self._role_causes[error_code] = (severity, description[:500])
+        await self._post_own(f"{self.config.name}: {description}")
         return True
 
     async def resolve_own(self, error_code: str, description: str) -> bool:
-        """Resolve this agent's own incident of a kind; False if none was open."""
-        subject = self.own_subject(error_code)
-        if subject not in self._open.codes:
+        """Remove a cause from this agent's own incident; False if it was not open."""
+        if self._role_causes.pop(error_code, None) is None:
             return False
-        await self.resolve_incident(subject, f"{self.config.name}: {description}"[:1000])
+        await self._post_own(f"{self.config.name}: {description}")
         return True
+
+    async def _post_own(self, why: str) -> None:
+        """Make the war room's one post about this agent say what is wrong with it now.
+
+        The broker lets an agent post about itself on one topic only, and observers hold
+        one incident per (source, subject): the host checks and a role's causes share that
+        incident. A new or removed cause posts once; the last one gone resolves it.
+        """
+        me = self.config.id
+        causes = {**self._host_causes, **self._role_causes}
+        if not causes:
+            self._own_posted = ()
+            if me in self._open.codes:
+                await self.resolve_incident(me, why[:1000])
+            return
+        codes = tuple(causes)
+        if codes == self._own_posted and me in self._open.codes:
+            return
+        severity = min((s for s, _ in causes.values()), key=_SEVERITY_RANK.index)
+        parts = [
+            desc if len(causes) == 1 else f"{desc} ({code})" for code, (_, desc) in causes.items()
+        ]
+        text = f"{self.config.name}: {'; '.join(parts)}"[:1000]
+        failure = SystemFailure(
+            error_code=codes[0],
+            severity=severity,
+            description=text,
+            subject=me,
+            epoch=self.epoch,
+        )
+        await self._post(me, failure, retain=True)
+        self._open.set(me, codes[0])
+        self._own_posted = codes
 
     async def open_incident(
         self,
@@ -539,11 +568,12 @@ class Liveness:
             for code, key, limit in limits
             if float(metrics.get(key, 0.0)) >= limit
         ]
-        me = self.config.id
-        if failing and me not in self._open.codes:
+        causes: dict[str, tuple[Severity, str]] = {}
+        if failing:
             text = "; ".join(reason for _, reason in failing)
-            await self.open_incident(
-                me, failing[0][0], f"{self.config.name}: {text}", epoch=self.epoch, severity="ERROR"
-            )
-        elif not failing and me in self._open.codes:
-            await self.resolve_incident(me, f"{self.config.name}: host checks pass")
+            causes[failing[0][0]] = ("ERROR", text)
+        if causes != self._host_causes or (
+            not causes and self.config.id in self._open.codes and not self._role_causes
+        ):
+            self._host_causes = causes
+            await self._post_own(f"{self.config.name}: host checks pass")
