@@ -10,7 +10,7 @@ import random
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,6 +27,7 @@ from vox_mqtt.errors import (
 from vox_mqtt.peernames import write_names
 from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
+from vox_mqtt.sitelinks import LinkMap
 
 from .logs import LogSetup
 from .sdnotify import Notifier, watchdog_interval
@@ -81,6 +82,11 @@ def prepare(path: Path) -> Prepared:
     """Validate the config, its credentials, roles and state dir; raise ConfigError."""
     file = load_daemon_config(path)
     config = file.agent_config(path.absolute().parent)
+    try:
+        # A federated fleet: `vox agent render` wrote the bridge links to watch beside it.
+        config = replace(config, links=LinkMap.beside(path))
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
     prepared = Prepared(
         path=path,
         file=file,

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, Final, Literal
 from uuid import UUID
 
@@ -32,6 +28,7 @@ from .messages import (
 from .observer import read_status
 from .outbox import check_size
 from .settings import Will
+from .sitelinks import SITE_LINK_LOST, SiteLinkDuty
 from .status import (
     ACTIVE,
     DEGRADED,
@@ -48,9 +45,12 @@ from .transport import Inbound
 from .warroom import (
     CHILD_MISBEHAVING,
     DISK_FULL,
+    INCIDENT_CODE,
     INCIDENT_EXPIRY,
     MEMORY_PRESSURE,
+    SEVERITY_RANK,
     Incident,
+    OpenIncidents,
     Severity,
     apply_warroom,
     loss_code,
@@ -70,35 +70,6 @@ _STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
     ACTIVE: "ACTIVE",
     DEGRADED: "DEGRADED",
 }
-_INCIDENT_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-_SEVERITY_RANK: Final[tuple[Severity, ...]] = ("CRITICAL", "ERROR", "WARNING", "INFO")
-
-
-class _OpenIncidents:
-    """The incidents this agent opened and has not resolved, kept across restarts."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.path = Path(state_dir) / "incidents.json"
-        self.codes: dict[UUID, str] = {}
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            self.codes = {UUID(k): str(v) for k, v in raw.items()}
-        except (OSError, ValueError, AttributeError):
-            pass  # none yet, or a torn file: at worst an old post stays until it expires
-
-    def set(self, subject: UUID, code: str | None) -> None:
-        if code is None:
-            self.codes.pop(subject, None)
-        else:
-            self.codes[subject] = code
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            text = json.dumps({str(k): v for k, v in self.codes.items()})
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            # A full disk must not stop the alert about it: kept in memory for this run.
-            log.warning("open incidents kept in memory only: %s", exc)
 
 
 class Liveness:
@@ -122,7 +93,7 @@ class Liveness:
         self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
-        self._open = _OpenIncidents(self.config.state_dir)
+        self._open = OpenIncidents(self.config.state_dir)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
@@ -136,6 +107,8 @@ class Liveness:
         self._host_causes: dict[str, tuple[Severity, str]] = {}
         self._role_causes: dict[str, tuple[Severity, str]] = {}
         self._own_posted: tuple[str, ...] = ()
+        # A federated fleet: children behind a lost bridge are one site incident, not many.
+        self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
 
     # --- own status -----------------------------------------------------------------------
 
@@ -298,6 +271,14 @@ class Liveness:
         except LedgerError as exc:
             log.warning("%s: a child's ledger head not recorded: %s", self.config.name, exc)
 
+    def on_link(self, inbound: Inbound) -> None:
+        """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
+        change = None if self.links is None else self.links.take(inbound.topic, inbound.payload)
+        if change is not None:
+            link, up = change
+            state = "up" if up else "DOWN"
+            log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
+
     def _master_of(self, agent_id: UUID) -> UUID | None:
         """Return an agent's master as this agent knows it (config, then statuses)."""
         if agent_id == self.config.id:
@@ -396,6 +377,12 @@ class Liveness:
             if entry is None or not entry.seen:
                 continue
             code = loss_code(entry)
+            grace = max(
+                self.config.stale_after * entry.heartbeat_interval,
+                self.config.broker.reconnect_max,
+            )
+            if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
+                continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
             if code == CHILD_MISBEHAVING and self._open.codes.get(child_id) not in (None, code):
                 # A status out of bounds is its own incident, even on top of a loss (an
@@ -405,10 +392,6 @@ class Liveness:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
                 # within this grace after our own reconnect, its backoff included.
-                grace = max(
-                    self.config.stale_after * entry.heartbeat_interval,
-                    self.config.broker.reconnect_max,
-                )
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue
@@ -426,12 +409,34 @@ class Liveness:
                 await self._safely(
                     self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
                 )
+        if self.links is not None:
+            await self._reconcile_links(self.links)
         for subject in list(self._open.codes):
+            if self.links is not None and self.links.link(subject) is not None:
+                continue
             if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
         if self._advertisement_stale():
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
+
+    async def _reconcile_links(self, links: SiteLinkDuty) -> None:
+        """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
+        down = {link.id: link for link in links.owned_down()}
+        for bridge, link in down.items():
+            if bridge not in self._open.codes:
+                description = (
+                    f"site {link.site}: the bridge link is down; "
+                    f"{len(link.behind)} agent(s) behind it unreachable"
+                )
+                await self._safely(self.open_incident(bridge, SITE_LINK_LOST, description))
+        for subject, code in list(self._open.codes.items()):
+            if code == SITE_LINK_LOST and subject not in down and links.known_up(subject):
+                known = links.link(subject)
+                site = known.site if known is not None else str(subject)
+                await self._safely(
+                    self.resolve_incident(subject, f"site {site}: the bridge link is back")
+                )
 
     # --- the war room ---------------------------------------------------------------------
 
@@ -439,7 +444,7 @@ class Liveness:
         self, error_code: str, description: str, *, severity: Severity = "ERROR"
     ) -> bool:
         """Add a cause to this agent's own incident; False if that cause is already open."""
-        if not _INCIDENT_CODE.fullmatch(error_code):
+        if not INCIDENT_CODE.fullmatch(error_code):
             raise ValueError(f"error_code {error_code!r} must be UPPER_SNAKE_CASE, 1-64 chars")
         if error_code in self._role_causes:
             return False  # one post per incident, however often the role raises it
@@ -471,7 +476,7 @@ class Liveness:
         codes = tuple(causes)
         if codes == self._own_posted and me in self._open.codes:
             return
-        severity = min((s for s, _ in causes.values()), key=_SEVERITY_RANK.index)
+        severity = min((s for s, _ in causes.values()), key=SEVERITY_RANK.index)
         parts = [
             desc if len(causes) == 1 else f"{desc} ({code})" for code, (_, desc) in causes.items()
         ]

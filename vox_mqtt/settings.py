@@ -9,6 +9,7 @@ from uuid import UUID
 
 from .errors import ConfigError
 from .messages import MAX_HEARTBEAT_INTERVAL, MAX_MESSAGE_BYTES
+from .sitelinks import LinkMap
 
 __all__ = ["AgentConfig", "BrokerSettings", "Will"]
 
@@ -91,6 +92,7 @@ class AgentConfig:
     disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
     memory_alert_percent: float = 95.0
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
+    links: LinkMap | None = None  # bridge links to watch in a federated fleet (sitelinks.py)
 
     def __post_init__(self) -> None:
         # What its own status says must be within what its master believes (docs/liveness.md).
