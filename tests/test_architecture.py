@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt._version": CONTRACTS,
     "vox_mqtt.errors": CONTRACTS,
     "vox_mqtt.messages": CONTRACTS,
+    "vox_mqtt._jsonvalue": CONTRACTS,
     "vox_mqtt.topics": CONTRACTS,
     "vox_mqtt.hierarchy": CONTRACTS,
     "vox_mqtt.settings": CONTRACTS,
@@ -31,6 +32,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt._ledgerschema": SERVICES,
     "vox_mqtt.ledger": SERVICES,
     "vox_mqtt.memory": SERVICES,  # the ledger under the seed's module name
+    "vox_mqtt.witness": SERVICES,
     "vox_mqtt.tracking": SERVICES,
     "vox_mqtt.status": SERVICES,
     "vox_mqtt.warroom": SERVICES,

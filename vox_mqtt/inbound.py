@@ -10,8 +10,16 @@ from uuid import UUID
 
 from . import topics
 from .context import AgentContext
-from .errors import InvalidMessage, TopicError
-from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, ErrorCode, VOXMessage, parse
+from .errors import InvalidMessage, LedgerError, TopicError
+from .messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    CommandError,
+    ErrorCode,
+    VOXMessage,
+    parse,
+)
 from .outbox import Outbox
 from .roles import Handler
 from .router import Router
@@ -108,6 +116,9 @@ class InboundPipeline:
         if inbound.retain:
             await self._reject_retained(message, inbound)
             return
+        if ledger.write_failure is not None:
+            await self._refuse_unrecordable(message, ledger.write_failure)
+            return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
         # in-progress map is checked and filled with no await between, so two copies
@@ -125,6 +136,9 @@ class InboundPipeline:
                 duplicate = await ledger.has_message(message_id)
                 if not duplicate:
                     await ledger.record_message(message, "received", topic=inbound.topic)
+            except LedgerError as exc:
+                await self._refuse_unrecordable(message, str(exc))
+                return
             finally:
                 del self._in_progress[message_id]
                 recording.set()
@@ -140,6 +154,26 @@ class InboundPipeline:
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
             self.outbox.spawn_ack(message)
         await self._route(message)
+
+    async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
+        """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
+        log.warning(
+            "%s: refused %s %s: cannot record it: %s",
+            self.config.name,
+            message.type,
+            message.message_id,
+            failure,
+        )
+        if message.type == MSG_ACKNOWLEDGED:
+            self.outbox.settle_ack(message)  # our own message arrived: stop re-sending it
+        elif message.type == MSG_COMMAND_REQUEST:
+            error = CommandError(
+                code=ErrorCode.LEDGER_UNAVAILABLE,
+                error=f"{self.config.name} cannot record, so it accepts no work: {failure}"[:1000],
+                command=str(message.details.get("command", "")) or None,
+            )
+            await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
+        # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
 
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str

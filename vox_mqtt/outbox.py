@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from . import topics
 from .context import AgentContext
-from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
+from .errors import CommandFailed, DeliveryFailed, InvalidMessage, MessageTooLarge, VoxError
 from .messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -25,14 +25,14 @@ from .messages import (
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
+    expiry_seconds,
     new_message,
     parse,
-    parse_timestamp,
     serialize,
 )
 from .tracking import RequestState, TrackedRequest
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "check_size"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -53,10 +53,12 @@ class Outbox:
             raise VoxError(
                 f"{self.config.name} may only talk to its master and children, not {message.target}"
             )
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
         tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, serialize(message)))
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, payload))
         self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
         return tracked
 
@@ -121,6 +123,17 @@ class Outbox:
                 )
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    async def publish_unrecorded(self, message: VOXMessage) -> None:
+        """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
+        payload = serialize(message)
+        try:
+            check_size(message, payload, self.config.max_message_bytes)
+            await self.ctx.live_session().publish(
+                topics.inbox(message.target, self.config.id), payload
+            )
+        except VoxError as exc:
+            log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
     def spawn_ack(self, message: VOXMessage) -> None:
         """Acknowledge in the background; flush_acks waits for it before the agent leaves."""
@@ -282,9 +295,23 @@ class Outbox:
         )
 
 
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
+        )
+
+
 def _expiry(message: VOXMessage) -> int | None:
     """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
     deadline = message.details.get("deadline")
     if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
         return None
-    return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
+    return expiry_seconds(deadline)

@@ -13,7 +13,7 @@ from uuid import UUID
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .context import AgentContext
-from .errors import CommandFailed, VoxError
+from .errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from .messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
@@ -68,9 +68,12 @@ class CommandRunner:
         self._idle.clear()
         self.ctx.tasks.spawn(self._serve(request), "command")
 
-    def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
+    def choose_child(
+        self, command: str, *, avoid: Iterable[UUID] = ()
+    ) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
-        entries = (self.fleet_view.get(c) for c in self.config.children)
+        skip = set(avoid)
+        entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
         return choose_child(command, entries, load=self._delegated)
 
     # --- stopping -------------------------------------------------------------------------
@@ -130,9 +133,23 @@ class CommandRunner:
             kind = MSG_COMMAND_ERROR
             self.ctx.metrics.commands_failed.inc(details.code)
         with contextlib.suppress(VoxError):
-            # The reply's "sent" row (with the reply whole in the outbox) is what marks the
+            # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
-            await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            try:
+                await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            except MessageTooLarge as exc:
+                kind, name = MSG_COMMAND_ERROR, str(request.details.get("command", ""))
+                log.warning("%s: %s: %s", self.config.name, name, exc)
+                too_large = CommandError(
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
+                    error=f"the result of {name!r} is too large to send: {exc}",
+                    command=name or None,
+                )
+                await self.outbox.send_message(request.reply(kind, too_large), expects_reply=False)
+            except LedgerError:
+                # It cannot be recorded (the disk is full): answer anyway, once.
+                await self.outbox.publish_unrecorded(request.reply(kind, details))
+                return
             await self.ctx.ledger.record_message(
                 request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
             )
@@ -197,7 +214,30 @@ class CommandRunner:
         self, request: VOXMessage, payload: CommandRequest, timeout: float
     ) -> CommandResult | CommandError:
         name = payload.command
-        child, code = self.choose_child(name)
+        refused: set[UUID] = set()
+        while True:
+            child, code = self.choose_child(name, avoid=refused)
+            if child is None and refused:
+                break  # every child that could have served it refused it unrecorded
+            outcome = await self._delegate_to(child, code, request, payload, timeout)
+            if not (
+                isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
+            ):
+                return outcome
+            # That child cannot record and did nothing: the work goes to another, if any.
+            assert child is not None
+            refused.add(child)
+        return outcome
+
+    async def _delegate_to(
+        self,
+        child: UUID | None,
+        code: ErrorCode | None,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+    ) -> CommandResult | CommandError:
+        name = payload.command
         if child is None:
             if code == ErrorCode.TARGET_INACTIVE:
                 reason = f"no child that serves {name!r} is healthy"
