@@ -23,10 +23,12 @@ from typing import Any
 from bench import (
     bridged,
     detection,
+    exporter_scrape,
     faststream_rpc,
     fleet_large,
     footprint,
     ledger_bench,
+    metrics_cost,
     one_hop,
     reload_sessions,
     render_large,
@@ -48,7 +50,9 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "bridged": (8, bridged.run),
     "fleet_large": (9, fleet_large.run),
     "reload": (10, reload_sessions.run),
-    "faststream": (11, faststream_rpc.run),
+    "exporter": (11, exporter_scrape.run),
+    "metrics_cost": (12, metrics_cost.run),
+    "faststream": (13, faststream_rpc.run),
 }
 
 

@@ -19,13 +19,14 @@ Received = tuple[str, float]  # a "received" row's message_id and emission time
 
 def message_row(
     message: VOXMessage,
+    source: str,
     action: str,
     outcome: str | None,
     reason: str | None,
     topic: str | None,
 ) -> tuple[Values, Received | None]:
     """Lay out a message's row: its metadata, never its free text (docs/ledger.md)."""
-    details: dict[str, Any] = {"message_source": message.message_source[:200]}
+    details: dict[str, Any] = {"message_source": source}  # as the ledger stores it
     for key in _KEPT_DETAILS.get(message.type, ()):
         if key in message.details:
             details[key] = message.details[key]

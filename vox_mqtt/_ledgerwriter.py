@@ -17,6 +17,8 @@ from ._ledgerschema import (
     _COLUMNS,
     _HEAD,
     _SCHEMA,
+    _TRIGGERS_VERSION,
+    _UPGRADE,
     GENESIS_HASH,
     SCHEMA_VERSION,
     _chain_hash,
@@ -147,11 +149,18 @@ def open_writer(
                 listed = ", ".join(sorted(tables))
                 raise LedgerError(f"ledger {path}: not a vox ledger (its tables: {listed})")
             db.executescript(_SCHEMA)
+        elif not db.execute(_TRIGGERS_VERSION).fetchall():
+            # A ledger from before the insert triggers: add them, once. A trigger dropped
+            # from a newer file is never put back here; verify() reports it.
+            db.executescript(_UPGRADE)
         meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
     except sqlite3.Error as exc:
         raise LedgerError(f"ledger {path}: not a vox ledger: {exc}") from None
     if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
         raise LedgerError(f"{path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+    # Freed pages are zeroed, so an outbox entry gone is gone from the file too (some SQLite
+    # builds default to it; the ledger does not rely on that).
+    db.execute("PRAGMA secure_delete = ON")
     # WAL lets readers run beside the writer; FULL also syncs the WAL at every commit.
     db.execute("PRAGMA journal_mode = WAL")
     db.execute(f"PRAGMA synchronous = {synchronous}")

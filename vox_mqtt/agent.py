@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -22,7 +24,8 @@ from .errors import VoxError
 from .inbound import InboundPipeline, Listener
 from .ledger import VOXAgentMemory
 from .liveness import Liveness
-from .messages import ErrorCode, VOXMessage
+from .messages import MAX_ADVERTISED_COMMANDS, ErrorCode, VOXMessage
+from .metrics import AgentMetrics
 from .outbox import Outbox
 from .privatefs import private_dir
 from .roles import Role
@@ -32,9 +35,11 @@ from .settings import AgentConfig, Will
 from .status import FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
 from .transport import Inbound, Session
-from .warroom import Incident
+from .warroom import Incident, Severity
 
 __all__ = ["AgentConfig", "VOXAgent"]
+
+log = logging.getLogger("vox_mqtt.agent")
 
 
 class VOXAgent:
@@ -54,14 +59,25 @@ class VOXAgent:
         # No commit window: batches form by themselves while a commit runs, and a window
         # would only add latency to every hop.
         self.memory = VOXAgentMemory(
-            Path(config.state_dir) / "logs.db", commit_window=0, sync=config.ledger_sync
+            Path(config.state_dir) / "logs.db",
+            commit_window=0,
+            sync=config.ledger_sync,
+            clear_sources=config.ledger_clear_sources,
         )
         self.tracker = RequestTracker(on_change=on_request_change)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():
             self.fleet_view.watch(child_id, child_name)
+        self.metrics = AgentMetrics(enabled=config.metrics)
+        if config.metrics:
+            self.memory.on_commit = self._count_commit
+            self.metrics.gauge("ledger_bytes", self._ledger_bytes)
         self._ctx = AgentContext(
-            config=config, ledger=self.memory, tracker=self.tracker, tasks=TaskSet(config.name)
+            config=config,
+            ledger=self.memory,
+            tracker=self.tracker,
+            tasks=TaskSet(config.name),
+            metrics=self.metrics,
         )
         self.router = Router()
         self._outbox = Outbox(self._ctx)
@@ -77,11 +93,24 @@ class VOXAgent:
             linked=self._linked,
         )
         self._liveness: Liveness | None = None  # built at start: it reads the state dir
+        self._cut_advertisement = 0  # how many child commands the last cut warned about
         self._stack = AsyncExitStack()
         self._stop_requested = asyncio.Event()
         self._stopped = False
         for role in roles:
             self.add_role(role)
+
+    def _count_commit(self, records: int, seconds: float) -> None:
+        self.metrics.ledger_records += records
+        self.metrics.ledger_commit_seconds.observe(seconds)
+
+    def _ledger_bytes(self) -> float:
+        # The write-ahead log holds the newest records until a checkpoint: count it too.
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{self.memory.path}{suffix}").st_size
+        return float(total)
 
     # --- what the parts hold, as the agent's public view ----------------------------------
 
@@ -146,8 +175,42 @@ class VOXAgent:
         self.router.mount(role)
 
     def advertised_commands(self) -> list[str]:
-        """Return what this agent can serve: its own commands and its healthy children's."""
-        return sorted(self.router.commands | self.fleet_view.commands_of(self.config.children))
+        """Return what this agent can serve: its own commands and its healthy children's.
+
+        At most MAX_ADVERTISED_COMMANDS, its own first: what children offer can never push
+        this agent's status past what its master believes (docs/liveness.md).
+        """
+        own = self.router.commands
+        offered = self.fleet_view.commands_of(self.config.children) - own
+        room = max(0, MAX_ADVERTISED_COMMANDS - len(own))
+        if len(offered) > room and self._cut_advertisement != len(offered):
+            self._cut_advertisement = len(offered)
+            log.warning(
+                "%s: children offer %d commands; advertising %d (the limit is %d)",
+                self.name,
+                len(offered),
+                room,
+                MAX_ADVERTISED_COMMANDS,
+            )
+        return sorted([*sorted(own)[:MAX_ADVERTISED_COMMANDS], *sorted(offered)[:room]])
+
+    async def raise_incident(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Post an incident about this agent's own work to the war room, once until resolved.
+
+        Return False when one of this error_code is already open (nothing is posted).
+        """
+        return await self._live().raise_own(error_code, description, severity=severity)
+
+    async def resolve_incident(self, error_code: str, description: str) -> bool:
+        """Resolve this agent's own incident of an error_code; False if none was open."""
+        return await self._live().resolve_own(error_code, description)
+
+    def _live(self) -> Liveness:
+        if self._liveness is None or self._ctx.session is None:
+            raise VoxError(f"{self.name} is not started: it cannot post to the war room")
+        return self._liveness
 
     def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
@@ -236,6 +299,7 @@ class VOXAgent:
         )
         self._ctx.session = session
         await self._stack.enter_async_context(session)
+        self.metrics.commands_served.seed(self.router.commands)
         tasks = self._ctx.tasks
         tasks.spawn(self._inbound.run(), "inbound")
         tasks.spawn(self._liveness.run(), "liveness")

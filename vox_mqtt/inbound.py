@@ -10,10 +10,12 @@ from uuid import UUID
 
 from . import topics
 from .context import AgentContext
-from .errors import InvalidMessage, TopicError
+from .errors import InvalidMessage, LedgerError, TopicError
 from .messages import (
     MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
+    CommandError,
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
@@ -59,6 +61,13 @@ class InboundPipeline:
         self.listeners: list[Listener] = []  # see every verified inbound message
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        self.intake = 0  # inbound messages being recorded, acknowledged and routed
+        ctx.metrics.gauge("intake_queue", self._waiting)
+
+    def _waiting(self) -> int:
+        """Return the messages received and not yet routed: queued in the session or in intake."""
+        session = self.ctx.session
+        return self.intake + (0 if session is None else session.queued)
 
     async def run(self) -> None:
         """Read the session's messages until it ends."""
@@ -78,12 +87,14 @@ class InboundPipeline:
                 self.ctx.tasks.spawn(self._intake(inbound, topic), "intake")
 
     async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
+        self.intake += 1
         try:
             await self._process(inbound, topic)
         except Exception:
             # Nothing a peer sends may stop the agent: log it and go on.
             log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
         finally:
+            self.intake -= 1
             self._intake_slots.release()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
@@ -105,6 +116,9 @@ class InboundPipeline:
             return
         if inbound.retain:
             await self._reject_retained(message, inbound)
+            return
+        if ledger.write_failure is not None:
+            await self._refuse_unrecordable(message, ledger.write_failure)
             return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
@@ -136,18 +150,24 @@ class InboundPipeline:
                         message, topic=inbound.topic, outbox_done=done
                     )
                     self.outbox.settle_ack(message)
+                    self.ctx.metrics.messages_in.inc(message.type)
                     await row
                     return
                 if not duplicate:
                     await self._record_received(message, inbound.topic, then)
+            except LedgerError as exc:
+                await self._refuse_unrecordable(message, str(exc))
+                return
             finally:
                 del self._in_progress[message_id]
                 recording.set()
         if duplicate:
+            self.ctx.metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
             if ack is not None:
                 await self.outbox.publish_ack(message, ack)
             return
+        self.ctx.metrics.messages_in.inc(message.type)
         if ack is not None:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
@@ -166,9 +186,30 @@ class InboundPipeline:
                 self.runner.cancel_start(message)
             raise
 
+    async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
+        """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
+        log.warning(
+            "%s: refused %s %s: cannot record it: %s",
+            self.config.name,
+            message.type,
+            message.message_id,
+            failure,
+        )
+        if message.type == MSG_ACKNOWLEDGED:
+            self.outbox.settle_ack(message)  # our own message arrived: stop re-sending it
+        elif message.type == MSG_COMMAND_REQUEST:
+            error = CommandError(
+                code=ErrorCode.LEDGER_UNAVAILABLE,
+                error=f"{self.config.name} cannot record, so it accepts no work: {failure}"[:1000],
+                command=str(message.details.get("command", "")) or None,
+            )
+            await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
+        # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
+
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
         log.warning(
             "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
         )
@@ -202,6 +243,7 @@ class InboundPipeline:
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
         )

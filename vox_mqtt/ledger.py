@@ -7,7 +7,8 @@ import contextlib
 import functools
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -16,24 +17,31 @@ from uuid import UUID
 import aiosqlite
 
 from ._ledgerindex import ReceivedIndex
+from ._ledgerqueries import VerifyReport, trace_chain, verify_chain
 from ._ledgerrows import Received, Values, make_row, message_row
 from ._ledgerschema import (
     _ALL,
+    _HEAD,
     _INTERRUPTED,
-    _PARENT,
     _PENDING,
     _PROMOTED,
     _SCHEMA,
-    _TRIGGERS,
+    _TRIGGERS_VERSION,
+    _UPGRADE,
     APPEND_ONLY,
     DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
     STARTED_ACTIONS,
+    WITNESS_ACTION,
+    WITNESS_EVENT,
     _chain_hash,
     _id_text,
+    _load_key,
+    _outbox_payload,
     _row_dict,
     _scrub,
+    _source_digest,
 )
 from ._ledgerwriter import SYNC_MODES, Head, LedgerSync, WriterThread, open_writer, write_batch
 from .errors import LedgerError
@@ -52,16 +60,6 @@ __all__ = [
 
 # Rows nothing waits for (an ack's "received") wait this long for a batch to join.
 _LATER = 0.02
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyReport:
-    """The outcome of checking the hash chain and the append-only triggers."""
-
-    ok: bool
-    rows: int
-    first_bad_row: int | None
-    problem: str | None
 
 
 @dataclass(slots=True)
@@ -88,6 +86,8 @@ class VOXAgentMemory:
         max_batch: int = 1000,
         read_only: bool = False,
         sync: LedgerSync = "full",
+        clear_sources: bool = False,
+        source_key: bytes | None = None,
     ) -> None:
         if max_batch < 1 or commit_window < 0:
             raise ValueError("max_batch must be >= 1 and commit_window >= 0")
@@ -115,6 +115,14 @@ class VOXAgentMemory:
         # chained onto it on the loop, so the thread only executes and commits.
         self._head: Head | None = None
         self._received = ReceivedIndex()  # answers has_message(..., emitted_at=...)
+        # Told (records written, seconds) after each commit: the agent's metrics.
+        self.on_commit: Callable[[int, float], None] | None = None
+        # Why the last commit failed, while the file cannot take writes; None once one works.
+        self.write_failure: str | None = None
+        # message_source may name a client: kept as a keyed digest unless asked for in clear.
+        self.clear_sources = clear_sources
+        self._source_key = source_key
+        self._stored_sources: dict[str, str] = {}  # message_source -> as stored (few of them)
 
     @property
     def commit_count(self) -> int:
@@ -163,6 +171,11 @@ class VOXAgentMemory:
             )
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA query_only = ON")
+        if not self.clear_sources and self._source_key is None:
+            try:
+                self._source_key = _load_key(self.path.with_suffix(".key"))
+            except (OSError, ValueError) as exc:
+                raise LedgerError(f"ledger {self.path}: digest key: {exc}") from None
         for message_id, emitted in received:
             self._received.add(message_id, emitted)
         self._guard = asyncio.create_task(self._watch(), name=f"ledger {self.path}")
@@ -186,6 +199,10 @@ class VOXAgentMemory:
                     found_text = f"its tables: {', '.join(sorted(tables))}" if tables else "empty"
                     raise LedgerError(f"ledger {self.path}: not a vox ledger ({found_text})")
                 await db.executescript(_SCHEMA)
+            elif create and not await db.execute_fetchall(_TRIGGERS_VERSION):
+                # A ledger from before the insert triggers: add them, once. A trigger dropped
+                # from a newer file is never put back here; verify() reports it.
+                await db.executescript(_UPGRADE)
             meta = await db.execute_fetchall("SELECT value FROM ledger_meta WHERE key='schema'")
         if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
             raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
@@ -267,13 +284,34 @@ class VOXAgentMemory:
         (message, action, outcome), commit in that same transaction after this one (what each
         such grouping still lets a restart prove is in docs/ledger.md). Returns the first id.
         """
-        rows = [message_row(message, action, outcome, reason, topic)]
-        rows += [message_row(other, what, result, None, None) for other, what, result in then]
-        return await self._submit(
-            rows,
-            outbox=None if outbox is None else (str(message.message_id), *outbox),
-            outbox_done=None if outbox_done is None else str(outbox_done),
-        )
+        if self._reader is None:
+            await self.init_db()  # the digest key is read when the ledger opens
+        source = self.stored_source(message.message_source)
+        rows = [message_row(message, source, action, outcome, reason, topic)]
+        rows += [
+            message_row(other, self.stored_source(other.message_source), what, result, None, None)
+            for other, what, result in then
+        ]
+        kept = None
+        if outbox is not None:
+            payload = _outbox_payload(outbox[1], message.message_source, source)
+            kept = (str(message.message_id), outbox[0], payload)
+        done = None if outbox_done is None else str(outbox_done)
+        return await self._submit(rows, outbox=kept, outbox_done=done)
+
+    def stored_source(self, message_source: str) -> str:
+        """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
+        if self.clear_sources:
+            return message_source[:200]
+        known = self._stored_sources.get(message_source)
+        if known is None:
+            if self._source_key is None:
+                raise LedgerError(f"ledger {self.path} is not open")
+            if len(self._stored_sources) >= 256:  # a few senders; never grow without bound
+                self._stored_sources.clear()
+            known = _source_digest(self._source_key, message_source)
+            self._stored_sources[message_source] = known
+        return known
 
     def record_received_later(
         self, message: VOXMessage, *, topic: str | None, outbox_done: UUID | None
@@ -286,7 +324,8 @@ class VOXAgentMemory:
         if self._thread is None or self._closed or self.read_only:
             raise LedgerError(f"ledger {self.path} is not open for writing")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        values, received = message_row(message, "received", None, None, topic)
+        source = self.stored_source(message.message_source)
+        values, received = message_row(message, source, "received", None, None, topic)
         done = None if outbox_done is None else str(outbox_done)
         pending = _Pending([values], future, None, done, None if received is None else [received])
         self._enqueue(pending, urgent=False)
@@ -392,9 +431,9 @@ class VOXAgentMemory:
             return write_batch(thread.db, rows, added, removed, chained)
 
         self._in_flight = True
-        thread.submit(job, functools.partial(self._written, batch))
+        thread.submit(job, functools.partial(self._written, batch, time.perf_counter()))
 
-    def _written(self, batch: list[_Pending], ok: bool, outcome: Any) -> None:
+    def _written(self, batch: list[_Pending], started: float, ok: bool, outcome: Any) -> None:
         """Settle a batch's callers (on the loop), then hand over what queued meanwhile."""
         self._in_flight = False
         if ok:
@@ -402,6 +441,9 @@ class VOXAgentMemory:
             if head is not None:
                 self._head = head
             self._commits += 1
+            if self.on_commit is not None:
+                self.on_commit(len(rows), time.perf_counter() - started)
+            self.write_failure = None
             at = 0
             for pending in batch:
                 row_id = rows[at][0] if pending.rows else 0
@@ -413,6 +455,8 @@ class VOXAgentMemory:
         else:
             self._head = None  # re-read inside the next transaction
             error = self._error(outcome, "cannot write")
+            if isinstance(outcome, sqlite3.OperationalError | OSError):
+                self.write_failure = str(error)  # the file cannot take writes (disk full ...)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)
@@ -476,56 +520,55 @@ class VOXAgentMemory:
 
     async def trace(self, message_id: UUID) -> list[dict[str, Any]]:
         """Rebuild the reply_to chain around a message: one row per message, in ledger order."""
-        top, seen = _id_text(message_id), set()
-        # Climb while the parent is in this ledger; a forged reply_to cycle stops too.
-        while top not in seen:
-            seen.add(top)
-            parent = await self._read(_PARENT, (top,))
-            if not parent:
-                break
-            top = parent[0]["message_id"]
-        rows = await self._read(
-            f"""WITH RECURSIVE chain(mid) AS (
-                SELECT ? UNION
-                SELECT l.message_id FROM logs AS l JOIN chain ON l.reply_to = chain.mid
-                WHERE l.message_id IS NOT NULL)
-            SELECT {_ALL} FROM logs WHERE message_id IN (SELECT mid FROM chain) ORDER BY id""",
-            (top,),
-        )
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
-            grouped.setdefault(row["message_id"], []).append(row)
-        chain = []
-        for group in grouped.values():
-            best = next((r for r in group if r["action"] in ("received", "sent")), group[0])
-            chain.append({**best, "actions": [r["action"] for r in group]})
-        return chain
+        return await trace_chain(self._read, message_id)
+
+    async def head(self) -> tuple[int, str]:
+        """Return the newest row's id and hash ((0, the genesis hash) when empty)."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(_HEAD)
+        return next(((int(r[0]), str(r[1])) for r in found), (0, GENESIS_HASH))
+
+    async def row_hashes(self, ids: Iterable[int]) -> dict[int, str]:
+        """Return the stored hash of each of these rows that exists."""
+        await self.init_db()
+        assert self._reader is not None
+        wanted = sorted(set(ids))
+        found: dict[int, str] = {}
+        with self._errors("cannot read"):
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
+                found.update(
+                    (int(r[0]), str(r[1])) for r in await self._reader.execute_fetchall(sql, chunk)
+                )
+        return found
+
+    async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
+        """Record a child's ledger head (row id, hash) as its status reported it.
+
+        final: the child said it stopped, so nothing may follow this head.
+        """
+        details = {"row": head[0], "hash": head[1], "final": final}
+        return await self.record(WITNESS_EVENT, WITNESS_ACTION, child, None, details)
+
+    async def witnessed_heads(self, child: UUID | None = None) -> list[dict[str, Any]]:
+        """Return the ledger heads this ledger witnessed, oldest first (of one child if named)."""
+        sql = f"SELECT {_ALL} FROM logs WHERE event_type = ? AND action = ?"
+        params: list[Any] = [WITNESS_EVENT, WITNESS_ACTION]
+        if child is not None:
+            sql += " AND source = ?"
+            params.append(_id_text(child))
+        return await self._read(sql + " ORDER BY id", params)
 
     async def verify(self) -> VerifyReport:
         """Recompute the hash chain and report the first row that does not match."""
         await self.init_db()
         assert self._reader is not None
-        rows, bad, problem, prev = 0, None, None, GENESIS_HASH
         with self._errors("cannot verify"):
-            async with self._reader.execute(f"SELECT {_ALL} FROM logs ORDER BY id") as cursor:
-                async for row in cursor:
-                    rows += 1
-                    if bad is not None:
-                        continue
-                    content, row_id = tuple(row[:-2]), row[0]
-                    if row_id != rows:
-                        problem = f"row {row_id} follows row {rows - 1}: rows are missing"
-                    elif row[-2] != prev:
-                        problem = f"row {row_id} does not chain to row {rows - 1} before it"
-                    elif _chain_hash(prev, content) != row[-1]:
-                        problem = f"row {row_id} does not match its hash: it was edited"
-                    bad = None if problem is None else row_id
-                    prev = row[-1]
-            found = await self._reader.execute_fetchall("SELECT name FROM sqlite_master")
-        missing = sorted(set(_TRIGGERS) - {row[0] for row in found})
-        if problem is None and missing:
-            problem = f"append-only triggers are missing: {', '.join(missing)}"
-        return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
+            return await verify_chain(self._reader)
 
     @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from . import topics
 from .context import AgentContext
-from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
+from .errors import CommandFailed, DeliveryFailed, InvalidMessage, MessageTooLarge, VoxError
 from .messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -26,14 +26,14 @@ from .messages import (
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
+    expiry_seconds,
     new_message,
     parse,
-    parse_timestamp,
     serialize,
 )
 from .tracking import RequestState, TrackedRequest
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "check_size"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -63,12 +63,12 @@ class Outbox:
             raise VoxError(
                 f"{self.config.name} may only talk to its master and children, not {message.target}"
             )
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
         tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(
-            message, "sent", outbox=(topic, serialize(message)), then=then
-        )
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, payload), then=then)
         self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
         return tracked
 
@@ -80,19 +80,20 @@ class Outbox:
             except InvalidMessage:
                 continue
             tracked = self.ctx.tracker.track(message, expects_reply=False)
-            self.ctx.tasks.spawn(self._deliver(tracked), "redeliver")
+            self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
 
-    async def _deliver(self, tracked: TrackedRequest) -> None:
+    async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
         try:
-            await self._deliver_until_acknowledged(tracked)
+            await self._deliver_until_acknowledged(tracked, resend)
         finally:
             # An acknowledged message left the outbox with its ack's "received" row.
             if not tracked.acknowledged.is_set():
                 with contextlib.suppress(VoxError):
                     await self.ctx.ledger.outbox_done(tracked.message_id)
 
-    async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
+    async def _deliver_until_acknowledged(self, tracked: TrackedRequest, resend: bool) -> None:
         session = self.ctx.live_session()
+        metrics = self.ctx.metrics
         tracker = self.ctx.tracker
         message = tracked.message
         target = message.target
@@ -104,6 +105,11 @@ class Outbox:
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
+            if resend:
+                metrics.resends += 1
+            else:
+                metrics.messages_out.inc(message.type)
+                resend = True
             try:
                 these = fixed
                 if these is None:
@@ -113,6 +119,7 @@ class Outbox:
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
                     # The broker refused it (ACL): re-sending cannot help.
+                    metrics.delivery_failures += 1
                     tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
                     return
                 log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
@@ -120,6 +127,7 @@ class Outbox:
                 async with asyncio.timeout(delay):
                     await tracked.acknowledged.wait()
             if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
+                metrics.delivery_failures += 1
                 tracker.failed(
                     message.message_id,
                     ErrorCode.TIMEOUT,
@@ -127,6 +135,17 @@ class Outbox:
                 )
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    async def publish_unrecorded(self, message: VOXMessage) -> None:
+        """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
+        payload = serialize(message)
+        try:
+            check_size(message, payload, self.config.max_message_bytes)
+            await self.ctx.live_session().publish(
+                topics.inbox(message.target, self.config.id), payload
+            )
+        except VoxError as exc:
+            log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
     def ack_soon(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message now, without a task waiting for its PUBACK.
@@ -145,6 +164,7 @@ class Outbox:
         if outcome is None:  # no connection up: wait for one in the background
             outcome = self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
         else:
+            self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
             outcome.add_done_callback(functools.partial(self._acked, message.message_id))
         self._acking.add(outcome)
         outcome.add_done_callback(self._acking.discard)
@@ -155,8 +175,10 @@ class Outbox:
         name = self.config.name
         if (exc := outcome.exception()) is not None:
             # The connection dropped (or was closed) first: the sender will re-send.
+            self.ctx.metrics.delivery_failures += 1
             log.info("%s: ack for %s not confirmed: %s", name, message_id, exc)
         elif (code := outcome.result()).is_failure:
+            self.ctx.metrics.delivery_failures += 1
             log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
 
     async def flush_acks(self, timeout: float) -> None:
@@ -171,6 +193,7 @@ class Outbox:
     async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
         session = self.ctx.live_session()
+        self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
         try:
             await session.publish(
                 topics.inbox(message.source, self.config.id),
@@ -178,6 +201,7 @@ class Outbox:
                 props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
             )
         except DeliveryFailed as exc:
+            self.ctx.metrics.delivery_failures += 1
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(
                 "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
@@ -204,6 +228,7 @@ class Outbox:
         then: Iterable[tuple[VOXMessage, str, str | None]] = (),
     ) -> VOXMessage:
         """Send a message and return its reply; raise CommandFailed on an error or timeout."""
+        started = time.perf_counter()
         tracked = await self.send_message(message, expects_reply=True, then=then)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
@@ -213,6 +238,9 @@ class Outbox:
             self.ctx.tracker.failed(
                 message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
             )
+        if message.type == MSG_COMMAND_REQUEST:
+            # End to end as the requester sees it, answered or not.
+            self.ctx.metrics.command_roundtrip_seconds.time_since(started)
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
@@ -310,9 +338,23 @@ class Outbox:
         )
 
 
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
+        )
+
+
 def _expiry(message: VOXMessage) -> int | None:
     """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
     deadline = message.details.get("deadline")
     if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
         return None
-    return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
+    return expiry_seconds(deadline)
