@@ -1,4 +1,4 @@
-"""Figure 11: what a user would pick instead: FastStream MQTT RPC with a pydantic handler.
+"""Figure 13: what a user would pick instead: FastStream MQTT RPC with a pydantic handler.
 
 FastStream (MQTT v5, through its zmqtt client) logs in with the operator's and the root's
 identities on the same broker, under client ids of its own, and asks the root's inbox topic
@@ -151,12 +151,12 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Measure figure 11 in its own event loop."""
+    """Measure figure 13 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
 
 
 def main() -> int:
-    """Run figure 11 alone and print it as JSON."""
+    """Run figure 13 alone and print it as JSON."""
     return run_alone(__doc__, run)
 
 

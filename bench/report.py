@@ -213,7 +213,7 @@ def markdown(results: dict[str, Any]) -> str:
         "Every figure is measured in one run against its baseline on the same private Mosquitto,"
         " started from the rendered, ACL'd config (`set_tcp_nodelay true`; clients set "
         "TCP_NODELAY too), on loopback. The raw baseline logs in with the same identities and "
-        "publishes on the same topics at QoS 1, awaiting each PUBACK; figure 11's baseline is "
+        "publishes on the same topics at QoS 1, awaiting each PUBACK; figure 13's baseline is "
         "FastStream's MQTT RPC instead (what a user would pick). Ratio = VOX / baseline. "
         "Benchmarks are not tests: a target not met is reported, never failed.",
         "",
