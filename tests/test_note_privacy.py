@@ -128,8 +128,12 @@ async def test_an_acknowledged_outbox_entry_is_overwritten_in_the_file(tmp_path:
         await ledger.record_message(message, "sent", outbox=("t", serialize(message)))
         assert marker.encode() in (tmp_path / "logs.db-wal").read_bytes()
         await ledger.outbox_done(message.message_id)
-        assert ledger._writer is not None
-        pragma = await ledger._writer.execute_fetchall("PRAGMA secure_delete")
+        # The writing connection lives on the ledger's writer thread: ask it there.
+        thread = ledger._thread
+        assert thread is not None
+        db = thread.db
+        assert db is not None
+        pragma = await thread.call(lambda: db.execute("PRAGMA secure_delete").fetchall())
         assert list(pragma) == [(1,)]
     # Closed: the WAL is folded back and the freed page was zeroed, not left readable.
     assert not (tmp_path / "logs.db-wal").exists()
