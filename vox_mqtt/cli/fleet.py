@@ -1,4 +1,4 @@
-"""`vox init` and `vox tree`: create and draw the fleet file."""
+"""`vox init`, `vox tree` and `vox fleet diff|retire`: the fleet file and its changes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from ..fleetdiff import FleetDiff, diff_fleets
+from ..fleetplan import plan_steps
 from ..hierarchy import AgentSpec, Fleet, load_fleet, seed_fleet_toml
-from ._common import EXIT_USAGE, fail, print_json
+from ._common import EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["draw_tree", "register", "tree_as_json"]
 
@@ -24,6 +26,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tree.add_argument("fleet", type=Path, help="path of the fleet file")
     tree.add_argument("--json", action="store_true", help="print the tree as JSON")
     tree.set_defaults(func=cmd_tree)
+
+    fleet = subparsers.add_parser("fleet", help="change a running fleet: diff, retire")
+    verbs = fleet.add_subparsers(dest="fleet_verb", metavar="ACTION", required=True)
+    diff = verbs.add_parser(
+        "diff", help="what a change of the fleet file means, per host, and in which order"
+    )
+    diff.add_argument("old", type=Path, help="the fleet file the fleet runs now")
+    diff.add_argument("new", type=Path, help="the changed fleet file")
+    diff.add_argument(
+        "--broker-dir",
+        default="/etc/vox/broker",
+        help="the broker directory, as the steps should name it (default /etc/vox/broker)",
+    )
+    diff.add_argument(
+        "--bundles",
+        default="bundles",
+        help="where the steps render agent bundles on the broker host (default ./bundles)",
+    )
+    diff.add_argument("--json", action="store_true", help="print the diff and steps as JSON")
+    diff.set_defaults(func=cmd_diff)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -91,3 +113,45 @@ def cmd_tree(args: argparse.Namespace) -> int:
     else:
         print(draw_tree(fleet))
     return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Print what changes between two fleet files and the steps that apply it."""
+    old, new = load_fleet(args.old), load_fleet(args.new)
+    diff = diff_fleets(old, new)
+    steps = plan_steps(diff, fleet=str(args.new), broker_dir=args.broker_dir, bundles=args.bundles)
+    if args.json:
+        print_json({**diff.as_dict(), "steps": [step.as_dict() for step in steps]})
+    if diff.refused:
+        for reason in diff.refused:
+            fail(f"{args.new}: {reason}")
+        return EXIT_USAGE
+    if not args.json:
+        out_console().print(_diff_text(diff, steps), markup=False, end="")
+    return 0
+
+
+def _diff_text(diff: FleetDiff, steps: list[Any]) -> str:
+    if diff.empty:
+        return "no change: the fleet runs as this file describes\n"
+    lines = ["changes:"]
+    lines += [f"  {change.kind.value:<16} {change.text}" for change in diff.changes]
+    broker = diff.broker
+    if broker.changed:
+        lines.append(f"broker: re-render and reload ({', '.join(broker.files)})")
+    else:
+        lines.append("broker: unchanged")
+    if diff.actions:
+        lines.append("agents:")
+        width = max(len(action.name) for action in diff.actions)
+        for action in diff.actions:
+            why = "; ".join(action.reasons)
+            lines.append(
+                f"  {action.name:<{width}}  {action.action.value:<7} "
+                f"(phase {int(action.phase)})  {why}"
+            )
+    lines.append("steps, in this order (docs/operations.md):")
+    for step in steps:
+        lines.append(f"  {step.number}. [{step.host}] {step.what}")
+        lines += [f"       $ {command}" for command in step.commands]
+    return "\n".join(lines) + "\n"
