@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from uuid import UUID
 from ..fleetdiff import FleetDiff, diff_fleets
 from ..fleetplan import plan_steps
 from ..hierarchy import AgentSpec, Fleet, load_fleet, seed_fleet_toml
-from ._common import EXIT_USAGE, fail, out_console, print_json
+from ..retirement import retire_agent
+from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["draw_tree", "register", "tree_as_json"]
 
@@ -46,6 +48,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     diff.add_argument("--json", action="store_true", help="print the diff and steps as JSON")
     diff.set_defaults(func=cmd_diff)
+
+    retire = verbs.add_parser(
+        "retire",
+        help="clear what a retired agent left on the broker (status, war-room posts) and "
+        "tell its master; run it before the broker is re-rendered without the agent",
+    )
+    retire.add_argument("name", help="the retired agent's name")
+    retire.add_argument(
+        "--fleet", type=Path, required=True, help="the fleet file, already without the agent"
+    )
+    retire.add_argument(
+        "--broker-dir",
+        type=Path,
+        required=True,
+        help="the broker directory, still holding the agent's credentials",
+    )
+    retire.add_argument(
+        "--wait", type=float, default=3.0, help="seconds to wait for retained messages (3)"
+    )
+    retire.add_argument(
+        "--force", action="store_true", help="retire it even though it still says ACTIVE"
+    )
+    retire.add_argument("--json", action="store_true", help="print what was done as JSON")
+    retire.set_defaults(func=cmd_retire)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -155,3 +181,46 @@ def _diff_text(diff: FleetDiff, steps: list[Any]) -> str:
         lines.append(f"  {step.number}. [{step.host}] {step.what}")
         lines += [f"       $ {command}" for command in step.commands]
     return "\n".join(lines) + "\n"
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    """Clear a retired agent's leftovers on the broker and tell its master."""
+    fleet = load_fleet(args.fleet)
+    report = asyncio.run(
+        retire_agent(fleet, args.name, args.broker_dir, wait=args.wait, force=args.force)
+    )
+    if args.json:
+        print_json(
+            {
+                "name": report.name,
+                "id": str(report.id),
+                "last_status": report.last_status,
+                "told": report.told,
+                "cleared": report.cleared,
+                "resolved_by_poster": report.resolved_by_poster,
+                "left": report.left,
+            }
+        )
+    else:
+        console = out_console()
+        last = report.last_status or "none kept"
+        console.print(f"{report.name} ({report.id}): last status {last}", markup=False)
+        if report.told:
+            console.print(
+                "said RETIRED to whoever watches it (its master forgets it)", markup=False
+            )
+        for topic in report.cleared:
+            console.print(f"cleared {topic}", markup=False)
+        for topic in report.resolved_by_poster:
+            console.print(f"resolved by its poster: {topic}", markup=False)
+    for line in report.left:
+        fail(f"still on the broker: {line}")
+    if report.left:
+        return EXIT_RUNTIME
+    if not args.json:
+        out_console().print(
+            f"nothing of {report.name} is left on the broker: now re-render the broker "
+            "without it and reload it, so its credentials are refused",
+            markup=False,
+        )
+    return 0
