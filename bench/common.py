@@ -18,13 +18,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
-from vox_mqtt.agent import AgentConfig
+from tests.fleetproc import fleet_text as tests_fleet_text
+from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
 from vox_mqtt.passwd import Credentials, load_credentials
+from vox_mqtt.settings import AgentConfig
 from vox_mqtt.topics import WARROOM_FILTER
 from vox_mqtt.transport import BrokerSettings
 
@@ -38,16 +40,8 @@ SEED_SHAPE: dict[str, str | None] = {
 
 
 def fleet_text(shape: Mapping[str, str | None], *, heartbeat: float = 15.0) -> str:
-    """Return a fleet file for {name: master name or None}."""
-    ids = {name: uuid4() for name in shape}
-    parts = [f'[operator]\nname = "operator"\nid = "{uuid4()}"\n']
-    for name, master in shape.items():
-        lines = [f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"']
-        if master is not None:
-            lines.append(f'master_id = "{ids[master]}"')
-        lines.append(f"heartbeat_interval = {heartbeat}")
-        parts.append("\n".join(lines) + "\n")
-    return "\n".join(parts)
+    """Return a fleet file for {name: master name or None}, heartbeats as agents default."""
+    return tests_fleet_text(shape, heartbeat=heartbeat)
 
 
 def tree_shape(agents: int, fanout: int) -> dict[str, str | None]:
@@ -97,37 +91,25 @@ class BenchBroker:
 
     def agent_config(self, name: str, **overrides: Any) -> AgentConfig:
         """Return one agent's runtime config: itself, its master, its children."""
-        view = self.fleet.view_of(self.fleet.agent(name).id)
-        values: dict[str, Any] = {
-            "id": view.agent.id,
-            "name": name,
-            "master_id": view.master_id,
-            "master_name": view.master_name,
-            "children": {child.id: child.name for child in view.children},
-            "state_dir": self.workdir / "state" / name,
-            "broker": self.settings(name),
-            "heartbeat_interval": 15.0,
-            "request_timeout": 30.0,
-        }
-        values.update(overrides)
-        return AgentConfig(**values)
+        return fleet_agent_config(
+            self.fleet,
+            name,
+            broker=self.settings(name),
+            state_dir=self.workdir / "state" / name,
+            **overrides,
+        )
 
     def operator_config(self, **overrides: Any) -> AgentConfig:
         """Return the operator console's config: the root's master, publishing no status."""
         fleet = self.fleet
-        values: dict[str, Any] = {
-            "id": fleet.operator_id,
-            "name": fleet.operator_name,
-            "master_id": None,
-            "children": {fleet.root.id: fleet.root.name},
-            "state_dir": self.workdir / "state" / fleet.operator_name,
-            "broker": self.settings(fleet.operator_name),
-            "publish_status": False,
-            "request_timeout": 30.0,
-            "observe": (WARROOM_FILTER,),
-        }
+        values: dict[str, Any] = {"observe": (WARROOM_FILTER,)}
         values.update(overrides)
-        return AgentConfig(**values)
+        return fleet_operator_config(
+            fleet,
+            broker=self.settings(fleet.operator_name),
+            state_dir=self.workdir / "state" / fleet.operator_name,
+            **values,
+        )
 
 
 @contextlib.contextmanager

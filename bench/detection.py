@@ -20,27 +20,24 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import UUID
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BARE_CLIENT, figure, run_alone
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
+from tests.recorder import Recorder
+from vox_mqtt import topics
 
 HEARTBEAT = 1.0
 STALE_AFTER = 3.0  # heartbeat intervals, the agents' default
-BROKER_CHECK = 5.0  # seconds: how often Mosquitto may look at keepalives (DESIGN section 8)
+BROKER_CHECK = 5.0  # seconds: how often Mosquitto may look at keepalives (docs/liveness.md)
 IMMEDIATE = 1.0  # seconds: what "at once" is allowed to mean on a loaded 2-core machine
 SHAPE = {
     "root": None,
@@ -59,57 +56,22 @@ def keepalive_for(quick: bool) -> int:
     return 2 if quick else 5
 
 
-@dataclass
-class Witness:
-    """The explorer identity: every status and war-room message, stamped on arrival."""
-
-    port: int
-    username: str
-    password: str
-    seen: list[tuple[float, str, bytes]] = field(default_factory=list)
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _client: Any = None
-
-    def __enter__(self) -> Witness:
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=f"{self.username}-bench", protocol=mqtt.MQTTv5
-        )
-        client.username_pw_set(self.username, self.password)
-        client.on_connect = lambda c, *_: c.subscribe([("vox/+/status", 1), ("vox/warroom/#", 1)])
-        client.on_message = self._on_message
-        client.connect("127.0.0.1", self.port, keepalive=30)
-        client.loop_start()
-        self._client = client
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
-
-    def _on_message(self, _client: Any, _userdata: Any, msg: Any) -> None:
-        with self._cond:
-            self.seen.append((time.monotonic(), msg.topic, bytes(msg.payload)))
-            self._cond.notify_all()
-
-    def wait(self, test: Callable[[str, bytes], bool], after: float, timeout: float) -> float:
-        """Return when the first message after `after` passing test arrived; raise on timeout."""
-        what = getattr(test, "what", "a message")
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for at, topic, payload in self.seen:
-                    if at >= after and test(topic, payload):
-                        return at
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"the witness saw no {what} within {timeout:g}s")
-                self._cond.wait(0.1)
+def arrival(
+    recorder: Recorder, test: Callable[[str, bytes], bool], after: float, timeout: float
+) -> float:
+    """Return when the first message after `after` passing test arrived; fail on timeout."""
+    what = getattr(test, "what", "message")
+    seen = recorder.wait(
+        lambda item: test(item.topic, item.payload), after=after, timeout=timeout, what=what
+    )
+    return seen.at
 
 
 def status_is(agent: UUID, **expect: Any) -> Callable[[str, bytes], bool]:
     """Match a status message of agent whose details hold every expected value."""
 
     def test(topic: str, payload: bytes) -> bool:
-        if topic != f"vox/{agent}/status" or not payload.startswith(b"{"):
+        if topic != topics.status(agent) or not payload.startswith(b"{"):
             return False
         details = json.loads(payload)["details"]
         return all(details.get(k) == v for k, v in expect.items())
@@ -122,7 +84,7 @@ def warroom_post(master: UUID, subject: UUID, code: str | None = None) -> Callab
     """Match the master's war-room post about subject (optionally with an error code)."""
 
     def test(topic: str, payload: bytes) -> bool:
-        if topic != f"vox/warroom/{master}/{subject}" or not payload:
+        if topic != topics.warroom(master, subject) or not payload:
             return False
         return code is None or json.loads(payload)["details"].get("error_code") == code
 
@@ -160,7 +122,7 @@ def bare_client(
 
 
 def _will_of(agent: UUID) -> Callable[[str, bytes], bool]:
-    return lambda topic, payload: topic == f"vox/{agent}/status" and payload == b"gone"
+    return lambda topic, payload: topic == topics.status(agent) and payload == b"gone"
 
 
 def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
@@ -176,13 +138,18 @@ def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             procs.agents[name].start()
         explorer = procs.broker_dir.credentials_for("explorer")
         with (
-            Witness(procs.broker_dir.port, explorer.username, explorer.password) as seen,
+            Recorder(
+                port=procs.broker_dir.port,
+                username=explorer.username,
+                password=explorer.password or "",
+                client_id=f"{explorer.username}-bench",
+            ) as seen,
             bare_client(procs, "probe_kill", keepalive) as bare_kill,
             bare_client(procs, "probe_freeze", keepalive) as bare_freeze,
         ):
-            seen.wait(status_is(ids["root"], status="ACTIVE", commands=["echo"]), 0.0, 60.0)
+            arrival(seen, status_is(ids["root"], status="ACTIVE", commands=["echo"]), 0.0, 60.0)
             for name in DAEMONS:  # every master must hold its children ACTIVE before a fault
-                seen.wait(status_is(ids[name], status="ACTIVE"), 0.0, 30.0)
+                arrival(seen, status_is(ids[name], status="ACTIVE"), 0.0, 30.0)
             time.sleep(3 * HEARTBEAT)
             coord, spec_a, spec_b = ids["coordinator"], ids["spec_a"], ids["spec_b"]
 
@@ -190,18 +157,18 @@ def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             procs.agents["spec_a"].process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
             bare_kill.send_signal(signal.SIGKILL)
             gone = status_is(spec_a, status="INACTIVE", error_code="VM_CONNECTION_LOST")
-            kill_will = seen.wait(gone, killed, 10) - killed
-            kill_alert = seen.wait(warroom_post(coord, spec_a), killed, 10) - killed
-            kill_raw = seen.wait(_will_of(ids["probe_kill"]), killed, 10) - killed
+            kill_will = arrival(seen, gone, killed, 10) - killed
+            kill_alert = arrival(seen, warroom_post(coord, spec_a), killed, 10) - killed
+            kill_raw = arrival(seen, _will_of(ids["probe_kill"]), killed, 10) - killed
 
             frozen = time.monotonic()
             procs.agents["spec_b"].signal(signal.SIGSTOP)
             bare_freeze.send_signal(signal.SIGSTOP)
             limit = frozen_bound + 10
-            stale = seen.wait(warroom_post(coord, spec_b, "HEARTBEAT_STALE"), frozen, limit)
+            stale = arrival(seen, warroom_post(coord, spec_b, "HEARTBEAT_STALE"), frozen, limit)
             gone = status_is(spec_b, status="INACTIVE", error_code="VM_CONNECTION_LOST")
-            frozen_will = seen.wait(gone, frozen, limit) - frozen
-            frozen_raw = seen.wait(_will_of(ids["probe_freeze"]), frozen, limit) - frozen
+            frozen_will = arrival(seen, gone, frozen, limit) - frozen
+            frozen_raw = arrival(seen, _will_of(ids["probe_freeze"]), frozen, limit) - frozen
             procs.agents["spec_b"].signal(signal.SIGCONT)
     stale_s = stale - frozen
     bounds = f"keepalive {keepalive} s, heartbeat {HEARTBEAT:g} s"

@@ -33,8 +33,9 @@ from bench.rawmqtt import raw_client
 from bench.report import REPO
 from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.status import ACTIVE
+from vox_mqtt.topics import STATUS_FILTER
 
 WORKERS = 4
 
@@ -72,7 +73,7 @@ async def raw_fleet(bench: BenchBroker, names: list[str]) -> dict[str, Any]:
         reader = raw_client(bench, "explorer")
         started = time.perf_counter()
         async with reader:
-            await reader.subscribe(ALL_STATUS, qos=1)
+            await reader.subscribe(STATUS_FILTER, qos=1)
             seen = set()
             async with asyncio.timeout(60):
                 async for message in reader.messages:
@@ -98,7 +99,7 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
         return lambda: sum(a.status == ACTIVE for a in console.view.agents()) >= total
 
     workers: list[asyncio.subprocess.Process] = []
-    watcher = OperatorConsole(console_file, persistent=False, observe=(ALL_STATUS,))
+    watcher = OperatorConsole(console_file, persistent=False, observe=(STATUS_FILTER,))
     try:
         async with watcher:
             started = time.perf_counter()
@@ -119,7 +120,7 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
                 )
             await poll(all_active(watcher), 180)
             startup = time.perf_counter() - started
-        fresh = OperatorConsole(console_file, persistent=False, observe=(ALL_STATUS,))
+        fresh = OperatorConsole(console_file, persistent=False, observe=(STATUS_FILTER,))
         started = time.perf_counter()
         async with fresh:
             await poll(all_active(fresh), 60)

@@ -52,7 +52,7 @@ async def start_vox(
         agents[name] = await stack.enter_async_context(agent)
     operator = await stack.enter_async_context(VOXAgent(bench.operator_config(**overrides)))
     # The root must have learned its children's advertised commands (retained status).
-    wanted = {c for n in chosen for r in roles.get(n, ()) for c in r._declared_commands}
+    wanted = {c for n in chosen for c in agents[n].commands}
     async with asyncio.timeout(30):
         while not wanted <= set(agents[fleet.root.name].advertised_commands()):  # noqa: ASYNC110
             await asyncio.sleep(0.05)

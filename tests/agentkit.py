@@ -10,8 +10,9 @@ from typing import Any
 
 from tests.brokerkit import SecureBroker
 from vox_mqtt.agent import AgentConfig, VOXAgent
+from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
 from vox_mqtt.roles import Role, command
-from vox_mqtt.topics import WARROOM_FILTER
+from vox_mqtt.topics import STATUS_FILTER, WARROOM_FILTER
 from vox_mqtt.transport import BrokerSettings
 
 
@@ -55,42 +56,30 @@ def agent_config(
     secure: SecureBroker, name: str, state_root: Path, **overrides: Any
 ) -> AgentConfig:
     """Return the runtime config of one agent of the fleet: only its own slice."""
-    fleet = secure.fleet
-    view = fleet.view_of(fleet.agent(name).id)
-    values: dict[str, Any] = {
-        "id": view.agent.id,
-        "name": name,
-        "master_id": view.master_id,
-        "master_name": view.master_name,
-        "children": {child.id: child.name for child in view.children},
-        "state_dir": state_root / name,
-        "broker": settings_for(secure, name),
-        "heartbeat_interval": 1.0,
-        "request_timeout": 10.0,
-        "resend_initial": 0.3,
-        "observe": (WARROOM_FILTER,) if view.agent.master_id is None else (),
-    }
+    values: dict[str, Any] = {"heartbeat_interval": 1.0, "request_timeout": 10.0}
+    values["resend_initial"] = 0.3
     values.update(overrides)
-    return AgentConfig(**values)
+    return fleet_agent_config(
+        secure.fleet,
+        name,
+        broker=settings_for(secure, name),
+        state_dir=state_root / name,
+        **values,
+    )
 
 
 def operator_config(secure: SecureBroker, state_root: Path, **overrides: Any) -> AgentConfig:
     """Return the operator console's config: the root's master, publishing no status."""
     fleet = secure.fleet
-    values: dict[str, Any] = {
-        "id": fleet.operator_id,
-        "name": fleet.operator_name,
-        "master_id": None,
-        "children": {fleet.root.id: fleet.root.name},
-        "state_dir": state_root / fleet.operator_name,
-        "broker": settings_for(secure, fleet.operator_name),
-        "publish_status": False,
-        "request_timeout": 10.0,
-        "resend_initial": 0.3,
-        "observe": ("vox/+/status", WARROOM_FILTER),
-    }
+    values: dict[str, Any] = {"request_timeout": 10.0, "resend_initial": 0.3}
+    values["observe"] = (STATUS_FILTER, WARROOM_FILTER)
     values.update(overrides)
-    return AgentConfig(**values)
+    return fleet_operator_config(
+        fleet,
+        broker=settings_for(secure, fleet.operator_name),
+        state_dir=state_root / fleet.operator_name,
+        **values,
+    )
 
 
 async def start_agents(

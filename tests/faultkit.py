@@ -21,16 +21,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-
 from tests.fleetproc import REPO, AgentProcess, child_env
+from tests.recorder import Recorder
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
@@ -83,6 +81,16 @@ class Deployment:
             assert count == 1, f"{key} is not a key of {path}"
         path.write_text(text)
         return path
+
+    def recorder(self) -> Recorder:
+        """Return a recorder logged in as the read-only explorer (enter it to start)."""
+        creds = self.broker_dir.credentials_for("explorer")
+        return Recorder(
+            port=self.port,
+            username=creds.username,
+            password=creds.password or "",
+            client_id=f"{creds.username}-recorder",
+        )
 
 
 def deploy_fleet(
@@ -156,128 +164,6 @@ class Processes:
             process.kill()
             if show_logs:
                 print(f"\n--- {process.name} daemon log ---\n{process.log()[-6000:]}")
-
-
-@dataclass
-class Seen:
-    """One message the recorder received, stamped on the test's monotonic clock."""
-
-    at: float
-    topic: str
-    payload: bytes
-    retain: bool
-
-    def json(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.payload)
-        return data
-
-
-@dataclass
-class Recorder:
-    """The explorer identity (read-only) watching every status and war-room topic."""
-
-    deployment: Deployment
-    seen: list[Seen] = field(default_factory=list)
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _client: Any = None
-
-    def __enter__(self) -> Recorder:
-        creds = self.deployment.broker_dir.credentials_for("explorer")
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=f"{creds.username}-recorder",
-            protocol=mqtt.MQTTv5,
-        )
-        client.username_pw_set(creds.username, creds.password)
-        client.on_connect = lambda c, *_: c.subscribe([("vox/+/status", 1), ("vox/warroom/#", 1)])
-        client.on_message = self._on_message
-        client.reconnect_delay_set(min_delay=0.1, max_delay=1)  # type: ignore[arg-type]
-        client.connect("127.0.0.1", self.deployment.port, keepalive=30)
-        client.loop_start()
-        self._client = client
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
-
-    def _on_message(self, _client: Any, _userdata: Any, msg: Any) -> None:
-        with self._cond:
-            self.seen.append(Seen(time.monotonic(), msg.topic, msg.payload, bool(msg.retain)))
-            self._cond.notify_all()
-
-    def wait(
-        self, predicate: Callable[[Seen], bool], *, after: float = 0.0, timeout: float = 10.0
-    ) -> Seen:
-        """Return the first message after `after` that satisfies predicate; fail on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for item in self.seen:
-                    if item.at >= after and predicate(item):
-                        return item
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"nothing matched within {timeout:g}s")
-                self._cond.wait(min(remaining, 0.2))
-
-    def status(
-        self,
-        agent: UUID,
-        *,
-        after: float = 0.0,
-        timeout: float = 10.0,
-        min_epoch: int = 0,
-        **expect: Any,
-    ) -> Seen:
-        """Wait for a status of agent whose details hold every expected key=value."""
-        topic = f"vox/{agent}/status"
-
-        def matches(item: Seen) -> bool:
-            if item.topic != topic or not item.payload:
-                return False
-            details = item.json()["details"]
-            if details["epoch"] < min_epoch:
-                return False
-            return all(details.get(k) == v for k, v in expect.items())
-
-        return self.wait(matches, after=after, timeout=timeout)
-
-    def latest_status(self, agent: UUID) -> dict[str, Any]:
-        """Return the details of the last status of agent received so far."""
-        with self._cond:
-            for item in reversed(self.seen):
-                if item.topic == f"vox/{agent}/status" and item.payload:
-                    details: dict[str, Any] = item.json()["details"]
-                    return details
-        raise AssertionError(f"no status of {agent} yet")
-
-    def warroom(self, source: UUID, subject: UUID, *, after: float = 0.0) -> list[Seen]:
-        """Return the war-room posts (and clears) about subject by source, after a time."""
-        topic = f"vox/warroom/{source}/{subject}"
-        with self._cond:
-            return [item for item in self.seen if item.topic == topic and item.at >= after]
-
-    def wait_warroom(
-        self,
-        source: UUID,
-        subject: UUID,
-        *,
-        resolved: bool | None = False,
-        after: float = 0.0,
-        timeout: float = 10.0,
-    ) -> Seen:
-        """Wait for a post (resolved False/True) or, with resolved=None, the retained clear."""
-        topic = f"vox/warroom/{source}/{subject}"
-
-        def matches(item: Seen) -> bool:
-            if item.topic != topic:
-                return False
-            if resolved is None:
-                return item.payload == b""
-            return bool(item.payload) and item.json()["details"].get("resolved", False) == resolved
-
-        return self.wait(matches, after=after, timeout=timeout)
 
 
 class TcpProxy:

@@ -1,6 +1,6 @@
 """Every (identity, topic) pair on a real Mosquitto, for acl_file and dynsec alike.
 
-The expectations below are DESIGN section 3 written out independently of
+The expectations below are docs/topics.md written out independently of
 vox_mqtt.acl, so a wrong generator cannot agree with itself. One broker per
 format; every identity publishes on every topic of the universe once (QoS 1,
 MQTT v5), and we record what the publisher was told (PUBACK), what every other
@@ -35,7 +35,7 @@ ALLOWED_PUBACK = {0x00, 0x10}  # success, or "no matching subscribers"
 
 @dataclass(frozen=True)
 class Who:
-    """One identity as DESIGN section 3 sees it."""
+    """One identity as docs/topics.md sees it."""
 
     name: str
     id: UUID

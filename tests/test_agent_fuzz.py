@@ -84,6 +84,7 @@ async def fuzzed(secure_broker_factory: Any, tmp_path: Path) -> AsyncIterator[Fu
 
 
 async def still_serving(fuzzed: Fuzzed) -> None:
+    # The ack of a message sent after the fuzzed one proves the inbound loop still runs.
     job = new_message(MSG_JOB_DETECTED, source=fuzzed.spec_id, target=fuzzed.coord_id, details=JOB)
     await fuzzed.feed(serialize(job))
     await wait_for(
@@ -92,9 +93,6 @@ async def still_serving(fuzzed: Fuzzed) -> None:
             for m in fuzzed.peer.of_type(MSG_ACKNOWLEDGED)
         )
     )
-    inbound = [t for t in fuzzed.coordinator._tasks if t.get_name().endswith(":inbound")]
-    assert inbound
-    assert not inbound[0].done()
 
 
 @settings(

@@ -25,6 +25,7 @@ from vox_mqtt.messages import (
     parse,
     serialize,
 )
+from vox_mqtt.roles import command
 from vox_mqtt.transport import Session
 
 SEED_TREE = {
@@ -225,14 +226,12 @@ async def test_duplicates_are_reacknowledged_and_never_re_executed(
         async def start(self) -> None:
             return None
 
+        @command
+        async def sleep(self, seconds: float) -> float:
+            executions.append("run")
+            return await super().sleep(seconds)
+
     counting = Counting()
-    original = counting.get_commands()["sleep"]
-
-    async def counted(**params: Any) -> Any:
-        executions.append("run")
-        return await original(**params)
-
-    counting._commands["sleep"] = counted
     async with AsyncExitStack() as stack:
         await start_agents(
             stack, seed, tmp_path, {"coordinator": [counting]}, names=["coordinator"]

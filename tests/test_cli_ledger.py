@@ -13,7 +13,7 @@ from uuid import uuid4
 import pytest
 
 from vox_mqtt.cli import main
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.messages import VOXMessage, new_message
 
 ROOT, COORD, SPEC = uuid4(), uuid4(), uuid4()

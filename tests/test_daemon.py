@@ -35,8 +35,8 @@ from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.memory import VOXAgentMemory
 
 pytestmark = pytest.mark.slow
 

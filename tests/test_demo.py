@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from vox_mqtt.hierarchy import load_fleet
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 
 pytestmark = pytest.mark.slow
 

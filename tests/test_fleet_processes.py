@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_until
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
+from vox_mqtt.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +69,7 @@ def test_seed_flow_across_processes_with_a_reconstructable_chain(tmp_path: Path)
     with run_fleet(tmp_path, fleet_text(SEED, roles=roles)) as procs:
 
         async def flow() -> Any:
-            async with OperatorConsole(procs.operator_config, observe=[ALL_STATUS]) as console:
+            async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
                 await wait_for_route(console, "analyze")
                 return await console.send_command("analyze", {"target": "contract.pdf"}, wait=20)
 
@@ -142,7 +143,7 @@ def test_a_killed_specialist_loses_no_acknowledged_command_and_runs_none_twice(
         before_kill: list[str] = []
 
         async def storm() -> list[Any]:
-            async with OperatorConsole(procs.operator_config, observe=[ALL_STATUS]) as console:
+            async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
                 await wait_for_route(console, "tally")
 
                 async def one(n: int) -> Any:

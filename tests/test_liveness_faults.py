@@ -83,7 +83,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
 ) -> None:
     dep, _ = deployed
     root, coord, spec_a = (dep.id(n) for n in ("root", "coordinator", "spec_a"))
-    with Recorder(dep) as rec:
+    with dep.recorder() as rec:
         start_fleet(dep, processes, rec)
         epoch_a = rec.latest_status(spec_a)["epoch"]
 
@@ -160,7 +160,7 @@ def test_frozen_and_cut_off_specialists_go_stale_then_inactive_and_recover(
     coord, spec_a, spec_b = (dep.id(n) for n in ("coordinator", "spec_a", "spec_b"))
     bound = 1.5 * KEEPALIVE + 10
     try:
-        with Recorder(dep) as rec:
+        with dep.recorder() as rec:
             start_fleet(dep, processes, rec)
             epochs = {n: rec.latest_status(dep.id(n))["epoch"] for n in ("spec_a", "spec_b")}
             # The coordinator must have heard each child live, not only its retained birth:
@@ -212,7 +212,7 @@ def test_after_a_broker_restart_every_agent_is_back_and_the_view_is_whole(
 ) -> None:
     dep, broker = deployed
     names = ["root", "coordinator", "spec_a", "spec_b"]
-    with Recorder(dep) as rec:
+    with dep.recorder() as rec:
         start_fleet(dep, processes, rec)
         before = {n: rec.latest_status(dep.id(n))["epoch"] for n in names}
         restarted = time.monotonic()

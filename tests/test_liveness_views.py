@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.brokerkit import Client
-from tests.faultkit import REPO, Deployment, Processes, Recorder, deploy_fleet, run_vox, status_json
+from tests.faultkit import REPO, Deployment, Processes, deploy_fleet, run_vox, status_json
 from tests.test_liveness_faults import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
 from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
@@ -71,7 +71,7 @@ def test_each_identity_sees_only_what_the_acl_lets_it_read_and_a_stale_will_flip
     dep.edit("spec_a", heartbeat_interval=30.0)
     broker = broker_factory(dep.conf_text(), port=dep.port)
     spec_a, coord = dep.id("spec_a"), dep.id("coordinator")
-    with Recorder(dep) as rec:
+    with dep.recorder() as rec:
         start_fleet(dep, processes, rec)
         epochs = {n: rec.latest_status(dep.id(n))["epoch"] for n in ("root", "coordinator")}
 
@@ -127,7 +127,7 @@ def test_war_room_one_post_per_incident_seen_by_a_late_operator_and_followed(
     dep.edit("spec_b", disk_alert_percent=1.0)  # every real disk is fuller than that
     broker = broker_factory(dep.conf_text(), port=dep.port)
     coord, spec_a, spec_b = (dep.id(n) for n in ("coordinator", "spec_a", "spec_b"))
-    with Recorder(dep) as rec:
+    with dep.recorder() as rec:
         started = time.monotonic()
         start_fleet(dep, processes, rec)
         disk = rec.wait_warroom(spec_b, spec_b, after=started)

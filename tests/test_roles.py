@@ -8,6 +8,7 @@ import pytest
 
 from vox_mqtt.errors import ConfigError
 from vox_mqtt.roles import ParamsError, Role, command, load_role, on
+from vox_mqtt.router import Router
 
 
 class Analyst(Role):
@@ -27,7 +28,7 @@ class Analyst(Role):
 async def test_commands_are_named_by_method_or_explicitly() -> None:
     role = Analyst()
     assert set(role.get_commands()) == {"analyze", "count-words"}
-    assert set(role._handlers) == {"analyze", "count-words", "job_detected"}
+    assert set(role.routes()) == {"analyze", "count-words", "job_detected"}
 
 
 async def test_params_arrive_as_keyword_arguments() -> None:
@@ -54,7 +55,7 @@ async def test_role_on_registers_an_instance_handler() -> None:
     async def handle(message: Any) -> None:
         pass
 
-    assert role._handlers["data_request"] == [handle]
+    assert role.handlers_for("data_request") == [handle]
 
 
 def test_subclass_inherits_and_extends_commands() -> None:
@@ -95,3 +96,15 @@ def test_public_api_names_the_runtime() -> None:
     for name in ("VOXAgent", "AgentConfig", "OperatorConsole", "VOXAgentMemory", "BrokerSettings"):
         assert name in vox_mqtt.__all__
         assert getattr(vox_mqtt, name) is not None
+
+
+def test_router_keeps_commands_and_events_apart() -> None:
+    role = Analyst()
+    router = Router()
+    router.mount(role)
+    assert router.commands == {"analyze", "count-words"}
+    assert router.events == {"job_detected"}
+    assert router.command_handler("analyze") is not None
+    assert router.command_handler("job_detected") is None
+    assert router.event_handlers("analyze") == []  # a command's name is never an event
+    assert len(router.event_handlers("job_detected")) == 1

@@ -11,11 +11,13 @@ from .errors import (
     FleetError,
     InvalidMessage,
     LedgerError,
+    Refused,
+    SubscriptionRefused,
     TopicError,
     VoxError,
 )
 from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
-from .memory import VOXAgentMemory
+from .ledger import VOXAgentMemory
 from .messages import VOXMessage, new_message, parse, serialize
 from .roles import Role, command, on
 from .topics import WARROOM_ID
@@ -36,7 +38,9 @@ __all__ = [
     "InvalidMessage",
     "LedgerError",
     "OperatorConsole",
+    "Refused",
     "Role",
+    "SubscriptionRefused",
     "TopicError",
     "VOXAgent",
     "VOXAgentMemory",

@@ -16,19 +16,15 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from .errors import BrokerUnavailable, DeliveryFailed
+from .errors import BrokerUnavailable, DeliveryFailed, Refused
 
 if TYPE_CHECKING:
-    from .transport import BrokerSettings, Will
+    from .settings import BrokerSettings, Will
 
 log = logging.getLogger(__name__)
 
 # CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
 _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
-
-
-class Refused(BrokerUnavailable):
-    """The broker or the TLS layer said no in a way that retrying will not change."""
 
 
 class Client(aiomqtt.Client):

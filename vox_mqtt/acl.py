@@ -44,7 +44,6 @@ __all__ = [
 EXPLORER_NAME: Final = "explorer"
 _EXPLORER_NS: Final = "vox-mqtt read-only explorer"
 # topics.py builds per-agent topics; these two filters exist only for the broker.
-_ALL_STATUS: Final = f"{topics.PREFIX}/+/status"
 _EVERYTHING: Final = f"{topics.PREFIX}/#"
 # Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
 _C_SPACE: Final = " \t\n\v\f\r"
@@ -130,7 +129,7 @@ def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
     return (
         Rule(topic=topics.inbox_filter(operator), read=True),
         Rule(topic=topics.inbox(fleet.root.id, operator), write=True),
-        Rule(topic=_ALL_STATUS, read=True),
+        Rule(topic=topics.STATUS_FILTER, read=True),
         Rule(topic=topics.WARROOM_FILTER, read=True),
     )
 

@@ -6,6 +6,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time
 from pathlib import Path
@@ -13,12 +14,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .config import ConsoleFile, DaemonFile
+from .config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
 from .errors import ConfigError
 from .hierarchy import Fleet, load_fleet
 from .passwd import Credentials, atomic_write, load_credentials, render_credentials
+from .settings import AgentConfig, BrokerSettings
 
-__all__ = ["DEFAULT_STATE_ROOT", "RenderedConfig", "render_agent_config"]
+__all__ = [
+    "DEFAULT_STATE_ROOT",
+    "RenderedConfig",
+    "fleet_agent_config",
+    "fleet_operator_config",
+    "render_agent_config",
+]
 
 # Where the unit's StateDirectory=vox/%i puts each agent's ledger and epoch.
 DEFAULT_STATE_ROOT = Path("/var/lib/vox")
@@ -132,13 +140,12 @@ def _copy_secrets(
     return (secret, *written), broker
 
 
-def _agent_text(
-    fleet: Fleet, agent_id: Any, state: Path, broker: dict[str, Any], grace: float
-) -> str:
+def _agent_section(fleet: Fleet, agent_id: Any, state: Path, grace: float) -> dict[str, Any]:
+    """Return the [agent] table of one agent's daemon config (children apart)."""
     view = fleet.view_of(agent_id)
     agent = view.agent
     heartbeat = agent.heartbeat_interval if agent.heartbeat_interval is not None else 15.0
-    section: dict[str, Any] = {
+    return {
         "name": agent.name,
         "id": str(agent.id),
         "master_id": str(view.master_id),
@@ -155,6 +162,49 @@ def _agent_text(
         # The broker lets only the root read the war room.
         "watch_warroom": agent.id == fleet.root.id,
     }
+
+
+def _operator_section(fleet: Fleet, state: Path) -> dict[str, Any]:
+    """Return the [operator] table of the console's config."""
+    return {
+        "name": fleet.operator_name,
+        "id": str(fleet.operator_id),
+        "root_id": str(fleet.root.id),
+        "root_name": fleet.root.name,
+        "state_dir": str(state),
+    }
+
+
+def fleet_agent_config(
+    fleet: Fleet, name: str, *, broker: BrokerSettings, state_dir: Path, **overrides: Any
+) -> AgentConfig:
+    """Return the AgentConfig a rendered daemon config of `name` would load, in memory."""
+    agent = fleet.agent(name)
+    section = _agent_section(fleet, agent.id, state_dir, 10.0)
+    section["children"] = {str(c.id): c.name for c in fleet.view_of(agent.id).children}
+    config = AgentSection.model_validate(section).agent_config(broker, base=Path.cwd())
+    return replace(config, **overrides)
+
+
+def fleet_operator_config(
+    fleet: Fleet,
+    *,
+    broker: BrokerSettings,
+    state_dir: Path,
+    observe: Sequence[str] = (),
+    **overrides: Any,
+) -> AgentConfig:
+    """Return the AgentConfig the operator's rendered console config would load, in memory."""
+    section = OperatorSection.model_validate(_operator_section(fleet, state_dir))
+    return replace(section.agent_config(broker, base=Path.cwd(), observe=observe), **overrides)
+
+
+def _agent_text(
+    fleet: Fleet, agent_id: Any, state: Path, broker: dict[str, Any], grace: float
+) -> str:
+    view = fleet.view_of(agent_id)
+    agent = view.agent
+    section = _agent_section(fleet, agent_id, state, grace)
     lines = [
         f"# vox-agent config of {agent.name!r}, rendered by `vox agent render` from the fleet",
         "# file. It names only this agent, its master and its direct children.",
@@ -176,14 +226,7 @@ def _agent_text(
 
 
 def _operator_text(fleet: Fleet, state: Path, broker: dict[str, Any]) -> str:
-    root = fleet.root
-    section = {
-        "name": fleet.operator_name,
-        "id": str(fleet.operator_id),
-        "root_id": str(root.id),
-        "root_name": root.name,
-        "state_dir": str(state),
-    }
+    section = _operator_section(fleet, state)
     lines = [
         "# vox console config of the operator, rendered by `vox agent render FLEET operator`.",
         'kind = "operator"',

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .agent import AgentConfig
 from .errors import ConfigError
+from .settings import AgentConfig, BrokerSettings
 from .topics import WARROOM_FILTER
-from .transport import BrokerSettings
 
 __all__ = [
     "BrokerSection",
@@ -92,6 +93,26 @@ class AgentSection(_Section):
     memory_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
     watch_warroom: bool = False  # only the root may read the war room
 
+    def agent_config(self, broker: BrokerSettings, *, base: Path) -> AgentConfig:
+        """Return the runtime config of this agent (the one place a section becomes one)."""
+        return AgentConfig(
+            id=self.id,
+            name=self.name,
+            master_id=self.master_id,
+            master_name=self.master_name,
+            children=dict(self.children),
+            state_dir=_resolve_path(base, self.state_dir),
+            broker=broker,
+            message_source=self.message_source,
+            heartbeat_interval=self.heartbeat_interval,
+            stale_after=self.stale_after,
+            request_timeout=self.request_timeout,
+            max_concurrency=self.max_concurrency,
+            disk_alert_percent=self.disk_alert_percent,
+            memory_alert_percent=self.memory_alert_percent,
+            observe=(WARROOM_FILTER,) if self.watch_warroom else (),
+        )
+
 
 class OperatorSection(_Section):
     """The human's console: the root's master."""
@@ -103,6 +124,22 @@ class OperatorSection(_Section):
     state_dir: Path
     request_timeout: Seconds = 30.0
 
+    def agent_config(
+        self, broker: BrokerSettings, *, base: Path, observe: Sequence[str] = ()
+    ) -> AgentConfig:
+        """Return the console's runtime config: the root's master, publishing no status."""
+        return AgentConfig(
+            id=self.id,
+            name=self.name,
+            master_id=None,
+            children={self.root_id: self.root_name},
+            state_dir=_resolve_path(base, self.state_dir),
+            broker=broker,
+            publish_status=False,
+            request_timeout=self.request_timeout,
+            observe=tuple(observe),
+        )
+
 
 class DaemonFile(_Section):
     """A daemon config file: `[agent]` and `[broker]`."""
@@ -113,24 +150,8 @@ class DaemonFile(_Section):
 
     def agent_config(self, base: Path) -> AgentConfig:
         """Return the runtime config of this agent."""
-        a = self.agent
-        return AgentConfig(
-            id=a.id,
-            name=a.name,
-            master_id=a.master_id,
-            master_name=a.master_name,
-            children=dict(a.children),
-            state_dir=_resolve_path(base, a.state_dir),
-            broker=self.broker.settings(str(a.id), base=base),
-            message_source=a.message_source,
-            heartbeat_interval=a.heartbeat_interval,
-            stale_after=a.stale_after,
-            request_timeout=a.request_timeout,
-            max_concurrency=a.max_concurrency,
-            disk_alert_percent=a.disk_alert_percent,
-            memory_alert_percent=a.memory_alert_percent,
-            observe=(WARROOM_FILTER,) if a.watch_warroom else (),
-        )
+        broker = self.broker.settings(str(self.agent.id), base=base)
+        return self.agent.agent_config(broker, base=base)
 
 
 class ConsoleFile(_Section):
@@ -139,6 +160,17 @@ class ConsoleFile(_Section):
     kind: Literal["operator"] = "operator"
     operator: OperatorSection
     broker: BrokerSection
+
+    def agent_config(
+        self, base: Path, *, client_id: str | None = None, observe: Sequence[str] = ()
+    ) -> AgentConfig:
+        """Return the runtime config of the console: the root's master, publishing no status."""
+        op = self.operator
+        broker = self.broker.settings(client_id or str(op.id), base=base)
+        if client_id is not None and client_id != str(op.id):
+            # A second, read-only console keeps no session behind it.
+            broker = replace(broker, session_expiry=0)
+        return op.agent_config(broker, base=base, observe=observe)
 
 
 def _resolve_path(base: Path, path: Path) -> Path:

@@ -7,20 +7,19 @@ import os
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .agent import AgentConfig, VOXAgent
+from .agent import VOXAgent
 from .config import ConsoleFile, load_console_config
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
 from .status import FleetView
-from .topics import WARROOM_FILTER
+from .topics import STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
 
-ALL_STATUS = "vox/+/status"
+ALL_STATUS = STATUS_FILTER  # the filter of every agent's status, under its old name
 _NOT_NOTIFICATIONS = frozenset({MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST})
 
 
@@ -40,29 +39,14 @@ class OperatorConsole:
             base = path.parent if base is None else base
             config = load_console_config(path)
         self.file = config
-        op = config.operator
         base = base or Path.cwd()
-        state_dir = op.state_dir if op.state_dir.is_absolute() else base / op.state_dir
         # Only the persistent session uses the operator's own client id: a second,
         # read-only console (status, watch) must not take that session over.
+        op = config.operator
         client_id = str(op.id) if persistent else f"{op.id}-{secrets.token_hex(4)}"
-        broker = config.broker.settings(client_id, base=base)
-        if not persistent:
-            broker = replace(broker, session_expiry=0)
-        self.inbox_path = state_dir / "inbox.jsonl"
-        self.agent = VOXAgent(
-            AgentConfig(
-                id=op.id,
-                name=op.name,
-                master_id=None,
-                children={op.root_id: op.root_name},
-                state_dir=state_dir,
-                broker=broker,
-                publish_status=False,
-                request_timeout=op.request_timeout,
-                observe=tuple(observe),
-            )
-        )
+        agent_config = config.agent_config(base, client_id=client_id, observe=observe)
+        self.inbox_path = agent_config.state_dir / "inbox.jsonl"
+        self.agent = VOXAgent(agent_config)
         self.agent.listeners.append(self._keep_notification)
 
     @property

@@ -12,6 +12,8 @@ __all__ = [
     "FleetError",
     "InvalidMessage",
     "LedgerError",
+    "Refused",
+    "SubscriptionRefused",
     "TopicError",
     "VoxError",
 ]
@@ -61,6 +63,18 @@ class TopicError(VoxError):
 
 class BrokerUnavailable(VoxError):
     """The broker cannot be reached, refused the credentials or dropped the session."""
+
+
+class Refused(BrokerUnavailable):
+    """The broker or the TLS layer said no in a way that retrying will not change."""
+
+
+class SubscriptionRefused(Refused):
+    """The broker refused one of the session's subscriptions (its ACL does not allow it)."""
+
+    def __init__(self, reason: str, *, topic: str) -> None:
+        super().__init__(reason)
+        self.topic = topic
 
 
 class DeliveryFailed(VoxError):

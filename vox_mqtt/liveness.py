@@ -10,134 +10,52 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final
 from uuid import UUID
 
 from . import topics
 from ._version import __version__
-from .errors import InvalidMessage, TopicError, VoxError
+from .context import AgentContext
+from .errors import VoxError
 from .messages import (
+    MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
+    AgentStatus,
     SystemFailure,
     VOXMessage,
     new_message,
     now_iso,
-    parse,
     serialize,
 )
+from .observer import read_status
+from .settings import Will
 from .status import (
     ACTIVE,
     INACTIVE,
-    MSG_AGENT_STATUS,
     SHUTDOWN,
-    STALE,
     VM_CONNECTION_LOST,
     AgentLiveness,
-    AgentStatus,
     EpochCounter,
     FleetView,
     host_metrics,
 )
-from .transport import Inbound, Will
+from .transport import Inbound
+from .warroom import (
+    DISK_FULL,
+    INCIDENT_EXPIRY,
+    MEMORY_PRESSURE,
+    Incident,
+    Severity,
+    apply_warroom,
+    loss_code,
+)
 
-if TYPE_CHECKING:
-    from .agent import VOXAgent
-
-__all__ = [
-    "DISK_FULL",
-    "HEARTBEAT_STALE",
-    "INCIDENT_EXPIRY",
-    "MEMORY_PRESSURE",
-    "FleetObserver",
-    "Incident",
-    "Liveness",
-    "apply_warroom",
-    "loss_code",
-    "read_status",
-    "read_warroom",
-]
+__all__ = ["CATCH_UP", "Liveness"]
 
 log = logging.getLogger("vox_mqtt.liveness")
 
-Severity = Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
-
-INCIDENT_EXPIRY: Final = 24 * 3600  # seconds a retained war-room post lives on the broker
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
-HEARTBEAT_STALE: Final = "HEARTBEAT_STALE"
-DISK_FULL: Final = "DISK_FULL"
-MEMORY_PRESSURE: Final = "MEMORY_PRESSURE"
-
-
-class Incident:
-    """One war-room post as an observer holds it: open, or the resolution of one."""
-
-    def __init__(self, topic: topics.WarroomTopic, message: VOXMessage, failure: SystemFailure):
-        self.topic = topic
-        self.message = message
-        self.failure = failure
-
-    @property
-    def key(self) -> tuple[UUID, UUID]:
-        """Return (source, subject): one open incident per pair."""
-        return (self.topic.source, self.topic.subject)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return the post as JSON-ready data."""
-        failure = self.failure
-        return {
-            "source": str(self.topic.source),
-            "subject": str(self.topic.subject),
-            "error_code": failure.error_code,
-            "severity": failure.severity,
-            "description": failure.description,
-            "epoch": failure.epoch,
-            "resolved": failure.resolved,
-            "emitted_at": self.message.emitted_at,
-            "message_id": str(self.message.message_id),
-        }
-
-
-def read_status(inbound: Inbound, topic: topics.StatusTopic) -> VOXMessage | None:
-    """Return the agent_status message on a status topic, or None (cleared, bad, forged)."""
-    if not inbound.payload:
-        return None
-    try:
-        message = parse(inbound.payload)
-    except InvalidMessage as exc:
-        log.warning("bad status on %s: %s", inbound.topic, exc.reason)
-        return None
-    if message.source != topic.agent or message.type != MSG_AGENT_STATUS:
-        log.warning("status on %s claims source %s", inbound.topic, message.source)
-        return None
-    return message
-
-
-def read_warroom(inbound: Inbound, topic: topics.WarroomTopic) -> Incident | None:
-    """Return the war-room post on a topic, or None when it is a clear or not valid."""
-    if not inbound.payload:
-        return None
-    try:
-        message = parse(inbound.payload)
-        failure = SystemFailure.model_validate(message.details)
-    except (InvalidMessage, ValueError):
-        log.warning("bad war-room post on %s", inbound.topic)
-        return None
-    if message.source != topic.source or message.type != MSG_SYSTEM_FAILURE:
-        return None
-    return Incident(topic, message, failure)
-
-
-def apply_warroom(
-    incidents: dict[tuple[UUID, UUID], Incident], inbound: Inbound, topic: topics.WarroomTopic
-) -> Incident | None:
-    """Update the open incidents from one war-room message; return the post it carried."""
-    incident = read_warroom(inbound, topic)
-    if incident is None or incident.failure.resolved:
-        incidents.pop((topic.source, topic.subject), None)
-    else:
-        incidents[incident.key] = incident
-    return incident
 
 
 class _OpenIncidents:
@@ -162,21 +80,20 @@ class _OpenIncidents:
         os.replace(tmp, self.path)
 
 
-def loss_code(entry: AgentLiveness) -> str | None:
-    """Return why an agent counts as lost (an incident), or None if it is not."""
-    if entry.status == STALE:
-        return HEARTBEAT_STALE
-    if entry.status == INACTIVE and entry.error_code != SHUTDOWN:
-        return entry.error_code or VM_CONNECTION_LOST
-    return None
-
-
 class Liveness:
     """Publish this agent's status and act on the status of the agents it watches."""
 
-    def __init__(self, agent: VOXAgent) -> None:
-        self.agent = agent
-        self.config = agent.config
+    def __init__(
+        self,
+        ctx: AgentContext,
+        *,
+        fleet_view: FleetView,
+        advertise: Callable[[], list[str]],
+    ) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
+        self.fleet_view = fleet_view
+        self.advertise = advertise  # the commands this agent offers while ACTIVE
         self.epoch_counter = EpochCounter(self.config.state_dir)
         self.epoch = self.epoch_counter.value
         self.started_at = now_iso()
@@ -187,7 +104,7 @@ class Liveness:
         self._open = _OpenIncidents(self.config.state_dir)
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
-        agent.fleet_view.on_status_change = self._queue_change
+        fleet_view.add_listener(self._queue_change)
 
     # --- own status -----------------------------------------------------------------------
 
@@ -202,13 +119,13 @@ class Liveness:
             epoch=self.epoch,
             started_at=self.started_at,
             heartbeat_interval=self.config.heartbeat_interval,
-            commands=self.agent.advertised_commands() if status == ACTIVE else [],
+            commands=self.advertise() if status == ACTIVE else [],
             version=__version__,
             metrics=metrics or {},
         )
         return new_message(
             MSG_AGENT_STATUS,
-            source=self.agent.id,
+            source=self.config.id,
             target=target,
             details=report,
             message_source=self.config.message_source,
@@ -220,33 +137,33 @@ class Liveness:
             return None
         self.epoch = self.epoch_counter.next()
         message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
-        return Will(topic=topics.status(self.agent.id), payload=serialize(message), retain=True)
+        return Will(topic=topics.status(self.config.id), payload=serialize(message), retain=True)
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
         self.connected_at = time.monotonic()
-        session = self.agent.session
+        session = self.ctx.session
         self._resumed = session is not None and session.session_present
         if self.config.publish_status:
             await self.publish_status()
 
     async def publish_status(self, metrics: dict[str, Any] | None = None) -> None:
         """Publish the retained ACTIVE status (birth, heartbeat, new advertisement)."""
-        session = self.agent.session
+        session = self.ctx.session
         if session is None or not self.config.publish_status:
             return
         if metrics is None:
             metrics = host_metrics(self.config.state_dir)
         message = self._status_message(ACTIVE, None, metrics)
         self._advertised = list(message.details.get("commands", []))
-        await session.publish(topics.status(self.agent.id), serialize(message), retain=True)
+        await session.publish(topics.status(self.config.id), serialize(message), retain=True)
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
-        session = self.agent.session
+        session = self.ctx.session
         if session is not None and self.config.publish_status:
             message = self._status_message(INACTIVE, SHUTDOWN)
-            await session.publish(topics.status(self.agent.id), serialize(message), retain=True)
+            await session.publish(topics.status(self.config.id), serialize(message), retain=True)
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -259,7 +176,7 @@ class Liveness:
                     change = await self._changes.get()
                     await self._react(*change)
                     continue
-            self.agent.fleet_view.refresh()
+            self.fleet_view.refresh()
             await self._reconcile()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
@@ -267,7 +184,7 @@ class Liveness:
 
     def _online(self) -> bool:
         # While the session is down a publish would wait for it: the birth covers the gap.
-        session = self.agent.session
+        session = self.ctx.session
         return session is not None and session.connected and self.config.publish_status
 
     async def _heartbeat(self) -> None:
@@ -300,14 +217,14 @@ class Liveness:
         message = read_status(inbound, topic)
         if message is None:
             return
-        if topic.agent == self.agent.id:
+        if topic.agent == self.config.id:
             await self._on_own_status(message, retained=inbound.retain)
         else:
-            self.agent.fleet_view.update(message, retained=inbound.retain)
+            self.fleet_view.update(message, retained=inbound.retain)
             if (
                 topic.agent in self.config.children
                 and self._online()
-                and self.agent.advertised_commands() != self._advertised
+                and self.advertise() != self._advertised
             ):
                 # A child that stays ACTIVE may still gain or lose commands (its own
                 # children came or went): pass that up now, not at the next heartbeat.
@@ -339,7 +256,7 @@ class Liveness:
         )
         if entry.id not in self.config.children:
             return
-        if self._online() and self.agent.advertised_commands() != self._advertised:
+        if self._online() and self.advertise() != self._advertised:
             # A child's commands join or leave this agent's advertisement at once.
             await self._safely(self.publish_status())
         await self._reconcile()
@@ -350,7 +267,7 @@ class Liveness:
             return
         since_connect = time.monotonic() - self.connected_at
         for child_id in self.config.children:
-            entry = self.agent.fleet_view.get(child_id)
+            entry = self.fleet_view.get(child_id)
             if entry is None or not entry.seen:
                 continue
             code = loss_code(entry)
@@ -380,7 +297,7 @@ class Liveness:
                     self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
                 )
         for subject in list(self._open.codes):
-            if subject != self.agent.id and subject not in self.config.children:
+            if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
 
     # --- the war room ---------------------------------------------------------------------
@@ -410,7 +327,7 @@ class Liveness:
     async def resolve_incident(self, subject: UUID, description: str) -> None:
         """Tell the war room an incident is over and clear its retained post."""
         error_code = self._open.codes.get(subject)
-        session = self.agent.session
+        session = self.ctx.session
         if error_code is None or session is None:
             return
         failure = SystemFailure(
@@ -421,23 +338,23 @@ class Liveness:
             resolved=True,
         )
         await self._post(subject, failure, retain=False)
-        await session.publish(topics.warroom(self.agent.id, subject), b"", retain=True)
+        await session.publish(topics.warroom(self.config.id, subject), b"", retain=True)
         self._open.set(subject, None)
 
     async def _post(self, subject: UUID, failure: SystemFailure, *, retain: bool) -> None:
-        session = self.agent.session
+        session = self.ctx.session
         if session is None:
             raise VoxError(f"{self.config.name} has no MQTT session")
         message = new_message(
             MSG_SYSTEM_FAILURE,
-            source=self.agent.id,
+            source=self.config.id,
             target=topics.WARROOM_ID,
             details=failure,
             message_source=self.config.message_source,
         )
-        await self.agent.memory.record_message(message, "sent")
+        await self.ctx.ledger.record_message(message, "sent")
         await session.publish(
-            topics.warroom(self.agent.id, subject),
+            topics.warroom(self.config.id, subject),
             serialize(message),
             retain=retain,
             expiry=INCIDENT_EXPIRY,
@@ -456,7 +373,7 @@ class Liveness:
             for code, key, limit in limits
             if float(metrics.get(key, 0.0)) >= limit
         ]
-        me = self.agent.id
+        me = self.config.id
         if failing and me not in self._open.codes:
             text = "; ".join(reason for _, reason in failing)
             await self.open_incident(
@@ -464,29 +381,3 @@ class Liveness:
             )
         elif not failing and me in self._open.codes:
             await self.resolve_incident(me, f"{self.config.name}: host checks pass")
-
-
-class FleetObserver:
-    """A read-only view of what one identity may read: statuses and war-room posts."""
-
-    def __init__(self, *, stale_after: float = 3.0) -> None:
-        self.view = FleetView(stale_after=stale_after)
-        self.incidents: dict[tuple[UUID, UUID], Incident] = {}
-        self.on_incident: Callable[[Incident], None] | None = None
-        self.messages = 0  # status and war-room messages taken so far
-
-    def take(self, inbound: Inbound) -> None:
-        """Apply one message of the observer's subscriptions."""
-        try:
-            topic = topics.parse_topic(inbound.topic)
-        except TopicError:
-            return
-        self.messages += 1
-        if isinstance(topic, topics.WarroomTopic):
-            incident = apply_warroom(self.incidents, inbound, topic)
-            if incident is not None and self.on_incident is not None:
-                self.on_incident(incident)
-        elif isinstance(topic, topics.StatusTopic):
-            message = read_status(inbound, topic)
-            if message is not None:
-                self.view.update(message, retained=inbound.retain)

@@ -6,6 +6,7 @@ import json
 import math
 import re
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID, uuid4
 
@@ -29,6 +30,7 @@ __all__ = [
     "ERROR_CODES",
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
+    "MSG_AGENT_STATUS",
     "MSG_COMMAND_ERROR",
     "MSG_COMMAND_REQUEST",
     "MSG_COMMAND_RESULT",
@@ -37,6 +39,7 @@ __all__ = [
     "MSG_JOB_DETECTED",
     "MSG_SYSTEM_FAILURE",
     "PAYLOAD_MODELS",
+    "AgentStatus",
     "CommandError",
     "CommandRequest",
     "CommandResult",
@@ -66,28 +69,28 @@ MSG_JOB_DETECTED: Final = "job_detected"
 MSG_DATA_REQUEST: Final = "data_request"
 MSG_DATA_RESPONSE: Final = "data_response"
 MSG_SYSTEM_FAILURE: Final = "system_failure"
+# Liveness (the retained status of docs/liveness.md).
+MSG_AGENT_STATUS: Final = "agent_status"
 
 MAX_MESSAGE_BYTES: Final = 256 * 1024
 # The MQTT v5 content-type property of every VOX publish.
 CONTENT_TYPE: Final = "application/json"
 
 
-class ErrorCode:
+class ErrorCode(StrEnum):
     """The codes a command_error carries."""
 
-    NO_ROUTE: Final = "NO_ROUTE"
-    TARGET_INACTIVE: Final = "TARGET_INACTIVE"
-    TIMEOUT: Final = "TIMEOUT"
-    HANDLER_ERROR: Final = "HANDLER_ERROR"
-    INVALID_MESSAGE: Final = "INVALID_MESSAGE"
-    UNAUTHORIZED_SOURCE: Final = "UNAUTHORIZED_SOURCE"
-    DELIVERY_FAILED: Final = "DELIVERY_FAILED"
-    SHUTTING_DOWN: Final = "SHUTTING_DOWN"
+    NO_ROUTE = "NO_ROUTE"
+    TARGET_INACTIVE = "TARGET_INACTIVE"
+    TIMEOUT = "TIMEOUT"
+    HANDLER_ERROR = "HANDLER_ERROR"
+    INVALID_MESSAGE = "INVALID_MESSAGE"
+    UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
+    DELIVERY_FAILED = "DELIVERY_FAILED"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
 
 
-ERROR_CODES: Final = frozenset(
-    v for k, v in vars(ErrorCode).items() if not k.startswith("_") and isinstance(v, str)
-)
+ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -387,6 +390,22 @@ def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> 
         return
     if parse_timestamp(end_at) < parse_timestamp(start_at):
         raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
+
+
+class AgentStatus(BaseModel):
+    """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: StrictStr
+    status: Literal["ACTIVE", "INACTIVE"]
+    error_code: StrictStr | None = None
+    epoch: Annotated[StrictInt, Field(ge=0)]
+    started_at: StrictStr
+    heartbeat_interval: Annotated[float, Field(gt=0)]
+    commands: list[StrictStr] = Field(default_factory=list)
+    version: StrictStr = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
 
 
 class JobDetected(_Payload):

@@ -5,20 +5,73 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, overload
+from uuid import UUID
 
-from pydantic import ValidationError, validate_call
+from pydantic import BaseModel, ValidationError, validate_call
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .agent import VOXAgent
+    from .ledger import VOXAgentMemory
     from .messages import VOXMessage
+    from .settings import AgentConfig
+    from .tracking import TrackedRequest
 
-__all__ = ["Role", "command", "load_role", "on"]
+__all__ = ["AgentHandle", "Handler", "Role", "command", "load_role", "on"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 EventHandler = Callable[["VOXMessage"], Awaitable[Any]]
+Handler = Callable[..., Awaitable[Any]]
+
+
+class AgentHandle(Protocol):
+    """What a role may use of the agent it is mounted on: its identity, ledger and mail."""
+
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def ledger(self) -> VOXAgentMemory: ...
+    @property
+    def memory(self) -> VOXAgentMemory: ...
+
+    async def send(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        reply_to: UUID | None = None,
+        message_source: str | None = None,
+    ) -> TrackedRequest: ...
+    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest: ...
+    async def request(
+        self,
+        command: str,
+        params: dict[str, Any] | None = None,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage: ...
+    async def ask(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage: ...
+    async def reply(
+        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
+    ) -> TrackedRequest: ...
+    async def notify_master(
+        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
+    ) -> TrackedRequest: ...
+
 
 _COMMAND_MARK = "__vox_command__"
 _EVENT_MARK = "__vox_events__"
@@ -76,10 +129,10 @@ class Role:
 
     def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
         self.settings: Mapping[str, Any] = settings or {}
-        self._agent: VOXAgent | None = None
+        self._agent: AgentHandle | None = None
         # The seed's router contract: every route (command or event) -> handler.
-        self._handlers: dict[str, list[Callable[..., Awaitable[Any]]]] = {}
-        self._commands: dict[str, Callable[..., Awaitable[Any]]] = {}
+        self._handlers: dict[str, list[Handler]] = {}
+        self._commands: dict[str, Handler] = {}
         for name, attr in self._declared_commands.items():
             handler = _validated(getattr(self, attr), f"{type(self).__name__}.{attr}")
             self._commands[name] = handler
@@ -94,19 +147,27 @@ class Role:
         return type(self).__name__
 
     @property
-    def agent(self) -> VOXAgent:
+    def agent(self) -> AgentHandle:
         """Return the agent this role is mounted on."""
         if self._agent is None:
             raise RuntimeError(f"role {self.name} is not mounted on an agent yet")
         return self._agent
 
-    def bind(self, agent: VOXAgent) -> None:
+    def bind(self, agent: AgentHandle) -> None:
         """Mount the role on an agent (called by the agent)."""
         self._agent = agent
 
-    def get_commands(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+    def get_commands(self) -> dict[str, Handler]:
         """Return the commands this role serves, by name."""
         return dict(self._commands)
+
+    def routes(self) -> list[str]:
+        """Return every route (command or event) this role has a handler for."""
+        return list(self._handlers)
+
+    def handlers_for(self, route: str) -> list[Handler]:
+        """Return the handlers of one route, in registration order."""
+        return list(self._handlers.get(route, ()))
 
     def on(self, event: str) -> Callable[[EventHandler], EventHandler]:
         """Register a function as a handler of an event type on this role instance."""

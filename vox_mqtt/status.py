@@ -8,53 +8,34 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final
 from uuid import UUID
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import ValidationError
 
-from .messages import VOXMessage, parse_timestamp
+from .messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
     "ACTIVE",
     "INACTIVE",
-    "MSG_AGENT_STATUS",
     "SHUTDOWN",
     "STALE",
     "UNKNOWN",
     "VM_CONNECTION_LOST",
     "AgentLiveness",
-    "AgentStatus",
     "EpochCounter",
     "FleetView",
     "StatusChange",
     "host_metrics",
 ]
 
-MSG_AGENT_STATUS: Final = "agent_status"
 ACTIVE: Final = "ACTIVE"
 INACTIVE: Final = "INACTIVE"
 STALE: Final = "STALE"
 UNKNOWN: Final = "UNKNOWN"
 VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
 SHUTDOWN: Final = "SHUTDOWN"
-
-
-class AgentStatus(BaseModel):
-    """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    name: StrictStr
-    status: Literal["ACTIVE", "INACTIVE"]
-    error_code: StrictStr | None = None
-    epoch: Annotated[StrictInt, Field(ge=0)]
-    started_at: StrictStr
-    heartbeat_interval: Annotated[float, Field(gt=0)]
-    commands: list[StrictStr] = Field(default_factory=list)
-    version: StrictStr = ""
-    metrics: dict[str, Any] = Field(default_factory=dict)
 
 
 _PROCESS_STARTED = time.time()
@@ -205,8 +186,15 @@ class FleetView:
     ) -> None:
         self._agents: dict[UUID, AgentLiveness] = {}
         self.stale_after = stale_after  # in heartbeat intervals
-        self.on_status_change = on_status_change
+        # Each is told of every change (liveness reacts, a console may draw it).
+        self.listeners: list[StatusHook] = []
+        if on_status_change is not None:
+            self.listeners.append(on_status_change)
         self._clock = clock
+
+    def add_listener(self, hook: StatusHook) -> None:
+        """Tell hook of every status change from now on."""
+        self.listeners.append(hook)
 
     def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
         """Start knowing an agent, UNKNOWN until its status arrives."""
@@ -307,8 +295,8 @@ class FleetView:
         entry.status = new
         if old == new:
             return None
-        if self.on_status_change is not None:
-            self.on_status_change(entry, old, new)
+        for hook in list(self.listeners):
+            hook(entry, old, new)
         return StatusChange(agent=entry, old=old, new=new)
 
     def commands_of(self, agent_ids: Iterable[UUID]) -> set[str]:

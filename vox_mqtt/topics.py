@@ -1,4 +1,4 @@
-"""The only place VOX topic strings are built or parsed (DESIGN section 3)."""
+"""The only place VOX topic strings and filters are built or parsed (docs/topics.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from .errors import TopicError
 
 __all__ = [
     "PREFIX",
+    "STATUS_FILTER",
     "WARROOM_FILTER",
     "WARROOM_ID",
     "InboxTopic",
@@ -28,6 +29,8 @@ PREFIX: Final = "vox"
 # agent never needs to know who reads them (root and operator do).
 WARROOM_ID: Final = UUID("00000000-0000-4000-8000-000000000911")
 WARROOM_FILTER: Final = f"{PREFIX}/warroom/#"
+# Every agent's retained status: what the operator's console and observers read.
+STATUS_FILTER: Final = f"{PREFIX}/+/status"
 
 
 @dataclass(frozen=True, slots=True)

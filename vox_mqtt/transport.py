@@ -10,7 +10,6 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiomqtt
@@ -18,8 +17,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ._mqttclient import Client, Refused, broker_error, properties, tls_context
-from .errors import BrokerUnavailable, ConfigError, DeliveryFailed
+from ._mqttclient import Client, broker_error, properties, tls_context
+from .errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
+from .settings import BrokerSettings, Will
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will"]
 
@@ -40,57 +40,6 @@ _INBOUND = {  # paho property name -> Inbound.properties key
 
 
 @dataclass(frozen=True, kw_only=True)
-class BrokerSettings:
-    """Where the broker is and how this identity connects to it."""
-
-    host: str = "127.0.0.1"
-    port: int = 1883
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    client_id: str
-    ca_file: Path | None = None  # TLS when set
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    keepalive: int = 30
-    session_expiry: int = 3600
-    connect_timeout: float = 10.0
-    reconnect_min: float = 0.5
-    reconnect_max: float = 30.0
-    publish_timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.client_id:
-            problems.append("client_id must not be empty (it is the agent's UUID)")
-        if not 0 < self.port < 65536:
-            problems.append(f"port {self.port} is not a TCP port (1-65535)")
-        if min(self.keepalive, self.connect_timeout, self.publish_timeout, self.reconnect_min) <= 0:
-            problems.append("keepalive, the timeouts and reconnect_min must be > 0")
-        if self.reconnect_max < self.reconnect_min:
-            problems.append("reconnect_max must be >= reconnect_min")
-        if (self.cert_file or self.key_file) and self.ca_file is None:
-            problems.append("cert_file and key_file need ca_file (TLS is on when ca_file is set)")
-        if problems:
-            raise ConfigError([f"broker settings: {p}" for p in problems])
-
-    @property
-    def address(self) -> str:
-        """Return host:port, for messages."""
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Will:
-    """The message the broker publishes if this connection ends without a DISCONNECT."""
-
-    topic: str
-    payload: bytes
-    retain: bool = True
-    qos: int = 1
-    content_type: str | None = "application/json"
-
-
-@dataclass(frozen=True, kw_only=True)
 class Inbound:
     """One message received on a subscription."""
 
@@ -107,7 +56,7 @@ class Session:
     Persistent (clean_start False on every connect, session expiry): messages published to
     its subscriptions while it is away are delivered when it is back. A PUBACK only means
     "queued in the peer's memory" (paho acks inbound QoS 1 before any handler runs); making a
-    message durable is the VOX acknowledgement's job (DESIGN section 6).
+    message durable is the VOX acknowledgement's job (docs/transport.md).
     """
 
     def __init__(
@@ -430,9 +379,10 @@ class Session:
         )
         for topic, code in zip(self.subscriptions, codes, strict=False):
             if isinstance(code, ReasonCode) and code.is_failure:
-                raise Refused(
+                raise SubscriptionRefused(
                     f"the broker refused client {client.identifier}'s subscription to {topic!r}: "
-                    f"{code} (0x{code.value:02X}) — check the broker's ACL"
+                    f"{code} (0x{code.value:02X}) — check the broker's ACL",
+                    topic=topic,
                 )
 
     async def _pump(self, client: Client) -> None:

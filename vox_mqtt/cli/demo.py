@@ -17,11 +17,11 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
-from ..demo import DemoLayout, FleetObserver, Ledgers, LocalFleet, VoxRun, run_vox
 from ..errors import ConfigError, VoxError
 from ..status import ACTIVE, INACTIVE
 from ._common import EXIT_RUNTIME, fail, out_console
 from .fleet import draw_tree
+from .localfleet import DemoLayout, ExplorerWatch, Ledgers, LocalFleet, VoxRun, run_vox
 
 __all__ = ["register"]
 
@@ -91,7 +91,7 @@ class Demo:
         try:
             self.setup()
             assert self.local.broker_dir is not None
-            observer = FleetObserver(self.local.broker_dir, self.layout.state("explorer"))
+            observer = ExplorerWatch(self.local.broker_dir, self.layout.state("explorer"))
             async with observer:
                 self.observer = observer
                 await self.start_agents()

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from ..errors import LedgerError
-from ..memory import VOXAgentMemory
+from ..ledger import VOXAgentMemory
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 

@@ -27,13 +27,13 @@ from rich.table import Table
 from rich.tree import Tree
 
 from .. import topics
-from .._mqttclient import Refused
 from ..config import load_console_config, load_daemon_config
-from ..console import ALL_STATUS, OperatorConsole
-from ..errors import CommandFailed
-from ..liveness import FleetObserver, Incident
+from ..console import OperatorConsole
+from ..errors import CommandFailed, SubscriptionRefused
+from ..observer import FleetObserver
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
+from ..warroom import Incident
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["Reader", "load_reader", "register"]
@@ -240,11 +240,11 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
 async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObserver]:
     """Log in as the reader and keep a FleetObserver up to date for the block."""
     observer = FleetObserver(stale_after=reader.stale_after)
-    wanted = [ALL_STATUS] + ([topics.WARROOM_FILTER] if warroom else [])
+    wanted = [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if warroom else [])
     try:
         session = await _connect(reader.broker, wanted)
-    except Refused as exc:
-        if "subscription" not in str(exc) or reader.kind != "agent":
+    except SubscriptionRefused:
+        if reader.kind != "agent":
             raise
         # The dynsec plugin refuses a wildcard it does not grant: ask for each topic instead.
         exact = [topics.status(peer) for peer in reader.peers]

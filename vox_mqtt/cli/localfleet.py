@@ -1,4 +1,4 @@
-"""A whole fleet on this machine: its files, a private Mosquitto and one vox-agent per agent."""
+"""`vox demo`'s local fleet: its files, a private Mosquitto and one vox-agent per agent."""
 
 from __future__ import annotations
 
@@ -19,23 +19,22 @@ from types import TracebackType
 from typing import Any, Final
 from uuid import UUID
 
-from .agent import AgentConfig, VOXAgent
-from .agentconf import render_agent_config
-from .brokerconf import BrokerDir, render_broker_dir
-from .errors import ConfigError, LedgerError, VoxError
-from .hierarchy import Fleet, load_fleet, seed_fleet_toml
-from .liveness import Incident
-from .localbroker import LocalBroker, free_port
-from .memory import VOXAgentMemory
-from .status import AgentLiveness
-from .topics import WARROOM_FILTER
-from .transport import BrokerSettings
+from ..agent import AgentConfig, VOXAgent
+from ..agentconf import render_agent_config
+from ..brokerconf import BrokerDir, render_broker_dir
+from ..errors import ConfigError, LedgerError, VoxError
+from ..hierarchy import Fleet, load_fleet, seed_fleet_toml
+from ..ledger import VOXAgentMemory
+from ..localbroker import LocalBroker, free_port
+from ..status import AgentLiveness
+from ..topics import STATUS_FILTER, WARROOM_FILTER
+from ..transport import BrokerSettings
+from ..warroom import Incident
 
-__all__ = ["DemoLayout", "FleetObserver", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
+__all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 
 MARKER: Final = ".vox-demo"
 _OWNED: Final = ("fleet.toml", "broker", "config", "state", "logs", "run.json")
-ALL_STATUS: Final = "vox/+/status"
 
 
 @dataclass(frozen=True)
@@ -273,7 +272,7 @@ class LocalFleet:
             self.layout.run_file.write_text(json.dumps(data, indent=1) + "\n")
 
 
-class FleetObserver:
+class ExplorerWatch:
     """Watch every status and the war room as the read-only explorer identity."""
 
     def __init__(self, broker_dir: BrokerDir, state_dir: Path) -> None:
@@ -294,11 +293,11 @@ class FleetObserver:
                 state_dir=state_dir,
                 broker=replace(broker, session_expiry=0),
                 publish_status=False,
-                observe=(ALL_STATUS, WARROOM_FILTER),
+                observe=(STATUS_FILTER, WARROOM_FILTER),
             )
         )
 
-    async def __aenter__(self) -> FleetObserver:
+    async def __aenter__(self) -> ExplorerWatch:
         await self.agent.__aenter__()
         return self
 

@@ -1,4 +1,4 @@
-"""Sending: record, publish and re-send until acknowledged; the API roles and consoles use."""
+"""The outbox: send, request and reply; re-send until acknowledged; match acks and replies."""
 
 from __future__ import annotations
 
@@ -7,94 +7,97 @@ import contextlib
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel
 
 from . import topics
-from .errors import CommandFailed, DeliveryFailed, VoxError
+from .context import AgentContext
+from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
 from .messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     CommandError,
     CommandRequest,
     ErrorCode,
+    MessageAcknowledged,
     VOXMessage,
     new_message,
+    parse,
     parse_timestamp,
     serialize,
 )
 from .tracking import RequestState, TrackedRequest
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
-    from .agent import AgentConfig
-    from .memory import VOXAgentMemory
-    from .tracking import RequestTracker
-    from .transport import Session
-
-__all__ = ["OutboundMixin"]
+__all__ = ["Outbox"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
 
-class OutboundMixin:
-    """The sending side of VOXAgent: every message but an ack is tracked and re-sent."""
+class Outbox:
+    """Every message this agent sends but an ack is recorded, tracked and re-sent."""
 
-    if TYPE_CHECKING:
-        config: AgentConfig
-        id: UUID
-        name: str
-        memory: VOXAgentMemory
-        tracker: RequestTracker
-        session: Session | None
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
 
-        def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]: ...
+    # --- sending --------------------------------------------------------------------------
 
     async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
         """Record, publish and keep re-sending a message until it is acknowledged."""
         if message.target not in self.config.peers:
             raise VoxError(
-                f"{self.name} may only talk to its master and children, not {message.target}"
+                f"{self.config.name} may only talk to its master and children, not {message.target}"
             )
-        tracked = self.tracker.track(message, expects_reply=expects_reply)
-        topic = topics.inbox(message.target, self.id)
+        tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
+        topic = topics.inbox(message.target, self.config.id)
         # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.memory.record_message(message, "sent", outbox=(topic, serialize(message)))
-        self._spawn(self._deliver(tracked), "deliver")
+        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, serialize(message)))
+        self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
         return tracked
+
+    def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
+        """Re-send what the outbox held at the last stop; nobody awaits these any more."""
+        for _, _, payload in unsent:
+            try:
+                message = parse(payload)
+            except InvalidMessage:
+                continue
+            tracked = self.ctx.tracker.track(message, expects_reply=False)
+            self.ctx.tasks.spawn(self._deliver(tracked), "redeliver")
 
     async def _deliver(self, tracked: TrackedRequest) -> None:
         try:
             await self._deliver_until_acknowledged(tracked)
         finally:
             with contextlib.suppress(VoxError):
-                await self.memory.outbox_done(tracked.message_id)
+                await self.ctx.ledger.outbox_done(tracked.message_id)
 
     async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
-        assert self.session is not None
+        session = self.ctx.live_session()
+        tracker = self.ctx.tracker
         message = tracked.message
-        topic = topics.inbox(message.target, self.id)
+        topic = topics.inbox(message.target, self.config.id)
         payload = serialize(message)
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
             try:
-                await self.session.publish(topic, payload, expiry=self._expiry(message))
-                self.tracker.dispatched(message.message_id)
+                await session.publish(topic, payload, expiry=_expiry(message))
+                tracker.dispatched(message.message_id)
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
                     # The broker refused it (ACL): re-sending cannot help.
-                    self.tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
+                    tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
                     return
-                log.info("%s: will re-send %s: %s", self.name, message.message_id, exc)
+                log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await tracked.acknowledged.wait()
             if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
-                self.tracker.failed(
+                tracker.failed(
                     message.message_id,
                     ErrorCode.TIMEOUT,
                     f"no acknowledgement within {self.config.request_timeout:.0f}s",
@@ -102,26 +105,24 @@ class OutboundMixin:
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
 
-    def _expiry(self, message: VOXMessage) -> int | None:
-        deadline = message.details.get("deadline")
-        if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
-            return None
-        return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
-
-    async def _publish_ack(self, message: VOXMessage) -> None:
-        assert self.session is not None
+    async def publish_ack(self, message: VOXMessage) -> None:
+        """Acknowledge a message already recorded durably (never tracked, never re-sent)."""
+        session = self.ctx.live_session()
         ack = message.acknowledgement(message_source=self.config.message_source)
-        await self.memory.record_message(ack, "sent")
+        await self.ctx.ledger.record_message(ack, "sent")
         try:
-            await self.session.publish(topics.inbox(message.source, self.id), serialize(ack))
+            await session.publish(topics.inbox(message.source, self.config.id), serialize(ack))
         except DeliveryFailed as exc:
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
-            log.warning("%s: ack for %s not delivered: %s", self.name, message.message_id, exc)
+            log.warning(
+                "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
+            )
 
-    async def _send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
+    async def send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
+        """Answer a message with command_error; a failure to send is only logged by delivery."""
         message = new_message(
             MSG_COMMAND_ERROR,
-            source=self.id,
+            source=self.config.id,
             target=peer,
             reply_to=reply_to,
             details=CommandError(code=code, error=reason[:1000]),
@@ -130,19 +131,36 @@ class OutboundMixin:
         with contextlib.suppress(VoxError):
             await self.send_message(message, expects_reply=False)
 
-    async def _await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
+    async def await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
+        """Send a message and return its reply; raise CommandFailed on an error or timeout."""
         tracked = await self.send_message(message, expects_reply=True)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
                 await tracked.done.wait()
         except TimeoutError:
-            self.tracker.failed(
+            self.ctx.tracker.failed(
                 message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
             )
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
+
+    # --- what comes back: the one place acks and replies are matched ----------------------
+
+    def settle_ack(self, ack: VOXMessage) -> None:
+        """Mark the message an acknowledgement answers as received by its peer."""
+        payload = MessageAcknowledged.model_validate(ack.details)
+        self.ctx.tracker.acknowledged(payload.in_response_to)
+
+    def settle_reply(self, reply: VOXMessage) -> None:
+        """Complete (or fail, for command_error) the request a reply answers."""
+        assert reply.reply_to is not None
+        if reply.type == MSG_COMMAND_ERROR:
+            error = CommandError.model_validate(reply.details)
+            self.ctx.tracker.failed(reply.reply_to, error.code, error.error, reply)
+        else:
+            self.ctx.tracker.completed(reply.reply_to, reply)
 
     # --- the API roles and consoles use ---------------------------------------------------
 
@@ -157,12 +175,12 @@ class OutboundMixin:
         """Send a command_request to a child and return its command_result (CommandFailed)."""
         message = new_message(
             MSG_COMMAND_REQUEST,
-            source=self.id,
+            source=self.config.id,
             target=to,
             details=CommandRequest(command=command, params=params or {}),
             message_source=self.config.message_source,
         )
-        return await self._await_reply(message, timeout)
+        return await self.await_reply(message, timeout)
 
     async def ask(
         self,
@@ -175,12 +193,12 @@ class OutboundMixin:
         """Send a message that expects an answer linked by reply_to, and return the answer."""
         message = new_message(
             type,
-            source=self.id,
+            source=self.config.id,
             target=to,
             details=details,
             message_source=self.config.message_source,
         )
-        return await self._await_reply(message, timeout)
+        return await self.await_reply(message, timeout)
 
     async def send(
         self,
@@ -194,7 +212,7 @@ class OutboundMixin:
         """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
         message = new_message(
             type,
-            source=self.id,
+            source=self.config.id,
             target=to,
             details=details,
             reply_to=reply_to,
@@ -207,7 +225,7 @@ class OutboundMixin:
     ) -> TrackedRequest:
         """Send an event up to this agent's master."""
         if self.config.master_id is None:
-            raise VoxError(f"{self.name} has no master")
+            raise VoxError(f"{self.config.name} has no master")
         return await self.send(
             type, details, to=self.config.master_id, message_source=message_source
         )
@@ -220,3 +238,11 @@ class OutboundMixin:
             message.reply(type, details, message_source=self.config.message_source),
             expects_reply=False,
         )
+
+
+def _expiry(message: VOXMessage) -> int | None:
+    """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return None
+    return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))

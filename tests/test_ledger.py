@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vox_mqtt.errors import LedgerError
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.messages import VOXMessage, new_message
 
 ROOT, COORD, SPEC_A, OPERATOR = uuid4(), uuid4(), uuid4(), uuid4()
@@ -405,7 +405,7 @@ def test_any_json_details_round_trip_minus_notes(tmp_path: Path, details: dict[s
 
 CHILD = """
 import asyncio, sys, uuid
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 
 async def one(ledger):
     mid = str(uuid.uuid4())
@@ -454,7 +454,7 @@ async def test_an_acknowledged_record_survives_sigkill(tmp_path: Path) -> None:
 
 FORGETFUL = """
 import asyncio, sys
-from vox_mqtt.memory import VOXAgentMemory
+from vox_mqtt.ledger import VOXAgentMemory
 
 async def main():
     ledger = VOXAgentMemory(sys.argv[1])

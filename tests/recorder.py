@@ -1,0 +1,147 @@
+"""A raw MQTT recorder of every status and war-room message, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from vox_mqtt import topics
+
+
+@dataclass
+class Seen:
+    """One message the recorder received, stamped on the test's monotonic clock."""
+
+    at: float
+    topic: str
+    payload: bytes
+    retain: bool
+
+    def json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.payload)
+        return data
+
+
+@dataclass
+class Recorder:
+    """A read-only identity (the explorer) recording every status and war-room message.
+
+    A raw paho client, independent of vox_mqtt's transport: what it saw, the broker sent.
+    """
+
+    port: int
+    username: str
+    password: str
+    client_id: str
+    seen: list[Seen] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _client: Any = None
+
+    def __enter__(self) -> Recorder:
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5
+        )
+        client.username_pw_set(self.username, self.password)
+        wanted = [(topics.STATUS_FILTER, 1), (topics.WARROOM_FILTER, 1)]
+        client.on_connect = lambda c, *_: c.subscribe(wanted)
+        client.on_message = self._on_message
+        client.reconnect_delay_set(min_delay=0.1, max_delay=1)  # type: ignore[arg-type]
+        client.connect("127.0.0.1", self.port, keepalive=30)
+        client.loop_start()
+        self._client = client
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def _on_message(self, _client: Any, _userdata: Any, msg: Any) -> None:
+        with self._cond:
+            self.seen.append(Seen(time.monotonic(), msg.topic, msg.payload, bool(msg.retain)))
+            self._cond.notify_all()
+
+    def wait(
+        self,
+        predicate: Callable[[Seen], bool],
+        *,
+        after: float = 0.0,
+        timeout: float = 10.0,
+        what: str = "a matching message",
+    ) -> Seen:
+        """Return the first message after `after` that satisfies predicate; fail on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for item in self.seen:
+                    if item.at >= after and predicate(item):
+                        return item
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"the recorder saw no {what} within {timeout:g}s")
+                self._cond.wait(min(remaining, 0.2))
+
+    def status(
+        self,
+        agent: UUID,
+        *,
+        after: float = 0.0,
+        timeout: float = 10.0,
+        min_epoch: int = 0,
+        **expect: Any,
+    ) -> Seen:
+        """Wait for a status of agent whose details hold every expected key=value."""
+        topic = topics.status(agent)
+
+        def matches(item: Seen) -> bool:
+            if item.topic != topic or not item.payload:
+                return False
+            details = item.json()["details"]
+            if details["epoch"] < min_epoch:
+                return False
+            return all(details.get(k) == v for k, v in expect.items())
+
+        return self.wait(matches, after=after, timeout=timeout, what=f"status {expect} of {agent}")
+
+    def latest_status(self, agent: UUID) -> dict[str, Any]:
+        """Return the details of the last status of agent received so far."""
+        with self._cond:
+            for item in reversed(self.seen):
+                if item.topic == topics.status(agent) and item.payload:
+                    details: dict[str, Any] = item.json()["details"]
+                    return details
+        raise AssertionError(f"no status of {agent} yet")
+
+    def warroom(self, source: UUID, subject: UUID, *, after: float = 0.0) -> list[Seen]:
+        """Return the war-room posts (and clears) about subject by source, after a time."""
+        topic = topics.warroom(source, subject)
+        with self._cond:
+            return [item for item in self.seen if item.topic == topic and item.at >= after]
+
+    def wait_warroom(
+        self,
+        source: UUID,
+        subject: UUID,
+        *,
+        resolved: bool | None = False,
+        after: float = 0.0,
+        timeout: float = 10.0,
+    ) -> Seen:
+        """Wait for a post (resolved False/True) or, with resolved=None, the retained clear."""
+        topic = topics.warroom(source, subject)
+
+        def matches(item: Seen) -> bool:
+            if item.topic != topic:
+                return False
+            if resolved is None:
+                return item.payload == b""
+            return bool(item.payload) and item.json()["details"].get("resolved", False) == resolved
+
+        return self.wait(matches, after=after, timeout=timeout)

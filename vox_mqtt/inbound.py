@@ -1,0 +1,180 @@
+"""The inbound pipeline: parse -> verify -> record/dedupe -> ack -> route, per message."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from uuid import UUID
+
+from . import topics
+from .context import AgentContext
+from .errors import InvalidMessage, TopicError
+from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, ErrorCode, VOXMessage, parse
+from .outbox import Outbox
+from .roles import Handler
+from .router import Router
+from .rules import verify
+from .runner import CommandRunner
+from .transport import Inbound
+
+__all__ = ["InboundPipeline", "Listener", "Observed"]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+Listener = Callable[[VOXMessage], Awaitable[None] | None]
+Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
+
+
+class InboundPipeline:
+    """Take every message the session delivers; a peer's message is durable before its ack."""
+
+    def __init__(
+        self,
+        ctx: AgentContext,
+        *,
+        outbox: Outbox,
+        runner: CommandRunner,
+        router: Router,
+        observed: Observed,
+    ) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
+        self.outbox = outbox
+        self.runner = runner
+        self.router = router
+        self.observed = observed  # status and war-room messages go to liveness
+        self.listeners: list[Listener] = []  # see every verified inbound message
+        self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
+        self._in_progress: dict[UUID, asyncio.Event] = {}
+
+    async def run(self) -> None:
+        """Read the session's messages until it ends."""
+        async for inbound in self.ctx.live_session().messages():
+            try:
+                topic = topics.parse_topic(inbound.topic)
+            except TopicError as exc:
+                log.warning("%s: ignoring %s", self.config.name, exc)
+                continue
+            if isinstance(topic, topics.StatusTopic | topics.WarroomTopic):
+                await self.observed(inbound, topic)
+            else:
+                await self._intake_slots.acquire()
+                self.ctx.tasks.spawn(self._intake(inbound, topic), "intake")
+
+    async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
+        try:
+            await self._process(inbound, topic)
+        except Exception:
+            # Nothing a peer sends may stop the agent: log it and go on.
+            log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
+        finally:
+            self._intake_slots.release()
+
+    async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
+        ledger = self.ctx.ledger
+        try:
+            message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
+        except InvalidMessage as exc:
+            await self._reject_unparsable(inbound, topic, exc)
+            return
+        problem = verify(
+            message,
+            topic,
+            me=self.config.id,
+            master_id=self.config.master_id,
+            peers=self.config.peers,
+        )
+        if problem is not None:
+            await self._reject(message, inbound, topic, problem)
+            return
+        message_id = message.message_id
+        # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
+        # in-progress map is checked and filled with no await between, so two copies
+        # arriving together cannot both pass the ledger check; a copy of a message still
+        # being recorded waits for that record, so no ack ever precedes durability.
+        recording = self._in_progress.get(message_id)
+        if recording is not None:
+            await recording.wait()
+            if not await ledger.has_message(message_id):
+                return  # the first copy failed to record; the sender will re-send
+            duplicate = True
+        else:
+            recording = self._in_progress[message_id] = asyncio.Event()
+            try:
+                duplicate = await ledger.has_message(message_id)
+                if not duplicate:
+                    await ledger.record_message(message, "received", topic=inbound.topic)
+            finally:
+                del self._in_progress[message_id]
+                recording.set()
+        if duplicate:
+            await ledger.record_message(message, "duplicate", topic=inbound.topic)
+            if message.type != MSG_ACKNOWLEDGED:
+                await self.outbox.publish_ack(message)
+            return
+        if message.type != MSG_ACKNOWLEDGED:
+            # The record is durable, so the ack may go; routing need not wait for the ack's own
+            # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
+            self.ctx.tasks.spawn(self.outbox.publish_ack(message), "ack")
+        await self._route(message)
+
+    async def _reject(
+        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
+    ) -> None:
+        log.warning(
+            "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
+        )
+        await self.ctx.ledger.record_message(
+            message,
+            "rejected",
+            outcome=ErrorCode.UNAUTHORIZED_SOURCE,
+            reason=problem,
+            topic=inbound.topic,
+        )
+        if topic.source in self.config.peers and message.type != MSG_ACKNOWLEDGED:
+            await self.outbox.send_error_to(
+                topic.source, message.message_id, ErrorCode.UNAUTHORIZED_SOURCE, problem
+            )
+
+    async def _reject_unparsable(
+        self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
+    ) -> None:
+        log.warning(
+            "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
+        )
+        await self.ctx.ledger.record_rejected(
+            inbound.payload,
+            exc.reason,
+            topic=inbound.topic,
+            source=topic.source,
+            message_id=exc.message_id,
+        )
+        # The sender is known from the topic (the broker lets it write only there).
+        if topic.source in self.config.peers and exc.message_id is not None:
+            await self.outbox.send_error_to(
+                topic.source, exc.message_id, ErrorCode.INVALID_MESSAGE, exc.reason
+            )
+
+    async def _route(self, message: VOXMessage) -> None:
+        if message.type == MSG_ACKNOWLEDGED:
+            self.outbox.settle_ack(message)
+            return
+        for listener in self.listeners:
+            outcome = listener(message)
+            if outcome is not None:
+                await outcome
+        if message.type == MSG_COMMAND_REQUEST:
+            self.runner.begin(message)
+            return
+        if message.reply_to is not None:
+            self.outbox.settle_reply(message)
+        for handler in self.router.event_handlers(message.type):
+            self.ctx.tasks.spawn(self._run_event(handler, message), f"event-{message.type}")
+
+    async def _run_event(self, handler: Handler, message: VOXMessage) -> Any:
+        try:
+            await handler(message)
+        except Exception:
+            log.exception("%s: %s handler failed", self.config.name, message.type)
