@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,6 +36,8 @@ from .transport import Inbound, Session
 from .warroom import Incident
 
 __all__ = ["AgentConfig", "VOXAgent"]
+
+log = logging.getLogger("vox_mqtt.agent")
 
 
 class VOXAgent:
@@ -74,6 +78,7 @@ class VOXAgent:
         )
         self._liveness: Liveness | None = None  # built at start: it reads the state dir
         self._stack = AsyncExitStack()
+        self._children_lock = asyncio.Lock()
         self._stop_requested = asyncio.Event()
         self._stopped = False
         for role in roles:
@@ -149,6 +154,62 @@ class VOXAgent:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
         return self._runner.choose_child(command)
 
+    # --- a change of children while running (a reload) ------------------------------------
+
+    async def update_children(
+        self, children: Mapping[UUID, str], *, master_name: str | None = None
+    ) -> str:
+        """Take new children without reconnecting; return what changed, in one line.
+
+        New children are watched (their status topics subscribed) and routed to once they
+        advertise; removed ones stop being routes, their open incidents are resolved and
+        the requests delegated to them are answered TARGET_INACTIVE. Nothing in flight
+        elsewhere is touched (docs/operations.md).
+        """
+        async with self._children_lock:
+            old = self.config
+            was, now = dict(old.children), dict(children)
+            added = {child: name for child, name in now.items() if child not in was}
+            removed = {child: name for child, name in was.items() if child not in now}
+            renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
+            session = self._ctx.session
+            if session is not None:
+                # First: a refused subscription (a broker not re-rendered yet) changes nothing.
+                await session.subscribe([topics.status(child) for child in added])
+            config = replace(old, children=now, master_name=master_name or old.master_name)
+            self.config = self._ctx.config = config
+            for child, name in now.items():
+                self.fleet_view.watch(child, name).name = name
+            for child, name in removed.items():
+                self._fail_delegated(child, name)
+            if self._liveness is not None:
+                await self._liveness.children_changed(set(added), set(removed))
+            if session is not None:
+                await session.unsubscribe([topics.status(child) for child in removed])
+            parts = [f"+{name}" for name in sorted(added.values())]
+            parts += [f"-{name}" for name in sorted(removed.values())]
+            parts += [f"{a}->{b}" for a, b in sorted(renamed.values())]
+            text = f"children {' '.join(parts)}" if parts else ""
+            if master_name is not None and master_name != old.master_name:
+                text += ("; " if text else "") + f"master renamed {master_name!r}"
+            if text:
+                log.info("%s: %s", self.name, text)
+            return text
+
+    def _fail_delegated(self, child: UUID, name: str) -> None:
+        """Answer the requests waiting on a child that is no longer one."""
+        for tracked in self.tracker.pending():
+            if tracked.message.target == child and tracked.expects_reply:
+                self.tracker.failed(
+                    tracked.message_id,
+                    ErrorCode.TARGET_INACTIVE,
+                    f"{name} is no longer a child of {self.name} (the fleet changed)",
+                )
+
+    async def _retired(self, child: UUID) -> None:
+        children = {c: n for c, n in self.config.children.items() if c != child}
+        await self.update_children(children)
+
     # --- sending (the outbox) -------------------------------------------------------------
 
     async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
@@ -220,6 +281,7 @@ class VOXAgent:
         self._liveness = Liveness(
             self._ctx, fleet_view=self.fleet_view, advertise=self.advertised_commands
         )
+        self._liveness.on_retired = self._retired
         # Read before connecting: anything recorded after this is this run's own work.
         interrupted = await self.memory.interrupted_commands()
         pending = await self.memory.pending_commands()

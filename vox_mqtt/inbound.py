@@ -17,6 +17,7 @@ from .roles import Handler
 from .router import Router
 from .rules import verify
 from .runner import CommandRunner
+from .settings import AgentConfig
 from .transport import Inbound
 
 __all__ = ["InboundPipeline", "Listener", "Observed"]
@@ -40,7 +41,6 @@ class InboundPipeline:
         observed: Observed,
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config
         self.outbox = outbox
         self.runner = runner
         self.router = router
@@ -48,6 +48,11 @@ class InboundPipeline:
         self.listeners: list[Listener] = []  # see every verified inbound message
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     async def run(self) -> None:
         """Read the session's messages until it ends."""

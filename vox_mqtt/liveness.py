@@ -28,10 +28,11 @@ from .messages import (
     serialize,
 )
 from .observer import read_status
-from .settings import Will
+from .settings import AgentConfig, Will
 from .status import (
     ACTIVE,
     INACTIVE,
+    RETIRED,
     SHUTDOWN,
     VM_CONNECTION_LOST,
     AgentLiveness,
@@ -91,7 +92,6 @@ class Liveness:
         advertise: Callable[[], list[str]],
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config
         self.fleet_view = fleet_view
         self.advertise = advertise  # the commands this agent offers while ACTIVE
         self.epoch_counter = EpochCounter(self.config.state_dir)
@@ -101,10 +101,18 @@ class Liveness:
         self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
+        # Called with a child that said RETIRED (`vox fleet retire`): the agent forgets it.
+        self.on_retired: Callable[[UUID], Awaitable[None]] | None = None
+        self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
         self._open = _OpenIncidents(self.config.state_dir)
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     # --- own status -----------------------------------------------------------------------
 
@@ -219,8 +227,23 @@ class Liveness:
             return
         if topic.agent == self.config.id:
             await self._on_own_status(message, retained=inbound.retain)
+        elif topic.agent in self._forgotten:
+            return
         else:
             self.fleet_view.update(message, retained=inbound.retain)
+            if (
+                topic.agent in self.config.children
+                and message.details.get("error_code") == RETIRED
+                and self.on_retired is not None
+            ):
+                log.warning(
+                    "%s: retired: forgets %s (%s)",
+                    self.config.name,
+                    self.config.children[topic.agent],
+                    topic.agent,
+                )
+                await self.on_retired(topic.agent)
+                return
             if (
                 topic.agent in self.config.children
                 and self._online()
@@ -299,6 +322,15 @@ class Liveness:
         for subject in list(self._open.codes):
             if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
+
+    async def children_changed(self, added: set[UUID], removed: set[UUID]) -> None:
+        """Follow a change of children: forget the removed, resolve their incidents, advertise."""
+        self._forgotten = (self._forgotten | removed) - added
+        for child in removed:
+            self.fleet_view.forget(child)
+        await self._reconcile()
+        if self._online() and self.advertise() != self._advertised:
+            await self._safely(self.publish_status())
 
     # --- the war room ---------------------------------------------------------------------
 

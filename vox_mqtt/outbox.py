@@ -29,6 +29,7 @@ from .messages import (
     parse_timestamp,
     serialize,
 )
+from .settings import AgentConfig
 from .tracking import RequestState, TrackedRequest
 
 __all__ = ["Outbox"]
@@ -41,7 +42,11 @@ class Outbox:
 
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
-        self.config = ctx.config
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     # --- sending --------------------------------------------------------------------------
 

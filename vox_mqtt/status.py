@@ -19,6 +19,7 @@ from .messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 __all__ = [
     "ACTIVE",
     "INACTIVE",
+    "RETIRED",
     "SHUTDOWN",
     "STALE",
     "UNKNOWN",
@@ -36,6 +37,8 @@ STALE: Final = "STALE"
 UNKNOWN: Final = "UNKNOWN"
 VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
 SHUTDOWN: Final = "SHUTDOWN"
+# The last status an agent ever has, said by `vox fleet retire`: it left the fleet for good.
+RETIRED: Final = "RETIRED"
 
 
 _PROCESS_STARTED = time.time()
@@ -204,6 +207,10 @@ class FleetView:
         elif name and not entry.name:
             entry.name = name
         return entry
+
+    def forget(self, agent_id: UUID) -> None:
+        """Stop knowing an agent (no longer a child); a later status of it is ignored."""
+        self._agents.pop(agent_id, None)
 
     def get(self, agent_id: UUID) -> AgentLiveness | None:
         """Return what is known of an agent."""

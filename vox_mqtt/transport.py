@@ -370,6 +370,51 @@ class Session:
                 except Exception:
                     log.exception("on_disconnect failed")
 
+    async def subscribe(self, filters: Sequence[str]) -> None:
+        """Add subscriptions: at once on the live connection, and on every reconnect after.
+
+        Raise SubscriptionRefused (and keep none of them) if the broker refuses one.
+        """
+        new = [topic for topic in dict.fromkeys(filters) if topic not in self.subscriptions]
+        if not new:
+            return
+        self.subscriptions = (*self.subscriptions, *new)
+        client = self._link
+        if client is None:
+            return  # the next connection subscribes to all of them
+        try:
+            codes = await client.subscribe(
+                [(topic, SubscribeOptions(qos=1)) for topic in new],
+                timeout=self.settings.connect_timeout,
+            )
+        except aiomqtt.MqttError as exc:
+            log.warning("subscribing to %s: %s; the next connection subscribes", new, exc)
+            return
+        refused = [
+            topic
+            for topic, code in zip(new, codes, strict=False)
+            if isinstance(code, ReasonCode) and code.is_failure
+        ]
+        if refused:
+            self.subscriptions = tuple(t for t in self.subscriptions if t not in new)
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.unsubscribe(new, timeout=self.settings.connect_timeout)
+            raise SubscriptionRefused(
+                f"the broker refused the subscription to {refused[0]!r} — check the broker's ACL",
+                topic=refused[0],
+            )
+
+    async def unsubscribe(self, filters: Sequence[str]) -> None:
+        """Drop subscriptions, at once on the live connection and for every reconnect."""
+        gone = [topic for topic in filters if topic in self.subscriptions]
+        if not gone:
+            return
+        self.subscriptions = tuple(t for t in self.subscriptions if t not in gone)
+        client = self._link
+        if client is not None:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.unsubscribe(gone, timeout=self.settings.connect_timeout)
+
     async def _subscribe(self, client: Client) -> None:
         if not self.subscriptions:
             return
