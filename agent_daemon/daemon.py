@@ -10,16 +10,17 @@ import random
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
-from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError
+from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError, VoxError
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
+from .reload import plan_reload
 from .sdnotify import Notifier, watchdog_interval
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "AgentDaemon", "Prepared", "prepare"]
@@ -90,7 +91,7 @@ def _state_dir_problems(state_dir: Path) -> list[str]:
 
 
 class AgentDaemon:
-    """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and re-checks the config."""
+    """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and applies new children."""
 
     def __init__(
         self,
@@ -281,48 +282,73 @@ class AgentDaemon:
             self.notifier.watchdog()
             last_ping = now
 
-    # --- reload -----------------------------------------------------------------------------
+    # --- reload ---------------------------------------------------------------------------
 
     async def _reload_loop(self) -> None:
         while True:
             await self._reload.wait()
             self._reload.clear()
             if self.agent is None:
-                self.reload()  # still starting: READY=1 must wait for the birth
+                await self.reload()  # still starting: READY=1 must wait for the birth
                 continue
             self.notifier.reloading()
-            self.reload()
+            await self.reload()
             self.notifier.ready(self._ready_text(self.agent))
 
-    def reload(self) -> None:
-        """Reopen the log file and re-check the config file, saying what needs a restart."""
+    async def reload(self) -> None:
+        """Reopen the log file, re-read the config and apply a change of children live.
+
+        Everything else a config says takes a restart: such a change, or an invalid file,
+        is refused whole with one line, and the agent runs on as it was (docs/operations.md).
+        """
         if self.logs is not None:
             self.logs.reopen()
         path = self.prepared.path
+        running = self.prepared.config
         try:
             fresh = load_daemon_config(path)
+            secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
         except ConfigError as exc:
-            for problem in exc.problems:
-                log.error("SIGHUP: %s", problem)
-            log.error("SIGHUP: %s is invalid now; still running with the config it started", path)
-            return
-        changed = _changed_keys(self.prepared.file, fresh)
-        if changed:
-            log.warning(
-                "SIGHUP: logs reopened; %s changed (%s): restart the agent to apply it",
-                path,
-                ", ".join(changed),
+            log.error(
+                "SIGHUP: invalid config: %s: nothing changed, still running with the config it "
+                "started",
+                "; ".join(exc.problems),
             )
-        else:
+            return
+        plan = plan_reload(
+            self.prepared.file,
+            fresh,
+            old_secret=running.broker.password,
+            new_secret=secret.password,
+        )
+        if plan.restart_keys:
+            log.warning(
+                "SIGHUP: %s changed (%s): restart the agent to apply it; nothing changed",
+                path,
+                ", ".join(plan.restart_keys),
+            )
+            return
+        if plan.unchanged:
             log.info("SIGHUP: logs reopened; %s is valid and unchanged", path)
-
-
-def _changed_keys(old: DaemonFile, new: DaemonFile) -> list[str]:
-    """Return the dotted keys whose values differ between two configs."""
-    a, b = old.model_dump(), new.model_dump()
-    return [
-        f"{section}.{key}"
-        for section in ("agent", "broker")
-        for key in sorted(set(a[section]) | set(b[section]))
-        if a[section].get(key) != b[section].get(key)
-    ]
+            return
+        agent = self.agent
+        if agent is None:
+            log.warning(
+                "SIGHUP: %s changed (%s) while the agent is still connecting: nothing changed; "
+                "reload it again once it is ready",
+                path,
+                plan.summary(),
+            )
+            return
+        try:
+            change = await agent.update_children(
+                fresh.agent.children, master_name=fresh.agent.master_name
+            )
+        except VoxError as exc:
+            log.error("SIGHUP: %s: cannot apply it live (%s): restart the agent", path, exc)
+            return
+        self.prepared = replace(self.prepared, file=fresh, config=agent.config)
+        if change:
+            log.info("SIGHUP: applied without reconnecting: %s (%s)", change, path)
+        else:
+            log.info("SIGHUP: logs reopened; %s is valid and the agent already runs it", path)
