@@ -27,9 +27,15 @@ from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.cli import main
 from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
-from vox_mqtt.retirement import RETIRED
-from vox_mqtt.status import MSG_AGENT_STATUS, AgentStatus
+from vox_mqtt.messages import (
+    MSG_AGENT_STATUS,
+    MSG_SYSTEM_FAILURE,
+    AgentStatus,
+    SystemFailure,
+    new_message,
+    serialize,
+)
+from vox_mqtt.status import RETIRED
 
 ACCEPTED = (SUCCESS, NO_MATCHING_SUBSCRIBERS)
 SHAPE: dict[str, str | None] = {

@@ -24,18 +24,16 @@ from uuid import UUID
 from . import topics
 from .errors import ConfigError, VoxError
 from .hierarchy import Fleet
-from .liveness import FleetObserver
-from .messages import new_message, serialize
+from .messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
+from .observer import FleetObserver
 from .passwd import Credentials, load_credentials
-from .status import ACTIVE, INACTIVE, MSG_AGENT_STATUS, AgentLiveness, AgentStatus
-from .transport import BrokerSettings, Session
+from .settings import BrokerSettings
+from .status import ACTIVE, INACTIVE, RETIRED, AgentLiveness
+from .transport import Session
 
-__all__ = ["RETIRED", "RetireReport", "retire_agent"]
+__all__ = ["RetireReport", "retire_agent"]
 
-# The error code of the last status an agent ever has: it left the fleet for good.
-RETIRED: Final = "RETIRED"
 _CONNECT_TIMEOUT: Final = 5.0
-_ALL_STATUS: Final = f"{topics.PREFIX}/+/status"  # the operator may read every status
 _QUIET: Final = 0.3  # seconds without a retained message: the broker sent them all
 
 
@@ -98,7 +96,7 @@ class _Look:
         client_id = f"{creds.username}-retire-{time.monotonic_ns() % 10**8}"
         self.session = Session(
             _settings(creds, client_id),
-            subscriptions=[_ALL_STATUS, topics.WARROOM_FILTER],
+            subscriptions=[topics.STATUS_FILTER, topics.WARROOM_FILTER],
         )
         self._pump: asyncio.Task[None] | None = None
 
