@@ -267,6 +267,16 @@ def start_all(live: LiveFleet, processes: Processes, rec: Recorder, names: list[
         rec.status(live.id(name), status="ACTIVE", timeout=30)
 
 
+def hear_live(rec: Recorder, agent: UUID) -> None:
+    """Wait for two heartbeats of agent: its master has heard it live, not only retained.
+
+    A child known only from a retained status gets the reconnect grace before an alert
+    (docs/liveness.md): without this wait a false alarm would be hidden, not avoided.
+    """
+    first = rec.status(agent, after=time.monotonic(), status="ACTIVE")
+    rec.status(agent, after=first.at + 0.01, status="ACTIVE")
+
+
 def wait_log(process: Any, text: str, timeout: float = 20.0, after: int = 0) -> str:
     """Return the first line of the daemon's log (from line `after` on) holding text."""
     deadline = time.monotonic() + timeout
@@ -402,6 +412,7 @@ def test_move_a_specialist_between_coordinators(
     with Recorder(fleet.dep) as rec, Operator(fleet.dep.operator_config) as op:
         start_all(fleet, processes, rec, list(shape))
         rec.status(coord_a, status="ACTIVE", commands=sorted(["tally", *SLEEPER_COMMANDS]))
+        hear_live(rec, spec_b)
         pids = {name: processes[name].pid for name in ("coord_a", "coord_b")}
         began = time.monotonic()
         epoch = rec.latest_status(spec_b)["epoch"]
@@ -445,6 +456,33 @@ def test_move_a_specialist_between_coordinators(
         assert processes[name].pid == pid
         assert fleet.connections(name) == 1
     assert "spec_b" not in status_json(fleet.dep.configs["coord_a"], wait=1.5)
+
+
+def test_the_broker_before_the_old_master_raises_the_false_alarm_the_safe_order_avoids(
+    live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
+) -> None:
+    """The control of the move test: the order of docs/operations.md is what prevents it."""
+    shape = {
+        "root": Spec(None),
+        "coord_a": Spec("root"),
+        "coord_b": Spec("root"),
+        "spec_b": Spec("coord_a", (SLEEPER,)),
+    }
+    fleet = live(shape)
+    coord_a, spec_b = fleet.id("coord_a"), fleet.id("spec_b")
+    with Recorder(fleet.dep) as rec:
+        start_all(fleet, processes, rec, list(shape))
+        rec.status(coord_a, status="ACTIVE", commands=SLEEPER_COMMANDS)
+        hear_live(rec, spec_b)
+        fleet.change({**shape, "spec_b": Spec("coord_b", (SLEEPER,))})
+        fleet.render_broker()  # the wrong order: coord_a still counts spec_b as its child
+        alert = rec.wait_warroom(coord_a, spec_b, timeout=STALE_WINDOW + 10)
+        assert alert.json()["details"]["error_code"] == "HEARTBEAT_STALE"
+        # Its reload lets the child go and resolves the incident it raised about it.
+        fleet.render("coord_a")
+        processes["coord_a"].signal(signal.SIGHUP)
+        rec.wait_warroom(coord_a, spec_b, resolved=True, after=alert.at)
+        rec.wait_warroom(coord_a, spec_b, resolved=None, after=alert.at)
 
 
 # --- an invalid bundle ------------------------------------------------------------------------
