@@ -27,7 +27,8 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.brokerkit import NOT_AUTHORIZED, try_connect
-from tests.faultkit import Deployment, Processes, Recorder, run_vox, status_json
+from tests.faultkit import Deployment, Processes, run_vox, status_json
+from tests.recorder import Recorder
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.console import OperatorConsole
@@ -302,7 +303,7 @@ def test_add_a_specialist_under_a_running_coordinator(
     }
     fleet = live(shape)
     coord = fleet.id("coordinator")
-    with Recorder(fleet.dep) as rec, Operator(fleet.dep.operator_config) as op:
+    with fleet.dep.recorder() as rec, Operator(fleet.dep.operator_config) as op:
         start_all(fleet, processes, rec, list(shape))
         rec.status(fleet.id("root"), status="ACTIVE", commands=["tally"], timeout=30)
         pid = processes["coordinator"].pid
@@ -359,7 +360,7 @@ def test_retire_a_specialist(
     fleet = live(shape)
     coord, spec_b = fleet.id("coordinator"), fleet.id("spec_b")
     old_creds = fleet.creds("spec_b")
-    with Recorder(fleet.dep) as rec:
+    with fleet.dep.recorder() as rec:
         start_all(fleet, processes, rec, list(shape))
         rec.status(coord, status="ACTIVE", commands=sorted(["tally", *SLEEPER_COMMANDS]))
         pid = processes["coordinator"].pid
@@ -409,7 +410,7 @@ def test_move_a_specialist_between_coordinators(
     }
     fleet = live(shape)
     coord_a, coord_b, spec_b = (fleet.id(n) for n in ("coord_a", "coord_b", "spec_b"))
-    with Recorder(fleet.dep) as rec, Operator(fleet.dep.operator_config) as op:
+    with fleet.dep.recorder() as rec, Operator(fleet.dep.operator_config) as op:
         start_all(fleet, processes, rec, list(shape))
         rec.status(coord_a, status="ACTIVE", commands=sorted(["tally", *SLEEPER_COMMANDS]))
         hear_live(rec, spec_b)
@@ -470,7 +471,7 @@ def test_the_broker_before_the_old_master_raises_the_false_alarm_the_safe_order_
     }
     fleet = live(shape)
     coord_a, spec_b = fleet.id("coord_a"), fleet.id("spec_b")
-    with Recorder(fleet.dep) as rec:
+    with fleet.dep.recorder() as rec:
         start_all(fleet, processes, rec, list(shape))
         rec.status(coord_a, status="ACTIVE", commands=SLEEPER_COMMANDS)
         hear_live(rec, spec_b)
@@ -500,7 +501,7 @@ def test_a_reload_with_an_invalid_or_restart_only_bundle_changes_nothing(
     coord = fleet.id("coordinator")
     path = fleet.dep.configs["coordinator"]
     good = path.read_text()
-    with Recorder(fleet.dep) as rec:
+    with fleet.dep.recorder() as rec:
         start_all(fleet, processes, rec, list(shape))
         rec.status(coord, status="ACTIVE", commands=SLEEPER_COMMANDS)
         pid = processes["coordinator"].pid
