@@ -16,7 +16,14 @@ from typing import Any, Final
 
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.config import DaemonFile, load_daemon_config
-from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed, LedgerError, VoxError
+from vox_mqtt.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    DeliveryFailed,
+    LedgerError,
+    SubscriptionRefused,
+    VoxError,
+)
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -344,6 +351,14 @@ class AgentDaemon:
             change = await agent.update_children(
                 fresh.agent.children, master_name=fresh.agent.master_name
             )
+        except SubscriptionRefused as exc:
+            log.error(
+                "SIGHUP: %s: the broker does not let it watch a new child yet (%s): nothing "
+                "changed; reload the broker with the new fleet first (docs/operations.md)",
+                path,
+                exc.topic,
+            )
+            return
         except VoxError as exc:
             log.error("SIGHUP: %s: cannot apply it live (%s): restart the agent", path, exc)
             return
