@@ -209,8 +209,8 @@ def test_retire_leaves_a_running_masters_post_to_the_master(
     coord, spec_b = secure.fleet.agent("coord").id, secure.fleet.agent("spec_b").id
     assert code == 1
     assert err == (
-        f"vox: error: still on the broker: {topics.warroom(coord, spec_b)}: {coord} is running "
-        "and still holds it: reload it with its new bundle (systemctl reload vox-agent@NAME)\n"
+        f"vox: error: still on the broker: {topics.warroom(coord, spec_b)}: coord is running "
+        "and still holds it: reload it with its new bundle (systemctl reload vox-agent@coord)\n"
     )
 
 

@@ -266,9 +266,10 @@ async def _clear_others(
         if poster is not None and poster.status == ACTIVE:
             # Logging in as a running agent could take over its session: it must resolve
             # the post itself, which it does once its new bundle is reloaded.
+            who = poster.name or str(source)
             report.left.append(
-                f"{topic}: {source} is running and still holds it: reload it with its new "
-                "bundle (systemctl reload vox-agent@NAME)"
+                f"{topic}: {who} is running and still holds it: reload it with its new "
+                f"bundle (systemctl reload vox-agent@{who})"
             )
             continue
         if source not in creds:
