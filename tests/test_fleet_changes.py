@@ -389,6 +389,10 @@ def test_retire_a_specialist(
         assert looks["coordinator"]["commands"] == ["tally"]
         warroom = run_vox("warroom", "--config", fleet.dep.operator_config, "--json")
         assert (warroom.returncode, warroom.stdout) == (0, "")
+        watch = run_vox("watch", "--config", fleet.dep.operator_config, "--duration", "1.5")
+        assert watch.returncode == 0, watch.stderr
+        assert "spec_a" in watch.stdout
+        assert "spec_b" not in watch.stdout
         assert rec.warroom(coord, spec_b) == []
         assert try_connect(old_creds) == NOT_AUTHORIZED
         assert processes["coordinator"].pid == pid
