@@ -24,6 +24,7 @@ from vox_mqtt.errors import (
     SubscriptionRefused,
     VoxError,
 )
+from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
 
 from .logs import LogSetup
@@ -89,7 +90,7 @@ def prepare(path: Path) -> Prepared:
 
 def _state_dir_problems(state_dir: Path) -> list[str]:
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
     except OSError as exc:
         return [f"state dir {state_dir}: cannot create it: {exc.strerror}"]
     if not os.access(state_dir, os.W_OK | os.X_OK):

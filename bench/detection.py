@@ -98,7 +98,8 @@ def bare_client(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a bare paho client as a fleet identity, with a will on its status topic."""
     creds = procs.broker_dir.credentials_for(name)
-    client_id = f"{creds.username}-bare"
+    # The broker locks client ids to usernames (docs/broker.md): the identity's own id.
+    client_id = creds.username
     args = [str(procs.broker_dir.port), creds.username, creds.password, client_id, str(keepalive)]
     process = subprocess.Popen(
         [sys.executable, "-c", BARE_CLIENT, *args],

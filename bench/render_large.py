@@ -85,7 +85,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
     broker.start()
     steps["mosquitto_start_s"] = round(time.perf_counter() - started, 3)
     broker.stop()
-    identities = len(fleet) + 2  # the agents, the operator and the explorer
+    identities = len(fleet) + 5  # the agents, the operator, its 2 looks, explorer, canary
     baseline = mosquitto_passwd_seconds(identities, workdir)
     return figure(
         title=f"Render broker security (acl_file, passwd, credentials) for {agents} agents",

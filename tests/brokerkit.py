@@ -23,6 +23,8 @@ from uuid import UUID, uuid4
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
@@ -104,7 +106,7 @@ def start_secure_broker(
     fmt: str = "acl",
     pki_dir: Path | None = None,
     explorer: bool = True,
-    lock_client_ids: bool = False,
+    lock_client_ids: bool = True,
 ) -> SecureBroker:
     """Render the fleet's broker dir into out_dir and start mosquitto from its conf."""
     port = free_port()
@@ -142,11 +144,13 @@ class Client:
     client_id: str | None = None  # default: the username, as the broker enforces anyway
     anonymous: bool = False
     timeout: float = 10.0
+    session_expiry: int = 0  # > 0: a persistent session, resumed (clean_start False)
     messages: list[Received] = field(default_factory=list)
     _acks: dict[int, int] = field(default_factory=dict)
     _subacks: dict[int, list[int]] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _connack: int | None = None
+    session_present: bool = False
     _paho: Any = None
 
     def connect(self) -> int:
@@ -173,7 +177,17 @@ class Client:
         client.on_message = self._on_message
         client.on_disconnect = self._on_disconnect
         self._paho = client
-        client.connect(self.creds.host, self.creds.port, keepalive=30)
+        properties = None
+        if self.session_expiry:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = self.session_expiry
+        client.connect(
+            self.creds.host,
+            self.creds.port,
+            keepalive=30,
+            clean_start=not self.session_expiry,
+            properties=properties,
+        )
         client.loop_start()
         with self._cond:
             if not self._cond.wait_for(lambda: self._connack is not None, self.timeout):
@@ -181,8 +195,9 @@ class Client:
         assert self._connack is not None
         return self._connack
 
-    def _on_connect(self, _c: Any, _u: Any, _f: Any, rc: Any, _p: Any) -> None:
+    def _on_connect(self, _c: Any, _u: Any, flags: Any, rc: Any, _p: Any) -> None:
         with self._cond:
+            self.session_present = bool(flags.session_present)
             self._connack = rc.value
             self._cond.notify_all()
 

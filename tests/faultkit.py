@@ -99,6 +99,7 @@ def deploy_fleet(
     *,
     heartbeat: float = 1.0,
     keepalive: int = 5,
+    lock_client_ids: bool = True,
 ) -> Deployment:
     """Render the broker and every agent's daemon config (and the operator's) under root."""
     ids = {name: uuid4() for name in shape}
@@ -111,7 +112,12 @@ def deploy_fleet(
         parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
     fleet = parse_fleet("\n".join(parts))
     broker_dir = render_broker_dir(
-        fleet, root / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
+        fleet,
+        root / "broker",
+        port=free_port(),
+        explorer=True,
+        run_as_user=getpass.getuser(),
+        lock_client_ids=lock_client_ids,
     )
     etc = root / "etc"
     configs = {

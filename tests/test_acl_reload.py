@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import pwd
+import re
 import stat
 import subprocess
 import time
@@ -28,7 +29,7 @@ ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]
 
 
-def reload_with_acl(secure: SecureBroker, staged: Path) -> int:
+def reload_with_acl(secure: SecureBroker, staged: Path, *extra: str) -> int:
     """Run `vox broker reload DIR --pid PID --acl STAGED` against the secure broker."""
     return main(
         [
@@ -39,8 +40,14 @@ def reload_with_acl(secure: SecureBroker, staged: Path) -> int:
             str(secure.broker.pid),
             "--acl",
             str(staged),
+            *extra,
         ]
     )
+
+
+def reload(secure: SecureBroker, *extra: str) -> int:
+    """Run `vox broker reload DIR --pid PID` against the secure broker."""
+    return main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid), *extra])
 
 
 def _publish_until(client: Client, topic: str, want_allowed: bool, timeout: float = 5.0) -> int:
@@ -62,6 +69,7 @@ def _rerender(secure: SecureBroker, fleet: Fleet) -> None:
         fmt=secure.dir.fmt,
         explorer=True,
         run_as_user=getpass.getuser(),
+        lock_client_ids=secure.dir.conf.read_text().count("use_username_as_clientid") > 0,
     )
 
 
@@ -93,7 +101,9 @@ def test_a_new_agent_reaches_connected_clients_after_reload(
         pid_file = tmp_path / "mosquitto.pid"
         pid_file.write_text(f"{secure.broker.pid}\n")
         assert main(["broker", "reload", str(secure.dir.root), "--pid-file", str(pid_file)]) == 0
-        assert "sent SIGHUP" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "sent SIGHUP" in out
+        assert re.search(r"allowed publish -> 0x(00|10), forbidden publish -> 0x87", out)
 
         newcomer = Client(secure.creds("spec_a3"))
         try:
@@ -122,12 +132,14 @@ def test_a_staged_acl_with_a_tab_is_refused_and_nothing_changes(
     before = secure.dir.acl.read_bytes()
     staged = tmp_path / "acl.new"
     staged.write_text(_corrupt(before.decode()))
-    code = reload_with_acl(secure, staged)
+    assert reload_with_acl(secure, staged) == 2
+    assert "pass --accept-edit to install a hand edit" in capsys.readouterr().err
+    code = reload_with_acl(secure, staged, "--accept-edit")
     err = capsys.readouterr().err
     assert code == 2
     line = before.decode().count("\n") + 1
     assert f"{staged}:{line}: " in err
-    assert "tabs are not separators" in err
+    assert "a tab at column 6" in err
     assert "NO ACL" in err
     assert "Traceback" not in err
     assert secure.dir.acl.read_bytes() == before
@@ -140,7 +152,9 @@ def test_a_corrupted_live_acl_is_not_signalled(
     secure = secure_broker_factory(seven_agent_fleet(), fmt="acl")
     assert secure.dir.acl is not None
     secure.dir.acl.write_text(_corrupt(secure.dir.acl.read_text()))
-    assert main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 2
+    assert reload(secure) == 2
+    assert "not the acl `vox broker render` wrote" in capsys.readouterr().err
+    assert reload(secure, "--accept-edit") == 2
     assert "refusing to reload" in capsys.readouterr().err
     _still_enforced(secure)
 
@@ -179,12 +193,13 @@ def test_the_trap_the_validator_exists_for(secure_broker_factory: SecureFactory)
     assert "Invalid line in acl_file" in secure.broker.log_text()
 
 
-def test_dynsec_reload_is_refused_with_the_reason(
+def test_dynsec_reload_applies_live_without_a_signal(
     secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secure = secure_broker_factory(seven_agent_fleet(), fmt="dynsec")
-    assert main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 2
-    assert "restart the broker" in capsys.readouterr().err
+    assert reload(secure) == 0
+    assert "applied live through the dynamic-security plugin" in capsys.readouterr().out
+    assert "Reloading config" not in secure.broker.log_text()
 
 
 def test_only_mosquitto_gets_the_signal(
@@ -206,7 +221,7 @@ def test_an_acl_the_broker_user_cannot_read_is_refused(
         pytest.skip("no mosquitto user on this machine")
     broker_dir = render_broker_dir(seven_agent_fleet(), tmp_path / "b", run_as_user="mosquitto")
     assert broker_dir.acl is not None
-    assert broker_dir.acl.stat().st_uid == pwd.getpwnam("mosquitto").pw_uid
+    assert broker_dir.acl.stat().st_gid == pwd.getpwnam("mosquitto").pw_gid
     os.chown(broker_dir.acl, 0, 0)
     assert main(["broker", "reload", str(broker_dir.root), "--pid", str(sleeper.pid)]) == 2
     assert "not readable by the broker's user `mosquitto`" in capsys.readouterr().err
@@ -230,15 +245,22 @@ def test_a_valid_staged_acl_is_installed_and_applied(
     spec = secure.creds("spec_a1")
     staged = tmp_path / "acl.new"
     staged.write_text(secure.dir.acl.read_text() + f"user {spec.username}\ntopic write lab/x\n")
+    mode = stat.S_IMODE(secure.dir.acl.stat().st_mode)
     client = Client(spec)
     try:
         assert client.connect() == 0
         assert client.publish("lab/x", b"x") == NOT_AUTHORIZED
-        code = reload_with_acl(secure, staged)
+        assert reload_with_acl(secure, staged) == 2
+        assert secure.dir.acl.read_text() != staged.read_text()
+        code = reload_with_acl(secure, staged, "--accept-edit")
         assert code == 0
-        assert f"installed {staged}" in capsys.readouterr().out
+        captured = capsys.readouterr()
+        assert f"installed {staged}" in captured.out
+        assert "installed a hand edit of acl" in captured.err
+        # Accepted once, it is what the manifest now vouches for.
+        assert reload(secure) == 0
         assert secure.dir.acl.read_text() == staged.read_text()
-        assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == 0o600
+        assert stat.S_IMODE(secure.dir.acl.stat().st_mode) == mode
         assert _publish_until(client, "lab/x", want_allowed=True) in ALLOWED
     finally:
         client.close()

@@ -17,7 +17,10 @@ from tests.brokerkit import (
     start_secure_broker,
     try_connect,
 )
+from vox_mqtt.agentconf import render_agent_config
+from vox_mqtt.cli import main
 from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.passwd import load_credentials
 from vox_mqtt.pki import PkiLayout, init_pki
 
 ALLOWED = {0x00, 0x10}
@@ -124,3 +127,19 @@ def test_with_tls_the_plain_listener_is_loopback_only(tls_broker: SecureBroker) 
     assert f"listener {tls_broker.dir.port} 127.0.0.1\n" in conf
     assert "require_certificate true" in conf
     assert "use_identity_as_username true" in conf
+
+
+def test_the_operators_looks_log_in_with_their_own_certificates(
+    tls_broker: SecureBroker, tmp_path: Path
+) -> None:
+    """`vox status` over TLS: the operator's bundle carries the look's certificate and key."""
+    rendered = render_agent_config(
+        tls_broker.fleet, "operator", tls_broker.dir.root, tmp_path / "etc" / "op.toml"
+    )
+    bundle = load_credentials(tmp_path / "etc" / "operator.credentials.toml")
+    look = bundle.look("status")
+    assert look is not None
+    assert look.cert_file == Path("operator.tls/status.crt")
+    assert (tmp_path / "etc" / "operator.tls" / "status.key").stat().st_mode & 0o777 == 0o600
+    assert main(["status", "--config", str(rendered.config), "--json", "--wait", "0.5"]) == 0
+    assert f"as {look.username} " in tls_broker.broker.log_text()

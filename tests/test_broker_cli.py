@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -42,6 +43,9 @@ def test_render_writes_the_broker_dir(
         [
             f"{n}.toml"
             for n in (
+                "_canary",
+                "_status",
+                "_watch",
                 "operator",
                 "explorer",
                 "root",
@@ -54,8 +58,11 @@ def test_render_writes_the_broker_dir(
             )
         ]
     )
-    for secret in [out / "passwd", out / "acl", *(out / "credentials").iterdir()]:
+    for secret in (out / "credentials").iterdir():
         assert _mode(secret) == 0o600, secret
+    # As root, root keeps the broker's files and the broker's group may read them.
+    for broker_file in (out / "passwd", out / "acl"):
+        assert _mode(broker_file) == (0o640 if os.geteuid() == 0 else 0o600), broker_file
     root = load_credentials(out / "credentials" / "root.toml")
     assert root.username == str(load_fleet(fleet_file).agent("root").id)
     assert root.port == 18830
@@ -101,6 +108,10 @@ def test_agents_that_leave_lose_their_credentials(fleet_file: Path, tmp_path: Pa
     fleet_file.write_text(fleet_toml(smaller))
     assert _render(fleet_file, out) == 0
     assert sorted(p.name for p in (out / "credentials").iterdir()) == [
+        "_canary.toml",
+        "_status.toml",
+        "_watch.toml",
+        "explorer.toml",
         "operator.toml",
         "root.toml",
     ]
@@ -120,7 +131,7 @@ def test_dynsec_format_and_json_output(
     assert Path(plugin.split(" ", 1)[1]).is_file()
     assert f"plugin_opt_config_file {out}/dynsec.json" in conf
     assert "acl_file" not in conf
-    assert _mode(out / "dynsec.json") == 0o600
+    assert _mode(out / "dynsec.json") == (0o640 if os.geteuid() == 0 else 0o600)
 
 
 def test_a_bad_fleet_file_gives_one_line_per_problem(
@@ -206,15 +217,18 @@ def test_pki_init_then_render_with_tls(
     conf = (out / "mosquitto.conf").read_text()
     assert "listener 18883 10.0.0.7\n" in conf
     assert "listener 1883 127.0.0.1\n" in conf
-    assert _mode(out / "tls" / "server.key") == 0o600
+    assert _mode(out / "tls" / "server.key") == (0o640 if os.geteuid() == 0 else 0o600)
     assert _render(fleet_file, out, "--pki", str(pki), "--explorer") == 2
     assert "vox pki init" in capsys.readouterr().err
 
 
-def test_reload_needs_a_pid(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as caught:
-        main(["broker", "reload", str(tmp_path)])
-    assert caught.value.code == 2
+def test_reload_needs_a_pid(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _render(fleet_file, tmp_path / "b") == 0
+    capsys.readouterr()
+    assert main(["broker", "reload", str(tmp_path / "b")]) == 2
+    assert "--pid or --pid-file is needed" in capsys.readouterr().err
 
 
 def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_path: Path) -> None:
@@ -224,6 +238,51 @@ def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_
     assert _render(fleet_file, out, "--format", "dynsec") == 0
     assert not (out / "acl").exists()
     assert not (out / "passwd").exists()
-    assert _render(fleet_file, out) == 0
+    assert _render(fleet_file, out, "--format", "acl") == 0
     assert not (out / "dynsec.json").exists()
     assert load_credentials(out / "credentials" / "root.toml").password == secret
+
+
+def test_render_remembers_its_options_and_says_what_changed(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out, "--port", "18830", "--explorer") == 0
+    names = ("mosquitto.conf", "acl", "passwd", "render.json")
+    first = {n: (out / n).read_bytes() for n in names}
+    creds = {p.name: p.read_bytes() for p in (out / "credentials").iterdir()}
+    capsys.readouterr()
+    # No options: the same listener, the explorer kept, every file byte for byte.
+    assert _render(fleet_file, out) == 0
+    assert "changed" not in capsys.readouterr().err
+    assert {n: (out / n).read_bytes() for n in names} == first
+    assert {p.name: p.read_bytes() for p in (out / "credentials").iterdir()} == creds
+    assert load_credentials(out / "credentials" / "root.toml").port == 18830
+    # Moving the listener or dropping an identity happens only when asked, and is said.
+    assert _render(fleet_file, out, "--port", "18831", "--no-explorer") == 0
+    err = capsys.readouterr().err
+    assert "vox: changed: port: 18830 -> 18831" in err
+    assert "vox: changed: explorer: True -> False" in err
+    assert not (out / "credentials" / "explorer.toml").exists()
+
+
+def test_rotate_names_rekeys_only_those_identities(fleet_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out) == 0
+    before = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    passwd = (out / "passwd").read_text().splitlines()
+    assert _render(fleet_file, out, "--rotate", "spec_a1") == 0
+    after = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    assert [n for n in before if before[n] != after[n]] == ["spec_a1.toml"]
+    changed = set((out / "passwd").read_text().splitlines()) - set(passwd)
+    spec = load_credentials(out / "credentials" / "spec_a1.toml").username
+    assert [line.split(":")[0] for line in changed] == [spec]
+
+
+def test_rotate_an_unknown_name_is_a_clear_error(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _render(fleet_file, tmp_path / "b", "--rotate", "nobody") == 2
+    assert capsys.readouterr().err == (
+        "vox: error: --rotate nobody: no identity of that name in the fleet\n"
+    )

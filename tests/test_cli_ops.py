@@ -11,19 +11,26 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import Client, SecureBroker, tree_fleet
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
-from vox_mqtt.localbroker import free_port
+from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.topics import WARROOM_ID
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 ROLES = {"spec_a": [Analyst()], "spec_b": [Analyst()]}
 
 
 @pytest.fixture
-def secure(secure_broker_factory: Any) -> SecureBroker:
-    broker: SecureBroker = secure_broker_factory(tree_fleet(SEED))
+def secure(secure_broker_factory: Any, request: pytest.FixtureRequest) -> SecureBroker:
+    """The fleet's broker; client ids locked unless a test asks (indirect param False)."""
+    locked = getattr(request, "param", True)
+    broker: SecureBroker = secure_broker_factory(tree_fleet(SEED), lock_client_ids=locked)
     return broker
+
+
+# Looks as an agent (its own identity) need a broker that does not lock client ids.
+UNLOCKED = pytest.mark.parametrize("secure", [False], indirect=True)
 
 
 @pytest.fixture
@@ -88,6 +95,7 @@ async def test_status_json_and_table(
         assert str(secure.fleet.agent("spec_b").id) in out
 
 
+@UNLOCKED
 async def test_watch_draws_the_tree(
     secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
 ) -> None:
@@ -117,6 +125,7 @@ async def test_watch_draws_the_tree(
     ]
 
 
+@UNLOCKED
 async def test_warroom_lists_open_incidents_and_follows_new_posts(
     secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
 ) -> None:
@@ -169,54 +178,34 @@ async def test_warroom_lists_open_incidents_and_follows_new_posts(
     ]
 
 
-async def test_status_as_an_agent_on_a_broker_that_locks_client_ids_warns(
-    secure_broker_factory: Any, tmp_path: Path, capture: Any
+async def test_looks_beside_each_other_on_a_locked_broker_kick_no_one(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
 ) -> None:
-    secure = secure_broker_factory(tree_fleet(SEED), lock_client_ids=True)
-    configs = {
-        name: render_agent_config(
-            secure.fleet, name, secure.dir.root, tmp_path / f"{name}.toml", tmp_path / name
-        ).config
-        for name in ("spec_b",)
-    }
-    # spec_b ran once, so the broker keeps its persistent session; it is not running now.
+    """`vox watch` and `vox status` each log in as their own read-only identity."""
     async with AsyncExitStack() as stack:
-        await start_agents(stack, secure, tmp_path, {}, ["spec_b"])
+        agents = await running_fleet(stack, secure, tmp_path)
+        watch = asyncio.ensure_future(
+            capture("watch", "--config", configs["operator"], "--duration", "3")
+        )
+        await asyncio.sleep(1.0)
+        code, out, err = await capture("status", "--config", configs["operator"], "--json")
+        assert (code, err) == (0, "")
+        assert len(json.loads(out)["agents"]) == 4
+        code, out, err = await watch
+        assert (code, err) == (0, "")
+        assert "root ACTIVE" in out[out.rindex("operator (operator)") :]
+        assert all(agent.session is not None for agent in agents.values())
+    log = secure.broker.log_text()
+    assert "already connected, closing old connection" not in log
+
+
+async def test_a_look_as_an_agent_on_a_locked_broker_is_refused(
+    secure: SecureBroker, configs: dict[str, Path], capture: Any
+) -> None:
     code, out, err = await capture("status", "--config", configs["spec_b"], "--json")
-    assert code == 0
-    assert "the broker gave this look the MQTT session of spec_b" in err
-    assert [row["name"] for row in json.loads(out)["agents"]] == ["spec_b"]
-
-
-async def test_bad_config_is_one_line_and_exit_2(
-    configs: dict[str, Path], tmp_path: Path, capture: Any
-) -> None:
-    code, out, err = await capture("status", "--config", tmp_path / "missing.toml")
     assert (code, out) == (2, "")
-    assert err == f"vox: error: {tmp_path / 'missing.toml'}: no such config file\n"
-    broken = tmp_path / "broken.toml"
-    broken.write_text('kind = "operator"\n[operator\n')
-    code, out, err = await capture("warroom", "--config", broken)
-    assert (code, len(err.splitlines())) == (2, 1)
-    assert "not valid TOML" in err
-    code, out, err = await capture("send", "--config", configs["root"], "analyze")
-    assert code == 2
-    assert "not an operator config" in err
-    assert "Traceback" not in err
-
-
-async def test_unreachable_broker_is_one_line_and_exit_1(
-    configs: dict[str, Path], tmp_path: Path, capture: Any
-) -> None:
-    text = configs["operator"].read_text()
-    port = next(ln for ln in text.splitlines() if ln.startswith("port = "))
-    nowhere = configs["operator"].with_name("nowhere.toml")
-    nowhere.write_text(text.replace(port, f"port = {free_port()}"))
-    code, out, err = await capture("status", "--config", nowhere)
-    assert (code, out) == (1, "")
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("vox: error: ")
-    assert "connection refused" in err
+    assert "locks client ids to usernames, so a look as agent spec_b" in err
+    assert len(err.splitlines()) == 1
 
 
 async def test_status_as_an_agent_on_a_dynsec_broker_asks_for_each_topic(
@@ -224,7 +213,7 @@ async def test_status_as_an_agent_on_a_dynsec_broker_asks_for_each_topic(
 ) -> None:
     # The dynsec plugin refuses `vox/+/status` to an agent; the look falls back to the
     # topics that agent may read, one by one.
-    secure = secure_broker_factory(tree_fleet(SEED), fmt="dynsec")
+    secure = secure_broker_factory(tree_fleet(SEED), fmt="dynsec", lock_client_ids=False)
     config = render_agent_config(
         secure.fleet, "spec_a", secure.dir.root, tmp_path / "spec_a.toml", tmp_path / "look"
     ).config
@@ -233,3 +222,48 @@ async def test_status_as_an_agent_on_a_dynsec_broker_asks_for_each_topic(
         code, out, err = await capture("status", "--config", config, "--json")
     assert (code, err) == (0, "")
     assert sorted(row["name"] for row in json.loads(out)["agents"]) == ["coordinator", "spec_a"]
+
+
+@UNLOCKED
+async def test_warroom_marks_a_post_that_breaks_the_rule(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    """An ACL widened by hand lets spec_a post about the root: `vox warroom` marks it."""
+    f = secure.fleet
+    spec, root = f.agent("spec_a"), f.root
+    assert secure.dir.acl is not None
+    own = f"topic write vox/warroom/{spec.id}/{spec.id}"
+    acl = secure.dir.acl.read_text().replace(own, f"topic write vox/warroom/{spec.id}/+")
+    staged = tmp_path / "acl.widened"
+    staged.write_text(acl)
+    pid = str(secure.broker.pid)
+    args = ["broker", "reload", str(secure.dir.root), "--pid", pid, "--acl", str(staged)]
+    assert main([*args, "--accept-edit"]) == 0
+    async with AsyncExitStack() as stack:
+        await running_fleet(stack, secure, tmp_path)
+        forged = new_message(
+            MSG_SYSTEM_FAILURE,
+            source=spec.id,
+            target=WARROOM_ID,
+            details=SystemFailure(
+                error_code="HEARTBEAT_STALE", severity="CRITICAL", description="forged"
+            ),
+        )
+        attacker = Client(secure.creds("spec_a"), client_id=f"{spec.id}-forger")
+        try:
+            assert attacker.connect() == 0
+            topic = f"vox/warroom/{spec.id}/{root.id}"
+            assert await asyncio.to_thread(
+                attacker.publish, topic, serialize(forged), retain=True
+            ) in {0x00, 0x10}
+        finally:
+            attacker.close()
+        code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
+        assert (code, err) == (0, "")
+        [row] = [json.loads(line) for line in out.splitlines()]
+        assert row["rule_broken"] is not None
+        assert "neither itself nor its child" in row["rule_broken"]
+        code, out, _ = await capture("warroom", "--config", configs["operator"])
+        assert code == 0
+        assert "RULE BROKEN" in out
+        assert "from spec_a about root" in out

@@ -24,16 +24,25 @@ from .hierarchy import Fleet
 from .passwd import PasswordHash, decode_hash
 
 __all__ = [
+    "ADMIN_NAME",
+    "CANARY_NAME",
+    "DYNSEC_CONTROL",
     "EXPLORER_NAME",
+    "LOOK_PURPOSES",
     "AclEntry",
     "AclFile",
     "Identity",
     "Kind",
     "Rule",
+    "admin_identity",
+    "canary_forbidden_topic",
+    "canary_identity",
+    "canary_topic",
     "check_dynsec",
     "dynsec_hashes",
     "explorer_id",
     "fleet_identities",
+    "look_name",
     "parse_acl_file",
     "render_acl_file",
     "render_dynsec",
@@ -42,7 +51,18 @@ __all__ = [
 ]
 
 EXPLORER_NAME: Final = "explorer"
+# Agent names start with a letter or digit, so no agent can ever be called this.
+CANARY_NAME: Final = "_canary"
 _EXPLORER_NS: Final = "vox-mqtt read-only explorer"
+_CANARY_NS: Final = "vox-mqtt reload canary"
+# The operator's read-only looks, one identity each: with client ids locked to
+# usernames, `vox status` beside `vox watch` would otherwise kick one another (and
+# the operator's own session, which holds its queued notifications).
+LOOK_PURPOSES: Final = ("watch", "status")
+_LOOK_NS: Final = "vox-mqtt operator look"
+ADMIN_NAME: Final = "_admin"
+_ADMIN_NS: Final = "vox-mqtt dynamic-security admin"
+DYNSEC_CONTROL: Final = "$CONTROL/dynamic-security/v1"
 # topics.py builds per-agent topics; these two filters exist only for the broker.
 _EVERYTHING: Final = f"{topics.PREFIX}/#"
 # Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
@@ -67,6 +87,9 @@ class Kind(StrEnum):
     AGENT = "agent"
     OPERATOR = "operator"
     EXPLORER = "explorer"
+    LOOK = "look"
+    CANARY = "canary"
+    ADMIN = "admin"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +129,47 @@ def explorer_id(fleet: Fleet) -> UUID:
     return uuid5(fleet.operator_id, _EXPLORER_NS)
 
 
+def canary_topic(nonce: str) -> str:
+    """Return the one topic the reload canary may publish on for this rendering."""
+    return f"{topics.PREFIX}/canary/{nonce}"
+
+
+def canary_forbidden_topic() -> str:
+    """Return a topic no identity may publish on: the canary's publish there must fail."""
+    return f"{topics.PREFIX}/canary/forbidden"
+
+
+def canary_identity(fleet: Fleet, nonce: str) -> Identity:
+    """Return the canary: it may publish only on its rendering's topic, and read nothing.
+
+    `vox broker reload` logs in as it after SIGHUP: an allowed publish proves the new
+    rules are loaded, a refused one proves an ACL is in force at all (docs/broker.md).
+    """
+    return Identity(
+        name=CANARY_NAME,
+        id=uuid5(fleet.operator_id, _CANARY_NS),
+        kind=Kind.CANARY,
+        rules=(Rule(topic=canary_topic(nonce), write=True),),
+    )
+
+
+def admin_identity(fleet: Fleet) -> Identity:
+    """Return the dynamic-security admin: it alone may change the broker's rules live.
+
+    Its credentials stay in the broker directory; it has no certificate, so with TLS it
+    can log in only on the plain listener, which then listens on loopback only.
+    """
+    return Identity(
+        name=ADMIN_NAME,
+        id=uuid5(fleet.operator_id, _ADMIN_NS),
+        kind=Kind.ADMIN,
+        rules=(
+            Rule(topic=DYNSEC_CONTROL, write=True),
+            Rule(topic=f"{DYNSEC_CONTROL}/response", read=True),
+        ),
+    )
+
+
 def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
     master = fleet.master_of(agent_id)
     children = [child.id for child in fleet.children_of(agent_id)]
@@ -117,7 +181,10 @@ def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
         Rule(topic=topics.status(agent_id), read=True, write=True),
         Rule(topic=topics.status(master), read=True),
         *(Rule(topic=topics.status(child), read=True) for child in children),
-        Rule(topic=topics.warroom_filter(agent_id), write=True),
+        # Posts about itself and its own children only: a forged incident about the
+        # root or another branch is refused at the broker (docs/broker.md).
+        Rule(topic=topics.warroom(agent_id, agent_id), write=True),
+        *(Rule(topic=topics.warroom(agent_id, child), write=True) for child in children),
     ]
     if agent_id == fleet.root.id:
         rules.append(Rule(topic=topics.WARROOM_FILTER, read=True))
@@ -134,8 +201,29 @@ def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
     )
 
 
+def look_name(purpose: str) -> str:
+    """Return the identity name of one of the operator's looks (no agent can be called so)."""
+    return f"_{purpose}"
+
+
+def _looks(fleet: Fleet) -> list[Identity]:
+    rules = (
+        Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.WARROOM_FILTER, read=True),
+    )
+    return [
+        Identity(
+            name=look_name(purpose),
+            id=uuid5(fleet.operator_id, f"{_LOOK_NS} {purpose}"),
+            kind=Kind.LOOK,
+            rules=rules,
+        )
+        for purpose in LOOK_PURPOSES
+    ]
+
+
 def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity, ...]:
-    """Return every broker identity of the fleet with its rules, the operator first."""
+    """Return every broker identity of the fleet with its rules: operator, its looks, agents."""
     names = {agent.name for agent in fleet}
     clashes = [n for n in (fleet.operator_name, EXPLORER_NAME if explorer else None) if n in names]
     if clashes:
@@ -151,7 +239,8 @@ def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity,
             id=fleet.operator_id,
             kind=Kind.OPERATOR,
             rules=_operator_rules(fleet),
-        )
+        ),
+        *_looks(fleet),
     ]
     result += [
         Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a.id))

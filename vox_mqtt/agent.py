@@ -26,6 +26,7 @@ from .ledger import VOXAgentMemory
 from .liveness import Liveness
 from .messages import ErrorCode, VOXMessage
 from .outbox import Outbox
+from .privatefs import private_dir
 from .roles import Role
 from .router import Router
 from .runner import CommandRunner
@@ -275,7 +276,7 @@ class VOXAgent:
         return self
 
     async def _start(self) -> None:
-        Path(self.config.state_dir).mkdir(parents=True, exist_ok=True)
+        private_dir(Path(self.config.state_dir))
         await self.memory.init_db()
         self._stack.push_async_callback(self.memory.close)
         self._liveness = Liveness(

@@ -17,7 +17,13 @@ from pydantic import ValidationError
 from .config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
 from .errors import ConfigError
 from .hierarchy import Fleet, load_fleet
-from .passwd import Credentials, atomic_write, load_credentials, render_credentials
+from .passwd import (
+    Credentials,
+    LookLogin,
+    atomic_write,
+    load_credentials,
+    render_credentials,
+)
 from .settings import AgentConfig, BrokerSettings
 
 __all__ = [
@@ -133,11 +139,28 @@ def _copy_secrets(
             ca_file=Path(broker["ca_file"]),
             cert_file=Path(broker["cert_file"]),
             key_file=Path(broker["key_file"]),
+            looks=tuple(_copy_look(look, tls_dir, identity, written) for look in creds.looks),
         )
     secret = folder / broker["password_file"]
     header = [f"vox-mqtt broker credentials of {identity!r}: keep them 0600 on its host only."]
     atomic_write(secret, render_credentials(local, comment_lines=header), mode=0o600)
     return (secret, *written), broker
+
+
+def _copy_look(look: LookLogin, tls_dir: Path, identity: str, written: list[Path]) -> LookLogin:
+    """Copy one look's certificate and key beside the operator's; return it pointing there."""
+    if look.cert_file is None or look.key_file is None:
+        return look
+    paths = {}
+    for suffix, path in (("crt", look.cert_file), ("key", look.key_file)):
+        target = tls_dir / f"{look.purpose}.{suffix}"
+        try:
+            atomic_write(target, path.read_bytes(), mode=0o600)
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot copy the TLS file: {exc.strerror}"]) from None
+        written.append(target)
+        paths[suffix] = Path(f"{identity}.tls/{target.name}")
+    return replace(look, cert_file=paths["crt"], key_file=paths["key"])
 
 
 def _agent_section(fleet: Fleet, agent_id: Any, state: Path, grace: float) -> dict[str, Any]:

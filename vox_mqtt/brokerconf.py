@@ -5,20 +5,20 @@ Facts of Mosquitto 2.0.11 this module is built around (measured):
 - an acl_file it cannot parse on SIGHUP leaves it running with no ACL at all, so
   nothing reaches the broker before parse_acl_file has accepted it;
 - the dynamic-security plugin reads dynsec.json only at start (SIGHUP ignores it);
-- a client id is only a claim: `use_username_as_clientid` stops one identity from
-  taking over another's persistent session, but it is global in 2.0.11 and makes every
-  second connection of an identity (the operator's `vox status` beside `vox watch`, a
-  root's-eye `vox status`) kick the first; so it is opt-in (`lock_client_ids`).
+- a client id is only a claim unless `use_username_as_clientid` is set: without it one
+  identity can take over another's persistent session. It is global in 2.0.11, so it
+  is on by default and each concurrent connection needs its own identity: the
+  operator's read-only looks get their own (docs/broker.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import pwd
-import signal
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -26,6 +26,9 @@ from uuid import UUID
 
 from .acl import (
     Identity,
+    Kind,
+    admin_identity,
+    canary_identity,
     check_dynsec,
     dynsec_hashes,
     fleet_identities,
@@ -33,11 +36,15 @@ from .acl import (
     render_acl_file,
     render_dynsec,
 )
-from .errors import BrokerUnavailable, ConfigError
+from .brokermanifest import Manifest, RenderOptions, file_digest, write_manifest
+from .brokertext import broker_file_text
+from .errors import ConfigError
 from .hierarchy import Fleet
+from .lastgood import seed_last_good
 from .messages import MAX_MESSAGE_BYTES
 from .passwd import (
     Credentials,
+    LookLogin,
     PasswordHash,
     atomic_write,
     atomic_write_many,
@@ -54,9 +61,7 @@ from .pki import PkiLayout
 __all__ = [
     "DEFAULT_USER",
     "BrokerDir",
-    "ReloadReport",
     "find_dynsec_plugin",
-    "reload_broker",
     "render_broker_dir",
 ]
 
@@ -97,16 +102,6 @@ class BrokerDir:
             with contextlib.suppress(ValueError):
                 key = UUID(key)
         return load_credentials(self.credentials[key])
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReloadReport:
-    """What reload_broker checked and signalled."""
-
-    acl: Path
-    rules: int
-    replaced: bool
-    warnings: tuple[str, ...]
 
 
 def find_dynsec_plugin() -> Path:
@@ -258,12 +253,69 @@ def _tls_files(pki_dir: Path, identities: tuple[Identity, ...]) -> dict[str, byt
     }
 
 
-def _credential_header(identity: Identity) -> list[str]:
+def _credential_header(identity: Identity, *, locked: bool) -> list[str]:
+    lock = (
+        "MQTT client id = username: the broker enforces it (use_username_as_clientid)."
+        if locked
+        else "MQTT client id should be the username; this broker does NOT enforce it "
+        "(rendered with --no-lock-client-ids): another identity can take over this session."
+    )
     return [
         f"vox-mqtt broker credentials of {identity.kind.value} {identity.name!r}.",
         "Secret: keep it 0600 and on the host that runs this identity only.",
-        "MQTT client id = username (the broker enforces it).",
+        lock,
     ]
+
+
+def _local_host(bind: str) -> str:
+    """Return the address the broker host's own tools (canary, admin) connect to."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "::", "*") else bind
+
+
+def _secrets(
+    root: Path, identities: Sequence[Identity], rotate: bool, rotate_names: Collection[str]
+) -> tuple[dict[UUID, str], dict[UUID, PasswordHash]]:
+    unknown = sorted(set(rotate_names) - {i.name for i in identities})
+    if unknown:
+        raise ConfigError([f"--rotate {n}: no identity of that name in the fleet" for n in unknown])
+    cred_dir = root / "credentials"
+    secrets = {} if rotate else load_secrets(cred_dir)
+    old_hashes = {} if rotate else _existing_hashes(root)
+    passwords: dict[UUID, str] = {}
+    hashes: dict[UUID, PasswordHash] = {}
+    for identity in identities:
+        fresh = identity.name in rotate_names
+        password = (None if fresh else secrets.get(identity.username)) or new_secret()
+        old = None if fresh else old_hashes.get(identity.username)
+        # Keep a hash that still matches, so an unchanged fleet renders unchanged files.
+        passwords[identity.id] = password
+        hashes[identity.id] = old if old and old.verify(password) else hash_password(password)
+    return passwords, hashes
+
+
+def _render_security(
+    fmt: Format, fleet: Fleet, identities: Sequence[Identity], hashes: Mapping[UUID, PasswordHash]
+) -> tuple[str, str, str, tuple[Identity, ...]]:
+    """Return (file name, text, canary nonce, identities with the canary last)."""
+
+    def render(ids: Sequence[Identity]) -> str:
+        if fmt == "acl":
+            header = [f"vox-mqtt acl_file for {len(ids)} identities: generated, do not edit."]
+            return render_acl_file(ids, header=header)
+        return render_dynsec(ids, hashes)
+
+    # The canary's topic names this rendering, so its allowed publish proves these
+    # rules (not the previous ones) are in force; an unchanged fleet keeps the nonce.
+    nonce = hashlib.sha256(render(identities).encode("utf-8")).hexdigest()[:16]
+    every = (*identities, canary_identity(fleet, nonce))
+    text = render(every)
+    if fmt == "acl":
+        parsed = parse_acl_file(broker_file_text(text.encode(), source="rendered acl"))
+        if parsed.warnings:  # pragma: no cover - the renderer never writes these
+            raise ConfigError(list(parsed.warnings))
+        return "acl", text, nonce, every
+    check_dynsec(text, source="rendered dynsec.json")
+    return "dynsec.json", text, nonce, every
 
 
 def render_broker_dir(
@@ -275,15 +327,27 @@ def render_broker_dir(
     fmt: Format = "acl",
     pki_dir: str | Path | None = None,
     rotate: bool = False,
+    rotate_names: Collection[str] = (),
     explorer: bool = False,
     run_as_user: str | None = None,
     tls_port: int = 8883,
     bind: str | None = None,
-    lock_client_ids: bool = False,
+    lock_client_ids: bool = True,
 ) -> BrokerDir:
-    """Write mosquitto.conf, the ACL, passwd and a credentials file per identity into out_dir."""
+    """Write mosquitto.conf, the ACL, passwd, credentials and render.json into out_dir."""
     root = Path(out_dir).absolute()
     _safe_text(str(root), "--out")
+    options = RenderOptions(
+        host=host,
+        bind=bind,
+        port=port,
+        tls_port=tls_port,
+        fmt=fmt,
+        pki=None if pki_dir is None else str(Path(pki_dir).absolute()),
+        explorer=explorer,
+        user=run_as_user,
+        lock_client_ids=lock_client_ids,
+    )
     bind = host if bind is None else bind
     with_tls = pki_dir is not None
     _check_args(fmt, host, bind, port, tls_port if with_tls else None)
@@ -297,42 +361,34 @@ def render_broker_dir(
         tls = _tls_files(pki_root, identities)
     _prepare_dir(root)
     cred_dir = root / "credentials"
-
-    secrets = {} if rotate else load_secrets(cred_dir)
-    old_hashes = {} if rotate else _existing_hashes(root)
-    passwords: dict[UUID, str] = {}
-    hashes: dict[UUID, PasswordHash] = {}
-    for identity in identities:
-        password = secrets.get(identity.username) or new_secret()
-        old = old_hashes.get(identity.username)
-        # Keep a hash that still matches, so an unchanged fleet renders unchanged files.
-        passwords[identity.id] = password
-        hashes[identity.id] = old if old and old.verify(password) else hash_password(password)
-
-    header = [f"vox-mqtt acl_file for {len(identities)} identities: generated, do not edit."]
-    if fmt == "acl":
-        security_name = "acl"
-        security_text = render_acl_file(identities, header=header)
-        parsed = parse_acl_file(security_text, source="rendered acl")
-        if parsed.warnings:  # pragma: no cover - the renderer never writes these
-            raise ConfigError(list(parsed.warnings))
-    else:
-        security_name = "dynsec.json"
-        security_text = render_dynsec(identities, hashes)
-        check_dynsec(security_text, source="rendered dynsec.json")
+    # The canary's id does not depend on its topic: its secret is settled with the rest.
+    local = (canary_identity(fleet, ""),) + ((admin_identity(fleet),) if fmt == "dynsec" else ())
+    passwords, hashes = _secrets(root, (*identities, *local), rotate, rotate_names)
+    security_name, security_text, nonce, every = _render_security(
+        fmt, fleet, identities + local[1:], hashes
+    )
 
     owner, warning = _owner_of(user)
+    # As root: the broker reads its files through their group, and root keeps owning
+    # them, so `vox broker reload` works within the unit's capability bounds
+    # (no CAP_DAC_OVERRIDE needed; docs/broker.md). Only data/ is the broker's own.
+    readable = None if owner is None else (0, owner[1])
+    mode = 0o600 if owner is None else 0o640
     warnings = [warning] if warning else []
+    # What the running broker last loaded, kept before it is overwritten (docs/broker.md).
+    seed_last_good(root)
     if tls is not None:
         (root / "tls").mkdir(exist_ok=True, mode=0o700)
-        if owner is not None:
-            os.chown(root / "tls", *owner)
+        if readable is not None:
+            os.chown(root / "tls", *readable)
+            os.chmod(root / "tls", 0o750)
         for name, data in tls.items():
-            atomic_write(root / "tls" / name, data, mode=0o600, owner=owner)
+            atomic_write(root / "tls" / name, data, mode=mode, owner=readable)
+    written: dict[str, bytes] = {security_name: security_text.encode("utf-8")}
     if fmt == "acl":
-        passwd_text = render_passwd({i.username: hashes[i.id] for i in identities})
-        atomic_write(root / "passwd", passwd_text, mode=0o600, owner=owner)
-    atomic_write(root / security_name, security_text, mode=0o600, owner=owner)
+        written["passwd"] = render_passwd({i.username: hashes[i.id] for i in every}).encode()
+    for name, data in written.items():
+        atomic_write(root / name, data, mode=mode, owner=readable)
     # The other format's files would only mislead a reader (and `vox broker reload`).
     for other in ("dynsec.json",) if fmt == "acl" else ("acl", "passwd"):
         (root / other).unlink(missing_ok=True)
@@ -349,22 +405,40 @@ def render_broker_dir(
         lock_client_ids=lock_client_ids,
     )
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
+    written[CONF_NAME] = conf_text.encode("utf-8")
 
     credentials: dict[str | UUID, Path] = {}
     files: list[tuple[Path, str]] = []
     layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
-    for identity in identities:
+    plain_host = _local_host("127.0.0.1" if with_tls else bind)
+    looks = tuple(
+        LookLogin(
+            purpose=look.name.lstrip("_"),
+            username=look.username,
+            password=passwords[look.id],
+            cert_file=None if layout is None else layout.client_cert(look.id),
+            key_file=None if layout is None else layout.client_key(look.id),
+        )
+        for look in every
+        if look.kind is Kind.LOOK
+    )
+    for identity in every:
+        on_broker_host = identity.kind in (Kind.CANARY, Kind.ADMIN)
+        tls_identity = layout is not None and not on_broker_host
         creds = Credentials(
             username=identity.username,
             password=passwords[identity.id],
-            host=host,
-            port=tls_port if with_tls else port,
-            ca_file=None if layout is None else layout.ca_cert,
-            cert_file=None if layout is None else layout.client_cert(identity.id),
-            key_file=None if layout is None else layout.client_key(identity.id),
+            host=plain_host if on_broker_host else host,
+            port=tls_port if tls_identity else port,
+            ca_file=layout.ca_cert if tls_identity and layout else None,
+            cert_file=layout.client_cert(identity.id) if tls_identity and layout else None,
+            key_file=layout.client_key(identity.id) if tls_identity and layout else None,
+            client_id_locked=lock_client_ids,
+            looks=looks if identity.kind is Kind.OPERATOR else (),
         )
         path = cred_dir / f"{identity.name}.toml"
-        files.append((path, render_credentials(creds, comment_lines=_credential_header(identity))))
+        header = _credential_header(identity, locked=lock_client_ids)
+        files.append((path, render_credentials(creds, comment_lines=header)))
         credentials[identity.name] = path
         credentials[identity.id] = path
     atomic_write_many(files, mode=0o600)
@@ -373,6 +447,8 @@ def render_broker_dir(
     for stale in cred_dir.glob("*.toml"):
         if stale.name not in current:
             stale.unlink()
+    digests = {name: file_digest(data) for name, data in written.items()}
+    write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce))
     return BrokerDir(
         root=root,
         conf=root / CONF_NAME,
@@ -385,107 +461,4 @@ def render_broker_dir(
         port=port,
         tls_port=tls_port if with_tls else None,
         warnings=tuple(warnings),
-    )
-
-
-def _conf_settings(conf: Path) -> dict[str, str]:
-    try:
-        text = conf.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{conf}: cannot read the broker config: {exc.strerror}"]) from None
-    settings: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key and not key.startswith("#"):
-            settings.setdefault(key, value.strip())
-    return settings
-
-
-def _readable_by(path: Path, user: str) -> bool:
-    """Return whether `user` may read path (owner, group or other bits)."""
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return True  # cannot judge here; the broker host is elsewhere
-    if entry.pw_uid == 0:
-        return True
-    st = path.stat()
-    if st.st_uid == entry.pw_uid:
-        return bool(st.st_mode & 0o400)
-    groups = {g for g in os.getgrouplist(user, entry.pw_gid)}
-    if st.st_gid in groups:
-        return bool(st.st_mode & 0o040)
-    return bool(st.st_mode & 0o004)
-
-
-def _check_is_mosquitto(pid: int) -> None:
-    try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    except FileNotFoundError:
-        raise BrokerUnavailable(f"no process with pid {pid}: is the broker running?") from None
-    except OSError:
-        return  # no /proc here: trust the caller
-    if comm != "mosquitto":
-        raise ConfigError([f"pid {pid} is {comm!r}, not mosquitto: refusing to signal it"])
-
-
-def reload_broker(
-    out_dir: str | Path, *, pid: int, acl_source: str | Path | None = None
-) -> ReloadReport:
-    """Check the ACL as Mosquitto parses it, install acl_source if given, then SIGHUP."""
-    # Nothing is replaced or signalled unless every check passes: the broker keeps
-    # enforcing the rules it holds in memory.
-    root = Path(out_dir).absolute()
-    settings = _conf_settings(root / CONF_NAME)
-    if "acl_file" not in settings:
-        raise ConfigError(
-            [
-                f"{root / CONF_NAME} uses the dynamic-security plugin, which Mosquitto 2.0 reads "
-                "only at start (SIGHUP ignores dynsec.json): restart the broker to apply it"
-            ]
-        )
-    acl_path = Path(settings["acl_file"])
-    user = settings.get("user", DEFAULT_USER)
-    source = Path(acl_source) if acl_source is not None else acl_path
-    try:
-        text = source.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        raise ConfigError([f"{source}: cannot read the ACL: {exc.strerror}"]) from None
-    try:
-        parsed = parse_acl_file(text, source=str(source))
-    except ConfigError as exc:
-        raise ConfigError(
-            [*exc.problems, f"refusing to reload: Mosquitto would run with NO ACL ({source})"]
-        ) from None
-    if not parsed.entries:
-        raise ConfigError([f"{source}: no rules at all: refusing to reload"])
-    problems: list[str] = []
-    passwd_path = Path(settings.get("password_file", root / "passwd"))
-    try:
-        _, pw_problems = parse_passwd(passwd_path.read_text(encoding="utf-8"))
-        problems += [f"{passwd_path}: {p} (Mosquitto would drop it)" for p in pw_problems]
-    except OSError as exc:
-        problems.append(f"{passwd_path}: cannot read the password file: {exc.strerror}")
-    for path in (acl_path, passwd_path):
-        if path.exists() and not _readable_by(path, user):
-            problems.append(f"{path}: not readable by the broker's user `{user}` (chown it)")
-    if problems:
-        raise ConfigError(problems)
-    _check_is_mosquitto(pid)
-    replaced = False
-    if acl_source is not None:
-        st = acl_path.stat() if acl_path.exists() else None
-        owner = None if st is None or os.geteuid() != 0 else (st.st_uid, st.st_gid)
-        atomic_write(acl_path, text.encode("utf-8", "surrogateescape"), mode=0o600, owner=owner)
-        replaced = True
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except ProcessLookupError:
-        raise BrokerUnavailable(f"no process with pid {pid}: is the broker running?") from None
-    except PermissionError:
-        raise BrokerUnavailable(
-            f"not allowed to signal pid {pid}: run as the broker's owner"
-        ) from None
-    return ReloadReport(
-        acl=acl_path, rules=len(parsed.entries), replaced=replaced, warnings=parsed.warnings
     )

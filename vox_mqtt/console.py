@@ -14,6 +14,7 @@ from typing import Any
 from .agent import VOXAgent
 from .config import ConsoleFile, load_console_config
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from .privatefs import private_dir
 from .status import FleetView
 from .topics import STATUS_FILTER, WARROOM_FILTER
 
@@ -89,7 +90,7 @@ class OperatorConsole:
             "message_source": message.message_source,
             "details": message.details,
         }
-        self.inbox_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.inbox_path.parent)
         with self.inbox_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()

@@ -23,6 +23,7 @@ from .transport import Inbound
 __all__ = ["InboundPipeline", "Listener", "Observed"]
 
 log = logging.getLogger("vox_mqtt.agent")
+RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -94,6 +95,9 @@ class InboundPipeline:
         if problem is not None:
             await self._reject(message, inbound, topic, problem)
             return
+        if inbound.retain:
+            await self._reject_retained(message, inbound)
+            return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
         # in-progress map is checked and filled with no await between, so two copies
@@ -142,6 +146,21 @@ class InboundPipeline:
             await self.outbox.send_error_to(
                 topic.source, message.message_id, ErrorCode.UNAUTHORIZED_SOURCE, problem
             )
+
+    async def _reject_retained(self, message: VOXMessage, inbound: Inbound) -> None:
+        # The broker re-delivers a retained message on every new subscription: it is
+        # recorded each time and never executed, acked or answered (docs/broker.md).
+        reason = f"retained message in an inbox: never executed ({RETAINED_HELP})"
+        log.warning(
+            "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
+        )
+        await self.ctx.ledger.record_message(
+            message,
+            "rejected",
+            outcome=ErrorCode.INVALID_MESSAGE,
+            reason=reason,
+            topic=inbound.topic,
+        )
 
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage

@@ -40,6 +40,7 @@ from ._ledgerschema import (
 )
 from .errors import LedgerError
 from .messages import VOXMessage, now_iso
+from .privatefs import private_file
 
 __all__ = ["DONE_ACTIONS", "GENESIS_HASH", "STARTED_ACTIONS", "VOXAgentMemory", "VerifyReport"]
 
@@ -118,6 +119,12 @@ class VOXAgentMemory:
         # mode=rw never creates a missing file (and falls back to reading a write-protected
         # one); unlike mode=ro it lets the last connection fold the WAL back on close.
         where = self.path.resolve().as_uri() + "?mode=rw" if self.read_only else str(self.path)
+        if not self.read_only:
+            try:
+                # SQLite gives the -wal and -shm files the database file's own mode.
+                private_file(self.path)
+            except OSError as exc:
+                raise LedgerError(f"ledger {self.path}: cannot open: {exc.strerror}") from None
         with self._errors("cannot open"):
             db = await aiosqlite.connect(where, uri=self.read_only, isolation_level=None)
             await db.execute("PRAGMA busy_timeout = 10000")

@@ -50,6 +50,7 @@ from .warroom import (
     apply_warroom,
     loss_code,
 )
+from .warroomguard import WarroomGuard
 
 __all__ = ["CATCH_UP", "Liveness"]
 
@@ -105,6 +106,7 @@ class Liveness:
         self.on_retired: Callable[[UUID], Awaitable[None]] | None = None
         self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
         self._open = _OpenIncidents(self.config.state_dir)
+        self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
@@ -210,6 +212,15 @@ class Liveness:
 
     # --- watching others ------------------------------------------------------------------
 
+    def _master_of(self, agent_id: UUID) -> UUID | None:
+        """Return an agent's master as this agent knows it (config, then statuses)."""
+        if agent_id == self.config.id:
+            return self.config.master_id
+        if agent_id in self.config.children:
+            return self.config.id
+        entry = self.fleet_view.get(agent_id)
+        return None if entry is None else entry.master_id
+
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
 
@@ -218,6 +229,12 @@ class Liveness:
     ) -> None:
         """Take a status or war-room message the session delivered."""
         if isinstance(topic, topics.WarroomTopic):
+            refused = self._guard.refuse(
+                topic.source, topic.subject, len(inbound.payload), self._master_of
+            )
+            if refused is not None:
+                log.warning("%s: war room: dropped a post: %s", self.config.name, refused)
+                return
             incident = apply_warroom(self.incidents, inbound, topic)
             if incident is not None and self.on_incident is not None:
                 self.on_incident(incident)

@@ -12,6 +12,7 @@ from .messages import MSG_AGENT_STATUS, VOXMessage, parse
 from .status import FleetView
 from .transport import Inbound
 from .warroom import Incident, apply_warroom
+from .warroomguard import WarroomGuard
 
 __all__ = ["FleetObserver", "read_status"]
 
@@ -33,6 +34,10 @@ def read_status(inbound: Inbound, topic: topics.StatusTopic) -> VOXMessage | Non
     return message
 
 
+def _unknown(_agent: UUID) -> UUID | None:
+    return None
+
+
 class FleetObserver:
     """A read-only view of what one identity may read: statuses and war-room posts."""
 
@@ -41,6 +46,7 @@ class FleetObserver:
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}
         self.on_incident: Callable[[Incident], None] | None = None
         self.messages = 0  # status and war-room messages taken so far
+        self._guard = WarroomGuard()
 
     def take(self, inbound: Inbound) -> None:
         """Apply one message of the observer's subscriptions."""
@@ -50,6 +56,9 @@ class FleetObserver:
             return
         self.messages += 1
         if isinstance(topic, topics.WarroomTopic):
+            # Size and rate only: a look shows rule-breaking posts, marked (docs/broker.md).
+            if self._guard.refuse(topic.source, topic.subject, len(inbound.payload), _unknown):
+                return
             incident = apply_warroom(self.incidents, inbound, topic)
             if incident is not None and self.on_incident is not None:
                 self.on_incident(incident)

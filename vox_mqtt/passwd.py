@@ -21,6 +21,7 @@ from .errors import ConfigError
 __all__ = [
     "ITERATIONS",
     "Credentials",
+    "LookLogin",
     "PasswordHash",
     "atomic_write",
     "atomic_write_many",
@@ -130,6 +131,17 @@ def parse_passwd(text: str) -> tuple[dict[str, PasswordHash], list[str]]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LookLogin:
+    """A read-only identity of the operator's for one kind of look (`watch`, `status`)."""
+
+    purpose: str
+    username: str
+    password: str
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Credentials:
     """How one identity reaches the broker: MQTT username (= client id), secret, address, TLS."""
 
@@ -140,16 +152,23 @@ class Credentials:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    # Whether the broker forces client id = username (then one identity, one connection).
+    client_id_locked: bool = False
+    looks: tuple[LookLogin, ...] = ()
 
     @property
     def client_id(self) -> str:
-        """Return the MQTT client id, which the broker forces to equal the username."""
+        """Return the MQTT client id, which must equal the username."""
         return self.username
 
     @property
     def tls(self) -> bool:
         """Return whether this identity connects over TLS with a client certificate."""
         return self.ca_file is not None
+
+    def look(self, purpose: str) -> LookLogin | None:
+        """Return the login for one kind of look, if these credentials carry it."""
+        return next((look for look in self.looks if look.purpose == purpose), None)
 
 
 def _toml_str(value: str) -> str:
@@ -166,6 +185,8 @@ def render_credentials(creds: Credentials, *, comment_lines: Iterable[str] = ())
         f"host = {_toml_str(creds.host)}",
         f"port = {creds.port}",
     ]
+    if creds.client_id_locked:
+        lines.append("client_id_locked = true")
     if creds.tls:
         lines += [
             "",
@@ -174,6 +195,16 @@ def render_credentials(creds: Credentials, *, comment_lines: Iterable[str] = ())
             f"cert = {_toml_str(str(creds.cert_file))}",
             f"key = {_toml_str(str(creds.key_file))}",
         ]
+    for look in creds.looks:
+        lines += [
+            "",
+            f"[looks.{look.purpose}]",
+            f"username = {_toml_str(look.username)}",
+            f"password = {_toml_str(look.password)}",
+        ]
+        if look.cert_file is not None and look.key_file is not None:
+            lines.append(f"cert = {_toml_str(str(look.cert_file))}")
+            lines.append(f"key = {_toml_str(str(look.key_file))}")
     return "\n".join(lines) + "\n"
 
 
@@ -195,6 +226,29 @@ def load_secrets(directory: Path) -> dict[str, str]:
     return secrets
 
 
+def _load_looks(data: Any, where: str, problems: list[str]) -> tuple[LookLogin, ...]:
+    if not isinstance(data, dict):
+        problems.append(f"{where}: [looks] must hold one table per look")
+        return ()
+    looks = []
+    for purpose, table in sorted(data.items()):
+        at = f"{where}: [looks.{purpose}]"
+        if not isinstance(table, dict) or set(table) - {"username", "password", "cert", "key"}:
+            problems.append(f"{at} must hold username, password and optional cert and key")
+            continue
+        cert, key = table.get("cert"), table.get("key")
+        looks.append(
+            LookLogin(
+                purpose=purpose,
+                username=_need_str(table, "username", at, problems),
+                password=_need_str(table, "password", at, problems),
+                cert_file=Path(cert) if isinstance(cert, str) else None,
+                key_file=Path(key) if isinstance(key, str) else None,
+            )
+        )
+    return tuple(looks)
+
+
 def load_credentials(path: str | Path) -> Credentials:
     """Read a credentials file; raise ConfigError with one line per problem."""
     path = Path(path)
@@ -210,7 +264,8 @@ def load_credentials(path: str | Path) -> Credentials:
         raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
     where = str(path)
-    unknown = sorted(set(data) - {"username", "password", "host", "port", "tls"})
+    keys = {"username", "password", "host", "port", "tls", "client_id_locked", "looks"}
+    unknown = sorted(set(data) - keys)
     if unknown:
         problems.append(f"{where}: unknown key(s) {', '.join(unknown)}")
     username = _need_str(data, "username", where, problems)
@@ -232,9 +287,15 @@ def load_credentials(path: str | Path) -> Credentials:
             for index, key in enumerate(("ca", "cert", "key")):
                 value = _need_str(tls, key, f"{where}: [tls]", problems)
                 tls_files[index] = Path(value) if value else None
+    locked = data.get("client_id_locked", False)
+    if not isinstance(locked, bool):
+        problems.append(f"{where}: `client_id_locked` must be true or false")
+    looks = _load_looks(data.get("looks", {}), where, problems)
     if problems:
         raise ConfigError(problems)
     return Credentials(
+        client_id_locked=bool(locked),
+        looks=looks,
         username=username,
         password=password,
         host=host,

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
-from ..brokerconf import DEFAULT_USER, reload_broker, render_broker_dir
+from ..brokerconf import DEFAULT_USER, render_broker_dir
+from ..brokermanifest import RenderOptions, load_manifest, resolve_options
+from ..brokerreload import VERIFY_TIMEOUT, broker_settings, reload_broker
+from ..dynsecapply import apply_dynsec
 from ..errors import ConfigError
 from ..hierarchy import load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
@@ -23,38 +27,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     render.add_argument("fleet", type=Path, help="the fleet file (TOML)")
     render.add_argument("--out", type=Path, required=True, help="broker directory to write")
-    render.add_argument("--host", default="127.0.0.1", help="address clients connect to")
+    # Every option below defaults to what this directory's render.json remembers.
+    render.add_argument("--host", help="address clients connect to (first render: 127.0.0.1)")
     render.add_argument("--bind", help="address the listener binds (default: --host)")
-    render.add_argument("--port", type=int, default=1883, help="plain MQTT port (default 1883)")
-    render.add_argument("--tls-port", type=int, default=8883, help="TLS port with --pki")
-    render.add_argument("--format", choices=("acl", "dynsec"), default="acl", dest="fmt")
+    render.add_argument("--port", type=int, help="plain MQTT port (first render: 1883)")
+    render.add_argument("--tls-port", type=int, help="TLS port with --pki (first render: 8883)")
+    render.add_argument("--format", choices=("acl", "dynsec"), dest="fmt")
     render.add_argument("--pki", type=Path, help="PKI dir from `vox pki init`: adds TLS")
-    render.add_argument("--rotate", action="store_true", help="issue new secrets for everyone")
+    render.add_argument("--no-pki", action="store_true", help="drop TLS that was rendered before")
     render.add_argument(
-        "--explorer", action="store_true", help="add a read-only identity that reads vox/#"
+        "--rotate",
+        nargs="*",
+        metavar="NAME",
+        help="issue new secrets: for the named identities only, or for everyone without names",
+    )
+    render.add_argument(
+        "--explorer",
+        action=argparse.BooleanOptionalAction,
+        help="add (or with --no-explorer drop) a read-only identity that reads vox/#",
     )
     render.add_argument(
         "--user",
-        help=f"user mosquitto drops privileges to (default {DEFAULT_USER}; "
+        help=f"user mosquitto drops privileges to (first render: {DEFAULT_USER}; "
         "use your own user for a broker you start yourself)",
     )
     render.add_argument(
         "--lock-client-ids",
-        action="store_true",
-        help="force client id = username (no identity can take over another's session, but "
-        "a second connection of one identity, e.g. two consoles, kicks the first)",
+        action=argparse.BooleanOptionalAction,
+        help="force client id = username (default on): no identity can take over another's "
+        "session; --no-lock-client-ids allows it (docs/broker.md)",
     )
     render.add_argument("--json", action="store_true", help="print what was written as JSON")
     render.set_defaults(func=cmd_render)
 
     reload = verbs.add_parser(
-        "reload", help="validate the ACL like Mosquitto does, install it atomically, SIGHUP"
+        "reload",
+        help="install only what render wrote, SIGHUP, prove the new rules with a canary "
+        "(or restore the previous files and fail)",
     )
     reload.add_argument("dir", type=Path, help="broker directory written by `vox broker render`")
-    target = reload.add_mutually_exclusive_group(required=True)
+    # A dynamic-security broker is changed live, without a signal: no pid needed.
+    target = reload.add_mutually_exclusive_group()
     target.add_argument("--pid", type=int, help="mosquitto's process id")
     target.add_argument("--pid-file", type=Path, help="file holding mosquitto's process id")
-    reload.add_argument("--acl", type=Path, help="new ACL to validate and install first")
+    reload.add_argument("--acl", type=Path, help="hand-edited ACL to validate and install first")
+    reload.add_argument(
+        "--accept-edit",
+        action="store_true",
+        help="install files that differ from what `vox broker render` wrote (a hand edit)",
+    )
+    reload.add_argument(
+        "--verify-timeout",
+        type=float,
+        default=VERIFY_TIMEOUT,
+        help=f"seconds the canary may take to prove the new rules (default {VERIFY_TIMEOUT:g})",
+    )
     reload.set_defaults(func=cmd_reload)
 
     pki = subparsers.add_parser("pki", help="certificates for the broker and every identity")
@@ -75,23 +102,50 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     init.set_defaults(func=cmd_pki_init)
 
 
+def _render_options(args: argparse.Namespace) -> tuple[RenderOptions, list[str]]:
+    given = {
+        "host": args.host,
+        "bind": args.bind,
+        "port": args.port,
+        "tls_port": args.tls_port,
+        "fmt": args.fmt,
+        "pki": None if args.pki is None else str(args.pki.absolute()),
+        "explorer": args.explorer,
+        "user": args.user,
+        "lock_client_ids": args.lock_client_ids,
+    }
+    if args.no_pki and args.pki is not None:
+        raise ConfigError(["--pki and --no-pki contradict each other"])
+    previous = load_manifest(args.out.absolute())
+    options, changes = resolve_options(given, None if previous is None else previous.options)
+    if args.no_pki and options.pki is not None:
+        options = replace(options, pki=None)
+        changes.append(f"pki: {options.pki!r} -> None")
+    return options, changes
+
+
 def cmd_render(args: argparse.Namespace) -> int:
-    """Render the broker directory from the fleet file."""
+    """Render the broker directory from the fleet file, with the options it remembers."""
     fleet = load_fleet(args.fleet)
+    options, changes = _render_options(args)
+    rotate = args.rotate is not None and not args.rotate
     result = render_broker_dir(
         fleet,
         args.out,
-        host=args.host,
-        bind=args.bind,
-        port=args.port,
-        tls_port=args.tls_port,
-        fmt=args.fmt,
-        pki_dir=args.pki,
-        rotate=args.rotate,
-        explorer=args.explorer,
-        run_as_user=args.user,
-        lock_client_ids=args.lock_client_ids,
+        host=options.host,
+        bind=options.bind,
+        port=options.port,
+        tls_port=options.tls_port,
+        fmt=options.fmt,
+        pki_dir=options.pki,
+        rotate=rotate,
+        rotate_names=tuple(args.rotate or ()),
+        explorer=options.explorer,
+        run_as_user=options.user,
+        lock_client_ids=options.lock_client_ids,
     )
+    for change in changes:
+        err_console().print(f"vox: changed: {change}", markup=False)
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
     names = sorted(k for k in result.credentials if isinstance(k, str))
@@ -109,6 +163,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "tls_port": result.tls_port,
                 "credentials": {name: str(result.credentials[name]) for name in names},
                 "warnings": list(result.warnings),
+                "changed": changes,
             }
         )
         return 0
@@ -128,7 +183,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if result.fmt == "acl":
         apply = f"vox broker reload {result.root} --pid PID"
     else:
-        apply = "restart it (Mosquitto reads dynsec.json only at start)"
+        apply = f"vox broker reload {result.root}   (applied live, no signal)"
     console.print(f"a running broker: {apply}", markup=False)
     return 0
 
@@ -148,15 +203,40 @@ def _read_pid(args: argparse.Namespace) -> int:
     return int(text)
 
 
+def _apply_dynsec(args: argparse.Namespace) -> int:
+    report = apply_dynsec(args.dir, timeout=args.verify_timeout, accept_edit=args.accept_edit)
+    sent = ", ".join(f"{n} {c}" for c, n in sorted(report.summary.items())) or "nothing"
+    out_console().print(
+        f"applied live through the dynamic-security plugin ({sent}; no signal); "
+        f"canary: {report.proof}",
+        markup=False,
+    )
+    return 0
+
+
 def cmd_reload(args: argparse.Namespace) -> int:
-    """Validate and install the ACL, then tell mosquitto to re-read it."""
-    pid = _read_pid(args)
-    report = reload_broker(args.dir, pid=pid, acl_source=args.acl)
+    """Install what render wrote, SIGHUP (or apply live with dynsec), and prove the rules."""
+    given = args.pid is not None or args.pid_file is not None
+    pid = _read_pid(args) if given else 0
+    if "plugin" in broker_settings(args.dir.absolute()):
+        return _apply_dynsec(args)
+    if not given:
+        raise ConfigError(["--pid or --pid-file is needed: the broker is signalled (SIGHUP)"])
+    report = reload_broker(
+        args.dir,
+        pid=pid,
+        acl_source=args.acl,
+        accept_edit=args.accept_edit,
+        verify_timeout=args.verify_timeout,
+    )
     for warning in report.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
+    for name in report.accepted_edits:
+        err_console().print(f"vox: warning: installed a hand edit of {name}", markup=False)
     action = f"installed {args.acl} as {report.acl}" if report.replaced else f"checked {report.acl}"
     out_console().print(
-        f"{action}: {report.rules} rules parse as Mosquitto parses them; sent SIGHUP to {pid}",
+        f"{action}: {report.rules} rules parse as Mosquitto parses them; sent SIGHUP to {pid}; "
+        f"canary: {report.proof}",
         markup=False,
     )
     return 0

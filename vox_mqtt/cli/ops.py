@@ -29,11 +29,13 @@ from rich.tree import Tree
 from .. import topics
 from ..config import load_console_config, load_daemon_config
 from ..console import OperatorConsole
-from ..errors import CommandFailed, SubscriptionRefused
+from ..errors import CommandFailed, ConfigError, SubscriptionRefused
 from ..observer import FleetObserver
+from ..passwd import Credentials, load_credentials
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
 from ..warroom import Incident
+from ..warroomguard import rule_problem
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["Reader", "load_reader", "register"]
@@ -188,8 +190,36 @@ class Reader:
     broker: BrokerSettings
 
 
-def load_reader(path: Path) -> Reader:
-    """Read an operator or agent config; the connection gets its own client id, no session."""
+def _credentials(password_file: Path | None, base: Path) -> Credentials | None:
+    if password_file is None:
+        return None
+    path = password_file if password_file.is_absolute() else base / password_file
+    return load_credentials(path)
+
+
+def _as_look(
+    broker: BrokerSettings, creds: Credentials | None, purpose: str, base: Path
+) -> BrokerSettings:
+    """Log in as the operator's identity for this kind of look, when the broker rendered one."""
+    look = None if creds is None else creds.look(purpose)
+    if look is None:
+        return broker
+
+    def local(path: Path | None) -> Path | None:
+        return None if path is None or path.is_absolute() else base / path
+
+    return replace(
+        broker,
+        username=look.username,
+        password=look.password,
+        client_id=look.username,
+        cert_file=local(look.cert_file) if broker.cert_file is not None else None,
+        key_file=local(look.key_file) if broker.key_file is not None else None,
+    )
+
+
+def load_reader(path: Path, purpose: str = "status") -> Reader:
+    """Read an operator or agent config; the look logs in as its own identity, with no session."""
     try:
         kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -198,6 +228,15 @@ def load_reader(path: Path) -> Reader:
     if kind == "agent":
         daemon = load_daemon_config(path)
         a = daemon.agent
+        creds = _credentials(daemon.broker.password_file, base)
+        if creds is not None and creds.client_id_locked:
+            raise ConfigError(
+                [
+                    f"{path}: the broker locks client ids to usernames, so a look as agent "
+                    f"{a.name} would take over its daemon's session: look with the operator's "
+                    "console config instead"
+                ]
+            )
         broker = daemon.broker.settings(f"{a.id}-status-{secrets.token_hex(4)}", base=base)
         return Reader(
             kind="agent",
@@ -213,6 +252,7 @@ def load_reader(path: Path) -> Reader:
     console = load_console_config(path)
     op = console.operator
     broker = console.broker.settings(f"{op.id}-status-{secrets.token_hex(4)}", base=base)
+    broker = _as_look(broker, _credentials(console.broker.password_file, base), purpose, base)
     return Reader(
         kind="operator",
         name=op.name,
@@ -255,8 +295,8 @@ async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObse
             # A fresh client id never has a session: this broker replaced it with the username.
             print(
                 f"vox: warning: the broker gave this look the MQTT session of {reader.name}: "
-                "it locks client ids to usernames (--lock-client-ids), so a running client "
-                "of that identity was disconnected by it — see docs/liveness.md",
+                "it locks client ids to usernames, so a running client of that identity "
+                "was disconnected by it — see docs/broker.md",
                 file=sys.stderr,
             )
         pump = asyncio.ensure_future(_pump(session, observer))
@@ -388,7 +428,7 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Show a live tree of the fleet until interrupted or --duration has passed."""
-    reader = load_reader(args.config)
+    reader = load_reader(args.config, "watch")
 
     async def run() -> int:
         async with observing(reader, warroom=reader.warroom) as observer:
@@ -406,11 +446,20 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def incident_row(incident: Incident, names: Callable[[UUID], str]) -> dict[str, Any]:
-    """Return a war-room post as JSON-ready data, with the names the statuses told."""
+def incident_row(
+    incident: Incident,
+    names: Callable[[UUID], str],
+    master_of: Callable[[UUID], UUID | None] = lambda _: None,
+) -> dict[str, Any]:
+    """Return a war-room post as JSON-ready data, with the names the statuses told.
+
+    `rule_broken` says why a post breaks the war-room rule (an agent posts only about
+    itself and its own children), judged by the masters the statuses told; else None.
+    """
     row = incident.as_dict()
     row["source_name"] = names(incident.topic.source)
     row["subject_name"] = names(incident.topic.subject)
+    row["rule_broken"] = rule_problem(incident.topic.source, incident.topic.subject, master_of)
     return row
 
 
@@ -426,13 +475,19 @@ def cmd_warroom(args: argparse.Namespace) -> int:
                 entry = observer.view.get(agent_id)
                 return entry.name if entry is not None and entry.name else ""
 
-            rows = [incident_row(i, names) for i in observer.incidents.values()]
+            def master_of(agent_id: UUID) -> UUID | None:
+                entry = observer.view.get(agent_id)
+                return None if entry is None else entry.master_id
+
+            rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
             rows.sort(key=lambda r: str(r["emitted_at"]))
             _print_incidents(rows, as_json=args.json, title="open incidents")
             if not args.follow:
                 return 0
             queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-            observer.on_incident = lambda incident: queue.put_nowait(incident_row(incident, names))
+            observer.on_incident = lambda incident: queue.put_nowait(
+                incident_row(incident, names, master_of)
+            )
             deadline = None if args.duration is None else time.monotonic() + args.duration
             while deadline is None or time.monotonic() < deadline:
                 try:
@@ -458,8 +513,9 @@ def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | 
         mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{row['severity']}[/]"
         source = row["source_name"] or row["source"]
         subject = row["subject_name"] or row["subject"]
+        broken = "[bold red]RULE BROKEN[/] " if row.get("rule_broken") else ""
         console.print(
-            f"{row['emitted_at']} {mark} {row['error_code']} from {source} about {subject}: "
-            f"{row['description']}"
+            f"{row['emitted_at']} {broken}{mark} {row['error_code']} from {source} about "
+            f"{subject}: {row['description']}"
         )
     sys.stdout.flush()
