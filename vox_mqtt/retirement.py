@@ -3,20 +3,22 @@ that may (docs/operations.md).
 
 The broker's rules let only an agent write its own status and its own war-room posts, and
 only the poster clear a post about it. So retirement logs in with the credentials of the
-broker directory, which holds every identity's: the operator's to look, the retired
-agent's to say RETIRED once (live, to whoever watches it: its master) and to clear its
-status and posts, and a poster's to clear a leftover post about it when that poster is
-not running to resolve it itself. It runs before the broker is re-rendered without the
-agent, while those credentials still work.
+broker directory, which holds every identity's: the operator's read-only `status` look to
+look, the retired agent's to say RETIRED once (live, to whoever watches it: its master)
+and to clear its status and posts, and a poster's to clear a leftover post about it when
+that poster is not running to resolve it itself (logging in as a running agent would take
+over its session where client ids are locked). It runs before the broker is re-rendered
+without the agent, while those credentials still work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 from uuid import UUID
@@ -72,6 +74,20 @@ def _settings(creds: Credentials, client_id: str) -> BrokerSettings:
     )
 
 
+def _look_settings(creds: Credentials) -> BrokerSettings:
+    """Look as the operator's read-only `status` identity, so no console is taken over."""
+    look = creds.look("status")
+    if look is None:  # a broker rendered before looks existed: a throw-away client id
+        return _settings(creds, f"{creds.username}-retire-{secrets.token_hex(4)}")
+    return replace(
+        _settings(creds, look.username),
+        username=look.username,
+        password=look.password,
+        cert_file=look.cert_file if creds.tls else None,
+        key_file=look.key_file if creds.tls else None,
+    )
+
+
 def _credentials_by_id(broker_dir: Path) -> dict[UUID, Credentials]:
     found: dict[UUID, Credentials] = {}
     for path in sorted((broker_dir / "credentials").glob("*.toml")):
@@ -93,9 +109,8 @@ class _Look:
     def __init__(self, creds: Credentials, agent_id: UUID) -> None:
         self.agent_id = agent_id
         self.observer = FleetObserver()
-        client_id = f"{creds.username}-retire-{time.monotonic_ns() % 10**8}"
         self.session = Session(
-            _settings(creds, client_id),
+            _look_settings(creds),
             subscriptions=[topics.STATUS_FILTER, topics.WARROOM_FILTER],
         )
         self._pump: asyncio.Task[None] | None = None
@@ -275,7 +290,7 @@ async def _clear_others(
         if source not in creds:
             report.left.append(f"{topic}: no credentials for its poster {source} here")
             continue
-        client = f"{creds[source].username}-retire-{time.monotonic_ns() % 10**8}"
+        client = f"{creds[source].username}-retire-{secrets.token_hex(4)}"
         async with Session(_settings(creds[source], client), subscriptions=()) as session:
             await session.publish(topic, b"", retain=True)
         report.cleared.append(topic)
