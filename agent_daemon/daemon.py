@@ -304,7 +304,7 @@ class AgentDaemon:
             self.notifier.ready(self._ready_text(self.agent))
 
     async def reload(self) -> None:
-        """Reopen the log file, re-read the config and apply a change of children live.
+        """Reopen the log file, re-read the config, apply new children and a new secret live.
 
         Everything else a config says takes a restart: such a change, or an invalid file,
         is refused whole with one line, and the agent runs on as it was (docs/operations.md).
@@ -341,28 +341,33 @@ class AgentDaemon:
             return
         agent = self.agent
         if agent is None:
-            log.warning(
-                "SIGHUP: %s changed (%s) while the agent is still connecting: nothing changed; "
-                "reload it again once it is ready",
-                path,
-                plan.summary(),
-            )
+            # Not connected yet: the next attempt builds the agent from the new config.
+            config = fresh.agent_config(path.absolute().parent)
+            self.prepared = replace(self.prepared, file=fresh, config=config)
+            log.info("SIGHUP: the next connection attempt uses it: %s (%s)", plan.summary(), path)
             return
-        try:
-            change = await agent.update_children(
-                fresh.agent.children, master_name=fresh.agent.master_name
-            )
-        except SubscriptionRefused as exc:
-            log.error(
-                "SIGHUP: %s: the broker does not let it watch a new child yet (%s): nothing "
-                "changed; reload the broker with the new fleet first (docs/operations.md)",
-                path,
-                exc.topic,
-            )
-            return
-        except VoxError as exc:
-            log.error("SIGHUP: %s: cannot apply it live (%s): restart the agent", path, exc)
-            return
+        change = ""
+        if plan.added or plan.removed or plan.renamed or plan.master_name:
+            try:
+                change = await agent.update_children(
+                    fresh.agent.children, master_name=fresh.agent.master_name
+                )
+            except SubscriptionRefused as exc:
+                log.error(
+                    "SIGHUP: %s: the broker does not let it watch a new child yet (%s): nothing "
+                    "changed; reload the broker with the new fleet first (docs/operations.md)",
+                    path,
+                    exc.topic,
+                )
+                return
+            except VoxError as exc:
+                log.error("SIGHUP: %s: cannot apply it live (%s): restart the agent", path, exc)
+                return
+        if plan.secret_changed and secret.password is not None:
+            agent.update_secret(secret.password)
+            change += (
+                "; " if change else ""
+            ) + "a new broker secret, used from the next connection on"
         self.prepared = replace(self.prepared, file=fresh, config=agent.config)
         if change:
             log.info("SIGHUP: applied without reconnecting: %s (%s)", change, path)

@@ -1,8 +1,9 @@
 """What a changed config file means to a running agent: a live change of children, or a restart.
 
 Only the tree below the agent may change live (docs/operations.md): its children and the
-names of its master and children. Its own identity, its master, its broker and everything
-its parts were built from (roles, settings, intervals) take a restart.
+names of its master and children; and its broker secret (a re-key), which the session
+uses from its next connection on. Its own identity, its master, its broker's address and
+everything its parts were built from (roles, settings, intervals) take a restart.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from vox_mqtt.config import DaemonFile
 
 __all__ = ["ReloadPlan", "plan_reload"]
 
-# Keys of [agent] a reload applies without reconnecting.
-_LIVE_KEYS = frozenset({"children", "master_name"})
+# Keys a reload applies without reconnecting.
+_LIVE_KEYS = frozenset({"agent.children", "agent.master_name", "broker.password"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,12 +30,13 @@ class ReloadPlan:
     removed: Mapping[UUID, str] = field(default_factory=dict)
     renamed: Mapping[UUID, tuple[str, str]] = field(default_factory=dict)
     master_name: tuple[str, str] | None = None  # (old, new)
+    secret_changed: bool = False  # the broker secret: used from the next connection on
 
     @property
     def live(self) -> bool:
         """Return whether there is something to apply live (and nothing that needs a restart)."""
         return not self.restart_keys and bool(
-            self.added or self.removed or self.renamed or self.master_name
+            self.added or self.removed or self.renamed or self.master_name or self.secret_changed
         )
 
     @property
@@ -50,6 +52,8 @@ class ReloadPlan:
         text = f"children {' '.join(parts)}" if parts else ""
         if self.master_name is not None:
             text += ("; " if text else "") + f"master renamed {self.master_name[1]!r}"
+        if self.secret_changed:
+            text += ("; " if text else "") + "a new broker secret, used from the next connection on"
         return text
 
 
@@ -71,11 +75,8 @@ def plan_reload(
         f"{section}.{key}"
         for section in ("agent", "broker")
         for key in sorted(set(a[section]) | set(b[section]))
-        if a[section].get(key) != b[section].get(key)
-        and not (section == "agent" and key in _LIVE_KEYS)
+        if a[section].get(key) != b[section].get(key) and f"{section}.{key}" not in _LIVE_KEYS
     ]
-    if old_secret != new_secret and "broker.password" not in restart:
-        restart.append("broker.password_file (the secret in it)")
     was, now = dict(old.agent.children), dict(new.agent.children)
     master_name = (
         (old.agent.master_name, new.agent.master_name)
@@ -92,4 +93,5 @@ def plan_reload(
             if child in was and was[child] != name
         },
         master_name=master_name,
+        secret_changed=old_secret != new_secret,
     )

@@ -104,15 +104,21 @@ class LiveFleet:
         self.dep.fleet = self.fleet_of(shape)
         return self.dep.fleet
 
-    def render_broker(self) -> None:
-        """Re-render the broker directory and reload the running broker (acl format)."""
-        render_broker_dir(
-            self.dep.fleet,
-            self.dep.broker_dir.root,
-            port=self.dep.port,
-            explorer=True,
-            run_as_user=getpass.getuser(),
-        )
+    def render_broker(self, *, rotate: tuple[str, ...] = (), reload: bool = True) -> None:
+        """Re-render the broker from the current fleet as an operator does, and reload it.
+
+        `vox broker render FLEET --out DIR` with no other option: the directory's
+        render.json keeps the port, user and explorer of the first render.
+        """
+        fleet_file = self.write(self.shape)
+        extra = ["--rotate", *rotate] if rotate else []
+        out = run_vox("broker", "render", fleet_file, "--out", self.dep.broker_dir.root, *extra)
+        assert out.returncode == 0, out.stderr
+        if reload:
+            self.reload_broker()
+
+    def reload_broker(self) -> None:
+        """Reload the running broker with what the broker directory holds now."""
         out = run_vox("broker", "reload", self.dep.broker_dir.root, "--pid", str(self.broker.pid))
         assert out.returncode == 0, out.stderr
 
@@ -553,3 +559,55 @@ def test_a_reload_with_an_invalid_or_restart_only_bundle_changes_nothing(
         out = run_vox("send", "--config", fleet.dep.operator_config, "echo", "text=still", "--json")
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["result"]["text"] == "still"
+
+
+# --- re-key ---------------------------------------------------------------------------------
+
+
+def test_rekey_one_agent_keeps_everyone_else_connected(
+    live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
+) -> None:
+    shape = {
+        "root": Spec(None),
+        "coordinator": Spec("root"),
+        "spec_a": Spec("coordinator", (TALLY,)),
+        "spec_b": Spec("coordinator", (SLEEPER,)),
+    }
+    fleet = live(shape)
+    spec_b = fleet.id("spec_b")
+    with fleet.dep.recorder() as rec:
+        start_all(fleet, processes, rec, list(shape))
+        hear_live(rec, spec_b)
+        epoch = rec.latest_status(spec_b)["epoch"]
+        old = fleet.creds("spec_b")
+        pid = processes["spec_b"].pid
+
+        # 1. A new secret for spec_b alone; the broker still knows the old one.
+        fleet.render_broker(rotate=("spec_b",), reload=False)
+        new = fleet.creds("spec_b")
+        assert new.password != old.password
+        # 2. spec_b is told: its new bundle, SIGHUP; it stays connected meanwhile.
+        before = len(processes["spec_b"].log().splitlines())
+        fleet.render("spec_b")
+        processes["spec_b"].signal(signal.SIGHUP)
+        told = wait_log(processes["spec_b"], "SIGHUP", after=before)
+        assert "a new broker secret, used from the next connection on" in told
+        # 3. The broker reload cuts the old secret; spec_b is back with the new one at once.
+        reloaded = time.monotonic()
+        fleet.reload_broker()
+        back = rec.status(spec_b, after=reloaded, status="ACTIVE", min_epoch=epoch + 1)
+        took = back.at - reloaded
+        print(f"\nRE-KEY: broker reload -> spec_b ACTIVE with its new secret {took:.3f}s")
+        assert try_connect(old) == NOT_AUTHORIZED
+        out = run_vox("send", "--config", fleet.dep.operator_config, "echo", "text=rekeyed")
+        assert out.returncode == 0, out.stderr
+        time.sleep(STALE_WINDOW)  # a false staleness would show now
+
+    # No false staleness, no incident: the coordinator never lost sight of spec_b for long.
+    assert [s for s in rec.seen if s.topic.startswith("vox/warroom/")] == []
+    assert "spec_b ACTIVE -> STALE" not in processes["coordinator"].log()
+    assert processes["spec_b"].pid == pid  # told, not restarted
+    # Every other agent kept its one connection; spec_b logged in anew, with its new secret.
+    for name in ("root", "coordinator", "spec_a"):
+        assert fleet.connections(name) == 1, name
+    assert fleet.connections("spec_b") == 2

@@ -49,7 +49,7 @@ def test_children_and_names_apply_live() -> None:
     assert gone.summary() == "children -spec_a"
 
 
-def test_identity_master_config_and_secret_take_a_restart() -> None:
+def test_identity_master_and_config_take_a_restart() -> None:
     old = daemon_file(id=ME)
     assert plan_reload(old, daemon_file()).restart_keys == ("agent.id", "broker.username")
     assert plan_reload(old, daemon_file(id=ME, master_id=str(uuid4()))).restart_keys == (
@@ -58,5 +58,14 @@ def test_identity_master_config_and_secret_take_a_restart() -> None:
     mixed = plan_reload(old, daemon_file(id=ME, children={}, heartbeat_interval=5.0))
     assert mixed.restart_keys == ("agent.heartbeat_interval",)
     assert not mixed.live  # one restart-only key refuses the whole change
+
+
+def test_a_new_secret_applies_from_the_next_connection() -> None:
+    old = daemon_file(id=ME)
     secret = plan_reload(old, old, old_secret="a", new_secret="b")
-    assert secret.restart_keys == ("broker.password_file (the secret in it)",)
+    assert secret.live
+    assert secret.restart_keys == ()
+    assert secret.summary() == "a new broker secret, used from the next connection on"
+    moved = daemon_file(id=ME)
+    moved = moved.model_copy(update={"broker": moved.broker.model_copy(update={"port": 8883})})
+    assert plan_reload(old, moved, old_secret="a", new_secret="b").restart_keys == ("broker.port",)

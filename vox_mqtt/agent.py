@@ -197,6 +197,17 @@ class VOXAgent:
                 log.info("%s: %s", self.name, text)
             return text
 
+    def update_secret(self, password: str) -> None:
+        """Use a new broker secret from the next connection on (a re-key); stay connected.
+
+        The broker reload that re-keys this identity drops the current connection, and the
+        session's next one logs in with the new secret (docs/operations.md).
+        """
+        broker = replace(self.config.broker, password=password)
+        self.config = self._ctx.config = replace(self.config, broker=broker)
+        if self._ctx.session is not None:
+            self._ctx.session.use_password(password)
+
     def _fail_delegated(self, child: UUID, name: str) -> None:
         """Answer the requests waiting on a child that is no longer one."""
         for tracked in self.tracker.pending():

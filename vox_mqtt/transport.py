@@ -9,7 +9,7 @@ import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiomqtt
@@ -369,6 +369,10 @@ class Session:
                     await self._on_disconnect(cause)
                 except Exception:
                     log.exception("on_disconnect failed")
+
+    def use_password(self, password: str) -> None:
+        """Log in with this secret from the next connection on; the current one stays up."""
+        self.settings = replace(self.settings, password=password)
 
     async def subscribe(self, filters: Sequence[str]) -> None:
         """Add subscriptions: at once on the live connection, and on every reconnect after.
