@@ -174,6 +174,8 @@ class VOXAgent:
             removed = {child: name for child, name in was.items() if child not in now}
             renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
             session = self._ctx.session
+            if self._liveness is not None:
+                self._liveness.expect(set(added))  # their retained status may come at once
             if session is not None:
                 # First: a refused subscription (a broker not re-rendered yet) changes nothing.
                 await session.subscribe([topics.status(child) for child in added])

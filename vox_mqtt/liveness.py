@@ -340,6 +340,10 @@ class Liveness:
             if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
 
+    def expect(self, children: set[UUID]) -> None:
+        """Take statuses of these (new) children again, before their subscription is made."""
+        self._forgotten -= children
+
     async def children_changed(self, added: set[UUID], removed: set[UUID]) -> None:
         """Follow a change of children: forget the removed, resolve their incidents, advertise."""
         self._forgotten = (self._forgotten | removed) - added
