@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the daemon and return its exit code: 0 stopped cleanly, 1 failed, 2 bad config."""
+    """Run the daemon; exit 0 stopped cleanly, 1 failed, 2 bad config, 77 login refused."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.log_level not in LEVELS:

@@ -21,9 +21,11 @@ from vox_mqtt.errors import (
     ConfigError,
     DeliveryFailed,
     LedgerError,
+    Refused,
     SubscriptionRefused,
     VoxError,
 )
+from vox_mqtt.peernames import read_names, write_names
 from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
 
@@ -31,13 +33,25 @@ from .logs import LogSetup
 from .reload import plan_reload
 from .sdnotify import Notifier, watchdog_interval
 
-__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "AgentDaemon", "Prepared", "prepare"]
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "AgentDaemon",
+    "Prepared",
+    "prepare",
+    "state_dir_problems",
+]
 
 log = logging.getLogger("vox-agent")
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1  # a runtime failure systemd should restart (Restart=on-failure)
 EXIT_CONFIG: Final = 2  # a config error; the unit says RestartPreventExitStatus=2
+# The broker refused the login (credentials, not authorized, TLS): restarting cannot fix it.
+# 77 is sysexits' EX_NOPERM, which systemctl shows as "status=77/NOPERMISSION".
+EXIT_REFUSED: Final = 77
 
 # Checks of the loop and the session between watchdog pings; a wedged loop misses them all.
 _CHECKS_PER_PING: Final = 4
@@ -82,15 +96,36 @@ def prepare(path: Path) -> Prepared:
             load_role(spec, prepared.settings)
         except ConfigError as exc:
             problems += [f"{path}: agent.roles: {line}" for line in exc.problems]
-    problems += _state_dir_problems(Path(config.state_dir))
+    problems += state_dir_problems(Path(config.state_dir))
     if problems:
         raise ConfigError(problems)
     return prepared
 
 
-def _state_dir_problems(state_dir: Path) -> list[str]:
+def keep_names(config: AgentConfig, *, keep_former: bool = False) -> None:
+    """Keep the names this agent knows beside its ledger, for `vox ledger` views.
+
+    After a reload former children keep their names too: the ledger still names them.
+    """
+    names = {config.id: config.name, **config.children}
+    if config.master_id is not None:
+        names[config.master_id] = config.master_name
+    state_dir = Path(config.state_dir)
+    former = read_names(state_dir) if keep_former else {}
+    write_names(state_dir, {**former, **names})
+
+
+def state_dir_problems(state_dir: Path) -> list[str]:
+    """Return why the state dir cannot hold the ledger, creating it if it is missing."""
+    if state_dir.exists() and not state_dir.is_dir():
+        return [
+            f"state dir {state_dir}: it is a file, not a folder — move the file away or point "
+            "agent.state_dir elsewhere"
+        ]
     try:
         private_dir(state_dir)
+    except NotADirectoryError:
+        return [f"state dir {state_dir}: a folder on its path is a file"]
     except OSError as exc:
         return [f"state dir {state_dir}: cannot create it: {exc.strerror}"]
     if not os.access(state_dir, os.W_OK | os.X_OK):
@@ -133,6 +168,7 @@ class AgentDaemon:
             loop.add_signal_handler(signum, self.request_stop, signum)
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         reloader = asyncio.ensure_future(self._reload_loop())
+        keep_names(self.prepared.config)
         try:
             agent = await self._connect()
             if agent is None:
@@ -143,6 +179,13 @@ class AgentDaemon:
             for problem in exc.problems:
                 log.error("%s", problem)
             return EXIT_CONFIG
+        except Refused as exc:
+            text = f"the broker refused this agent: {exc}"
+            log.error(
+                "%s; not retrying (exit %d): fix it, then start the agent", text, EXIT_REFUSED
+            )
+            self.notifier.status(text)
+            return EXIT_REFUSED
         except LedgerError as exc:
             log.error("the ledger failed: %s", exc)
             return EXIT_FAILURE
@@ -174,8 +217,10 @@ class AgentDaemon:
             try:
                 entered = await self._unless_stopped(agent.__aenter__())
             except (BrokerUnavailable, DeliveryFailed) as exc:
-                # DeliveryFailed: the broker refused the birth, e.g. an ACL rendered from
-                # an older fleet file; re-rendering the broker fixes it, so keep trying.
+                if isinstance(exc, Refused) and not isinstance(exc, SubscriptionRefused):
+                    raise  # a refused login: run() says so and exits
+                # DeliveryFailed or SubscriptionRefused: the login was accepted but the ACL
+                # is from an older fleet file; re-rendering the broker fixes it, so keep trying.
                 wait = random.uniform(0.5, 1.0) * delay
                 log.warning(
                     "cannot connect to the broker (try %d): %s; next try in %.1fs",
@@ -369,6 +414,7 @@ class AgentDaemon:
                 "; " if change else ""
             ) + "a new broker secret, used from the next connection on"
         self.prepared = replace(self.prepared, file=fresh, config=agent.config)
+        keep_names(agent.config, keep_former=True)
         if change:
             log.info("SIGHUP: applied without reconnecting: %s (%s)", change, path)
         else:

@@ -471,20 +471,50 @@ def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
         assert 0.5 * 2**n - 0.05 <= wait <= 2**n + 0.05, waits
 
 
-def test_refused_credentials_are_retried_and_said_plainly(
-    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+@pytest.mark.parametrize("wrong", ["password", "username"])
+def test_a_refused_login_stops_the_daemon_with_exit_77(
+    tmp_path: Path,
+    broker_factory: Callable[..., LocalBroker],
+    notify: NotifySocket,
+    run_daemon,
+    wrong: str,
 ) -> None:
     dep = deploy(tmp_path)
     broker_factory(dep.conf_text, port=dep.port)
-    secret = dep.root_config.parent / "root.credentials.toml"
-    secret.write_text(re.sub(r'password = ".*"', 'password = "wrong"', secret.read_text()))
+    if wrong == "password":
+        secret = dep.root_config.parent / "root.credentials.toml"
+        secret.write_text(re.sub(r'password = ".*"', 'password = "wrong"', secret.read_text()))
+    else:  # an identity the broker does not know: "not authorized" or "bad username"
+        text = dep.root_config.read_text()
+        dep.root_config.write_text(
+            re.sub(r'username = ".*"', f'username = "{uuid4()}"', text, count=1)
+        )
     daemon = run_daemon(dep.root_config)
-    daemon.wait_log("cannot connect to the broker (try 2)", timeout=60)
-    assert "refused the credentials" in daemon.log()
+    # 77 is what the unit's RestartPreventExitStatus lists: systemd does not restart-loop.
+    assert daemon.wait(timeout=60) == 77
+    log = daemon.log()
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, log
+    assert "the broker refused this agent" in errors[0]
+    assert "not retrying (exit 77)" in errors[0]
+    assert "(try 2)" not in log
+    assert "Traceback" not in log
     assert "READY=1" not in notify.lines()
-    daemon.signal(signal.SIGTERM)
-    assert daemon.wait() == 0
-    assert "Traceback" not in daemon.log()
+    assert any(line.startswith("STATUS=the broker refused this agent") for line in notify.lines())
+    unit = (REPO / "systemd" / "vox-agent@.service").read_text()
+    assert "RestartPreventExitStatus=2 77" in unit.splitlines()
+
+
+def test_a_state_dir_that_is_a_file_is_one_clear_line(tmp_path: Path, run_daemon) -> None:
+    dep = deploy(tmp_path)
+    dep.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    dep.state_dir.write_text("not a folder\n")
+    daemon = run_daemon(dep.root_config)
+    assert daemon.wait(timeout=60) == 2
+    log = daemon.log()
+    assert f"state dir {dep.state_dir}: it is a file, not a folder" in log
+    assert "File exists" not in log
+    assert "Traceback" not in log
 
 
 def test_sigterm_while_waiting_for_the_broker_exits_cleanly(
@@ -506,6 +536,13 @@ def test_sighup_reopens_logs_and_rechecks_the_config(
     broker_factory(dep.conf_text, port=dep.port)
     daemon = run_daemon(dep.root_config)
     notify.wait_for("READY=1")
+    # The names the agent knows are kept beside its ledger, for `vox ledger` views.
+    names = json.loads((dep.state_dir / "names.json").read_text())
+    assert names == {
+        dep.root_id: "root",
+        str(dep.fleet.agent("leaf").id): "leaf",
+        str(dep.fleet.operator_id): dep.fleet.operator_name,
+    }
     daemon.signal(signal.SIGHUP)
     daemon.wait_log("is valid and unchanged")
     notify.wait_for("RELOADING=1")

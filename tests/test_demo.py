@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -146,6 +147,13 @@ def test_the_narration_shows_every_step(demo_run: tuple[Path, str]) -> None:
         assert found >= 0, f"{step!r} missing after position {position}:\n{output}"
         position = found
     assert output.count("causality chain") == 3
+    # Names, not UUIDs, in what it narrates: the handler, each hop of each trace.
+    root, coordinator = fleet.agent("root"), fleet.agent("coordinator")
+    assert "was answered by root," in output
+    assert f"operator {str(fleet.operator_id)[:8]} → root {str(root.id)[:8]}" in output
+    assert f"root {str(root.id)[:8]} → coordinator {str(coordinator.id)[:8]}" in output
+    assert re.search(rf"coordinator {str(coordinator.id)[:8]} → specialist_[ab] ", output)
+    assert re.search(r"down for \d+\.\ds", output)
     for agent in fleet:
         assert f"{agent.name}: stopped cleanly" in output
     assert "Traceback" not in output

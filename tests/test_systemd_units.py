@@ -155,7 +155,7 @@ def test_agent_unit_lifecycle_settings() -> None:
         "NotifyAccess": "main",
         "WatchdogSec": "30",
         "Restart": "on-failure",
-        "RestartPreventExitStatus": "2",
+        "RestartPreventExitStatus": "2 77",
         "StateDirectory": "vox/%i",
         "ConfigurationDirectory": "vox",
         "User": "vox",

@@ -38,7 +38,13 @@ class Client(aiomqtt.Client):
     def __init__(self, *args: Any, will: Will | None, **kwargs: Any) -> None:
         paho_will = None
         if will is not None:
-            props = properties(PacketTypes.WILLMESSAGE, ContentType=will.content_type)
+            props = properties(
+                PacketTypes.WILLMESSAGE,
+                ContentType=will.content_type,
+                # JSON is UTF-8 text: the payload-format indicator says so to explorers.
+                PayloadFormatIndicator=1 if will.content_type == "application/json" else None,
+                UserProperty=list(will.user_properties) or None,
+            )
             paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
         super().__init__(*args, will=paho_will, **kwargs)
         self.will = will

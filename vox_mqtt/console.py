@@ -13,7 +13,9 @@ from typing import Any
 
 from .agent import VOXAgent
 from .config import ConsoleFile, load_console_config
+from .errors import ConfigError
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from .peernames import write_names
 from .privatefs import private_dir
 from .status import FleetView
 from .topics import STATUS_FILTER, WARROOM_FILTER
@@ -61,7 +63,15 @@ class OperatorConsole:
         return self.agent.fleet_view
 
     async def __aenter__(self) -> OperatorConsole:
+        state_dir = self.inbox_path.parent
+        if state_dir.exists() and not state_dir.is_dir():
+            raise ConfigError(
+                [f"state dir {state_dir}: it is a file, not a folder — move the file away or "
+                 "point operator.state_dir elsewhere"]
+            )  # fmt: skip
         await self.agent.__aenter__()
+        op = self.file.operator
+        write_names(state_dir, {op.id: op.name, op.root_id: op.root_name})
         return self
 
     async def __aexit__(
@@ -87,6 +97,7 @@ class OperatorConsole:
             "message_id": str(message.message_id),
             "emitted_at": message.emitted_at,
             "type": message.type,
+            "source": str(message.source),
             "message_source": message.message_source,
             "details": message.details,
         }

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from .errors import BrokerUnavailable
 from .ledger import VOXAgentMemory
+from .publishprops import PublishProperties
 from .settings import AgentConfig
 from .tracking import RequestTracker
 from .transport import Session
@@ -57,6 +58,14 @@ class AgentContext:
     tracker: RequestTracker
     tasks: TaskSet
     session: Session | None = field(default=None)  # set when the agent starts
+    # What an MQTT explorer shows beside each publish, built once per peer and type.
+    publish_props: PublishProperties = field(init=False)
+
+    def __post_init__(self) -> None:
+        known = dict(self.config.children)
+        if self.config.master_id is not None:
+            known[self.config.master_id] = self.config.master_name
+        self.publish_props = PublishProperties(self.config.name, known)
 
     @property
     def id(self) -> UUID:

@@ -126,7 +126,7 @@ class InboundPipeline:
         if message.type != MSG_ACKNOWLEDGED:
             # The record is durable, so the ack may go; routing need not wait for the ack's own
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
-            self.ctx.tasks.spawn(self.outbox.publish_ack(message), "ack")
+            self.outbox.spawn_ack(message)
         await self._route(message)
 
     async def _reject(

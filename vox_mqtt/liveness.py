@@ -147,7 +147,12 @@ class Liveness:
             return None
         self.epoch = self.epoch_counter.next()
         message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
-        return Will(topic=topics.status(self.config.id), payload=serialize(message), retain=True)
+        return Will(
+            topic=topics.status(self.config.id),
+            payload=serialize(message),
+            retain=True,
+            user_properties=self.ctx.publish_props.will(MSG_AGENT_STATUS),
+        )
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
@@ -166,14 +171,24 @@ class Liveness:
             metrics = host_metrics(self.config.state_dir)
         message = self._status_message(ACTIVE, None, metrics)
         self._advertised = list(message.details.get("commands", []))
-        await session.publish(topics.status(self.config.id), serialize(message), retain=True)
+        await session.publish(
+            topics.status(self.config.id),
+            serialize(message),
+            retain=True,
+            props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+        )
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
         session = self.ctx.session
         if session is not None and self.config.publish_status:
             message = self._status_message(INACTIVE, SHUTDOWN)
-            await session.publish(topics.status(self.config.id), serialize(message), retain=True)
+            await session.publish(
+                topics.status(self.config.id),
+                serialize(message),
+                retain=True,
+                props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+            )
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -410,10 +425,16 @@ class Liveness:
             topics.warroom(self.config.id, subject),
             serialize(message),
             retain=retain,
-            expiry=INCIDENT_EXPIRY,
+            props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
         )
-        log.warning(
-            "%s: war room: %s %s", self.config.name, failure.error_code, failure.description
+        # An incident is news a person should see (WARNING); its resolution is not (INFO).
+        log.log(
+            logging.INFO if failure.resolved else logging.WARNING,
+            "%s: war room: %s%s %s",
+            self.config.name,
+            failure.error_code,
+            " resolved:" if failure.resolved else "",
+            failure.description,
         )
 
     async def _check_host(self, metrics: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from . import topics
 from .context import AgentContext
 from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
 from .messages import (
+    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     CommandError,
@@ -42,6 +43,7 @@ class Outbox:
 
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
+        self._acking: set[asyncio.Task[Any]] = set()  # acks not yet PUBACKed
 
     @property
     def config(self) -> AgentConfig:
@@ -84,13 +86,20 @@ class Outbox:
         session = self.ctx.live_session()
         tracker = self.ctx.tracker
         message = tracked.message
-        topic = topics.inbox(message.target, self.config.id)
+        target = message.target
+        topic = topics.inbox(target, self.config.id)
         payload = serialize(message)
+        props = self.ctx.publish_props
+        # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
+        fixed = None if _expiry(message) else props.inbox(target, message.type)
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
             try:
-                await session.publish(topic, payload, expiry=_expiry(message))
+                these = fixed
+                if these is None:
+                    these = props.inbox(target, message.type, expiry=_expiry(message))
+                await session.publish(topic, payload, props=these)
                 tracker.dispatched(message.message_id)
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
@@ -110,13 +119,32 @@ class Outbox:
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
 
+    def spawn_ack(self, message: VOXMessage) -> None:
+        """Acknowledge in the background; flush_acks waits for it before the agent leaves."""
+        task = self.ctx.tasks.spawn(self.publish_ack(message), "ack")
+        self._acking.add(task)
+        task.add_done_callback(self._acking.discard)
+
+    async def flush_acks(self, timeout: float) -> None:
+        """Wait (up to timeout) for the acks still on their way to their PUBACK.
+
+        Acks owed go out before the agent leaves, or the peer keeps re-sending what this
+        agent already holds: a one-shot `vox send` would leave the root re-sending its answer.
+        """
+        if self._acking:
+            await asyncio.wait(list(self._acking), timeout=timeout)
+
     async def publish_ack(self, message: VOXMessage) -> None:
         """Acknowledge a message already recorded durably (never tracked, never re-sent)."""
         session = self.ctx.live_session()
         ack = message.acknowledgement(message_source=self.config.message_source)
         await self.ctx.ledger.record_message(ack, "sent")
         try:
-            await session.publish(topics.inbox(message.source, self.config.id), serialize(ack))
+            await session.publish(
+                topics.inbox(message.source, self.config.id),
+                serialize(ack),
+                props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
+            )
         except DeliveryFailed as exc:
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(

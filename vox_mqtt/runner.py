@@ -192,11 +192,17 @@ class CommandRunner:
         name = payload.command
         child, code = self.choose_child(name)
         if child is None:
-            reason = (
-                f"no child that serves {name!r} is healthy"
-                if code == ErrorCode.TARGET_INACTIVE
-                else f"{self.config.name} cannot route {name!r}: neither it nor a child serves it"
-            )
+            if code == ErrorCode.TARGET_INACTIVE:
+                reason = f"no child that serves {name!r} is healthy"
+            else:
+                # Say what does exist: a typo is then one look away from its fix.
+                serves = sorted(
+                    self.router.commands | self.fleet_view.commands_of(self.config.children)
+                )
+                reason = (
+                    f"{self.config.name} cannot route {name!r}: neither it nor a child serves "
+                    f"it; it serves: {', '.join(serves) or 'nothing'}"
+                )
             return CommandError(code=code or ErrorCode.NO_ROUTE, error=reason, command=name)
         downstream = new_message(
             MSG_COMMAND_REQUEST,

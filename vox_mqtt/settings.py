@@ -62,6 +62,8 @@ class Will:
     retain: bool = True
     qos: int = 1
     content_type: str | None = "application/json"
+    # MQTT v5 user properties an explorer shows beside it (docs/topics.md).
+    user_properties: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

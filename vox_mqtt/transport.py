@@ -14,6 +14,7 @@ from typing import Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
@@ -88,6 +89,7 @@ class Session:
         self._runner: asyncio.Task[None] | None = None
         self._first: asyncio.Future[None] | None = None
         self._last_error: BrokerUnavailable | None = None
+        self._first_logged = ""  # the last cause logged while the first connect is retried
         self._spare_will: tuple[Will | None] | None = None
 
     @property
@@ -158,16 +160,20 @@ class Session:
         qos: int = 1,
         expiry: int | None = None,
         content_type: str | None = "application/json",
+        props: Properties | None = None,
     ) -> None:
         """Return once the broker accepted the message; raise DeliveryFailed otherwise.
 
         Waits for a connection for up to publish_timeout; the same deadline covers the PUBACK.
+        `props`, when given, are sent as they are (built once by the caller, see
+        publishprops.py); expiry and content_type then belong in them.
         """
         if expiry is not None and expiry < 1:
             raise ValueError(f"message expiry must be >= 1 s, not {expiry}")
-        props = properties(
-            PacketTypes.PUBLISH, ContentType=content_type, MessageExpiryInterval=expiry
-        )
+        if props is None:
+            props = properties(
+                PacketTypes.PUBLISH, ContentType=content_type, MessageExpiryInterval=expiry
+            )
         timeout = self.settings.publish_timeout
         rc: ReasonCode | None = None
         sent = False
@@ -309,8 +315,12 @@ class Session:
         if self._first is not None and not self._first.done():
             if fatal:
                 self._first.set_exception(exc)  # __aenter__ raises it
+            elif str(exc) != self._first_logged:
+                # An unreachable broker is worth a warning; the same cause again is not news.
+                self._first_logged = str(exc)
+                log.warning("%s; retrying", exc)
             else:
-                log.info("%s; retrying", exc)
+                log.debug("%s; retrying", exc)
             return
         level = logging.ERROR if fatal else logging.WARNING
         log.log(level, "%s; retrying", exc, exc_info=not isinstance(exc, BrokerUnavailable))

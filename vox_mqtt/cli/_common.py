@@ -2,16 +2,83 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-__all__ = ["EXIT_RUNTIME", "EXIT_USAGE", "err_console", "fail", "out_console", "print_json"]
+from ..errors import ConfigError
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG",
+    "EXIT_RUNTIME",
+    "EXIT_USAGE",
+    "add_config_option",
+    "config_path",
+    "duration",
+    "err_console",
+    "fail",
+    "out_console",
+    "print_json",
+]
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+
+# Where `--config` is looked for when it is not given (docs/deploy.md).
+CONFIG_ENV = "VOX_CONFIG"
+DEFAULT_CONFIG = Path("/etc/vox/operator.toml")
+
+
+def add_config_option(parser: argparse.ArgumentParser, *, agent_too: bool = True) -> None:
+    """Add `--config FILE`, which falls back to $VOX_CONFIG, then /etc/vox/operator.toml."""
+    who = (
+        "the operator's console config (`vox agent render FLEET operator`); default: "
+        f"${CONFIG_ENV}, else {DEFAULT_CONFIG}"
+    )
+    if agent_too:
+        who += "; or an agent's daemon config, to see what that identity may read"
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE", help=who)
+
+
+def config_path(given: Path | None) -> Path:
+    """Return the console config to use: --config, else $VOX_CONFIG, else /etc/vox/operator.toml.
+
+    Raise ConfigError when none is given and the default does not exist.
+    """
+    if given is not None:
+        return given
+    env = os.environ.get(CONFIG_ENV, "").strip()
+    if env:
+        return Path(env)
+    if DEFAULT_CONFIG.exists():
+        return DEFAULT_CONFIG
+    raise ConfigError(
+        [
+            f"no config: pass --config FILE, set ${CONFIG_ENV}, or install the operator's "
+            f"console config as {DEFAULT_CONFIG} (`vox agent render FLEET operator --out ...`)"
+        ]
+    )
+
+
+def duration(seconds: float) -> str:
+    """Return a duration as a person reads it: 4.2s, 5m 12s, 3h 07m, 2d 04h."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s"
 
 
 def out_console() -> Console:

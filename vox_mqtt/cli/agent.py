@@ -6,6 +6,10 @@ import argparse
 from pathlib import Path
 
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
+from ..hierarchy import Fleet, load_fleet
+from ._common import EXIT_USAGE, fail
+from ._ids import normalize_prefix, pick_by_prefix
+from .fleet import report_roles
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     render.add_argument("fleet", type=Path, help="the fleet file")
-    render.add_argument("name", help="the agent's name or id, or `operator`")
+    render.add_argument(
+        "name", help="the agent's name or id (or the id's first digits), or `operator`"
+    )
     render.add_argument(
         "--broker-dir", required=True, type=Path, help="the folder `vox broker render` wrote"
     )
@@ -41,10 +47,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """Render one config and say what was written."""
+    """Check the agent's roles, render its config and say what was written."""
+    fleet = load_fleet(args.fleet)
+    try:
+        name = resolve_agent(fleet, args.name)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    if name != "operator" and report_roles(fleet, args.fleet, only=[fleet.agent(name)]):
+        fail(f"not written: fix the role paths of {name} in {args.fleet}")
+        return EXIT_USAGE
     rendered = render_agent_config(
-        args.fleet,
-        args.name,
+        fleet,
+        name,
         args.broker_dir,
         args.out,
         args.state_dir,
@@ -55,3 +70,22 @@ def cmd_render(args: argparse.Namespace) -> int:
     for path in rendered.secrets:
         print(f"wrote {path} (secret, mode 0600)")
     return 0
+
+
+def resolve_agent(fleet: Fleet, key: str) -> str:
+    """Return the name of the agent a name, id or unique id prefix designates (or `operator`)."""
+    if key in ("operator", fleet.operator_name, str(fleet.operator_id)):
+        return "operator"
+    try:
+        return fleet.agent(key).name
+    except KeyError:
+        pass
+    try:
+        prefix = normalize_prefix(key, "agent id")
+    except ValueError:
+        known = ", ".join(sorted(a.name for a in fleet))
+        raise ValueError(
+            f"no agent {key!r} in the fleet (agents: {known}; or `operator`)"
+        ) from None
+    ids = {str(a.id): a.name for a in fleet} | {str(fleet.operator_id): "operator"}
+    return ids[pick_by_prefix(prefix, ids, "agent id", "the fleet")]

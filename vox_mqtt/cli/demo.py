@@ -230,8 +230,10 @@ class Demo:
         answer: Any = run.json()
         request_id = UUID(answer["reply_to"])
         self.say(
-            f"the operator's request {request_id} was answered by the root "
-            f"(handled_by {answer['handled_by']}); each ledger holds its own hop of the chain:"
+            f"the operator's request {str(request_id)[:8]} was answered by "
+            f"{answer['handled_by_name']}, which answers for its children's work; each ledger "
+            "holds its own hop of the chain (any id a view prints, or its first 8 digits, "
+            "is accepted back):"
         )
         root_rows = await self.ledgers.rows("root")
         down = _row(root_rows, message_type="command_request", reply_to=str(request_id))
@@ -239,9 +241,9 @@ class Demo:
         further = _row(coord_rows, message_type="command_request", reply_to=down["message_id"])
         specialist = self._name_of(further["target"])
         self.say("")
-        await self.vox("ledger", str(self._db("root")), "trace", str(request_id))
-        await self.vox("ledger", str(self._db("coordinator")), "trace", down["message_id"])
-        await self.vox("ledger", str(self._db(specialist)), "trace", further["message_id"])
+        await self.vox("ledger", str(self._db("root")), "trace", str(request_id)[:8])
+        await self.vox("ledger", str(self._db("coordinator")), "trace", down["message_id"][:8])
+        await self.vox("ledger", str(self._db(specialist)), "trace", further["message_id"][:8])
 
     def _name_of(self, agent_id: str) -> str:
         return self.fleet.agent(UUID(agent_id)).name

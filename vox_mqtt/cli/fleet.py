@@ -1,81 +1,66 @@
-"""`vox init`, `vox tree` and `vox fleet diff|retire`: the fleet file and its changes."""
+"""`vox init`, `vox uuid` and `vox tree`: create, grow, check and draw the fleet file."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from ..fleetdiff import FleetDiff, diff_fleets
-from ..fleetplan import plan_steps
-from ..hierarchy import AgentSpec, Fleet, load_fleet, seed_fleet_toml
-from ..retirement import retire_agent
-from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
+from ..errors import FleetError
+from ..hierarchy import AgentSpec, Fleet, load_fleet, parse_fleet, seed_fleet_toml
+from ..rolecheck import check_roles
+from ._common import EXIT_USAGE, fail, print_json
 
-__all__ = ["draw_tree", "register", "tree_as_json"]
+__all__ = ["draw_tree", "register", "report_roles", "tree_as_json"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the fleet verbs."""
-    init = subparsers.add_parser("init", help="write the seed example fleet file with fresh UUIDs")
-    init.add_argument("fleet", type=Path, help="path of the fleet file to create")
+    init = subparsers.add_parser(
+        "init",
+        help="write the seed example fleet file with fresh UUIDs, or --add an agent to one",
+    )
+    init.add_argument("fleet", type=Path, help="path of the fleet file to create (or to grow)")
+    init.add_argument("--add", metavar="NAME", help="add an agent NAME with a fresh UUID")
+    init.add_argument("--master", metavar="NAME", help="its master's name or id (with --add)")
+    init.add_argument(
+        "--role", action="append", default=[], metavar="MODULE:CLASS", help="a role (repeatable)"
+    )
     init.set_defaults(func=cmd_init)
 
-    tree = subparsers.add_parser("tree", help="draw the hierarchy of a fleet file")
+    uuid = subparsers.add_parser("uuid", help="print fresh UUIDs for new agents (uuid4)")
+    uuid.add_argument("count", type=int, nargs="?", default=1, help="how many (default 1)")
+    uuid.set_defaults(func=cmd_uuid)
+
+    tree = subparsers.add_parser(
+        "tree", help="draw the hierarchy of a fleet file and check every role path it names"
+    )
     tree.add_argument("fleet", type=Path, help="path of the fleet file")
     tree.add_argument("--json", action="store_true", help="print the tree as JSON")
     tree.set_defaults(func=cmd_tree)
 
-    fleet = subparsers.add_parser("fleet", help="change a running fleet: diff, retire")
-    verbs = fleet.add_subparsers(dest="fleet_verb", metavar="ACTION", required=True)
-    diff = verbs.add_parser(
-        "diff", help="what a change of the fleet file means, per host, and in which order"
-    )
-    diff.add_argument("old", type=Path, help="the fleet file the fleet runs now")
-    diff.add_argument("new", type=Path, help="the changed fleet file")
-    diff.add_argument(
-        "--broker-dir",
-        default="/etc/vox/broker",
-        help="the broker directory, as the steps should name it (default /etc/vox/broker)",
-    )
-    diff.add_argument(
-        "--bundles",
-        default="bundles",
-        help="where the steps render agent bundles on the broker host (default ./bundles)",
-    )
-    diff.add_argument("--json", action="store_true", help="print the diff and steps as JSON")
-    diff.set_defaults(func=cmd_diff)
 
-    retire = verbs.add_parser(
-        "retire",
-        help="clear what a retired agent left on the broker (status, war-room posts) and "
-        "tell its master; run it before the broker is re-rendered without the agent",
-    )
-    retire.add_argument("name", help="the retired agent's name")
-    retire.add_argument(
-        "--fleet", type=Path, required=True, help="the fleet file, already without the agent"
-    )
-    retire.add_argument(
-        "--broker-dir",
-        type=Path,
-        required=True,
-        help="the broker directory, still holding the agent's credentials",
-    )
-    retire.add_argument(
-        "--wait", type=float, default=3.0, help="seconds to wait for retained messages (3)"
-    )
-    retire.add_argument(
-        "--force", action="store_true", help="retire it even though it still says ACTIVE"
-    )
-    retire.add_argument("--json", action="store_true", help="print what was done as JSON")
-    retire.set_defaults(func=cmd_retire)
+def cmd_uuid(args: argparse.Namespace) -> int:
+    """Print fresh random UUIDs, one a line."""
+    if not 1 <= args.count <= 1000:
+        fail(f"count must be 1 to 1000, not {args.count}")
+        return EXIT_USAGE
+    for _ in range(args.count):
+        print(uuid4())
+    return 0
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """Write the seed tree, refusing to overwrite an existing file."""
+    """Write the seed tree (refusing to overwrite a file), or add one agent to a fleet."""
+    if args.add is not None:
+        return add_agent(args.fleet, args.add, args.master, args.role)
+    if args.master is not None or args.role:
+        fail("--master and --role go with --add NAME")
+        return EXIT_USAGE
     path: Path = args.fleet
     try:
         # O_EXCL: never clobber an operator's fleet, even in a race.
@@ -131,96 +116,63 @@ def tree_as_json(fleet: Fleet) -> dict[str, Any]:
     }
 
 
+def add_agent(path: Path, name: str, master: str | None, roles: list[str]) -> int:
+    """Append one agent with a fresh UUID to a fleet file, keeping the rest of it as it is."""
+    if master is None:
+        fail("--add NAME needs --master NAME (the agent it reports to)")
+        return EXIT_USAGE
+    fleet = load_fleet(path)
+    try:
+        boss = fleet.agent(master)
+    except KeyError:
+        known = ", ".join(sorted(a.name for a in fleet))
+        fail(f"--master {master!r}: no such agent in {path} (agents: {known})")
+        return EXIT_USAGE
+    new_id = uuid4()
+    lines = ["", "[[agents]]", f'name = "{name}"', f'id = "{new_id}"', f'master_id = "{boss.id}"']
+    if roles:
+        lines.append("roles = [" + ", ".join(f'"{role}"' for role in roles) + "]")
+    text = path.read_text(encoding="utf-8")
+    grown = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    try:
+        fleet = parse_fleet(grown, source=str(path))  # a bad name or a duplicate fails here
+    except FleetError as exc:
+        for problem in exc.problems:
+            fail(problem)
+        return EXIT_USAGE
+    if report_roles(fleet, path, only=[fleet.agent(new_id)]):
+        return EXIT_USAGE
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(grown, encoding="utf-8")
+    os.chmod(tmp, path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
+    print(f"added {name} (id: {new_id}) under {boss.name} to {path}")
+    print("next: `vox broker render` and `vox agent render` for it and its master")
+    return 0
+
+
+def report_roles(fleet: Fleet, source: Path, only: Iterable[AgentSpec] | None = None) -> bool:
+    """Check the role paths of the fleet (or of some agents); print problems; True if any is bad."""
+    agents = list(fleet if only is None else only)
+    results = check_roles(role for agent in agents for role in agent.roles)
+    bad = False
+    for agent in agents:
+        for role in agent.roles:
+            check = results[role]
+            if check.verdict == "bad":
+                bad = True
+                fail(f"{source}:{agent.line}: agent {agent.name}: role {role!r}: {check.reason}")
+    unchecked = [check for check in results.values() if check.verdict == "unchecked"]
+    for check in unchecked:
+        print(f"vox: warning: role {check.spec!r} not checked: {check.reason}", file=sys.stderr)
+    return bad
+
+
 def cmd_tree(args: argparse.Namespace) -> int:
-    """Print the tree of a fleet file."""
+    """Print the tree of a fleet file; exit 2 if a role path it names is wrong."""
     fleet = load_fleet(args.fleet)
     if args.json:
         print_json(tree_as_json(fleet))
     else:
         print(draw_tree(fleet))
-    return 0
-
-
-def cmd_diff(args: argparse.Namespace) -> int:
-    """Print what changes between two fleet files and the steps that apply it."""
-    old, new = load_fleet(args.old), load_fleet(args.new)
-    diff = diff_fleets(old, new)
-    steps = plan_steps(diff, fleet=str(args.new), broker_dir=args.broker_dir, bundles=args.bundles)
-    if args.json:
-        print_json({**diff.as_dict(), "steps": [step.as_dict() for step in steps]})
-    if diff.refused:
-        for reason in diff.refused:
-            fail(f"{args.new}: {reason}")
-        return EXIT_USAGE
-    if not args.json:
-        out_console().print(_diff_text(diff, steps), markup=False, end="")
-    return 0
-
-
-def _diff_text(diff: FleetDiff, steps: list[Any]) -> str:
-    if diff.empty:
-        return "no change: the fleet runs as this file describes\n"
-    lines = ["changes:"]
-    lines += [f"  {change.kind.value:<16} {change.text}" for change in diff.changes]
-    broker = diff.broker
-    if broker.changed:
-        lines.append(f"broker: re-render and reload ({', '.join(broker.files)})")
-    else:
-        lines.append("broker: unchanged")
-    if diff.actions:
-        lines.append("agents:")
-        width = max(len(action.name) for action in diff.actions)
-        for action in diff.actions:
-            why = "; ".join(action.reasons)
-            lines.append(
-                f"  {action.name:<{width}}  {action.action.value:<7} "
-                f"(phase {int(action.phase)})  {why}"
-            )
-    lines.append("steps, in this order (docs/operations.md):")
-    for step in steps:
-        lines.append(f"  {step.number}. [{step.host}] {step.what}")
-        lines += [f"       $ {command}" for command in step.commands]
-    return "\n".join(lines) + "\n"
-
-
-def cmd_retire(args: argparse.Namespace) -> int:
-    """Clear a retired agent's leftovers on the broker and tell its master."""
-    fleet = load_fleet(args.fleet)
-    report = asyncio.run(
-        retire_agent(fleet, args.name, args.broker_dir, wait=args.wait, force=args.force)
-    )
-    if args.json:
-        print_json(
-            {
-                "name": report.name,
-                "id": str(report.id),
-                "last_status": report.last_status,
-                "told": report.told,
-                "cleared": report.cleared,
-                "resolved_by_poster": report.resolved_by_poster,
-                "left": report.left,
-            }
-        )
-    else:
-        console = out_console()
-        last = report.last_status or "none kept"
-        console.print(f"{report.name} ({report.id}): last status {last}", markup=False)
-        if report.told:
-            console.print(
-                "said RETIRED to whoever watches it (its master forgets it)", markup=False
-            )
-        for topic in report.cleared:
-            console.print(f"cleared {topic}", markup=False)
-        for topic in report.resolved_by_poster:
-            console.print(f"resolved by its poster: {topic}", markup=False)
-    for line in report.left:
-        fail(f"still on the broker: {line}")
-    if report.left:
-        return EXIT_RUNTIME
-    if not args.json:
-        out_console().print(
-            f"nothing of {report.name} is left on the broker: now re-render the broker "
-            "without it and reload it, so its credentials are refused",
-            markup=False,
-        )
-    return 0
+    return EXIT_USAGE if report_roles(fleet, args.fleet) else 0

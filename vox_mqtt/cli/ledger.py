@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,12 @@ from rich.tree import Tree
 from ..errors import LedgerError
 from ..ledger import VOXAgentMemory
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
+from ._ids import AmbiguousId, Names, names_for_ledger, normalize_prefix, pick_by_prefix
+
+_NAMES_HELP = (
+    "a fleet file or the agent's (or console's) config, to show names next to ids "
+    "(default: the config found for this ledger, see docs/ledger.md)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,11 +38,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tail = verbs.add_parser("tail", help="show the newest rows, oldest of them first")
     tail.add_argument("-n", "--rows", type=_positive, default=20, help="how many (default 20)")
     tail.add_argument("--json", action="store_true", help="print the rows as JSON")
+    tail.add_argument("--config", type=Path, metavar="FILE", help=_NAMES_HELP)
     tail.set_defaults(func=cmd_tail)
 
     trace = verbs.add_parser("trace", help="rebuild a message's causality chain via reply_to")
-    trace.add_argument("message_id", type=_uuid, metavar="MESSAGE_ID")
+    trace.add_argument(
+        "message_id",
+        type=_prefix,
+        metavar="MESSAGE_ID",
+        help="a message id, or its first digits as `tail` shows them (unique in this ledger)",
+    )
     trace.add_argument("--json", action="store_true", help="print the chain as JSON")
+    trace.add_argument("--config", type=Path, metavar="FILE", help=_NAMES_HELP)
     trace.set_defaults(func=cmd_trace)
 
     verify = verbs.add_parser("verify", help="check the hash chain and the append-only triggers")
@@ -51,11 +66,28 @@ def _positive(text: str) -> int:
     return value
 
 
-def _uuid(text: str) -> UUID:
+def _prefix(text: str) -> str:
     try:
-        return UUID(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a message id (a UUID): {text!r}") from None
+        return normalize_prefix(text, "message id")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def resolve_message_id(db: Path, prefix: str) -> UUID:
+    """Return the one message id of a ledger that starts with prefix; raise ValueError."""
+    if len(prefix) == 36:
+        return UUID(prefix)
+    # The prefix is hex digits and hyphens only (normalize_prefix), so LIKE sees no wildcard.
+    uri = f"{db.absolute().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db_conn:
+            rows = db_conn.execute(
+                "SELECT DISTINCT message_id FROM logs WHERE message_id LIKE ? LIMIT 6",
+                (f"{prefix}%",),
+            ).fetchall()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read {db}: {exc}") from None
+    return UUID(pick_by_prefix(prefix, (row[0] for row in rows), "message id", str(db)))
 
 
 def _with_ledger(path: Path, work: Callable[[VOXAgentMemory], Awaitable[int]]) -> int:
@@ -92,13 +124,18 @@ def _short(value: str | None) -> str:
     return "" if value is None else value[:8]
 
 
-def _note(row: dict[str, Any]) -> str:
+def _note(row: dict[str, Any], names: Names) -> str:
     details = row["details"]
     parts = [row["outcome"], row["reason"]]
     for key in ("command", "code", "handled_by", "in_response_to"):
-        if isinstance(details.get(key), str):
-            short = key in ("handled_by", "in_response_to")
-            parts.append(f"{key}={_short(details[key]) if short else details[key]}")
+        value = details.get(key)
+        if not isinstance(value, str):
+            continue
+        if key == "handled_by":
+            value = names.label(value).replace(" ", ":")
+        elif key == "in_response_to":
+            value = _short(value)
+        parts.append(f"{key}={value}")
     if "sha256" in details:
         parts.append(f"{details.get('size')} bytes sha256={str(details['sha256'])[:12]}")
     return " ".join(str(part) for part in parts if part)
@@ -107,9 +144,14 @@ def _note(row: dict[str, Any]) -> str:
 def cmd_tail(args: argparse.Namespace) -> int:
     """Print the newest rows of a ledger."""
 
+    names = names_for_ledger(args.db, args.config)
+
     async def work(memory: VOXAgentMemory) -> int:
         rows = list(reversed(await memory.get_recent(args.rows)))
         if args.json:
+            for row in rows:
+                row["source_name"] = names.name(row["source"])
+                row["target_name"] = names.name(row["target"])
             print_json(rows)
             return 0
         table = Table(title=f"{args.db}: last {len(rows)} rows", title_justify="left")
@@ -123,10 +165,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 row["action"],
                 row["message_type"] or row["event_type"],
                 row["message_id"] or "",
-                _short(row["source"]),
-                _short(row["target"]),
+                names.label(row["source"]),
+                names.label(row["target"]),
                 _short(row["reply_to"]),
-                _note(row),
+                _note(row, names),
             )
             table.add_row(*(escape(cell) for cell in cells))
         _console().print(table)
@@ -137,33 +179,44 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """Print the reply_to chain a message belongs to, as a tree."""
+    names = names_for_ledger(args.db, args.config)
 
     async def work(memory: VOXAgentMemory) -> int:
-        chain = await memory.trace(args.message_id)
+        try:
+            # A short read of its own; the ledger's schema was checked by init_db.
+            message_id = resolve_message_id(args.db, args.message_id)
+        except ValueError as exc:
+            fail(str(exc))
+            return EXIT_USAGE if isinstance(exc, AmbiguousId) else EXIT_RUNTIME
+        chain = await memory.trace(message_id)
         if not chain:
-            fail(f"message {args.message_id} is not in {args.db}")
+            fail(f"message {message_id} is not in {args.db}")
             return EXIT_RUNTIME
         if args.json:
+            for row in chain:
+                row["source_name"] = names.name(row["source"])
+                row["target_name"] = names.name(row["target"])
             print_json(chain)
             return 0
-        _console().print(render_chain(chain, str(args.message_id)))
+        _console().print(render_chain(chain, str(message_id), names))
         return 0
 
     return _with_ledger(args.db, work)
 
 
-def render_chain(chain: list[dict[str, Any]], focus: str) -> Tree:
+def render_chain(chain: list[dict[str, Any]], focus: str, names: Names | None = None) -> Tree:
     """Draw a trace as a tree by reply_to, the asked-for message in bold."""
+    names = names or Names()
     tree = Tree(f"[dim]causality chain, {len(chain)} messages[/]")
     nodes: dict[str, Tree] = {}
     for row in chain:
         mid = row["message_id"]
         label = escape(
             f"{row['message_type'] or row['event_type']} {mid}  "
-            f"{_short(row['source'])} → {_short(row['target'])}  "
+            f"{names.label(row['source'])} → {names.label(row['target'])}  "
             f"[{', '.join(row['actions'])}]  {row['recorded_at']}"
         )
-        note = escape(_note(row))
+        note = escape(_note(row, names))
         label = f"[bold]{label}[/]" if mid == focus else label
         parent = nodes.get(row["reply_to"] or "", tree)
         nodes[mid] = parent.add(f"{label}  [dim]{note}[/]" if note else label)

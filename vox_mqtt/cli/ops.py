@@ -1,4 +1,4 @@
-"""The operator's verbs: `vox send`, `status`, `watch`, `warroom` and `inbox`.
+"""The read-only looks: `vox status`, `watch` and `warroom`.
 
 `status`, `watch` and `warroom` are read-only: they log in as the identity of the config
 they are given (the operator's console config, or an agent's daemon config) on a
@@ -28,15 +28,15 @@ from rich.tree import Tree
 
 from .. import topics
 from ..config import load_console_config, load_daemon_config
-from ..console import OperatorConsole
-from ..errors import CommandFailed, ConfigError, SubscriptionRefused
+from ..errors import ConfigError, SubscriptionRefused
 from ..observer import FleetObserver
 from ..passwd import Credentials, load_credentials
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
 from ..warroom import Incident
 from ..warroomguard import rule_problem
-from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
+from ._common import add_config_option, config_path, out_console, print_json
+from ._downtime import liveliness
 
 __all__ = ["Reader", "load_reader", "register"]
 
@@ -47,129 +47,27 @@ _CONNECT_TIMEOUT = 5.0  # a read-only look should say "unreachable" quickly
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the operator verbs."""
 
-    def verb(name: str, help: str, *, agent_too: bool) -> argparse.ArgumentParser:
+    def verb(name: str, help: str) -> argparse.ArgumentParser:
         parser = subparsers.add_parser(name, help=help)
-        who = "the operator console config (vox agent render FLEET operator)"
-        if agent_too:
-            who += " or an agent's daemon config: shows what that identity may read"
-        parser.add_argument("--config", required=True, type=Path, help=who)
+        add_config_option(parser)
         return parser
 
-    send = verb("send", "send a command to the root and print the answer", agent_too=False)
-    send.add_argument("command")
-    send.add_argument(
-        "params",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="command params; VALUE is read as JSON when it parses, else a string",
-    )
-    send.add_argument("--timeout", type=float, default=30.0)
-    send.add_argument("--json", action="store_true")
-    send.set_defaults(func=cmd_send)
-
-    status = verb("status", "show the liveness of every agent one may see", agent_too=True)
+    status = verb("status", "show the liveness of every agent one may see")
     status.add_argument("--json", action="store_true")
     status.add_argument(
         "--wait", type=float, default=3.0, help="seconds to wait for retained statuses (default 3)"
     )
     status.set_defaults(func=cmd_status)
 
-    watch = verb("watch", "live tree of the fleet coloured by health", agent_too=True)
+    watch = verb("watch", "live tree of the fleet coloured by health")
     watch.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     watch.set_defaults(func=cmd_watch)
 
-    warroom = verb("warroom", "list the open war-room incidents", agent_too=True)
+    warroom = verb("warroom", "list the open war-room incidents")
     warroom.add_argument("--follow", action="store_true", help="then print new posts as they come")
     warroom.add_argument("--duration", type=float, default=None, help="stop following after N s")
     warroom.add_argument("--json", action="store_true", help="one JSON object per line")
     warroom.set_defaults(func=cmd_warroom)
-
-    inbox = verb("inbox", "fetch and show the root's notifications", agent_too=False)
-    inbox.add_argument("--wait", type=float, default=2.0)
-    inbox.add_argument("--json", action="store_true")
-    inbox.set_defaults(func=cmd_inbox)
-
-
-# --- send and inbox: the operator's persistent session ---------------------------------------
-
-
-def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """Turn KEY=VALUE words into params, VALUE as JSON when it parses."""
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"param {pair!r} is not KEY=VALUE")
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value
-    return params
-
-
-def cmd_send(args: argparse.Namespace) -> int:
-    """Send one command and print its result."""
-    try:
-        params = parse_params(args.params)
-    except ValueError as exc:
-        fail(str(exc))
-        return EXIT_USAGE
-    return asyncio.run(_send(args, params))
-
-
-async def _send(args: argparse.Namespace, params: dict[str, Any]) -> int:
-    async with OperatorConsole(args.config) as console:
-        try:
-            reply = await console.send_command(args.command, params, wait=args.timeout)
-        except CommandFailed as exc:
-            if args.json:
-                print_json({"ok": False, "code": exc.code, "error": exc.error})
-            else:
-                fail(f"{args.command}: {exc.code}: {exc.error}")
-            return EXIT_RUNTIME
-    if args.json:
-        print_json(
-            {
-                "ok": True,
-                "message_id": str(reply.message_id),
-                "reply_to": str(reply.reply_to),
-                **reply.details,
-            }
-        )
-    else:
-        details = reply.details
-        out_console().print(f"[bold]{args.command}[/]: {json.dumps(details.get('result'))}")
-        if details.get("summary"):
-            out_console().print(details["summary"])
-        out_console().print(
-            f"[dim]handled by {details.get('handled_by')}; "
-            f"reply {reply.message_id} to {reply.reply_to}[/]"
-        )
-    return 0
-
-
-def cmd_inbox(args: argparse.Namespace) -> int:
-    """Collect queued notifications from the root, then print all of them."""
-
-    async def run() -> int:
-        async with OperatorConsole(args.config) as console:
-            await asyncio.sleep(args.wait)
-            entries = console.notifications()
-        if args.json:
-            print_json(entries)
-            return 0
-        out = out_console()
-        out.print(f"[bold]operator inbox[/]: {len(entries)} notification(s)")
-        for entry in entries:
-            details = dict(entry.get("details", {}))
-            note = details.pop("note_to_human", None)
-            out.print(f"- {entry['emitted_at']} [bold]{entry['type']}[/] {json.dumps(details)}")
-            if note:
-                for line in str(note).splitlines():
-                    out.print(f"    {line}")
-        return 0
-
-    return asyncio.run(run())
 
 
 # --- read-only looks: status, watch, warroom -------------------------------------------------
@@ -218,8 +116,9 @@ def _as_look(
     )
 
 
-def load_reader(path: Path, purpose: str = "status") -> Reader:
+def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     """Read an operator or agent config; the look logs in as its own identity, with no session."""
+    path = config_path(given)
     try:
         kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -341,33 +240,56 @@ def _wide_console() -> Console:
     return console
 
 
-def _age(entry: AgentLiveness) -> str:
-    age = entry.heartbeat_age()
-    return "-" if age is None else f"{age:.1f}s"
+def _percent(value: Any, digits: int = 0) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.{digits}f}"
 
 
-def status_table(agents: list[AgentLiveness], title: str) -> Table:
-    """Return the status table: one row per agent."""
+def _mebibytes(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value / 2**20:.0f} MiB"
+
+
+def status_table(
+    agents: list[AgentLiveness], title: str, incidents: Sequence[Incident] = ()
+) -> Table:
+    """Return the status table: one row per agent, its own figures next to its host's."""
     table = Table(title=title)
-    columns = ("name", "id", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands")
+    columns = (
+        *("name", "id", "status", "epoch", "liveness", "cpu%", "rss"),
+        *("host cpu%", "host mem%", "disk%", "commands"),
+    )
     for column in columns:
         table.add_column(column)
+    now = time.monotonic()
     for entry in sorted(agents, key=lambda a: a.name):
         metrics = entry.metrics or {}
         colour = _COLOURS.get(entry.status, "white")
         status = entry.status + (f" ({entry.error_code})" if entry.error_code else "")
+        live = entry.status == ACTIVE
         table.add_row(
             entry.name,
             str(entry.id),
             f"[{colour}]{status}[/]",
             str(entry.epoch),
-            _age(entry),
-            str(metrics.get("cpu_percent", "-")),
-            str(metrics.get("memory_percent", "-")),
-            str(metrics.get("disk_percent", "-")),
+            liveliness(entry, incidents, now).text(),
+            # A down agent's last figures would read as current: show them only while live.
+            # An idle agent uses a fraction of a percent: one decimal shows it.
+            _percent(metrics.get("process_cpu_percent"), 1) if live else "-",
+            _mebibytes(metrics.get("process_rss_bytes")) if live else "-",
+            _percent(metrics.get("cpu_percent")) if live else "-",
+            _percent(metrics.get("memory_percent")) if live else "-",
+            _percent(metrics.get("disk_percent")) if live else "-",
             ", ".join(entry.commands),
         )
     return table
+
+
+def status_row(entry: AgentLiveness, incidents: Sequence[Incident], now: float) -> dict[str, Any]:
+    """Return one agent's status as JSON-ready data, with how long it has been down."""
+    row = entry.as_dict(now)
+    row.update(liveliness(entry, incidents, now).as_dict())
+    if entry.status != ACTIVE:
+        row["heartbeat_age_s"] = None  # only a live agent has a heartbeat age
+    return row
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -375,20 +297,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     reader = load_reader(args.config)
 
     async def run() -> int:
-        async with observing(reader, warroom=False) as observer:
+        # The war room (when this identity may read it) dates each loss: "down for".
+        async with observing(reader, warroom=reader.warroom) as observer:
             await settle(observer, args.wait)
             observer.view.refresh()
             agents = [a for a in observer.view.agents() if a.seen]
+            incidents = list(observer.incidents.values())
             if args.json:
+                now = time.monotonic()
+                ordered = sorted(agents, key=lambda a: a.name)
                 print_json(
                     {
                         "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
-                        "agents": [a.as_dict() for a in sorted(agents, key=lambda a: a.name)],
+                        "agents": [status_row(a, incidents, now) for a in ordered],
                     }
                 )
             else:
                 title = f"vox fleet status, as seen by {reader.name} ({reader.kind})"
-                _wide_console().print(status_table(agents, title))
+                _wide_console().print(status_table(agents, title, incidents))
         return 0
 
     return asyncio.run(run())
@@ -397,13 +323,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
     """Draw the fleet as masters and children from what the statuses say."""
     agents = {a.id: a for a in observer.view.agents() if a.seen}
+    incidents = list(observer.incidents.values())
+    now = time.monotonic()
 
     def label(entry: AgentLiveness) -> str:
         colour = _COLOURS.get(entry.status, "white")
         code = f" {entry.error_code}" if entry.error_code else ""
+        figures = ""
+        metrics = entry.metrics or {}
+        if entry.status == ACTIVE and metrics:
+            figures = (
+                f", cpu {_percent(metrics.get('process_cpu_percent'), 1)}% "
+                f"rss {_mebibytes(metrics.get('process_rss_bytes'))} "
+                f"(host cpu {_percent(metrics.get('cpu_percent'))}%)"
+            )
         return (
             f"[{colour}]{entry.name} {entry.status}{code}[/] [dim](id: {entry.id}, "
-            f"epoch {entry.epoch}, heartbeat {_age(entry)})[/]"
+            f"epoch {entry.epoch}, {liveliness(entry, incidents, now).text()}{figures})[/]"
         )
 
     top = agents.get(reader.top)

@@ -1,0 +1,202 @@
+"""The operator's own session: `vox send` a command to the root, `vox inbox` its notes to you."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from ..console import OperatorConsole
+from ..errors import CommandFailed
+from ._common import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    add_config_option,
+    config_path,
+    fail,
+    out_console,
+    print_json,
+)
+
+__all__ = ["parse_params", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `send` and `inbox`."""
+    send = subparsers.add_parser("send", help="send a command to the root and print the answer")
+    add_config_option(send, agent_too=False)
+    send.add_argument("command")
+    send.add_argument(
+        "params",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="command params; VALUE is read as JSON when it parses, else a string",
+    )
+    send.add_argument("--timeout", type=float, default=30.0)
+    send.add_argument("--json", action="store_true")
+    send.set_defaults(func=cmd_send)
+
+    inbox = subparsers.add_parser(
+        "inbox",
+        help="fetch the root's notifications, show them (new ones marked) and mark them read",
+    )
+    add_config_option(inbox, agent_too=False)
+    inbox.add_argument(
+        "--wait", type=float, default=2.0, help="seconds to collect queued ones (default 2)"
+    )
+    inbox.add_argument("--unread", action="store_true", help="show only the unread ones")
+    inbox.add_argument(
+        "--keep-unread", action="store_true", help="do not move the read mark (a peek)"
+    )
+    inbox.add_argument("--json", action="store_true")
+    inbox.set_defaults(func=cmd_inbox)
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """Turn KEY=VALUE words into params, VALUE as JSON when it parses."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"param {pair!r} is not KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """Send one command and print its result."""
+    try:
+        params = parse_params(args.params)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    return asyncio.run(_send(config_path(args.config), args, params))
+
+
+async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) -> int:
+    async with OperatorConsole(path) as console:
+        root_name = console.file.operator.root_name
+        try:
+            reply = await console.send_command(args.command, params, wait=args.timeout)
+        except CommandFailed as exc:
+            if args.json:
+                print_json({"ok": False, "code": exc.code, "error": exc.error})
+            else:
+                fail(f"{args.command}: {exc.code}: {exc.error}")
+            return EXIT_RUNTIME
+    details = reply.details
+    # A master answers for its children's work, so the operator's answer comes from the root.
+    handler = details.get("handled_by")
+    handler_name = root_name if handler == str(console.root_id) else None
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "message_id": str(reply.message_id),
+                "reply_to": str(reply.reply_to),
+                **details,
+                "handled_by_name": handler_name,
+            }
+        )
+        return 0
+    out = out_console()
+    out.print(f"[bold]{args.command}[/]: {json.dumps(details.get('result'))}")
+    if details.get("summary"):
+        out.print(details["summary"])
+    who = handler_name or handler or "?"
+    out.print(
+        f"[dim]handled by {who} ({_short(handler)}); "
+        f"reply {reply.message_id} to {reply.reply_to}[/]"
+    )
+    return 0
+
+
+def _short(value: Any) -> str:
+    return str(value)[:8] if value else "-"
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    """Collect queued notifications from the root, then print them, new ones marked."""
+    path = config_path(args.config)
+
+    async def run() -> int:
+        async with OperatorConsole(path) as console:
+            await asyncio.sleep(args.wait)
+            entries = console.notifications()
+            mark = ReadMark(console.inbox_path.with_name("inbox.read"))
+            root_name = console.file.operator.root_name
+            root_id = str(console.root_id)
+        unread_from = mark.first_unread(entries)
+        for index, entry in enumerate(entries):
+            entry["read"] = index < unread_from
+            source = entry.get("source", root_id)  # the root is the console's only peer
+            entry["source_name"] = root_name if source == root_id else ""
+        shown = entries[unread_from:] if args.unread else entries
+        if not args.keep_unread and entries:
+            mark.advance(entries[-1]["message_id"])
+        if args.json:
+            print_json(shown)
+            return 0
+        _print_inbox(shown, unread=len(entries) - unread_from)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _print_inbox(entries: list[dict[str, Any]], *, unread: int) -> None:
+    out = out_console()
+    out.print(f"[bold]operator inbox[/]: {len(entries)} notification(s), {unread} new")
+    for entry in entries:
+        details = dict(entry.get("details", {}))
+        note = details.pop("note_to_human", None)
+        flag = "  " if entry["read"] else "[bold yellow]● [/]"
+        sender = entry["source_name"] or entry.get("source") or "?"
+        via = entry.get("message_source")
+        out.print(
+            f"{flag}{entry['emitted_at']} [bold]{entry['type']}[/] from {sender}"
+            f"{f' ({via})' if via else ''}: {json.dumps(details)}"
+        )
+        if note:
+            for line in str(note).splitlines():
+                out.print(f"    {line}")
+
+
+class ReadMark:
+    """The id of the newest notification the operator has seen, kept next to the inbox."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> str | None:
+        """Return the message id of the last read notification, if any."""
+        try:
+            text = self.path.read_text(encoding="utf-8").strip()
+            return str(UUID(text))
+        except (OSError, ValueError):
+            return None
+
+    def first_unread(self, entries: list[dict[str, Any]]) -> int:
+        """Return the index of the first notification after the mark (0 when none is read)."""
+        last = self.read()
+        if last is None:
+            return 0
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index].get("message_id") == last:
+                return index + 1
+        return 0  # the mark is gone (the inbox was cleared): everything is new
+
+    def advance(self, message_id: str) -> None:
+        """Move the mark to this notification, atomically."""
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{message_id}\n", encoding="utf-8")
+        os.replace(tmp, self.path)

@@ -1,0 +1,87 @@
+"""The MQTT v5 properties of VOX publishes: what an MQTT explorer shows beside a message.
+
+Every VOX publish says it is UTF-8 JSON (payload-format indicator 1, content type) and
+carries user properties a person can read without opening the payload: the message type
+(`vox-type`), the sender's name (`vox-from`) and, on an inbox topic, the target's name
+(`vox-to`). Only names both peers already know travel: an inbox message names its sender
+and target (master and child know each other); a status or war-room post, read by more
+than its sender's peers, names only its sender (docs/topics.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+from uuid import UUID
+
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+__all__ = ["CONTENT_TYPE", "FROM_KEY", "TO_KEY", "TYPE_KEY", "PublishProperties", "vox_properties"]
+
+CONTENT_TYPE: Final = "application/json"
+TYPE_KEY: Final = "vox-type"
+FROM_KEY: Final = "vox-from"
+TO_KEY: Final = "vox-to"
+_UTF8: Final = 1  # payload-format indicator: the payload is UTF-8 text
+
+
+def vox_properties(
+    *,
+    type: str,
+    sender: str,
+    target: str | None = None,
+    expiry: int | None = None,
+    packet: int = PacketTypes.PUBLISH,
+) -> Properties:
+    """Return the properties of one VOX publish (or will, with packet=WILLMESSAGE)."""
+    props = Properties(packet)  # type: ignore[no-untyped-call]
+    props.ContentType = CONTENT_TYPE
+    props.PayloadFormatIndicator = _UTF8
+    pairs = [(TYPE_KEY, type), (FROM_KEY, sender)]
+    if target:
+        pairs.append((TO_KEY, target))
+    props.UserProperty = pairs
+    if expiry is not None:
+        props.MessageExpiryInterval = expiry
+    return props
+
+
+class PublishProperties:
+    """One agent's publish properties, built once per (peer, type) and reused: a hop builds none.
+
+    Properties are read, never changed, once built, so one object serves every publish of
+    its kind (paho packs them as it sends).
+    """
+
+    def __init__(self, name: str, peers: Mapping[UUID, str]) -> None:
+        self.name = name
+        self.peers = dict(peers)
+        self._inbox: dict[tuple[UUID, str], Properties] = {}
+        self._own: dict[tuple[str, int | None], Properties] = {}
+
+    def inbox(self, target: UUID, type: str, *, expiry: int | None = None) -> Properties:
+        """Return the properties of a message to a peer's inbox."""
+        if expiry is not None:  # a deadline's expiry differs per message: not cached
+            return vox_properties(
+                type=type, sender=self.name, target=self.peers.get(target), expiry=expiry
+            )
+        key = (target, type)
+        props = self._inbox.get(key)
+        if props is None:
+            props = self._inbox[key] = vox_properties(
+                type=type, sender=self.name, target=self.peers.get(target)
+            )
+        return props
+
+    def own(self, type: str, *, expiry: int | None = None) -> Properties:
+        """Return the properties of a status or war-room post: the sender's name only."""
+        key = (type, expiry)
+        props = self._own.get(key)
+        if props is None:
+            props = self._own[key] = vox_properties(type=type, sender=self.name, expiry=expiry)
+        return props
+
+    def will(self, type: str) -> tuple[tuple[str, str], ...]:
+        """Return the user properties of the will (a status): the sender's name only."""
+        return ((TYPE_KEY, type), (FROM_KEY, self.name))
