@@ -58,6 +58,7 @@ log = logging.getLogger("vox_mqtt.liveness")
 
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
+_SAY_AGAIN: Final = 60.0  # seconds before the same publish failure is logged again
 
 
 class _OpenIncidents:
@@ -105,6 +106,7 @@ class Liveness:
         # Called with a child that said RETIRED (`vox fleet retire`): the agent forgets it.
         self.on_retired: Callable[[UUID], Awaitable[None]] | None = None
         self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
+        self._skipped: dict[str, float] = {}  # publish failures said, and when
         self._open = _OpenIncidents(self.config.state_dir)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
@@ -223,7 +225,18 @@ class Liveness:
         try:
             await action
         except VoxError as exc:
-            log.warning("%s: liveness publish skipped: %s", self.config.name, exc)
+            # Incidents are retried every tick: the same refusal (e.g. a broker whose rules
+            # changed before this agent was reloaded) is said once a minute, not 4 times a
+            # second.
+            text, now = str(exc), time.monotonic()
+            said = self._skipped.get(text)
+            level = (
+                logging.DEBUG if said is not None and now - said < _SAY_AGAIN else logging.WARNING
+            )
+            if level == logging.WARNING:
+                self._skipped = {t: at for t, at in self._skipped.items() if now - at < _SAY_AGAIN}
+                self._skipped[text] = now
+            log.log(level, "%s: liveness publish skipped: %s", self.config.name, text)
 
     # --- watching others ------------------------------------------------------------------
 
