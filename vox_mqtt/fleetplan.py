@@ -122,8 +122,8 @@ def plan_steps(
             add(
                 phase,
                 "broker host",
-                f"{_PHASE_TITLES[phase]}: re-render ({files}) and reload; the dynsec format "
-                "needs `systemctl restart mosquitto` instead",
+                f"{_PHASE_TITLES[phase]}: re-render ({files}) and reload (the options of the "
+                "first render are kept in render.json)",
                 f"sudo vox broker render {fleet} --out {broker_dir}",
                 "sudo systemctl reload mosquitto",
             )
