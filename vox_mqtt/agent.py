@@ -221,8 +221,13 @@ class VOXAgent:
                 )
 
     async def _retired(self, child: UUID) -> None:
-        children = {c: n for c, n in self.config.children.items() if c != child}
-        await self.update_children(children)
+        """Forget a child that said RETIRED, outside the inbound loop that heard it."""
+
+        async def forget() -> None:
+            children = {c: n for c, n in self.config.children.items() if c != child}
+            await self.update_children(children)
+
+        self._ctx.tasks.spawn(forget(), "retired")
 
     # --- sending (the outbox) -------------------------------------------------------------
 
