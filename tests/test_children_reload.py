@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_fo
 from tests.brokerkit import tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
+from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.cli import main
 from vox_mqtt.errors import CommandFailed
 
 TREE = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
@@ -63,3 +66,33 @@ async def test_children_come_and_go_without_a_reconnect(
             "children spec_a->analyst"
         )
         assert coord.session.connection_count == connections
+
+
+async def test_a_new_secret_is_taken_for_the_next_connection_and_refusals_cost_no_epoch(
+    secure_broker_factory: Any, tmp_path: Path
+) -> None:
+    fleet = tree_fleet(TREE)
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {}, ["coordinator", "spec_a"])
+        spec = agents["spec_a"]
+        assert spec.session is not None
+        epoch = spec.epoch
+        # Re-keyed at the broker before the agent is told: it is cut off and refused.
+        render_broker_dir(
+            fleet,
+            secure.dir.root,
+            port=secure.dir.port,
+            explorer=True,
+            run_as_user=getpass.getuser(),
+            rotate_names=("spec_a",),
+        )
+        reload = ["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]
+        assert await asyncio.to_thread(main, reload) == 0
+        await wait_for(lambda: not spec.session.connected)  # type: ignore[union-attr]
+        await asyncio.sleep(2.0)  # several refused attempts
+        assert "not authorised" in secure.broker.log_text()
+        # Told, it logs in with the new secret: one new epoch, whatever was refused before.
+        spec.update_secret(secure.creds("spec_a").password)
+        await wait_for(lambda: spec.session.connected, timeout=40)  # type: ignore[union-attr]
+        assert spec.epoch == epoch + 1

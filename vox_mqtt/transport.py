@@ -281,7 +281,11 @@ class Session:
             raise
         except Exception as exc:
             client.abort()
-            if client.connect_error is not None:  # no CONNECT went out: keep its will (epoch)
+            rc = getattr(exc, "rc", None)
+            refused = isinstance(rc, ReasonCode) and rc.is_failure
+            # No CONNECT went out, or the broker refused it (e.g. a secret re-keyed before
+            # this agent was told): the will was never registered, so keep it and its epoch.
+            if client.connect_error is not None or refused:
                 self._spare_will = (client.will,)
             raise broker_error(client.connect_error or exc, self.settings) from None
         client.lost.add_done_callback(client.fail_pending)
