@@ -28,6 +28,7 @@ from vox_mqtt.errors import (
 from vox_mqtt.peernames import read_names, write_names
 from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
+from vox_mqtt.sitelinks import LinkMap
 
 from .logs import LogSetup
 from .reload import plan_reload
@@ -83,6 +84,11 @@ def prepare(path: Path) -> Prepared:
     """Validate the config, its credentials, roles and state dir; raise ConfigError."""
     file = load_daemon_config(path)
     config = file.agent_config(path.absolute().parent)
+    try:
+        # A federated fleet: `vox agent render` wrote the bridge links to watch beside it.
+        config = replace(config, links=LinkMap.beside(path))
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
     prepared = Prepared(
         path=path,
         file=file,

@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridged,
     detection,
+    fleet_large,
     footprint,
     ledger_bench,
     one_hop,
+    reload_sessions,
     render_large,
     three_levels,
     throughput,
@@ -40,6 +43,9 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "detection": (5, detection.run),
     "footprint": (6, footprint.run),
     "render": (7, render_large.run),
+    "bridged": (8, bridged.run),
+    "fleet_large": (9, fleet_large.run),
+    "reload": (10, reload_sessions.run),
 }
 
 

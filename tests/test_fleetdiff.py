@@ -329,3 +329,49 @@ def test_the_command_reports_an_invalid_fleet_file(
     assert err == f"vox: error: {tmp_path / 'missing.toml'}: no such fleet file " + (
         f"(create one with `vox init {tmp_path / 'missing.toml'}`)\n"
     )
+
+
+# --- a federated fleet ------------------------------------------------------------------------
+
+SITES = """
+[[brokers]]
+name = "core"
+
+[[brokers]]
+name = "plant"
+upstream = "core"
+"""
+
+
+def federated(brokers: dict[str, str], *, sites: str = SITES) -> Fleet:
+    """Return BASE with [[brokers]]: coord_b on the plant site unless brokers says otherwise."""
+    placed = {"coord_b": "plant", **brokers}
+    text = f'[operator]\nname = "operator"\nid = "{OPERATOR}"\n{sites}\n'
+    for name, (master, _) in BASE.items():
+        lines = [f'name = "{name}"', f'id = "{IDS[name]}"']
+        if master is not None:
+            lines.append(f'master_id = "{IDS[master]}"')
+        if name in placed:
+            lines.append(f'broker = "{placed[name]}"')
+        text += "[[agents]]\n" + "\n".join(lines) + "\n"
+    return parse_fleet(text)
+
+
+def test_a_federated_fleet_re_renders_every_broker_upstream_first() -> None:
+    old = federated({})
+    new = federated({"coord_b": "core"})
+    diff = diff_fleets(old, new)
+    assert kinds(diff) == [("reconfigured", "coord_b")]
+    assert diff.changes[0].fields == ("broker",)
+    assert actions(diff) == {"coord_b": (Action.RESTART, Phase.START)}
+    assert diff.brokers == ("core", "plant")
+    hosts = [s.host for s in plan_steps(diff, fleet="f.toml") if s.phase == Phase.BROKER]
+    assert hosts == ["broker host of core", "broker host of plant"]
+
+
+def test_a_new_site_is_a_change_of_the_fleets_brokers() -> None:
+    sites = SITES + '\n[[brokers]]\nname = "line"\nupstream = "plant"\n'
+    diff = diff_fleets(federated({}), federated({}, sites=sites))
+    assert kinds(diff) == [("brokers", "brokers")]
+    assert "+line" in diff.changes[0].text
+    assert diff.brokers == ("core", "plant", "line")

@@ -90,6 +90,7 @@ class Kind(StrEnum):
     LOOK = "look"
     CANARY = "canary"
     ADMIN = "admin"
+    BRIDGE = "bridge"  # a site broker's link upstream (docs/federation.md)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -76,6 +76,7 @@ class VOXAgent:
             runner=self._runner,
             router=self.router,
             observed=self._observed,
+            linked=self._linked,
         )
         self._liveness: Liveness | None = None  # built at start: it reads the state dir
         self._stack = AsyncExitStack()
@@ -329,6 +330,7 @@ class VOXAgent:
             # answered with our birth at once (see Liveness._on_own_status).
             subscriptions.append(topics.status(self.id))
         subscriptions += list(self.config.observe)
+        subscriptions += [] if self.config.links is None else self.config.links.topics
         return subscriptions
 
     async def _resume(
@@ -349,6 +351,10 @@ class VOXAgent:
     async def _on_connect(self) -> None:
         if self._liveness is not None:
             await self._liveness.on_connect()
+
+    def _linked(self, inbound: Inbound) -> None:
+        if self._liveness is not None:
+            self._liveness.on_link(inbound)
 
     async def _observed(
         self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic

@@ -39,6 +39,7 @@ from .acl import (
 from .brokermanifest import Manifest, RenderOptions, file_digest, write_manifest
 from .brokertext import broker_file_text
 from .errors import ConfigError
+from .federation import broker_identities, site_section
 from .hierarchy import Fleet
 from .lastgood import seed_last_good
 from .messages import MAX_MESSAGE_BYTES
@@ -48,7 +49,7 @@ from .passwd import (
     PasswordHash,
     atomic_write,
     atomic_write_many,
-    hash_password,
+    hash_passwords,
     load_credentials,
     load_secrets,
     new_secret,
@@ -282,15 +283,13 @@ def _secrets(
     secrets = {} if rotate else load_secrets(cred_dir)
     old_hashes = {} if rotate else _existing_hashes(root)
     passwords: dict[UUID, str] = {}
-    hashes: dict[UUID, PasswordHash] = {}
+    kept: dict[UUID, PasswordHash | None] = {}
     for identity in identities:
         fresh = identity.name in rotate_names
-        password = (None if fresh else secrets.get(identity.username)) or new_secret()
-        old = None if fresh else old_hashes.get(identity.username)
-        # Keep a hash that still matches, so an unchanged fleet renders unchanged files.
-        passwords[identity.id] = password
-        hashes[identity.id] = old if old and old.verify(password) else hash_password(password)
-    return passwords, hashes
+        passwords[identity.id] = (None if fresh else secrets.get(identity.username)) or new_secret()
+        kept[identity.id] = None if fresh else old_hashes.get(identity.username)
+    # A hash that still matches is kept, so an unchanged fleet renders unchanged files.
+    return passwords, hash_passwords(passwords, kept)
 
 
 def _render_security(
@@ -318,6 +317,47 @@ def _render_security(
     return "dynsec.json", text, nonce, every
 
 
+def _identities_here(
+    fleet: Fleet,
+    root: Path,
+    broker: str | None,
+    upstream_dir: str | Path | None,
+    *,
+    explorer: bool,
+    keepalive: int,
+) -> tuple[tuple[Identity, ...], str, dict[str, bytes]]:
+    """Return the identities of this broker, its bridge section and the bridge's TLS files."""
+    if broker is None:
+        if fleet.brokers:
+            names = ", ".join(b.name for b in fleet.brokers)
+            raise ConfigError(
+                [f"the fleet has several brokers: choose one with --broker ({names})"]
+            )
+        return fleet_identities(fleet, explorer=explorer), "", {}
+    # One broker of a federation (docs/federation.md): its own clients and bridges.
+    upstream = None if upstream_dir is None else Path(upstream_dir).absolute()
+    bridge_conf, bridge_tls = site_section(
+        fleet, broker, upstream, root / "tls", keepalive=keepalive
+    )
+    return broker_identities(fleet, broker, explorer=explorer), bridge_conf, bridge_tls
+
+
+def _write_bridge(
+    root: Path, bridge_conf: str, *, mode: int, owner: tuple[int, int] | None
+) -> Path | None:
+    """Write bridge/bridge.conf (its secret stays out of mosquitto.conf); return its folder."""
+    folder = root / "bridge"
+    if not bridge_conf:
+        (folder / "bridge.conf").unlink(missing_ok=True)
+        return None
+    folder.mkdir(exist_ok=True, mode=0o700)
+    if owner is not None:
+        os.chown(folder, *owner)
+        os.chmod(folder, 0o750)
+    atomic_write(folder / "bridge.conf", bridge_conf, mode=mode, owner=owner)
+    return folder
+
+
 def render_broker_dir(
     fleet: Fleet,
     out_dir: str | Path,
@@ -333,6 +373,9 @@ def render_broker_dir(
     tls_port: int = 8883,
     bind: str | None = None,
     lock_client_ids: bool = True,
+    broker: str | None = None,
+    upstream_dir: str | Path | None = None,
+    bridge_keepalive: int = 10,
 ) -> BrokerDir:
     """Write mosquitto.conf, the ACL, passwd, credentials and render.json into out_dir."""
     root = Path(out_dir).absolute()
@@ -347,12 +390,17 @@ def render_broker_dir(
         explorer=explorer,
         user=run_as_user,
         lock_client_ids=lock_client_ids,
+        broker=broker,
+        upstream_dir=None if upstream_dir is None else str(Path(upstream_dir).absolute()),
+        bridge_keepalive=bridge_keepalive,
     )
     bind = host if bind is None else bind
     with_tls = pki_dir is not None
     _check_args(fmt, host, bind, port, tls_port if with_tls else None)
     user = _safe_text(run_as_user or DEFAULT_USER, "--user")
-    identities = fleet_identities(fleet, explorer=explorer)
+    identities, bridge_conf, bridge_tls = _identities_here(
+        fleet, root, broker, upstream_dir, explorer=explorer, keepalive=bridge_keepalive
+    )
     plugin = find_dynsec_plugin() if fmt == "dynsec" else None
     tls = None
     if pki_dir is not None:
@@ -377,13 +425,15 @@ def render_broker_dir(
     warnings = [warning] if warning else []
     # What the running broker last loaded, kept before it is overwritten (docs/broker.md).
     seed_last_good(root)
-    if tls is not None:
+    tls_files = {**(tls or {}), **bridge_tls}
+    if tls_files:
         (root / "tls").mkdir(exist_ok=True, mode=0o700)
         if readable is not None:
             os.chown(root / "tls", *readable)
             os.chmod(root / "tls", 0o750)
-        for name, data in tls.items():
+        for name, data in tls_files.items():
             atomic_write(root / "tls" / name, data, mode=mode, owner=readable)
+    bridge_dir = _write_bridge(root, bridge_conf, mode=mode, owner=readable)
     written: dict[str, bytes] = {security_name: security_text.encode("utf-8")}
     if fmt == "acl":
         written["passwd"] = render_passwd({i.username: hashes[i.id] for i in every}).encode()
@@ -404,6 +454,8 @@ def render_broker_dir(
         plugin=plugin,
         lock_client_ids=lock_client_ids,
     )
+    if bridge_dir is not None:
+        conf_text += f"\ninclude_dir {bridge_dir}\n"
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
     written[CONF_NAME] = conf_text.encode("utf-8")
 

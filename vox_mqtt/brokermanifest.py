@@ -45,6 +45,10 @@ class RenderOptions:
     explorer: bool = False
     user: str | None = None
     lock_client_ids: bool = True
+    # One broker of a federated fleet (docs/federation.md): which, and its upstream's folder.
+    broker: str | None = None
+    upstream_dir: str | None = None
+    bridge_keepalive: int = 10
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ class ChangeKind(StrEnum):
     REIDENTIFIED = "reidentified"
     RECONFIGURED = "reconfigured"
     OPERATOR_RENAMED = "operator-renamed"
+    BROKERS = "brokers"  # the fleet's [[brokers]] (sites) changed
 
 
 class Action(StrEnum):
@@ -171,6 +172,8 @@ class FleetDiff:
     broker: BrokerChange = dataclasses.field(default_factory=BrokerChange)
     actions: tuple[AgentAction, ...] = ()
     console: tuple[str, ...] = ()  # why the operator's console config must be re-rendered
+    # A federated fleet: every broker, upstream first; each is re-rendered on its own host.
+    brokers: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
 
     @property
@@ -194,6 +197,7 @@ class FleetDiff:
             "broker": self.broker.as_dict(),
             "agents": [action.as_dict() for action in self.actions],
             "console": list(self.console),
+            "brokers": list(self.brokers),
         }
 
 
@@ -257,12 +261,50 @@ def diff_fleets(old: Fleet, new: Fleet) -> FleetDiff:
         console.append(f"the operator is renamed {old.operator_name!r} -> {new.operator_name!r}")
     if old.root.name != new.root.name:
         console.append(f"the root is renamed {old.root.name!r} -> {new.root.name!r}")
+    sites = _sites_change(old, new)
+    if sites is not None:
+        changes.append(sites)
     return FleetDiff(
         changes=tuple(changes),
         broker=_broker_change(old, new),
         actions=tuple(_actions(old, new, reidentified)),
         console=tuple(console),
+        brokers=_brokers_upstream_first(new) if old.brokers or new.brokers else (),
     )
+
+
+def _sites_change(old: Fleet, new: Fleet) -> Change | None:
+    """Return the change of the fleet's [[brokers]], or None if they are the same."""
+    was = {broker.name: broker for broker in old.brokers}
+    now = {broker.name: broker for broker in new.brokers}
+    parts = [f"+{name}" for name in now if name not in was]
+    parts += [f"-{name}" for name in was if name not in now]
+    parts += [
+        f"~{name}"
+        for name in now
+        if name in was
+        and dataclasses.replace(was[name], line=0) != dataclasses.replace(now[name], line=0)
+    ]
+    if not parts:
+        return None
+    return Change(
+        kind=ChangeKind.BROKERS,
+        name="brokers",
+        id=new.operator_id,
+        text=f"the fleet's brokers change: {' '.join(parts)} (docs/federation.md)",
+    )
+
+
+def _brokers_upstream_first(fleet: Fleet) -> tuple[str, ...]:
+    by_name = {broker.name: broker for broker in fleet.brokers}
+
+    def depth(name: str) -> int:
+        hops, current = 0, by_name[name]
+        while current.upstream is not None and current.upstream in by_name and hops < 64:
+            hops, current = hops + 1, by_name[current.upstream]
+        return hops
+
+    return tuple(sorted(by_name, key=lambda name: (depth(name), name)))
 
 
 # --- refusals ------------------------------------------------------------------------------

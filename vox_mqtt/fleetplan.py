@@ -117,16 +117,19 @@ def plan_steps(
 
     for phase in Phase:
         actions = [a for a in diff.actions if a.phase == phase]
-        if phase == Phase.BROKER and diff.broker.changed:
-            files = ", ".join(diff.broker.files)
-            add(
-                phase,
-                "broker host",
-                f"{_PHASE_TITLES[phase]}: re-render ({files}) and reload (the options of the "
-                "first render are kept in render.json)",
-                f"sudo vox broker render {fleet} --out {broker_dir}",
-                "sudo systemctl reload mosquitto",
-            )
+        if phase == Phase.BROKER and (diff.broker.changed or diff.brokers):
+            files = ", ".join(diff.broker.files) or "the bridges"
+            # Each broker of a federated fleet is re-rendered on its own host, upstream first
+            # (docs/federation.md); render.json keeps each one's options.
+            for host in [f"broker host of {b}" for b in diff.brokers] or ["broker host"]:
+                add(
+                    phase,
+                    host,
+                    f"{_PHASE_TITLES[phase]}: re-render ({files}) and reload (the options of "
+                    "the first render are kept in render.json)",
+                    f"sudo vox broker render {fleet} --out {broker_dir}",
+                    "sudo systemctl reload mosquitto",
+                )
         if not actions:
             continue
         if phase == Phase.RETIRE:

@@ -6,13 +6,14 @@ import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 from uuid import UUID, uuid4
 
 from .errors import FleetError
+from .sites import BrokerSpec, Placement, broker_lines, parse_brokers, place_agents
 from .topics import WARROOM_ID
 
 __all__ = [
@@ -25,7 +26,9 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_AGENT_KEYS = frozenset({"name", "id", "master_id", "roles", "settings", "heartbeat_interval"})
+_AGENT_KEYS = frozenset(
+    {"name", "id", "master_id", "roles", "settings", "heartbeat_interval", "broker"}
+)
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 _OPERATOR_KEYS = frozenset({"name", "id"})
 # Ids no identity may take: the marker of an unreadable master_id, and the war room's.
@@ -48,6 +51,8 @@ class AgentSpec:
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     heartbeat_interval: float | None = None
     line: int = 0
+    # The broker it lives on (docs/federation.md); None in a fleet without [[brokers]].
+    broker: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +77,7 @@ class Fleet:
     operator_id: UUID
     operator_name: str
     agents: tuple[AgentSpec, ...]
+    brokers: tuple[BrokerSpec, ...] = ()
     _by_id: dict[UUID, AgentSpec] = field(init=False, repr=False, compare=False)
     _by_name: dict[str, AgentSpec] = field(init=False, repr=False, compare=False)
     _children: dict[UUID, tuple[AgentSpec, ...]] = field(init=False, repr=False, compare=False)
@@ -92,6 +98,11 @@ class Fleet:
     def root(self) -> AgentSpec:
         """Return the one agent without a master."""
         return next(agent for agent in self.agents if agent.master_id is None)
+
+    @property
+    def root_broker(self) -> str | None:
+        """Return the broker without an upstream (the operator's), or None for one broker."""
+        return next((b.name for b in self.brokers if b.upstream is None), None)
 
     def __iter__(self) -> Iterator[AgentSpec]:
         return iter(self.agents)
@@ -183,7 +194,7 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     except tomllib.TOMLDecodeError as exc:
         raise FleetError([f"{source}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
-    unknown_top = sorted(set(data) - {"operator", "agents"})
+    unknown_top = sorted(set(data) - {"operator", "agents", "brokers"})
     if unknown_top:
         problems.append(f"{source}: unknown section(s) {', '.join(unknown_top)}")
 
@@ -220,9 +231,20 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
         if spec is not None:
             specs.append(spec)
     _check_tree(specs, operator_id, source, problems)
+    brokers = parse_brokers(data.get("brokers"), broker_lines(text), source, problems)
+    placement = place_agents(
+        [
+            Placement(name=s.name, id=s.id, master_id=s.master_id, broker=s.broker, line=s.line)
+            for s in specs
+        ],
+        brokers,
+        source,
+        problems,
+    )
     if problems or operator_id is None:
         raise FleetError(problems)
-    return Fleet(operator_id, operator_name, tuple(specs))
+    specs = [replace(spec, broker=placement[spec.id]) for spec in specs]
+    return Fleet(operator_id, operator_name, tuple(specs), brokers)
 
 
 def _parse_agent(
@@ -270,6 +292,10 @@ def _parse_agent(
     ):
         problems.append(f"{where}: {label}: heartbeat_interval must be a positive number")
         interval = None
+    broker = raw.get("broker")
+    if broker is not None and not isinstance(broker, str):
+        problems.append(f"{where}: {label}: broker must name a [[brokers]] entry")
+        broker = None
     # An agent with other problems still takes part in the tree checks, so that its
     # children are not also reported as having an unknown master.
     if agent_id is None or not isinstance(name, str):
@@ -282,6 +308,7 @@ def _parse_agent(
         settings=MappingProxyType(dict(settings)),
         heartbeat_interval=None if interval is None else float(interval),
         line=line,
+        broker=broker,
     )
 
 

@@ -18,6 +18,7 @@ from .router import Router
 from .rules import verify
 from .runner import CommandRunner
 from .settings import AgentConfig
+from .sitelinks import parse_link_topic
 from .transport import Inbound
 
 __all__ = ["InboundPipeline", "Listener", "Observed"]
@@ -40,12 +41,14 @@ class InboundPipeline:
         runner: CommandRunner,
         router: Router,
         observed: Observed,
+        linked: Callable[[Inbound], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.outbox = outbox
         self.runner = runner
         self.router = router
         self.observed = observed  # status and war-room messages go to liveness
+        self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
@@ -58,6 +61,9 @@ class InboundPipeline:
     async def run(self) -> None:
         """Read the session's messages until it ends."""
         async for inbound in self.ctx.live_session().messages():
+            if self.linked is not None and parse_link_topic(inbound.topic) is not None:
+                self.linked(inbound)
+                continue
             try:
                 topic = topics.parse_topic(inbound.topic)
             except TopicError as exc:

@@ -29,6 +29,7 @@ from .messages import (
 )
 from .observer import read_status
 from .settings import AgentConfig, Will
+from .sitelinks import SITE_LINK_LOST, SiteLinkDuty
 from .status import (
     ACTIVE,
     INACTIVE,
@@ -112,6 +113,8 @@ class Liveness:
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
+        # A federated fleet: children behind a lost bridge are one site incident, not many.
+        self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
 
     @property
     def config(self) -> AgentConfig:
@@ -240,6 +243,14 @@ class Liveness:
 
     # --- watching others ------------------------------------------------------------------
 
+    def on_link(self, inbound: Inbound) -> None:
+        """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
+        change = None if self.links is None else self.links.take(inbound.topic, inbound.payload)
+        if change is not None:
+            link, up = change
+            state = "up" if up else "DOWN"
+            log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
+
     def _master_of(self, agent_id: UUID) -> UUID | None:
         """Return an agent's master as this agent knows it (config, then statuses)."""
         if agent_id == self.config.id:
@@ -339,15 +350,17 @@ class Liveness:
             if entry is None or not entry.seen:
                 continue
             code = loss_code(entry)
+            grace = max(
+                self.config.stale_after * entry.heartbeat_interval,
+                self.config.broker.reconnect_max,
+            )
+            if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
+                continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
             if code is not None and child_id not in self._open.codes:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
                 # within this grace after our own reconnect, its backoff included.
-                grace = max(
-                    self.config.stale_after * entry.heartbeat_interval,
-                    self.config.broker.reconnect_max,
-                )
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue
@@ -364,7 +377,11 @@ class Liveness:
                 await self._safely(
                     self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
                 )
+        if self.links is not None:
+            await self._reconcile_links(self.links)
         for subject in list(self._open.codes):
+            if self.links is not None and self.links.link(subject) is not None:
+                continue
             if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
 
@@ -380,6 +397,24 @@ class Liveness:
         await self._reconcile()
         if self._online() and self.advertise() != self._advertised:
             await self._safely(self.publish_status())
+
+    async def _reconcile_links(self, links: SiteLinkDuty) -> None:
+        """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
+        down = {link.id: link for link in links.owned_down()}
+        for bridge, link in down.items():
+            if bridge not in self._open.codes:
+                description = (
+                    f"site {link.site}: the bridge link is down; "
+                    f"{len(link.behind)} agent(s) behind it unreachable"
+                )
+                await self._safely(self.open_incident(bridge, SITE_LINK_LOST, description))
+        for subject, code in list(self._open.codes.items()):
+            if code == SITE_LINK_LOST and subject not in down and links.known_up(subject):
+                known = links.link(subject)
+                site = known.site if known is not None else str(subject)
+                await self._safely(
+                    self.resolve_incident(subject, f"site {site}: the bridge link is back")
+                )
 
     # --- the war room ---------------------------------------------------------------------
 

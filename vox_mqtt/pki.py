@@ -24,6 +24,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .acl import fleet_identities
 from .errors import ConfigError
+from .federation import bridges
 from .hierarchy import Fleet
 from .passwd import atomic_write
 
@@ -262,7 +263,8 @@ def init_pki(
         issuer = _make_ca(layout)
         created += [layout.ca_cert, layout.ca_key]
 
-    all_hosts = [*_LOCAL_NAMES, *hosts]
+    # One server certificate serves every broker of a federated fleet.
+    all_hosts = list(dict.fromkeys([*_LOCAL_NAMES, *hosts, *(b.host for b in fleet.brokers)]))
     if _server_is_current(layout, issuer, all_hosts):
         kept += 1
     else:
@@ -273,7 +275,8 @@ def init_pki(
         atomic_write(layout.server_cert, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
         created += [layout.server_cert, layout.server_key]
 
-    for identity in fleet_identities(fleet, explorer=explorer):
+    bridge_ids = [bridge.identity() for bridge in bridges(fleet)]
+    for identity in (*fleet_identities(fleet, explorer=explorer), *bridge_ids):
         cert_path, key_path = layout.client_cert(identity.id), layout.client_key(identity.id)
         if cert_path.is_file() and key_path.is_file():
             kept += 1

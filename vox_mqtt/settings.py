@@ -9,6 +9,7 @@ from uuid import UUID
 
 from .errors import ConfigError
 from .messages import MAX_MESSAGE_BYTES
+from .sitelinks import LinkMap
 
 __all__ = ["AgentConfig", "BrokerSettings", "Will"]
 
@@ -90,6 +91,7 @@ class AgentConfig:
     disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
     memory_alert_percent: float = 95.0
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
+    links: LinkMap | None = None  # bridge links to watch in a federated fleet (sitelinks.py)
 
     @property
     def peers(self) -> frozenset[UUID]:

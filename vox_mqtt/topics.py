@@ -9,6 +9,7 @@ from uuid import UUID
 from .errors import TopicError
 
 __all__ = [
+    "LINK_FILTER",
     "PREFIX",
     "STATUS_FILTER",
     "WARROOM_FILTER",
@@ -18,6 +19,7 @@ __all__ = [
     "WarroomTopic",
     "inbox",
     "inbox_filter",
+    "link",
     "parse_topic",
     "status",
     "warroom",
@@ -31,6 +33,8 @@ WARROOM_ID: Final = UUID("00000000-0000-4000-8000-000000000911")
 WARROOM_FILTER: Final = f"{PREFIX}/warroom/#"
 # Every agent's retained status: what the operator's console and observers read.
 STATUS_FILTER: Final = f"{PREFIX}/+/status"
+# A site broker's bridge keeps its state ("1" up, "0" down) here (docs/federation.md).
+LINK_FILTER: Final = f"{PREFIX}/link/+"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,11 @@ def warroom(source: UUID, subject: UUID) -> str:
 def warroom_filter(source: UUID | None = None) -> str:
     """Return the filter for the whole war room, or for one source's incidents."""
     return WARROOM_FILTER if source is None else f"{PREFIX}/warroom/{source}/+"
+
+
+def link(bridge: UUID) -> str:
+    """Return the retained topic of a bridge's state, its notification topic."""
+    return f"{PREFIX}/link/{bridge}"
 
 
 def _uuid(level: str, topic: str) -> UUID:

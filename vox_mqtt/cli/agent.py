@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
+from ..errors import ConfigError
+from ..federation import write_link_map
 from ..hierarchy import Fleet, load_fleet
 from ._common import EXIT_USAGE, fail
 from ._ids import normalize_prefix, pick_by_prefix
@@ -46,6 +48,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.set_defaults(func=cmd_render)
 
 
+def _check_broker_dir(fleet: Fleet, name: str, broker_dir: Path) -> None:
+    """In a fleet of several brokers, say which broker's directory an identity needs."""
+    if not fleet.brokers:
+        return
+    try:
+        agent = fleet.agent(name)
+        identity, broker = agent.name, agent.broker
+    except KeyError:
+        identity, broker = fleet.operator_name, fleet.root_broker
+    if not (broker_dir / "credentials" / f"{identity}.toml").is_file():
+        raise ConfigError(
+            [
+                f"--broker-dir {broker_dir}: {identity!r} connects to broker {broker!r}: pass "
+                f"the directory `vox broker render --broker {broker}` wrote"
+            ]
+        )
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """Check the agent's roles, render its config and say what was written."""
     fleet = load_fleet(args.fleet)
@@ -57,6 +77,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if name != "operator" and report_roles(fleet, args.fleet, only=[fleet.agent(name)]):
         fail(f"not written: fix the role paths of {name} in {args.fleet}")
         return EXIT_USAGE
+    _check_broker_dir(fleet, name, args.broker_dir)
     rendered = render_agent_config(
         fleet,
         name,
@@ -67,6 +88,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
     )
     print(f"wrote {rendered.config} ({rendered.kind} {rendered.name})")
+    links = write_link_map(fleet, rendered.name, rendered.config)
+    if links is not None:
+        print(f"wrote {links} (the bridge links it watches)")
     for path in rendered.secrets:
         print(f"wrote {path} (secret, mode 0600)")
     return 0

@@ -11,7 +11,8 @@ from ..brokermanifest import RenderOptions, load_manifest, resolve_options
 from ..brokerreload import VERIFY_TIMEOUT, broker_settings, reload_broker
 from ..dynsecapply import apply_dynsec
 from ..errors import ConfigError
-from ..hierarchy import load_fleet
+from ..federation import bridge_for, broker_spec
+from ..hierarchy import Fleet, load_fleet
 from ..pki import DEFAULT_DAYS, init_pki
 from ._common import err_console, out_console, print_json
 
@@ -33,6 +34,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.add_argument("--port", type=int, help="plain MQTT port (first render: 1883)")
     render.add_argument("--tls-port", type=int, help="TLS port with --pki (first render: 8883)")
     render.add_argument("--format", choices=("acl", "dynsec"), dest="fmt")
+    render.add_argument(
+        "--broker",
+        help="in a fleet with [[brokers]]: the one broker to render (its clients, its ACL "
+        "and, for a site, its bridge upstream); first render: host and ports from its entry",
+    )
+    render.add_argument(
+        "--upstream-dir",
+        type=Path,
+        help="for a site broker: the directory its upstream broker was rendered into "
+        "(the bridge's credentials come from there)",
+    )
+    render.add_argument(
+        "--bridge-keepalive",
+        type=int,
+        help="seconds between a bridge's pings; a cut link shows within 2.5x this "
+        "(first render: 10)",
+    )
     render.add_argument("--pki", type=Path, help="PKI dir from `vox pki init`: adds TLS")
     render.add_argument("--no-pki", action="store_true", help="drop TLS that was rendered before")
     render.add_argument(
@@ -102,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     init.set_defaults(func=cmd_pki_init)
 
 
-def _render_options(args: argparse.Namespace) -> tuple[RenderOptions, list[str]]:
+def _render_options(args: argparse.Namespace, fleet: Fleet) -> tuple[RenderOptions, list[str]]:
     given = {
         "host": args.host,
         "bind": args.bind,
@@ -113,10 +131,21 @@ def _render_options(args: argparse.Namespace) -> tuple[RenderOptions, list[str]]
         "explorer": args.explorer,
         "user": args.user,
         "lock_client_ids": args.lock_client_ids,
+        "broker": args.broker,
+        "upstream_dir": None if args.upstream_dir is None else str(args.upstream_dir.absolute()),
+        "bridge_keepalive": args.bridge_keepalive,
     }
     if args.no_pki and args.pki is not None:
         raise ConfigError(["--pki and --no-pki contradict each other"])
+    if args.bridge_keepalive is not None and not 5 <= args.bridge_keepalive <= 65535:
+        raise ConfigError([f"--bridge-keepalive must be 5 or more (got {args.bridge_keepalive})"])
     previous = load_manifest(args.out.absolute())
+    if args.broker is not None and previous is None:
+        # A first render of one broker of a federation: its [[brokers]] entry says where.
+        spec = broker_spec(fleet, args.broker)
+        for key, value in (("host", spec.host), ("port", spec.port), ("tls_port", spec.tls_port)):
+            if given[key] is None:
+                given[key] = value
     options, changes = resolve_options(given, None if previous is None else previous.options)
     if args.no_pki and options.pki is not None:
         options = replace(options, pki=None)
@@ -127,7 +156,7 @@ def _render_options(args: argparse.Namespace) -> tuple[RenderOptions, list[str]]
 def cmd_render(args: argparse.Namespace) -> int:
     """Render the broker directory from the fleet file, with the options it remembers."""
     fleet = load_fleet(args.fleet)
-    options, changes = _render_options(args)
+    options, changes = _render_options(args, fleet)
     rotate = args.rotate is not None and not args.rotate
     result = render_broker_dir(
         fleet,
@@ -143,11 +172,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         explorer=options.explorer,
         run_as_user=options.user,
         lock_client_ids=options.lock_client_ids,
+        broker=options.broker,
+        upstream_dir=options.upstream_dir,
+        bridge_keepalive=options.bridge_keepalive,
     )
     for change in changes:
         err_console().print(f"vox: changed: {change}", markup=False)
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
+    bridge = None if options.broker is None else bridge_for(fleet, options.broker)
     names = sorted(k for k in result.credentials if isinstance(k, str))
     security = result.acl if result.acl is not None else result.dynsec
     if args.json:
@@ -164,6 +197,15 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "credentials": {name: str(result.credentials[name]) for name in names},
                 "warnings": list(result.warnings),
                 "changed": changes,
+                "broker": options.broker,
+                "bridge": None
+                if bridge is None
+                else {
+                    "conf": str(result.root / "bridge" / "bridge.conf"),
+                    "upstream": bridge.upstream,
+                    "out": list(bridge.out_topics),
+                    "in": list(bridge.in_topics),
+                },
             }
         )
         return 0
@@ -176,6 +218,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         f"wrote {len(names)} credentials files in {result.root / 'credentials'} (0600)",
         markup=False,
     )
+    if bridge is not None:
+        console.print(
+            f"wrote {result.root / 'bridge' / 'bridge.conf'} (0600): bridge to "
+            f"{bridge.upstream!r}, {len(bridge.out_topics)} topic(s) up, "
+            f"{len(bridge.in_topics)} down",
+            markup=False,
+        )
     listen = f"{result.host}:{result.port}"
     if result.tls_port is not None:
         listen = f"TLS {result.host}:{result.tls_port}, plain 127.0.0.1:{result.port}"

@@ -48,12 +48,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="leave the fleet up afterwards (print how to explore it); stop with Ctrl-C",
     )
+    demo.add_argument(
+        "--sites",
+        action="store_true",
+        help="spread the fleet over a core broker and two chained site brokers, bridged as "
+        "docs/federation.md renders them (each its own private Mosquitto)",
+    )
     demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo and return 0 when every step showed what it should."""
-    return asyncio.run(_interruptible(Demo(args.dir.absolute(), keep_running=args.keep_running)))
+    demo = Demo(args.dir.absolute(), keep_running=args.keep_running, sites=args.sites)
+    return asyncio.run(_interruptible(demo))
 
 
 async def _interruptible(demo: Demo) -> int:
@@ -74,9 +81,9 @@ async def _interruptible(demo: Demo) -> int:
 class Demo:
     """The narrated run: each step shows the commands and what they printed."""
 
-    def __init__(self, directory: Path, *, keep_running: bool = False) -> None:
+    def __init__(self, directory: Path, *, keep_running: bool = False, sites: bool = False) -> None:
         self.layout = DemoLayout(directory)
-        self.local = LocalFleet(self.layout)
+        self.local = LocalFleet(self.layout, sites=sites)
         self.keep_running = keep_running
         self.out: Console = out_console()
         self.step = 0
@@ -152,24 +159,45 @@ class Demo:
         self.say(f"$ vox init {self.shown(layout.fleet)}")
         for line in draw_tree(fleet).splitlines():
             self.out.print(Text(f"  {line}"))
-        self.say(
-            f"$ vox broker render {self.shown(layout.fleet)} --out {self.shown(layout.broker)}"
-            " --explorer"
-        )
+        if fleet.brokers:
+            self.say(
+                f"$ vox broker render {self.shown(layout.fleet)} --broker {fleet.root_broker} "
+                f"--out {self.shown(layout.broker)} --explorer"
+            )
+        else:
+            self.say(
+                f"$ vox broker render {self.shown(layout.fleet)} --out {self.shown(layout.broker)}"
+                " --explorer"
+            )
         self.say(
             "  mosquitto.conf, an ACL that lets each agent write only to its master's and"
             " children's inboxes, passwd and one credentials file per identity"
         )
+        dirs = {fleet.root_broker: layout.broker}
+        for site, rendered in self.local.site_dirs.items():
+            upstream = next(b.upstream for b in fleet.brokers if b.name == site)
+            dirs[site] = rendered.root
+            self.say(
+                f"$ vox broker render {self.shown(layout.fleet)} --broker {site} --out "
+                f"{self.shown(rendered.root)} --upstream-dir {self.shown(dirs[upstream])}"
+            )
+            self.say(f"  and a bridge to {upstream!r} carrying exactly the topics that must cross")
         for name in [fleet.operator_name, *(a.name for a in fleet)]:
+            where = dirs.get(fleet.agent(name).broker if name != fleet.operator_name else None)
             self.say(
                 f"$ vox agent render {self.shown(layout.fleet)} {name} --broker-dir "
-                f"{self.shown(layout.broker)} --out {self.shown(layout.config(name))}"
+                f"{self.shown(where or layout.broker)} --out {self.shown(layout.config(name))}"
             )
         broker = self.local.start_broker()
         self.say(
             f"started a private mosquitto on 127.0.0.1:{broker.port} (pid {broker.pid}, "
             f"log {self.shown(broker.log_path)})"
         )
+        for site, site_broker in self.local.site_brokers.items():
+            self.say(
+                f"started site {site}'s mosquitto on 127.0.0.1:{site_broker.port} "
+                f"(pid {site_broker.pid}), bridged upstream"
+            )
 
     async def start_agents(self) -> None:
         self.title("One vox-agent daemon per agent, leaves first")

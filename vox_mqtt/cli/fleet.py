@@ -84,7 +84,8 @@ def draw_tree(fleet: Fleet) -> str:
     lines: list[str] = []
 
     def draw(agent: AgentSpec, first: str, rest: str) -> None:
-        lines.append(f"{first}{agent.name} (id: {agent.id})")
+        where = "" if agent.broker is None else f" @ {agent.broker}"
+        lines.append(f"{first}{agent.name} (id: {agent.id}){where}")
         body = rest + "  "
         master = '""' if agent.master_id is None else str(agent.master_id)
         lines.append(f"{body}master_id: {master}")
@@ -94,6 +95,13 @@ def draw_tree(fleet: Fleet) -> str:
             draw(child, body + ("└── " if last else "├── "), body + ("    " if last else "│   "))
 
     draw(fleet.root, "", "")
+    for spec in fleet.brokers:
+        upstream = "root broker" if spec.upstream is None else f"bridged to {spec.upstream}"
+        count = sum(1 for agent in fleet if agent.broker == spec.name)
+        lines.append(
+            f"broker {spec.name}: {spec.host}:{spec.port} (TLS {spec.tls_port}), {upstream}, "
+            f"{count} agent(s)"
+        )
     return "\n".join(lines)
 
 
@@ -107,13 +115,26 @@ def tree_as_json(fleet: Fleet) -> dict[str, Any]:
             "id": str(agent.id),
             "master_id": "" if agent.master_id is None else str(agent.master_id),
             "roles": list(agent.roles),
+            "broker": agent.broker,
             "children": [node(child.id) for child in fleet.children_of(agent_id)],
         }
 
-    return {
+    result: dict[str, Any] = {
         "operator": {"name": fleet.operator_name, "id": str(fleet.operator_id)},
         "root": node(fleet.root.id),
     }
+    if fleet.brokers:
+        result["brokers"] = [
+            {
+                "name": b.name,
+                "host": b.host,
+                "port": b.port,
+                "tls_port": b.tls_port,
+                "upstream": b.upstream,
+            }
+            for b in fleet.brokers
+        ]
+    return result
 
 
 def add_agent(path: Path, name: str, master: str | None, roles: list[str]) -> int:

@@ -23,9 +23,11 @@ from ..agent import AgentConfig, VOXAgent
 from ..agentconf import render_agent_config
 from ..brokerconf import BrokerDir, render_broker_dir
 from ..errors import ConfigError, LedgerError, VoxError
+from ..federation import sites_fleet_toml, write_link_map
 from ..hierarchy import Fleet, load_fleet, seed_fleet_toml
 from ..ledger import VOXAgentMemory
 from ..localbroker import LocalBroker, free_port
+from ..sites import chain_up
 from ..status import AgentLiveness
 from ..topics import STATUS_FILTER, WARROOM_FILTER
 from ..transport import BrokerSettings
@@ -34,7 +36,7 @@ from ..warroom import Incident
 __all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 
 MARKER: Final = ".vox-demo"
-_OWNED: Final = ("fleet.toml", "broker", "config", "state", "logs", "run.json")
+_OWNED: Final = ("fleet.toml", "broker", "sites", "config", "state", "logs", "run.json")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ class DemoLayout:
     def broker(self) -> Path:
         """Return the rendered broker folder (mosquitto.conf, acl, passwd, credentials)."""
         return self.root / "broker"
+
+    def site(self, name: str) -> Path:
+        """Return the rendered folder of a site broker (`--sites`); the core's is `broker`."""
+        return self.root / "sites" / name
 
     @property
     def run_file(self) -> Path:
@@ -116,9 +122,12 @@ class LocalFleet:
     layout: DemoLayout
     keepalive: int = 10
     shutdown_grace: float = 5.0
+    sites: bool = False  # the seed over a core and two chained sites (docs/federation.md)
     fleet: Fleet | None = None
-    broker_dir: BrokerDir | None = None
+    broker_dir: BrokerDir | None = None  # the root broker's: the operator and explorer log in here
     broker: LocalBroker | None = None
+    site_dirs: dict[str, BrokerDir] = field(default_factory=dict)
+    site_brokers: dict[str, LocalBroker] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Every pid this run started, for run.json and for tests that check nothing is left.
     started: dict[str, list[int]] = field(default_factory=dict)
@@ -127,34 +136,62 @@ class LocalFleet:
         """Write the fleet file (the seed tree by default), the broker dir and every config."""
         layout = self.layout
         layout.prepare()
-        layout.fleet.write_text(seed_fleet_toml() if fleet_text is None else fleet_text)
+        if fleet_text is None:
+            fleet_text = sites_fleet_toml(seed_fleet_toml()) if self.sites else seed_fleet_toml()
+        layout.fleet.write_text(fleet_text)
         fleet = self.fleet = load_fleet(layout.fleet)
-        self.broker_dir = render_broker_dir(
-            fleet,
-            layout.broker,
-            port=free_port(),
-            explorer=True,
-            run_as_user=getpass.getuser(),
-        )
+        dirs = self._render_brokers(fleet)
         for name in [fleet.operator_name, *(agent.name for agent in fleet)]:
-            render_agent_config(
+            broker = fleet.agent(name).broker if name != fleet.operator_name else None
+            rendered = render_agent_config(
                 fleet,
                 name,
-                layout.broker,
+                dirs[broker or fleet.root_broker or ""].root,
                 layout.config(name),
                 layout.state(name),
                 keepalive=self.keepalive,
                 shutdown_grace=self.shutdown_grace,
             )
+            write_link_map(fleet, name, rendered.config)
         self._write_run_file()
         return fleet
 
+    def _render_brokers(self, fleet: Fleet) -> dict[str, BrokerDir]:
+        """Render the broker (the root one into `broker`, sites under `sites/`), upstream first."""
+        user = getpass.getuser()
+        if not fleet.brokers:
+            self.broker_dir = render_broker_dir(
+                fleet, self.layout.broker, port=free_port(), explorer=True, run_as_user=user
+            )
+            return {"": self.broker_dir}
+        dirs: dict[str, BrokerDir] = {}
+        for spec in sorted(fleet.brokers, key=lambda b: len(list(chain_up(fleet.brokers, b.name)))):
+            root = spec.upstream is None
+            dirs[spec.name] = render_broker_dir(
+                fleet,
+                self.layout.broker if root else self.layout.site(spec.name),
+                broker=spec.name,
+                port=free_port(),
+                upstream_dir=None if root else dirs[spec.upstream or ""].root,
+                explorer=root,
+                run_as_user=user,
+            )
+            if root:
+                self.broker_dir = dirs[spec.name]
+            else:
+                self.site_dirs[spec.name] = dirs[spec.name]
+        return dirs
+
     def start_broker(self) -> LocalBroker:
-        """Start the private Mosquitto from the rendered config."""
+        """Start the private Mosquitto from the rendered config (the root broker, then sites)."""
         assert self.broker_dir is not None, "render() first"
         self.broker = LocalBroker(self.broker_dir.conf, port=self.broker_dir.port)
         self.broker.start()
         self.started.setdefault("mosquitto", []).append(self.broker.pid)
+        for name, site in self.site_dirs.items():
+            broker = self.site_brokers[name] = LocalBroker(site.conf, port=site.port)
+            broker.start()
+            self.started.setdefault(f"mosquitto-{name}", []).append(broker.pid)
         self._write_run_file()
         return self.broker
 
@@ -234,6 +271,8 @@ class LocalFleet:
         for process in self.processes.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+        for site in reversed(list(self.site_brokers.values())):
+            site.stop()
         if self.broker is not None:
             self.broker.stop()
         self._write_run_file(finished=True)

@@ -31,6 +31,7 @@ from ..config import load_console_config, load_daemon_config
 from ..errors import ConfigError, SubscriptionRefused
 from ..observer import FleetObserver
 from ..passwd import Credentials, load_credentials
+from ..sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch, parse_link_topic
 from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from ..transport import BrokerSettings, Session
 from ..warroom import Incident
@@ -40,7 +41,7 @@ from ._downtime import liveliness
 
 __all__ = ["Reader", "load_reader", "register"]
 
-_COLOURS = {ACTIVE: "green", STALE: "yellow", INACTIVE: "red"}
+_COLOURS = {ACTIVE: "green", STALE: "yellow", INACTIVE: "red", UNREACHABLE: "red"}
 _CONNECT_TIMEOUT = 5.0  # a read-only look should say "unreachable" quickly
 
 
@@ -86,6 +87,12 @@ class Reader:
     warroom: bool  # whether this identity is meant to read the war room
     stale_after: float
     broker: BrokerSettings
+    # The bridge links this identity watches, from NAME.links.json (docs/federation.md).
+    links: LinkMap | None = None
+
+    def link_watch(self) -> LinkWatch | None:
+        """Return a fresh watch of this reader's links, or None in a one-broker fleet."""
+        return None if self.links is None else LinkWatch(self.links)
 
 
 def _credentials(password_file: Path | None, base: Path) -> Credentials | None:
@@ -147,6 +154,7 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
             warroom=a.watch_warroom,
             stale_after=a.stale_after,
             broker=_read_only(broker),
+            links=_links_beside(path),
         )
     console = load_console_config(path)
     op = console.operator
@@ -162,7 +170,15 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
         warroom=True,
         stale_after=3.0,
         broker=_read_only(broker),
+        links=_links_beside(path),
     )
+
+
+def _links_beside(path: Path) -> LinkMap | None:
+    try:
+        return LinkMap.beside(path)
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
 
 
 def _read_only(broker: BrokerSettings) -> BrokerSettings:
@@ -176,10 +192,13 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
 
 
 @contextlib.asynccontextmanager
-async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObserver]:
-    """Log in as the reader and keep a FleetObserver up to date for the block."""
+async def observing(
+    reader: Reader, *, warroom: bool, links: LinkWatch | None = None
+) -> AsyncIterator[FleetObserver]:
+    """Log in as the reader and keep a FleetObserver (and the link watch) up to date."""
     observer = FleetObserver(stale_after=reader.stale_after)
-    wanted = [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if warroom else [])
+    link_topics = [] if links is None else links.map.topics
+    wanted = [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if warroom else []) + link_topics
     try:
         session = await _connect(reader.broker, wanted)
     except SubscriptionRefused:
@@ -188,7 +207,7 @@ async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObse
         # The dynsec plugin refuses a wildcard it does not grant: ask for each topic instead.
         exact = [topics.status(peer) for peer in reader.peers]
         exact += [topics.WARROOM_FILTER] if warroom and reader.warroom else []
-        session = await _connect(reader.broker, exact)
+        session = await _connect(reader.broker, exact + link_topics)
     try:
         if session.session_present:
             # A fresh client id never has a session: this broker replaced it with the username.
@@ -198,7 +217,7 @@ async def observing(reader: Reader, *, warroom: bool) -> AsyncIterator[FleetObse
                 "was disconnected by it — see docs/broker.md",
                 file=sys.stderr,
             )
-        pump = asyncio.ensure_future(_pump(session, observer))
+        pump = asyncio.ensure_future(_pump(session, observer, links))
         try:
             yield observer
         finally:
@@ -215,8 +234,11 @@ async def _connect(broker: BrokerSettings, filters: Sequence[str]) -> Session:
     return session
 
 
-async def _pump(session: Session, observer: FleetObserver) -> None:
+async def _pump(session: Session, observer: FleetObserver, links: LinkWatch | None) -> None:
     async for inbound in session.messages():
+        if links is not None and parse_link_topic(inbound.topic) is not None:
+            links.take(inbound.topic, inbound.payload)
+            continue
         observer.take(inbound)
 
 
@@ -295,23 +317,27 @@ def status_row(entry: AgentLiveness, incidents: Sequence[Incident], now: float) 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the liveness of every agent whose status this identity may read."""
     reader = load_reader(args.config)
+    links = reader.link_watch()
 
     async def run() -> int:
         # The war room (when this identity may read it) dates each loss: "down for".
-        async with observing(reader, warroom=reader.warroom) as observer:
+        async with observing(reader, warroom=reader.warroom, links=links) as observer:
             await settle(observer, args.wait)
             observer.view.refresh()
             agents = [a for a in observer.view.agents() if a.seen]
+            if links is not None:
+                agents = links.overlay(agents)
             incidents = list(observer.incidents.values())
             if args.json:
                 now = time.monotonic()
                 ordered = sorted(agents, key=lambda a: a.name)
-                print_json(
-                    {
-                        "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
-                        "agents": [status_row(a, incidents, now) for a in ordered],
-                    }
-                )
+                document = {
+                    "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
+                    "agents": [status_row(a, incidents, now) for a in ordered],
+                }
+                if links is not None:
+                    document["links"] = _link_rows(links)
+                print_json(document)
             else:
                 title = f"vox fleet status, as seen by {reader.name} ({reader.kind})"
                 _wide_console().print(status_table(agents, title, incidents))
@@ -320,9 +346,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
+def _link_rows(links: LinkWatch) -> list[dict[str, Any]]:
+    rows = []
+    for link in links.map.links:
+        up = links.up.get(link.id)
+        state = "UNKNOWN" if up is None else ("UP" if up else "DOWN")
+        rows.append({"site": link.site, "id": str(link.id), "state": state})
+    return rows
+
+
+def status_tree(reader: Reader, observer: FleetObserver, links: LinkWatch | None = None) -> Tree:
     """Draw the fleet as masters and children from what the statuses say."""
-    agents = {a.id: a for a in observer.view.agents() if a.seen}
+    seen = [a for a in observer.view.agents() if a.seen]
+    agents = {a.id: a for a in (seen if links is None else links.overlay(seen))}
     incidents = list(observer.incidents.values())
     now = time.monotonic()
 
@@ -351,7 +387,7 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
         )
 
     def grow(branch: Tree, parent: UUID, depth: int) -> None:
-        children = [a for a in observer.view.get_children(parent) if a.seen]
+        children = [agents[a.id] for a in observer.view.get_children(parent) if a.id in agents]
         for entry in sorted(children, key=lambda a: a.name):
             if depth < 64:
                 grow(branch.add(label(entry)), entry.id, depth + 1)
@@ -359,24 +395,27 @@ def status_tree(reader: Reader, observer: FleetObserver) -> Tree:
     grow(tree, reader.top, 0)
     if observer.incidents:
         tree.add(f"[red]war room: {len(observer.incidents)} open incident(s)[/]")
+    for link in [] if links is None else links.down():
+        tree.add(f"[red]site {link.site}: bridge link lost ({SITE_LINK_LOST})[/]")
     return tree
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Show a live tree of the fleet until interrupted or --duration has passed."""
     reader = load_reader(args.config, "watch")
+    links = reader.link_watch()
 
     async def run() -> int:
-        async with observing(reader, warroom=reader.warroom) as observer:
+        async with observing(reader, warroom=reader.warroom, links=links) as observer:
             await settle(observer, 1.0)
             deadline = None if args.duration is None else time.monotonic() + args.duration
             with Live(
-                status_tree(reader, observer), console=_wide_console(), refresh_per_second=2
+                status_tree(reader, observer, links), console=_wide_console(), refresh_per_second=2
             ) as live:
                 while deadline is None or time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
                     observer.view.refresh()
-                    live.update(status_tree(reader, observer))
+                    live.update(status_tree(reader, observer, links))
         return 0
 
     return asyncio.run(run())
