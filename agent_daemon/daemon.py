@@ -367,11 +367,13 @@ class AgentDaemon:
         try:
             fresh = load_daemon_config(path)
             secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
-        except ConfigError as exc:
+            links = LinkMap.beside(path)
+        except (ConfigError, ValueError) as exc:
+            problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
             log.error(
                 "SIGHUP: invalid config: %s: nothing changed, still running with the config it "
                 "started",
-                "; ".join(exc.problems),
+                "; ".join(problems),
             )
             return
         plan = plan_reload(
@@ -380,6 +382,9 @@ class AgentDaemon:
             old_secret=running.broker.password,
             new_secret=secret.password,
         )
+        if links != running.links:
+            # Which children sit behind which bridge is read once, at start.
+            plan = replace(plan, restart_keys=(*plan.restart_keys, "the bridge links beside it"))
         if plan.restart_keys:
             log.warning(
                 "SIGHUP: %s changed (%s): restart the agent to apply it; nothing changed",
@@ -393,7 +398,7 @@ class AgentDaemon:
         agent = self.agent
         if agent is None:
             # Not connected yet: the next attempt builds the agent from the new config.
-            config = fresh.agent_config(path.absolute().parent)
+            config = replace(fresh.agent_config(path.absolute().parent), links=links)
             self.prepared = replace(self.prepared, file=fresh, config=config)
             log.info("SIGHUP: the next connection attempt uses it: %s (%s)", plan.summary(), path)
             return
