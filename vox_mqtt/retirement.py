@@ -203,9 +203,15 @@ async def retire_agent(
                     "(`vox fleet diff OLD NEW` shows every step)"
                 ]
             )
+    where = (
+        "the agent's and the operator's credentials are in different broker directories of "
+        "this federated fleet, which retirement does not handle yet (docs/operations.md)"
+        if fleet.brokers
+        else "render the broker from this fleet file"
+    )
     operator_creds = _load(
         root / "credentials" / f"{fleet.operator_name}.toml",
-        f"the operator {fleet.operator_name!r}: render the broker from this fleet file",
+        f"the operator {fleet.operator_name!r}: {where}",
     )
     report = RetireReport(name=name, id=agent_id)
     async with _Look(operator_creds, agent_id) as look:
