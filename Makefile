@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint mosquitto install clean
+.PHONY: test demo bench lint mosquitto prometheus install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml
 mosquitto:
 	@bash scripts/ensure-mosquitto.sh
 
-test: $(STAMP) mosquitto
+prometheus:
+	@bash scripts/ensure-prometheus.sh
+
+test: $(STAMP) mosquitto prometheus
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) mosquitto
@@ -57,8 +60,10 @@ install:
 	ln -sf $(PREFIX)/bin/vox-agent $(DESTDIR)$(BINDIR)/vox-agent
 	ln -sf $(PREFIX)/bin/vox $(DESTDIR)$(BINDIR)/vox
 	install -m 0644 systemd/vox-agent@.service $(DESTDIR)$(UNITDIR)/vox-agent@.service
+	install -m 0644 systemd/vox-exporter.service $(DESTDIR)$(UNITDIR)/vox-exporter.service
 	install -D -m 0644 systemd/sysusers.d/vox.conf $(DESTDIR)$(SYSUSERSDIR)/vox.conf
 	install -m 0644 docs/deploy.md $(DESTDIR)$(PREFIX)/share/doc/deploy.md
+	install -m 0644 docs/metrics.md docs/vox-alerts.yml $(DESTDIR)$(PREFIX)/share/doc/
 	@if [ -n "$(BROKER)" ]; then \
 		install -D -m 0644 systemd/mosquitto.service.d/vox.conf \
 			$(DESTDIR)$(UNITDIR)/mosquitto.service.d/vox.conf; \

@@ -23,9 +23,11 @@ from typing import Any
 from bench import (
     bridged,
     detection,
+    exporter_scrape,
     fleet_large,
     footprint,
     ledger_bench,
+    metrics_cost,
     one_hop,
     reload_sessions,
     render_large,
@@ -46,6 +48,8 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "bridged": (8, bridged.run),
     "fleet_large": (9, fleet_large.run),
     "reload": (10, reload_sessions.run),
+    "exporter": (11, exporter_scrape.run),
+    "metrics_cost": (12, metrics_cost.run),
 }
 
 

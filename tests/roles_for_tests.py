@@ -37,3 +37,11 @@ class Broken(Role):
         super().__init__(**kwargs)
         if "required" not in self.settings:
             raise ValueError("setting 'required' is missing")
+
+
+class Numbers(Role):
+    """Answers with as many 1e15 numbers as asked: a result that can outgrow a message."""
+
+    @command
+    async def numbers(self, count: int) -> list[float]:
+        return [1e15] * count

@@ -130,6 +130,10 @@ async def test_forged_source_is_rejected_and_answered_unauthorized(
         rows = await agents["coordinator"].memory.find(forged.message_id)
         assert [r["action"] for r in rows] == ["rejected"]
         assert "does not match the sender" in rows[0]["reason"]
+        # Counted where it happened: one rejection by reason, nothing taken in.
+        metrics = agents["coordinator"].metrics
+        assert metrics.rejected.values == {"UNAUTHORIZED_SOURCE": 1}
+        assert metrics.messages_in.total() == 0
 
 
 @pytest.mark.parametrize(
@@ -175,6 +179,9 @@ async def test_malformed_input_is_recorded_with_a_reason_and_the_agent_goes_on(
         job = new_message(MSG_JOB_DETECTED, source=a_id, target=coord_id, details=JOB)
         await peer.session.publish(topics.inbox(coord_id, a_id), serialize(job))
         await wait_for(lambda: peer.of_type(MSG_ACKNOWLEDGED))
+        metrics = agents["coordinator"].metrics
+        assert metrics.rejected.values == {"INVALID_MESSAGE": 1}
+        assert metrics.messages_in.values[MSG_JOB_DETECTED] == 1
 
 
 async def test_the_broker_itself_refuses_payloads_over_its_packet_limit(
@@ -233,7 +240,7 @@ async def test_duplicates_are_reacknowledged_and_never_re_executed(
 
     counting = Counting()
     async with AsyncExitStack() as stack:
-        await start_agents(
+        agents = await start_agents(
             stack, seed, tmp_path, {"coordinator": [counting]}, names=["coordinator"]
         )
         peer = await open_peer(stack, seed, "root")
@@ -251,6 +258,20 @@ async def test_duplicates_are_reacknowledged_and_never_re_executed(
         assert executions == ["run"]
         # One result, though re-sent (same message_id) since this raw peer never acks it.
         assert len({m.message_id for m in peer.of_type("command_result")}) == 1
+        metrics = agents["coordinator"].metrics
+        assert metrics.duplicates == 2
+        assert metrics.messages_in.values[MSG_COMMAND_REQUEST] == 1
+        assert metrics.commands_served.values["sleep"] == 1
+        assert metrics.messages_out.values["command_result"] == 1
+        assert metrics.messages_out.values[MSG_ACKNOWLEDGED] == 3
+        await wait_for(lambda: metrics.resends >= 1)  # the unacknowledged result again
+        assert sum(metrics.command_handler_seconds.counts) == 1
+        snapshot = metrics.snapshot()
+        assert snapshot is not None
+        assert snapshot["gauges"]["intake_queue"] == 0  # all taken in
+        assert snapshot["gauges"]["inflight_commands"] == 0
+        assert snapshot["gauges"]["ledger_bytes"] > 0
+        assert snapshot["counters"]["ledger_records"] >= 4  # received x1, duplicate x2, ...
 
 
 async def test_wrong_target_in_the_envelope_is_rejected(seed: Any, tmp_path: Path) -> None:

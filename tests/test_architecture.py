@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt._version": CONTRACTS,
     "vox_mqtt.errors": CONTRACTS,
     "vox_mqtt.messages": CONTRACTS,
+    "vox_mqtt._jsonvalue": CONTRACTS,
     "vox_mqtt.topics": CONTRACTS,
     "vox_mqtt.hierarchy": CONTRACTS,
     "vox_mqtt.settings": CONTRACTS,
@@ -31,6 +32,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt._ledgerschema": SERVICES,
     "vox_mqtt.ledger": SERVICES,
     "vox_mqtt.memory": SERVICES,  # the ledger under the seed's module name
+    "vox_mqtt.witness": SERVICES,
     "vox_mqtt.tracking": SERVICES,
     "vox_mqtt.status": SERVICES,
     "vox_mqtt.warroom": SERVICES,
@@ -57,6 +59,9 @@ LAYERS: dict[str, int] = {
     "vox_mqtt.fleetdiff": SERVICES,
     "vox_mqtt.fleetplan": SERVICES,
     "vox_mqtt.retirement": SERVICES,
+    "vox_mqtt.logonce": SERVICES,
+    "vox_mqtt.metrics": SERVICES,
+    "vox_mqtt.explorerconf": SERVICES,
     "vox_mqtt.publishprops": SERVICES,
     "vox_mqtt.peernames": SERVICES,
     "vox_mqtt.rolecheck": SERVICES,
@@ -67,6 +72,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt.liveness": CORE,
     "vox_mqtt.agent": CORE,
     "vox_mqtt.console": APPS,
+    "vox_mqtt.exporter": APPS,
     "vox_mqtt": APPS,  # the package's public API re-exports every layer
 }
 CLI = "vox_mqtt.cli"  # every module under vox_mqtt/cli is an app

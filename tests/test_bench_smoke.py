@@ -15,7 +15,7 @@ import pytest
 from bench.__main__ import FIGURES, main
 
 ROW_KEYS = {"title", "unit", "vox", "baseline", "ratio", "target", "met"}
-ROWS = {"detection": 4, "footprint": 4, "bridged": 2, "fleet_large": 4}
+ROWS = {"detection": 4, "footprint": 4, "bridged": 2, "fleet_large": 4, "metrics_cost": 3}
 
 
 def check_rows(rows: list[dict[str, Any]]) -> None:

@@ -44,6 +44,7 @@ def test_render_writes_the_broker_dir(
             f"{n}.toml"
             for n in (
                 "_canary",
+                "_exporter",
                 "_status",
                 "_watch",
                 "operator",
@@ -109,6 +110,7 @@ def test_agents_that_leave_lose_their_credentials(fleet_file: Path, tmp_path: Pa
     assert _render(fleet_file, out) == 0
     assert sorted(p.name for p in (out / "credentials").iterdir()) == [
         "_canary.toml",
+        "_exporter.toml",
         "_status.toml",
         "_watch.toml",
         "explorer.toml",

@@ -10,10 +10,13 @@ from uuid import uuid4
 
 import pytest
 
+from vox_mqtt.acl import explorer_id
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.cli import main
+from vox_mqtt.cli.ops import load_reader
 from vox_mqtt.config import load_console_config, load_daemon_config
+from vox_mqtt.explorerconf import load_explorer_config
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.pki import init_pki
 
@@ -123,6 +126,24 @@ def test_operator_console_config(tmp_path: Path, fleet: Fleet, broker: BrokerDir
     assert console.operator.state_dir == Path("alice-state")
     password = console.broker.settings(str(fleet.operator_id), base=out.parent).password
     assert password == broker.credentials_for("alice").password
+
+
+def test_explorer_config_is_a_read_only_look(tmp_path: Path, fleet: Fleet) -> None:
+    broker = render_broker_dir(
+        fleet, tmp_path / "xb", port=1884, run_as_user=getpass.getuser(), explorer=True
+    )
+    out = tmp_path / "explorer" / "explorer.toml"
+    fleet_file = _write(tmp_path, fleet)
+    args = ["agent", "render", fleet_file, "explorer", "--broker-dir", str(broker.root)]
+    assert main([*args, "--out", str(out)]) == 0
+    explorer = load_explorer_config(out)
+    assert explorer.explorer.id == explorer_id(fleet)
+    assert explorer.explorer.operator_id == fleet.operator_id
+    reader = load_reader(out)
+    assert (reader.kind, reader.name, reader.top) == ("explorer", "explorer", fleet.operator_id)
+    assert reader.broker.username == str(explorer_id(fleet))
+    assert reader.broker.client_id != reader.broker.username  # a throw-away client id
+    assert reader.broker.password == broker.credentials_for("explorer").password
 
 
 def _write(tmp_path: Path, fleet: Fleet) -> str:

@@ -14,6 +14,7 @@ from tests.agentkit import Analyst, start_agents, wait_for
 from tests.brokerkit import Client, SecureBroker, tree_fleet
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
+from vox_mqtt.cli.ops import activity
 from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
 from vox_mqtt.topics import WARROOM_ID
 
@@ -85,11 +86,24 @@ async def test_status_json_and_table(
         assert spec["commands"] == ["analyze"]
         assert 0 <= spec["heartbeat_age_s"] < 5
         assert {"cpu_percent", "memory_percent", "disk_percent"} <= set(spec["metrics"])
+        # The agent's own counts ride next to the host figures (docs/metrics.md).
+        assert spec["metrics"]["agent"]["v"] == 1
+        assert "command_request" in spec["metrics"]["agent"]["counters"]["messages_in"]
+        assert activity(spec["metrics"])[1] == "0"  # no errors
         assert rows["coordinator"]["master_id"] == str(secure.fleet.agent("root").id)
 
         code, out, err = await capture("status", "--config", configs["operator"])
         assert (code, err) == (0, "")
-        for word in ("name", "status", "epoch", "heartbeat", "cpu%", "mem%", "disk%", "commands"):
+        for word in (
+            "heartbeat",
+            "msg/s",
+            "errors",
+            "p50 cmd",
+            "cpu%",
+            "mem%",
+            "disk%",
+            "commands",
+        ):
             assert word in out
         assert out.count("ACTIVE") == 4
         assert str(secure.fleet.agent("spec_b").id) in out

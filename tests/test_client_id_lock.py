@@ -80,5 +80,5 @@ def test_the_credentials_say_what_the_broker_enforces(
             assert "this broker does NOT enforce it" in text
     # The operator's file carries its looks: one read-only identity per kind of look.
     operator = load_credentials(locked.dir.credentials[locked.fleet.operator_name])
-    assert [look.purpose for look in operator.looks] == ["status", "watch"]
-    assert len({look.username for look in operator.looks} | {operator.username}) == 3
+    assert [look.purpose for look in operator.looks] == ["exporter", "status", "watch"]
+    assert len({look.username for look in operator.looks} | {operator.username}) == 4

@@ -188,17 +188,24 @@ class Daemon:
     """`python -m agent_daemon` as a child process with its log in a file."""
 
     def __init__(
-        self, config: Path, log: Path, env: dict[str, str], *, prefix: Sequence[str] = ()
+        self,
+        config: Path,
+        log: Path,
+        env: dict[str, str],
+        *,
+        prefix: Sequence[str] = (),
+        python: str = sys.executable,
+        cwd: Path = REPO,
     ) -> None:
         self.log_path = log
         with log.open("wb") as handle:
             self.process = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "agent_daemon", "--config", str(config)],
+                [*prefix, python, "-m", "agent_daemon", "--config", str(config)],
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                cwd=REPO,
+                cwd=cwd,
             )
 
     @property

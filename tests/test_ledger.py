@@ -288,7 +288,7 @@ async def test_note_to_human_and_payload_text_never_reach_the_disk(tmp_path: Pat
     for secret in (b"SECRET", b"Netwire", b"note_to_human", b"X3"):
         assert secret not in data
     by_type = {r["message_type"]: r["details"] for r in rows}
-    assert by_type["job_detected"] == {"message_source": "vox-mqtt"}
+    assert by_type["job_detected"] == {"message_source": ledger.stored_source("vox-mqtt")}
     assert by_type["command_request"]["params"] == {"nested": [{}]}
 
 
@@ -302,13 +302,14 @@ async def test_a_command_request_keeps_what_a_restart_needs(memory: VOXAgentMemo
     assert row["details"] == {
         "command": "analyze",
         "params": {"target": "db-7", "depth": 2},
-        "message_source": "vox-mqtt",
+        "message_source": memory.stored_source("vox-mqtt"),
         "topic": "vox/c/inbox/r",
     }
     error = request.reply("command_error", {"code": "NO_ROUTE", "error": "free text here"})
     await memory.record_message(error, "sent", outcome="NO_ROUTE", reason="no child serves it")
     (row,) = await memory.find(error.message_id)
-    assert row["details"] == {"code": "NO_ROUTE", "message_source": "vox-mqtt"}
+    source = memory.stored_source("vox-mqtt")
+    assert row["details"] == {"code": "NO_ROUTE", "message_source": source}
     assert (row["outcome"], row["reason"], row["reply_to"]) == (
         "NO_ROUTE",
         "no child serves it",
@@ -365,6 +366,9 @@ async def test_a_failed_transaction_leaves_no_trace(tmp_path: Path) -> None:
         assert all(isinstance(r, LedgerError) and "poisoned" in str(r) for r in results)
         assert await ledger.get_recent() == []
         assert await ledger.record("m", "after", None, None, {}) == 1
+        assert (await ledger.verify()).problem == "unexpected triggers on the ledger: poison"
+        with sqlite3.connect(path) as db:
+            db.execute("DROP TRIGGER poison")
         assert (await ledger.verify()).ok
 
 
@@ -558,7 +562,7 @@ async def test_pending_and_interrupted_commands_survive_a_restart(tmp_path: Path
     assert pending[0]["details"] == {
         "command": "fresh",
         "params": {},
-        "message_source": "vox-mqtt",
+        "message_source": ledger.stored_source("vox-mqtt"),
     }
     assert [(r["message_id"], r["action"]) for r in interrupted] == [
         (str(cmd["running"].message_id), "started"),

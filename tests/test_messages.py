@@ -357,6 +357,8 @@ def test_error_codes_are_the_designed_set() -> None:
         "UNAUTHORIZED_SOURCE",
         "DELIVERY_FAILED",
         "SHUTTING_DOWN",
+        "MESSAGE_TOO_LARGE",
+        "LEDGER_UNAVAILABLE",
     } == ERROR_CODES
     assert ErrorCode.NO_ROUTE == "NO_ROUTE"
 

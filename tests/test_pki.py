@@ -28,8 +28,9 @@ def test_init_makes_a_ca_a_server_and_a_certificate_per_identity(tmp_path: Path)
     fleet = seven_agent_fleet()
     report = init_pki(tmp_path, fleet, hosts=["broker.example", "10.1.2.3"], explorer=True)
     layout = report.layout
-    # operator, its two looks (watch, status), explorer and agents: a certificate each.
-    assert len(report.created) == 4 + 2 * (len(fleet) + 4)
+    # operator, its three looks (watch, status, exporter), explorer and agents: a
+    # certificate each.
+    assert len(report.created) == 4 + 2 * (len(fleet) + 5)
     ca = _cert(layout.ca_cert)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     server = _cert(layout.server_cert)
@@ -60,7 +61,7 @@ def test_rerunning_keeps_everything_and_adds_only_what_is_missing(tmp_path: Path
     snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     again = init_pki(tmp_path, fleet)
     assert again.created == ()
-    assert again.kept == 2 + len(fleet) + 3
+    assert again.kept == 2 + len(fleet) + 4  # CA, server; agents, operator and its 3 looks
     bigger = add_agent(fleet, "spec_a3", "coord_a")
     grown = init_pki(tmp_path, bigger)
     newcomer = bigger.agent("spec_a3").id

@@ -96,6 +96,9 @@ def test_make_install_stages_units_user_and_configs(tmp_path: Path) -> None:
     root = _stage(tmp_path)
     unit = root / "etc/systemd/system/vox-agent@.service"
     assert unit.read_text() == (SYSTEMD_DIR / "vox-agent@.service").read_text()
+    exporter = root / "etc/systemd/system/vox-exporter.service"
+    assert exporter.read_text() == (SYSTEMD_DIR / "vox-exporter.service").read_text()
+    assert (root / "opt/vox-mqtt/share/doc/vox-alerts.yml").is_file()
     assert os.readlink(root / "usr/local/bin/vox-agent") == "/opt/vox-mqtt/bin/vox-agent"
     assert (root / "etc/systemd/system/mosquitto.service.d/vox.conf").is_file()
     assert "vox:x:" in (root / "etc/passwd").read_text()
@@ -107,6 +110,7 @@ def test_make_install_stages_units_user_and_configs(tmp_path: Path) -> None:
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     root = _stage(tmp_path)
     assert _verify(root, "vox-agent@coordinator.service", "mosquitto.service") == ""
+    assert _verify(root, "vox-exporter.service") == ""
 
 
 @needs_systemd
@@ -134,6 +138,9 @@ def test_agent_unit_exposure_is_ok(tmp_path: Path) -> None:
     exposure = _exposure(root, "vox-agent@coordinator.service")
     print(f"systemd-analyze security vox-agent@coordinator.service: {exposure}")
     assert exposure <= EXPOSURE_TARGET
+    exporter = _exposure(root, "vox-exporter.service")
+    print(f"systemd-analyze security vox-exporter.service: {exporter}")
+    assert exporter <= EXPOSURE_TARGET
     # The drop-in hardens the distribution's broker unit too.
     assert _exposure(root, "mosquitto.service") < 5.0
 
@@ -172,6 +179,20 @@ def test_agent_unit_lifecycle_settings() -> None:
     assert "ProcSubset" not in unit
     grace = float(unit["TimeoutStopSec"][0])
     assert grace > 10.0  # the default agent.shutdown_grace, plus the SHUTDOWN publish
+
+
+def test_exporter_unit_shares_the_agent_hardening() -> None:
+    agent = _unit_settings(SYSTEMD_DIR / "vox-agent@.service")
+    exporter = _unit_settings(SYSTEMD_DIR / "vox-exporter.service")
+    assert exporter["ExecStart"] == [
+        "/usr/local/bin/vox exporter --config /etc/vox/exporter.toml --listen 127.0.0.1:9733"
+    ]
+    assert exporter["User"] == ["vox"]
+    assert exporter["RestartPreventExitStatus"] == ["2"]
+    hardening = [k for k in agent if k.startswith(("Protect", "Private", "Restrict", "System"))]
+    hardening += ["NoNewPrivileges", "CapabilityBoundingSet", "MemoryDenyWriteExecute"]
+    for key in hardening:
+        assert exporter.get(key) == agent[key], key
 
 
 # --- the daemon inside the sandbox the unit draws ---------------------------------------------
@@ -218,6 +239,60 @@ def open_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# What the daemon imports, found by importing it in a child (never __main__ modules).
+_IMPORTS_PROBE = """
+import importlib, pkgutil, sys
+import agent_daemon.__main__, agent_daemon.daemon, tests.roles_for_tests, vox_mqtt
+for info in pkgutil.walk_packages(vox_mqtt.__path__, "vox_mqtt."):
+    if not info.name.endswith("__main__"):
+        importlib.import_module(info.name)
+for module in list(sys.modules.values()):
+    if getattr(module, "__file__", None):
+        print(module.__file__)
+"""
+
+
+def _readable_runtime(dest: Path) -> tuple[str, Path]:
+    """Copy what the daemon imports where an unprivileged user can read it.
+
+    A checkout, and the venv in it, may sit under a 0700 directory (a home, `mktemp -d`)
+    that the unit's user cannot enter, as `vox` could not on a host. Return the
+    interpreter to run (the venv's base, outside the checkout) and the PYTHONPATH.
+    """
+    code = dest / "code"
+    (code / "tests").mkdir(parents=True)
+    files = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_PROBE],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split("\n")
+    sites = [Path(p) for p in sys.path if p.endswith("site-packages")]
+    tops = {
+        site / Path(file).relative_to(site).parts[0]
+        for file in files
+        if file
+        for site in sites
+        if Path(file).is_relative_to(site)
+    }
+    skip = shutil.ignore_patterns("__pycache__")
+    for top in tops:
+        if top.is_dir():
+            shutil.copytree(top, code / top.name, ignore=skip)
+        else:
+            shutil.copy2(top, code / top.name)
+    for package in ("vox_mqtt", "agent_daemon"):
+        shutil.copytree(REPO / package, code / package, ignore=skip)
+    (code / "tests" / "__init__.py").touch()
+    shutil.copy2(REPO / "tests" / "roles_for_tests.py", code / "tests")
+    for path in (code, *code.rglob("*")):
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+    return os.path.realpath(sys.executable), code
+
+
 async def _echo(console_config: Path) -> None:
     async with OperatorConsole(console_config) as console:
         result = await console.send_command("echo", {"text": "sandboxed"}, wait=20)
@@ -228,8 +303,11 @@ def _run_lifecycle(
     tmp_path: Path,
     broker_factory: Callable[..., LocalBroker],
     wrap: list[str],
-) -> tuple[Daemon, NotifySocket, Path]:
-    """Run the daemon through READY, watchdog, SIGHUP and SIGTERM as an unprivileged user."""
+) -> tuple[Daemon, NotifySocket, Path, str]:
+    """Run the daemon through READY, watchdog, SIGHUP and SIGTERM as an unprivileged user.
+
+    Return the daemon, its notify socket, its work dir and the interpreter it ran.
+    """
     dep = deploy(tmp_path)
     broker_factory(dep.conf_text, port=dep.port)
     work = tmp_path / "run"
@@ -238,7 +316,9 @@ def _run_lifecycle(
     notify = NotifySocket(work / "notify.sock")
     (work / "notify.sock").chmod(0o777)
     prefix: list[str] = []
+    python, pythonpath = sys.executable, REPO
     if os.geteuid() == 0:
+        python, pythonpath = _readable_runtime(tmp_path)
         # As the unit does (User=vox): SQLite, for one, chowns its files only when root.
         for path in (dep.root_config.parent, dep.state_dir):
             path.mkdir(exist_ok=True)
@@ -247,12 +327,14 @@ def _run_lifecycle(
         prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(pythonpath),
         "NOTIFY_SOCKET": str(notify.path),
         "WATCHDOG_USEC": "2000000",
     }
     wrapped = [*wrap, *prefix]
-    daemon = Daemon(dep.root_config, work / "daemon.log", env, prefix=wrapped)
+    daemon = Daemon(
+        dep.root_config, work / "daemon.log", env, prefix=wrapped, python=python, cwd=work
+    )
     notify.process = daemon.process
     pid = daemon.process.pid
     try:
@@ -277,7 +359,7 @@ def _run_lifecycle(
         notify.close()
     assert "Traceback" not in daemon.log()
     assert dep.retained_status()["error_code"] == "SHUTDOWN"
-    return daemon, notify, work
+    return daemon, notify, work, python
 
 
 def _daemon_pid(pid: int, *, traced: bool) -> int:
@@ -296,10 +378,10 @@ def test_daemon_syscalls_fit_the_unit_filter(
     open_tmp: Path, broker_factory: Callable[..., LocalBroker]
 ) -> None:
     trace = open_tmp / "run" / "strace.txt"
-    _run_lifecycle(open_tmp, broker_factory, ["strace", "-f", "-qq", "-o", str(trace)])
+    *_, python = _run_lifecycle(open_tmp, broker_factory, ["strace", "-f", "-qq", "-o", str(trace)])
     text = trace.read_text()
     # systemd switches user before it executes the daemon: count from that execve on.
-    start = re.search(rf'^\d+\s+execve\("{re.escape(sys.executable)}".*= 0$', text, re.MULTILINE)
+    start = re.search(rf'^\d+\s+execve\("{re.escape(python)}".*= 0$', text, re.MULTILINE)
     assert start, "the trace does not show the daemon's execve"
     text = text[start.start() :]
     used = set(re.findall(r"^\d+\s+(?:<\.\.\. )?([a-z0-9_]+)[( ]", text, re.MULTILINE))
@@ -335,7 +417,7 @@ def test_daemon_lives_without_writable_executable_memory(
     open_tmp: Path, broker_factory: Callable[..., LocalBroker]
 ) -> None:
     wrapper = [sys.executable, "-c", MDWE_WRAPPER]
-    daemon, _, _ = _run_lifecycle(open_tmp, broker_factory, wrapper)
+    daemon, *_ = _run_lifecycle(open_tmp, broker_factory, wrapper)
     assert "stopped: SHUTDOWN published" in daemon.log()
     # The control: under the same wrapper a W+X mapping is refused, so the rule was on.
     probe = "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_READ|mmap.PROT_WRITE|mmap.PROT_EXEC)"

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
-from collections.abc import Iterable, Mapping
+import os
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
@@ -13,6 +17,9 @@ from .messages import MSG_COMMAND_REQUEST
 SCHEMA_VERSION: Final = "1"
 GENESIS_HASH: Final = "0" * 64
 APPEND_ONLY: Final = "ledger is append-only"
+# A master's record of a child's ledger head, as the child's heartbeat reported it.
+WITNESS_EVENT: Final = "witness"
+WITNESS_ACTION: Final = "ledger_head"
 # A command runs once started or delegated; it is over once completed, failed or answered.
 STARTED_ACTIONS: Final = ("started", "delegated")
 DONE_ACTIONS: Final = ("completed", "failed")
@@ -34,8 +41,33 @@ _INSERT: Final = f"INSERT INTO logs ({_ALL}) VALUES ({', '.join('?' * (len(_COLU
 _PARENT: Final = f"""SELECT {_ALL} FROM logs WHERE message_id = (SELECT reply_to FROM logs
     WHERE message_id = ? AND reply_to IS NOT NULL ORDER BY id LIMIT 1) ORDER BY id LIMIT 1"""
 _HEAD: Final = "SELECT id, hash FROM logs ORDER BY id DESC LIMIT 1"
-_TRIGGERS: Final = ("logs_no_update", "logs_no_delete", "meta_no_update", "meta_no_delete")
 _REFUSE: Final = f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END;"
+# Every trigger the ledger must have, by name, as its complete SQL: verify() compares the
+# text, so a trigger emptied or weakened under the expected name is caught too.
+_TRIGGER_SQL: Final = {
+    "logs_no_update": f"CREATE TRIGGER logs_no_update BEFORE UPDATE ON logs {_REFUSE}",
+    "logs_no_delete": f"CREATE TRIGGER logs_no_delete BEFORE DELETE ON logs {_REFUSE}",
+    # INSERT OR REPLACE deletes the row it collides with without firing DELETE triggers, so
+    # an insert must name the id after the head and chain onto the head's hash. The check
+    # runs before the conflict is resolved, while the old row is still there.
+    "logs_append_at_head": f"""CREATE TRIGGER logs_append_at_head BEFORE INSERT ON logs
+    WHEN NEW.id IS NOT (SELECT COALESCE(MAX(id), 0) + 1 FROM logs)
+      OR NEW.prev_hash IS NOT COALESCE((SELECT hash FROM logs WHERE id = NEW.id - 1),
+                                       '{GENESIS_HASH}')
+    {_REFUSE}""",
+    "meta_no_update": f"CREATE TRIGGER meta_no_update BEFORE UPDATE ON ledger_meta {_REFUSE}",
+    "meta_no_delete": f"CREATE TRIGGER meta_no_delete BEFORE DELETE ON ledger_meta {_REFUSE}",
+    "meta_no_replace": f"""CREATE TRIGGER meta_no_replace BEFORE INSERT ON ledger_meta
+    WHEN EXISTS (SELECT 1 FROM ledger_meta WHERE key = NEW.key) {_REFUSE}""",
+}
+_TRIGGERS: Final = tuple(_TRIGGER_SQL)
+# Creates what an older file lacks; a trigger that exists under its name is left for
+# verify() to judge, never silently replaced.
+_ENSURE_TRIGGERS: Final = "".join(
+    sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1) + "\n"
+    for sql in _TRIGGER_SQL.values()
+)
+_MARK_TRIGGERS: Final = "INSERT INTO ledger_meta (key, value) VALUES ('triggers', '2');\n"
 _SCHEMA: Final = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,12 +82,37 @@ CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
 CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
 CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);
 INSERT OR IGNORE INTO ledger_meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
-CREATE TRIGGER IF NOT EXISTS logs_no_update BEFORE UPDATE ON logs {_REFUSE}
-CREATE TRIGGER IF NOT EXISTS logs_no_delete BEFORE DELETE ON logs {_REFUSE}
-CREATE TRIGGER IF NOT EXISTS meta_no_update BEFORE UPDATE ON ledger_meta {_REFUSE}
-CREATE TRIGGER IF NOT EXISTS meta_no_delete BEFORE DELETE ON ledger_meta {_REFUSE}
-COMMIT;
+{_MARK_TRIGGERS}{_ENSURE_TRIGGERS}COMMIT;
 """
+_TRIGGERS_VERSION: Final = "SELECT value FROM ledger_meta WHERE key = 'triggers'"
+_UPGRADE: Final = f"BEGIN IMMEDIATE;\n{_ENSURE_TRIGGERS}{_MARK_TRIGGERS}COMMIT;\n"
+_TRIGGERS_FOUND: Final = (
+    "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+)
+
+
+def _same_sql(found: str | None, expected: str) -> bool:
+    """Compare two statements ignoring layout (sqlite keeps the text as it was written)."""
+
+    def norm(sql: str) -> str:
+        return " ".join(sql.split()).rstrip(";")
+
+    return found is not None and norm(found) == norm(expected)
+
+
+def _trigger_problem(found: Iterable[Sequence[Any]]) -> str | None:
+    """Name what is wrong with the (name, table, sql) triggers found, or None if ours."""
+    seen: dict[str, str | None] = {str(row[0]): row[2] for row in found}
+    missing = [name for name in _TRIGGER_SQL if name not in seen]
+    if missing:
+        return f"append-only triggers are missing: {', '.join(missing)}"
+    changed = [n for n, sql in _TRIGGER_SQL.items() if not _same_sql(seen[n], sql)]
+    if changed:
+        return f"append-only triggers were changed: {', '.join(changed)}"
+    extra = sorted(set(seen) - set(_TRIGGER_SQL))
+    if extra:
+        return f"unexpected triggers on the ledger: {', '.join(extra)}"
+    return None
 
 
 def _unfinished(starts: tuple[str, ...], ends: tuple[str, ...]) -> str:
@@ -124,3 +181,47 @@ def _row_dict(row: Iterable[Any]) -> dict[str, Any]:
     data = dict(zip((*_COLUMNS, "prev_hash", "hash"), row, strict=True))
     data["details"] = json.loads(data["details"])
     return data
+
+
+def _load_key(path: Path) -> bytes:
+    """Read the ledger's digest key, creating it (owner-only) on first use."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes()
+        if len(key) < 16:
+            raise ValueError(f"{path} holds {len(key)} bytes, not a digest key") from None
+        return key
+    key = secrets.token_bytes(32)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return key
+
+
+def _source_digest(key: bytes, source: str) -> str:
+    """Return the keyed digest a ledger keeps instead of a message_source in clear."""
+    mac = hmac.new(key, source.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return "hmac:" + mac.hexdigest()[:32]
+
+
+def _outbox_payload(payload: bytes, source: str, stored_source: str) -> bytes:
+    """Return a sent message as the outbox may keep it: no note_to_human, the source as stored.
+
+    A restart re-sends this form; until then the agent re-sends the whole message from
+    memory (docs/ledger.md, "The outbox").
+    """
+    if b'"note_to_human"' not in payload:
+        if source == stored_source:
+            return payload
+        # The envelope's field comes before details, so the first match is the envelope's.
+        was = b'"message_source":' + json.dumps(source, ensure_ascii=False).encode()
+        if was in payload:
+            now = b'"message_source":' + json.dumps(stored_source).encode()
+            return payload.replace(was, now, 1)
+    data = json.loads(payload)
+    data["message_source"] = stored_source
+    data["details"] = _scrub(data.get("details", {}))
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()

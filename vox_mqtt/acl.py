@@ -56,9 +56,10 @@ CANARY_NAME: Final = "_canary"
 _EXPLORER_NS: Final = "vox-mqtt read-only explorer"
 _CANARY_NS: Final = "vox-mqtt reload canary"
 # The operator's read-only looks, one identity each: with client ids locked to
-# usernames, `vox status` beside `vox watch` would otherwise kick one another (and
-# the operator's own session, which holds its queued notifications).
-LOOK_PURPOSES: Final = ("watch", "status")
+# usernames, `vox status` beside `vox watch` or the long-running `vox exporter` would
+# otherwise kick one another (and the operator's own session, which holds its queued
+# notifications).
+LOOK_PURPOSES: Final = ("watch", "status", "exporter")
 _LOOK_NS: Final = "vox-mqtt operator look"
 ADMIN_NAME: Final = "_admin"
 _ADMIN_NS: Final = "vox-mqtt dynamic-security admin"

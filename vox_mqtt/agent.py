@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -24,17 +25,18 @@ from .errors import VoxError
 from .inbound import InboundPipeline, Listener
 from .ledger import VOXAgentMemory
 from .liveness import Liveness
-from .messages import ErrorCode, VOXMessage
+from .messages import MAX_ADVERTISED_COMMANDS, ErrorCode, VOXMessage
+from .metrics import AgentMetrics
 from .outbox import Outbox
 from .privatefs import private_dir
 from .roles import Role
 from .router import Router
 from .runner import CommandRunner
 from .settings import AgentConfig, Will
-from .status import FleetView
+from .status import RETIRED, FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
 from .transport import Inbound, Session
-from .warroom import Incident
+from .warroom import Incident, Severity
 
 __all__ = ["AgentConfig", "VOXAgent"]
 
@@ -57,13 +59,25 @@ class VOXAgent:
         self.name = config.name
         # No commit window: batches form by themselves while a commit runs, and a window
         # would only add latency to every hop.
-        self.memory = VOXAgentMemory(Path(config.state_dir) / "logs.db", commit_window=0)
+        self.memory = VOXAgentMemory(
+            Path(config.state_dir) / "logs.db",
+            commit_window=0,
+            clear_sources=config.ledger_clear_sources,
+        )
         self.tracker = RequestTracker(on_change=on_request_change)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         for child_id, child_name in config.children.items():
             self.fleet_view.watch(child_id, child_name)
+        self.metrics = AgentMetrics(enabled=config.metrics)
+        if config.metrics:
+            self.memory.on_commit = self._count_commit
+            self.metrics.gauge("ledger_bytes", self._ledger_bytes)
         self._ctx = AgentContext(
-            config=config, ledger=self.memory, tracker=self.tracker, tasks=TaskSet(config.name)
+            config=config,
+            ledger=self.memory,
+            tracker=self.tracker,
+            tasks=TaskSet(config.name),
+            metrics=self.metrics,
         )
         self.router = Router()
         self._outbox = Outbox(self._ctx)
@@ -79,12 +93,25 @@ class VOXAgent:
             linked=self._linked,
         )
         self._liveness: Liveness | None = None  # built at start: it reads the state dir
+        self._cut_advertisement = 0  # how many child commands the last cut warned about
         self._stack = AsyncExitStack()
         self._children_lock = asyncio.Lock()
         self._stop_requested = asyncio.Event()
         self._stopped = False
         for role in roles:
             self.add_role(role)
+
+    def _count_commit(self, records: int, seconds: float) -> None:
+        self.metrics.ledger_records += records
+        self.metrics.ledger_commit_seconds.observe(seconds)
+
+    def _ledger_bytes(self) -> float:
+        # The write-ahead log holds the newest records until a checkpoint: count it too.
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{self.memory.path}{suffix}").st_size
+        return float(total)
 
     # --- what the parts hold, as the agent's public view ----------------------------------
 
@@ -149,8 +176,42 @@ class VOXAgent:
         self.router.mount(role)
 
     def advertised_commands(self) -> list[str]:
-        """Return what this agent can serve: its own commands and its healthy children's."""
-        return sorted(self.router.commands | self.fleet_view.commands_of(self.config.children))
+        """Return what this agent can serve: its own commands and its healthy children's.
+
+        At most MAX_ADVERTISED_COMMANDS, its own first: what children offer can never push
+        this agent's status past what its master believes (docs/liveness.md).
+        """
+        own = self.router.commands
+        offered = self.fleet_view.commands_of(self.config.children) - own
+        room = max(0, MAX_ADVERTISED_COMMANDS - len(own))
+        if len(offered) > room and self._cut_advertisement != len(offered):
+            self._cut_advertisement = len(offered)
+            log.warning(
+                "%s: children offer %d commands; advertising %d (the limit is %d)",
+                self.name,
+                len(offered),
+                room,
+                MAX_ADVERTISED_COMMANDS,
+            )
+        return sorted([*sorted(own)[:MAX_ADVERTISED_COMMANDS], *sorted(offered)[:room]])
+
+    async def raise_incident(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Post an incident about this agent's own work to the war room, once until resolved.
+
+        Return False when one of this error_code is already open (nothing is posted).
+        """
+        return await self._live().raise_own(error_code, description, severity=severity)
+
+    async def resolve_incident(self, error_code: str, description: str) -> bool:
+        """Resolve this agent's own incident of an error_code; False if none was open."""
+        return await self._live().resolve_own(error_code, description)
+
+    def _live(self) -> Liveness:
+        if self._liveness is None or self._ctx.session is None:
+            raise VoxError(f"{self.name} is not started: it cannot post to the war room")
+        return self._liveness
 
     def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
@@ -164,9 +225,9 @@ class VOXAgent:
         """Take new children without reconnecting; return what changed, in one line.
 
         New children are watched (their status topics subscribed) and routed to once they
-        advertise; removed ones stop being routes, their open incidents are resolved and
-        the requests delegated to them are answered TARGET_INACTIVE. Nothing in flight
-        elsewhere is touched (docs/operations.md).
+        advertise; removed ones stop being routes, their open incidents are resolved (at
+        liveness's next tick) and the requests delegated to them are answered
+        TARGET_INACTIVE. Nothing in flight elsewhere is touched (docs/operations.md).
         """
         async with self._children_lock:
             old = self.config
@@ -175,21 +236,20 @@ class VOXAgent:
             removed = {child: name for child, name in was.items() if child not in now}
             renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
             session = self._ctx.session
-            if self._liveness is not None:
-                self._liveness.expect(set(added))  # their retained status may come at once
             if session is not None:
                 # First: a refused subscription (a broker not re-rendered yet) changes nothing.
                 await session.subscribe([topics.status(child) for child in added])
-            config = replace(old, children=now, master_name=master_name or old.master_name)
-            self.config = self._ctx.config = config
             for child, name in now.items():
                 self.fleet_view.watch(child, name).name = name
+            self._use(replace(old, children=now, master_name=master_name or old.master_name))
             for child, name in removed.items():
+                self.fleet_view.forget(child)
                 self._fail_delegated(child, name)
-            if self._liveness is not None:
-                await self._liveness.children_changed(set(added), set(removed))
             if session is not None:
                 await session.unsubscribe([topics.status(child) for child in removed])
+                if self._liveness is not None and session.connected:
+                    with contextlib.suppress(VoxError):
+                        await self._liveness.publish_status()  # the new advertisement, now
             parts = [f"+{name}" for name in sorted(added.values())]
             parts += [f"-{name}" for name in sorted(removed.values())]
             parts += [f"{a}->{b}" for a, b in sorted(renamed.values())]
@@ -206,10 +266,15 @@ class VOXAgent:
         The broker reload that re-keys this identity drops the current connection, and the
         session's next one logs in with the new secret (docs/operations.md).
         """
-        broker = replace(self.config.broker, password=password)
-        self.config = self._ctx.config = replace(self.config, broker=broker)
+        self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
         if self._ctx.session is not None:
             self._ctx.session.use_password(password)
+
+    def _use(self, config: AgentConfig) -> None:
+        """Hand every part the new config (the others read it from the context)."""
+        self.config = self._ctx.config = config
+        if self._liveness is not None:
+            self._liveness.config = config
 
     def _fail_delegated(self, child: UUID, name: str) -> None:
         """Answer the requests waiting on a child that is no longer one."""
@@ -221,12 +286,17 @@ class VOXAgent:
                     f"{name} is no longer a child of {self.name} (the fleet changed)",
                 )
 
-    async def _retired(self, child: UUID) -> None:
-        """Forget a child that said RETIRED, outside the inbound loop that heard it."""
+    def _forget_if_retired(self, child: UUID) -> None:
+        """Forget a child that said RETIRED (`vox fleet retire`), in a task of its own."""
+        entry = self.fleet_view.get(child)
+        if child not in self.config.children or entry is None or entry.error_code != RETIRED:
+            return
+        log.warning("%s: retired: forgets %s (%s)", self.name, self.config.children[child], child)
 
         async def forget() -> None:
-            children = {c: n for c, n in self.config.children.items() if c != child}
-            await self.update_children(children)
+            await self.update_children(
+                {c: n for c, n in self.config.children.items() if c != child}
+            )
 
         self._ctx.tasks.spawn(forget(), "retired")
 
@@ -301,7 +371,6 @@ class VOXAgent:
         self._liveness = Liveness(
             self._ctx, fleet_view=self.fleet_view, advertise=self.advertised_commands
         )
-        self._liveness.on_retired = self._retired
         # Read before connecting: anything recorded after this is this run's own work.
         interrupted = await self.memory.interrupted_commands()
         pending = await self.memory.pending_commands()
@@ -314,6 +383,7 @@ class VOXAgent:
         )
         self._ctx.session = session
         await self._stack.enter_async_context(session)
+        self.metrics.commands_served.seed(self.router.commands)
         tasks = self._ctx.tasks
         tasks.spawn(self._inbound.run(), "inbound")
         tasks.spawn(self._liveness.run(), "liveness")
@@ -361,6 +431,8 @@ class VOXAgent:
     ) -> None:
         if self._liveness is not None:
             await self._liveness.on_observed(inbound, topic)
+        if isinstance(topic, topics.StatusTopic):
+            self._forget_if_retired(topic.agent)
 
     async def __aexit__(
         self,

@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .acl import EXPLORER_NAME, explorer_id
 from .config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
 from .errors import ConfigError
+from .explorerconf import ExplorerFile
 from .hierarchy import Fleet, load_fleet
 from .passwd import (
     Credentials,
@@ -44,7 +46,7 @@ class RenderedConfig:
     """The files one render wrote: the config and the secrets it points at."""
 
     config: Path
-    kind: str  # "agent" or "operator"
+    kind: str  # "agent", "operator" or "explorer"
     name: str
     secrets: tuple[Path, ...]
 
@@ -59,7 +61,7 @@ def render_agent_config(
     keepalive: int = 30,
     shutdown_grace: float = 10.0,
 ) -> RenderedConfig:
-    """Write the daemon config of agent `name` (or the console config of `operator`)."""
+    """Write the daemon config of agent `name` (or the operator's or explorer's config)."""
     if not isinstance(fleet, Fleet):
         fleet = load_fleet(fleet)
     out = Path(out)
@@ -83,6 +85,9 @@ def render_agent_config(
         state = Path(state_dir) if state_dir is not None else Path(f"{identity}-state")
         text = _operator_text(fleet, state, broker)
         _check(text, ConsoleFile, out)
+    elif kind == "explorer":
+        text = _explorer_text(fleet, ident_id, broker)
+        _check(text, ExplorerFile, out)
     else:
         state = Path(state_dir) if state_dir is not None else DEFAULT_STATE_ROOT / identity
         text = _agent_text(fleet, ident_id, state, broker, shutdown_grace)
@@ -98,9 +103,11 @@ def _identity(fleet: Fleet, name: str) -> tuple[str, str, Any]:
     except KeyError:
         if name in ("operator", fleet.operator_name, str(fleet.operator_id)):
             return "operator", fleet.operator_name, fleet.operator_id
+        if name == EXPLORER_NAME:
+            return "explorer", EXPLORER_NAME, explorer_id(fleet)
         known = ", ".join(sorted(a.name for a in fleet))
         raise ConfigError(
-            [f"no agent {name!r} in the fleet (agents: {known}; or `operator`)"]
+            [f"no agent {name!r} in the fleet (agents: {known}; or `operator`, `explorer`)"]
         ) from None
     return "agent", agent.name, agent.id
 
@@ -263,7 +270,30 @@ def _operator_text(fleet: Fleet, state: Path, broker: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check(text: str, model: type[DaemonFile] | type[ConsoleFile], out: Path) -> None:
+def _explorer_text(fleet: Fleet, ident_id: Any, broker: dict[str, Any]) -> str:
+    section = {
+        "name": EXPLORER_NAME,
+        "id": str(ident_id),
+        "operator_id": str(fleet.operator_id),
+        "operator_name": fleet.operator_name,
+    }
+    lines = [
+        "# vox config of the read-only explorer, rendered by `vox agent render FLEET explorer`",
+        "# (the broker lets it read vox/# and write nothing): for vox status and vox exporter.",
+        'kind = "explorer"',
+        "",
+        "[explorer]",
+        *_assignments(section),
+        "",
+        "[broker]",
+        *_assignments(broker),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _check(
+    text: str, model: type[DaemonFile] | type[ConsoleFile] | type[ExplorerFile], out: Path
+) -> None:
     """Refuse to write a config its reader would reject (e.g. a bad role or name)."""
     try:
         model.model_validate(tomllib.loads(text))

@@ -12,6 +12,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
+from .messages import MAX_HEARTBEAT_INTERVAL
 from .settings import AgentConfig, BrokerSettings
 from .topics import WARROOM_FILTER
 
@@ -84,7 +85,10 @@ class AgentSection(_Section):
     settings: dict[str, Any] = Field(default_factory=dict)
     state_dir: Path
     message_source: str = "vox-mqtt"
-    heartbeat_interval: Seconds = 15.0
+    # Keep message_source in clear in the ledger (a keyed digest otherwise: docs/ledger.md).
+    ledger_clear_sources: bool = False
+    # Bounded like any status a master believes (docs/liveness.md).
+    heartbeat_interval: Annotated[float, Field(gt=0, le=MAX_HEARTBEAT_INTERVAL)] = 15.0
     stale_after: Annotated[float, Field(ge=1)] = 3.0
     request_timeout: Seconds = 30.0
     max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 32
@@ -104,6 +108,7 @@ class AgentSection(_Section):
             state_dir=_resolve_path(base, self.state_dir),
             broker=broker,
             message_source=self.message_source,
+            ledger_clear_sources=self.ledger_clear_sources,
             heartbeat_interval=self.heartbeat_interval,
             stale_after=self.stale_after,
             request_timeout=self.request_timeout,

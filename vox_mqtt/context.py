@@ -1,4 +1,4 @@
-"""What the parts of one agent share: its config, ledger, request tracker, session and tasks."""
+"""What the parts of one agent share: config, ledger, tracker, metrics, session and tasks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from uuid import UUID
 
 from .errors import BrokerUnavailable
 from .ledger import VOXAgentMemory
+from .metrics import AgentMetrics
 from .publishprops import PublishProperties
 from .settings import AgentConfig
 from .tracking import RequestTracker
@@ -57,6 +58,8 @@ class AgentContext:
     ledger: VOXAgentMemory
     tracker: RequestTracker
     tasks: TaskSet
+    # Every part counts its own work here; the heartbeat carries the snapshot.
+    metrics: AgentMetrics = field(default_factory=AgentMetrics)
     session: Session | None = field(default=None)  # set when the agent starts
     # What an MQTT explorer shows beside each publish, built once per peer and type.
     publish_props: PublishProperties = field(init=False)

@@ -12,6 +12,7 @@ __all__ = [
     "FleetError",
     "InvalidMessage",
     "LedgerError",
+    "MessageTooLarge",
     "Refused",
     "SubscriptionRefused",
     "TopicError",
@@ -83,6 +84,15 @@ class DeliveryFailed(VoxError):
     def __init__(self, reason: str, *, reason_code: int | None = None) -> None:
         super().__init__(reason)
         self.reason_code = reason_code
+
+
+class MessageTooLarge(VoxError):
+    """A message to send is over the size limit: publishing it would cost the connection."""
+
+    def __init__(self, reason: str, *, size: int, limit: int) -> None:
+        super().__init__(reason)
+        self.size = size
+        self.limit = limit
 
 
 class CommandFailed(VoxError):

@@ -10,8 +10,16 @@ from uuid import UUID
 
 from . import topics
 from .context import AgentContext
-from .errors import InvalidMessage, TopicError
-from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, ErrorCode, VOXMessage, parse
+from .errors import InvalidMessage, LedgerError, TopicError
+from .messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    CommandError,
+    ErrorCode,
+    VOXMessage,
+    parse,
+)
 from .outbox import Outbox
 from .roles import Handler
 from .router import Router
@@ -52,6 +60,13 @@ class InboundPipeline:
         self.listeners: list[Listener] = []  # see every verified inbound message
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        self.intake = 0  # inbound messages being recorded, acknowledged and routed
+        ctx.metrics.gauge("intake_queue", self._waiting)
+
+    def _waiting(self) -> int:
+        """Return the messages received and not yet routed: queued in the session or in intake."""
+        session = self.ctx.session
+        return self.intake + (0 if session is None else session.queued)
 
     @property
     def config(self) -> AgentConfig:
@@ -76,12 +91,14 @@ class InboundPipeline:
                 self.ctx.tasks.spawn(self._intake(inbound, topic), "intake")
 
     async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
+        self.intake += 1
         try:
             await self._process(inbound, topic)
         except Exception:
             # Nothing a peer sends may stop the agent: log it and go on.
             log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
         finally:
+            self.intake -= 1
             self._intake_slots.release()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
@@ -104,6 +121,9 @@ class InboundPipeline:
         if inbound.retain:
             await self._reject_retained(message, inbound)
             return
+        if ledger.write_failure is not None:
+            await self._refuse_unrecordable(message, ledger.write_failure)
+            return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
         # in-progress map is checked and filled with no await between, so two copies
@@ -121,23 +141,49 @@ class InboundPipeline:
                 duplicate = await ledger.has_message(message_id)
                 if not duplicate:
                     await ledger.record_message(message, "received", topic=inbound.topic)
+            except LedgerError as exc:
+                await self._refuse_unrecordable(message, str(exc))
+                return
             finally:
                 del self._in_progress[message_id]
                 recording.set()
         if duplicate:
+            self.ctx.metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic)
             if message.type != MSG_ACKNOWLEDGED:
                 await self.outbox.publish_ack(message)
             return
+        self.ctx.metrics.messages_in.inc(message.type)
         if message.type != MSG_ACKNOWLEDGED:
             # The record is durable, so the ack may go; routing need not wait for the ack's own
             # ledger row and PUBACK (two sqlite commits and a broker round trip per hop).
             self.outbox.spawn_ack(message)
         await self._route(message)
 
+    async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
+        """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
+        log.warning(
+            "%s: refused %s %s: cannot record it: %s",
+            self.config.name,
+            message.type,
+            message.message_id,
+            failure,
+        )
+        if message.type == MSG_ACKNOWLEDGED:
+            self.outbox.settle_ack(message)  # our own message arrived: stop re-sending it
+        elif message.type == MSG_COMMAND_REQUEST:
+            error = CommandError(
+                code=ErrorCode.LEDGER_UNAVAILABLE,
+                error=f"{self.config.name} cannot record, so it accepts no work: {failure}"[:1000],
+                command=str(message.details.get("command", "")) or None,
+            )
+            await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
+        # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
+
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
         log.warning(
             "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
         )
@@ -171,6 +217,7 @@ class InboundPipeline:
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
+        self.ctx.metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
         )

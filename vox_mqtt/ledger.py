@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -26,17 +27,25 @@ from ._ledgerschema import (
     _PENDING,
     _PROMOTED,
     _SCHEMA,
-    _TRIGGERS,
+    _TRIGGERS_FOUND,
+    _TRIGGERS_VERSION,
+    _UPGRADE,
     APPEND_ONLY,
     DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
     STARTED_ACTIONS,
+    WITNESS_ACTION,
+    WITNESS_EVENT,
     _canonical,
     _chain_hash,
     _id_text,
+    _load_key,
+    _outbox_payload,
     _row_dict,
     _scrub,
+    _source_digest,
+    _trigger_problem,
 )
 from .errors import LedgerError
 from .messages import VOXMessage, now_iso
@@ -75,6 +84,8 @@ class VOXAgentMemory:
         commit_window: float = 0.002,
         max_batch: int = 1000,
         read_only: bool = False,
+        clear_sources: bool = False,
+        source_key: bytes | None = None,
     ) -> None:
         if max_batch < 1 or commit_window < 0:
             raise ValueError("max_batch must be >= 1 and commit_window >= 0")
@@ -92,6 +103,13 @@ class VOXAgentMemory:
         # (last row id, its hash) as this writer's last commit left them: a commit then costs
         # three round trips to the sqlite thread instead of four (see _write).
         self._head: tuple[int, str] | None = None
+        # Told (records written, seconds) after each commit: the agent's metrics.
+        self.on_commit: Callable[[int, float], None] | None = None
+        # Why the last commit failed, while the file cannot take writes; None once one works.
+        self.write_failure: str | None = None
+        # message_source may name a client: kept as a keyed digest unless asked for in clear.
+        self.clear_sources = clear_sources
+        self._source_key = source_key
 
     @property
     def commit_count(self) -> int:
@@ -133,7 +151,16 @@ class VOXAgentMemory:
             await db.execute("PRAGMA query_only = ON")
             return await self._check_schema(db, create=False)
         self._writer = db
+        with self._errors("cannot open"):
+            # Freed pages are zeroed, so an outbox entry gone is gone from the file too
+            # (some SQLite builds default to it; the ledger does not rely on that).
+            await db.execute("PRAGMA secure_delete = ON")
         await self._check_schema(db, create=True)
+        if not self.clear_sources and self._source_key is None:
+            try:
+                self._source_key = _load_key(self.path.with_suffix(".key"))
+            except (OSError, ValueError) as exc:
+                raise LedgerError(f"ledger {self.path}: digest key: {exc}") from None
         with self._errors("cannot open"):
             # WAL lets readers run beside the writer; FULL syncs the WAL on every commit.
             await db.execute("PRAGMA journal_mode = WAL")
@@ -151,6 +178,10 @@ class VOXAgentMemory:
                     found_text = f"its tables: {', '.join(sorted(tables))}" if tables else "empty"
                     raise LedgerError(f"ledger {self.path}: not a vox ledger ({found_text})")
                 await db.executescript(_SCHEMA)
+            elif create and not await db.execute_fetchall(_TRIGGERS_VERSION):
+                # A ledger from before the insert triggers: add them, once. A trigger dropped
+                # from a newer file is never put back here; verify() reports it.
+                await db.executescript(_UPGRADE)
             meta = await db.execute_fetchall("SELECT value FROM ledger_meta WHERE key='schema'")
         if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
             raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
@@ -216,7 +247,10 @@ class VOXAgentMemory:
 
         With outbox=(topic, payload), also keep the whole message until outbox_done().
         """
-        details: dict[str, Any] = {"message_source": message.message_source[:200]}
+        if self._reader is None:
+            await self.init_db()  # the digest key is read when the ledger opens
+        source = self.stored_source(message.message_source)
+        details: dict[str, Any] = {"message_source": source}
         for key in _KEPT_DETAILS.get(message.type, ()):
             if key in message.details:
                 details[key] = message.details[key]
@@ -237,8 +271,22 @@ class VOXAgentMemory:
             message.target,
             _scrub(details),
             meta,
-            outbox=None if outbox is None else (str(message.message_id), *outbox),
+            outbox=None
+            if outbox is None
+            else (
+                str(message.message_id),
+                outbox[0],
+                _outbox_payload(outbox[1], message.message_source, source),
+            ),
         )
+
+    def stored_source(self, message_source: str) -> str:
+        """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
+        if self.clear_sources:
+            return message_source[:200]
+        if self._source_key is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        return _source_digest(self._source_key, message_source)
 
     async def outbox_done(self, message_id: UUID) -> None:
         """Forget a sent message once it is acknowledged (or given up on)."""
@@ -330,6 +378,7 @@ class VOXAgentMemory:
     async def _commit(self, batch: list[_Pending]) -> None:
         db = self._writer
         assert db is not None
+        started = time.perf_counter()
         try:
             with self._errors("cannot write"):
                 try:
@@ -346,11 +395,16 @@ class VOXAgentMemory:
             with contextlib.suppress(Exception):
                 await db.execute("ROLLBACK")
             error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+            if isinstance(exc.__context__, sqlite3.OperationalError | OSError):
+                self.write_failure = str(error)  # the file cannot take writes (disk full ...)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)
             return
         self._commits += 1
+        if self.on_commit is not None:
+            self.on_commit(sum(1 for row_id in ids if row_id), time.perf_counter() - started)
+        self.write_failure = None
         for row_id, pending in zip(ids, batch, strict=True):
             if not pending.future.done():
                 pending.future.set_result(row_id)
@@ -445,6 +499,47 @@ class VOXAgentMemory:
             chain.append({**best, "actions": [r["action"] for r in group]})
         return chain
 
+    async def head(self) -> tuple[int, str]:
+        """Return the newest row's id and hash ((0, the genesis hash) when empty)."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(_HEAD)
+        return next(((int(r[0]), str(r[1])) for r in found), (0, GENESIS_HASH))
+
+    async def row_hashes(self, ids: Iterable[int]) -> dict[int, str]:
+        """Return the stored hash of each of these rows that exists."""
+        await self.init_db()
+        assert self._reader is not None
+        wanted = sorted(set(ids))
+        found: dict[int, str] = {}
+        with self._errors("cannot read"):
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
+                found.update(
+                    (int(r[0]), str(r[1])) for r in await self._reader.execute_fetchall(sql, chunk)
+                )
+        return found
+
+    async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
+        """Record a child's ledger head (row id, hash) as its status reported it.
+
+        final: the child said it stopped, so nothing may follow this head.
+        """
+        details = {"row": head[0], "hash": head[1], "final": final}
+        return await self.record(WITNESS_EVENT, WITNESS_ACTION, child, None, details)
+
+    async def witnessed_heads(self, child: UUID | None = None) -> list[dict[str, Any]]:
+        """Return the ledger heads this ledger witnessed, oldest first (of one child if named)."""
+        sql = f"SELECT {_ALL} FROM logs WHERE event_type = ? AND action = ?"
+        params: list[Any] = [WITNESS_EVENT, WITNESS_ACTION]
+        if child is not None:
+            sql += " AND source = ?"
+            params.append(_id_text(child))
+        return await self._read(sql + " ORDER BY id", params)
+
     async def verify(self) -> VerifyReport:
         """Recompute the hash chain and report the first row that does not match."""
         await self.init_db()
@@ -465,10 +560,9 @@ class VOXAgentMemory:
                         problem = f"row {row_id} does not match its hash: it was edited"
                     bad = None if problem is None else row_id
                     prev = row[-1]
-            found = await self._reader.execute_fetchall("SELECT name FROM sqlite_master")
-        missing = sorted(set(_TRIGGERS) - {row[0] for row in found})
-        if problem is None and missing:
-            problem = f"append-only triggers are missing: {', '.join(missing)}"
+            triggers = await self._reader.execute_fetchall(_TRIGGERS_FOUND)
+        if problem is None:
+            problem = _trigger_problem(triggers)
         return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
 
     @contextlib.contextmanager

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 from uuid import UUID
 
 from . import topics
 from ._version import __version__
 from .context import AgentContext
-from .errors import VoxError
+from .errors import LedgerError, VoxError
+from .logonce import Repeats
 from .messages import (
     MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
     AgentStatus,
+    LedgerHead,
     SystemFailure,
     VOXMessage,
     new_message,
@@ -28,12 +27,14 @@ from .messages import (
     serialize,
 )
 from .observer import read_status
-from .settings import AgentConfig, Will
+from .outbox import check_size
+from .settings import Will
 from .sitelinks import SITE_LINK_LOST, SiteLinkDuty
 from .status import (
     ACTIVE,
+    DEGRADED,
     INACTIVE,
-    RETIRED,
+    LEDGER_UNAVAILABLE,
     SHUTDOWN,
     VM_CONNECTION_LOST,
     AgentLiveness,
@@ -43,15 +44,20 @@ from .status import (
 )
 from .transport import Inbound
 from .warroom import (
+    CHILD_MISBEHAVING,
     DISK_FULL,
+    INCIDENT_CODE,
     INCIDENT_EXPIRY,
     MEMORY_PRESSURE,
+    SEVERITY_RANK,
     Incident,
+    OpenIncidents,
     Severity,
     apply_warroom,
     loss_code,
 )
 from .warroomguard import WarroomGuard
+from .witness import HeadWitness
 
 __all__ = ["CATCH_UP", "Liveness"]
 
@@ -59,29 +65,12 @@ log = logging.getLogger("vox_mqtt.liveness")
 
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
-_SAY_AGAIN: Final = 60.0  # seconds before the same publish failure is logged again
 
 
-class _OpenIncidents:
-    """The incidents this agent opened and has not resolved, kept across restarts."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.path = Path(state_dir) / "incidents.json"
-        self.codes: dict[UUID, str] = {}
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            self.codes = {UUID(k): str(v) for k, v in raw.items()}
-        except (OSError, ValueError, AttributeError):
-            pass  # none yet, or a torn file: at worst an old post stays until it expires
-
-    def set(self, subject: UUID, code: str | None) -> None:
-        if code is None:
-            self.codes.pop(subject, None)
-        else:
-            self.codes[subject] = code
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({str(k): v for k, v in self.codes.items()}), encoding="utf-8")
-        os.replace(tmp, self.path)
+_STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
+    ACTIVE: "ACTIVE",
+    DEGRADED: "DEGRADED",
+}
 
 
 class Liveness:
@@ -95,6 +84,7 @@ class Liveness:
         advertise: Callable[[], list[str]],
     ) -> None:
         self.ctx = ctx
+        self.config = ctx.config  # a reload hands it a new one (VOXAgent.update_children)
         self.fleet_view = fleet_view
         self.advertise = advertise  # the commands this agent offers while ACTIVE
         self.epoch_counter = EpochCounter(self.config.state_dir)
@@ -104,32 +94,39 @@ class Liveness:
         self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
-        # Called with a child that said RETIRED (`vox fleet retire`): the agent forgets it.
-        self.on_retired: Callable[[UUID], Awaitable[None]] | None = None
-        self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
-        self._skipped: dict[str, float] = {}  # publish failures said, and when
-        self._open = _OpenIncidents(self.config.state_dir)
+        self._said = Repeats(log)  # an incident retried at every tick is said once a minute
+        self._open = OpenIncidents(self.config.state_dir)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
+        fleet_view.add_reject_listener(self._queue_reject)
+        # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
+        self._witness = HeadWitness(ctx.ledger)
+        self._published_failure: str | None = None  # the ledger failure our status names
+        # What is wrong with this agent itself, by code: its host checks and its roles'
+        # causes; one war-room incident about it carries them all (see _post_own).
+        self._host_causes: dict[str, tuple[Severity, str]] = {}
+        self._role_causes: dict[str, tuple[Severity, str]] = {}
+        self._own_posted: tuple[str, ...] = ()
         # A federated fleet: children behind a lost bridge are one site incident, not many.
         self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
-
-    @property
-    def config(self) -> AgentConfig:
-        """Return the agent's config as it is now: a reload may change its children."""
-        return self.ctx.config
 
     # --- own status -----------------------------------------------------------------------
 
     def _status_message(
-        self, status: str, error_code: str | None, metrics: dict[str, Any] | None = None
+        self,
+        status: str,
+        error_code: str | None,
+        metrics: dict[str, Any] | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+        detail: str | None = None,
     ) -> VOXMessage:
         target = self.config.master_id or topics.WARROOM_ID
         report = AgentStatus(
             name=self.config.name,
-            status="ACTIVE" if status == ACTIVE else "INACTIVE",
+            status=_STATUS_WORDS.get(status, "INACTIVE"),
             error_code=error_code,
             epoch=self.epoch,
             started_at=self.started_at,
@@ -137,6 +134,8 @@ class Liveness:
             commands=self.advertise() if status == ACTIVE else [],
             version=__version__,
             metrics=metrics or {},
+            ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
+            detail=None if detail is None else detail[:300],
         )
         return new_message(
             MSG_AGENT_STATUS,
@@ -161,6 +160,8 @@ class Liveness:
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
+        if self.connected_at is not None:
+            self.ctx.metrics.reconnects += 1
         self.connected_at = time.monotonic()
         session = self.ctx.session
         self._resumed = session is not None and session.session_present
@@ -173,12 +174,22 @@ class Liveness:
         if session is None or not self.config.publish_status:
             return
         if metrics is None:
-            metrics = host_metrics(self.config.state_dir)
-        message = self._status_message(ACTIVE, None, metrics)
+            metrics = self._figures()
+        failure = self.ctx.ledger.write_failure
+        self._published_failure = failure
+        head = await self._ledger_head()
+        if failure is None:
+            message = self._status_message(ACTIVE, None, metrics, head=head)
+        else:
+            # It cannot record, so it accepts nothing: its master routes elsewhere.
+            detail = f"cannot record: {failure}"
+            message = self._status_message(
+                DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
+            )
         self._advertised = list(message.details.get("commands", []))
         await session.publish(
             topics.status(self.config.id),
-            serialize(message),
+            self._checked(message),
             retain=True,
             props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
         )
@@ -187,13 +198,29 @@ class Liveness:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
         session = self.ctx.session
         if session is not None and self.config.publish_status:
-            message = self._status_message(INACTIVE, SHUTDOWN)
+            # The last counts of this process stay readable after it stops, and its ledger's
+            # last head lets its master mark it final (nothing may follow it).
+            head = await self._ledger_head()
+            message = self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head)
             await session.publish(
                 topics.status(self.config.id),
-                serialize(message),
+                self._checked(message),
                 retain=True,
                 props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
             )
+
+    def _checked(self, message: VOXMessage) -> bytes:
+        """Serialize, refusing (MessageTooLarge) what the broker would drop us for."""
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
+        return payload
+
+    async def _ledger_head(self) -> tuple[int, str] | None:
+        try:
+            return await self.ctx.ledger.head()
+        except LedgerError as exc:
+            log.warning("%s: ledger head unknown: %s", self.config.name, exc)
+            return None
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -207,10 +234,25 @@ class Liveness:
                     await self._react(*change)
                     continue
             self.fleet_view.refresh()
+            if self.ctx.ledger.write_failure != self._published_failure and self._online():
+                await self._safely(self.publish_status())  # DEGRADED now, or ACTIVE again
             await self._reconcile()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
                 await self._heartbeat()
+
+    def _figures(self) -> dict[str, Any]:
+        """Return the host figures and this agent's metrics for details.metrics."""
+        figures = host_metrics(self.config.state_dir)
+        snapshot = self.ctx.metrics.snapshot()
+        if snapshot is not None:
+            figures["agent"] = snapshot
+        return figures
+
+    def _advertisement_stale(self) -> bool:
+        """Tell whether our published commands differ from what we would publish now."""
+        wanted = [] if self.ctx.ledger.write_failure is not None else self.advertise()
+        return wanted != self._advertised
 
     def _online(self) -> bool:
         # While the session is down a publish would wait for it: the birth covers the gap.
@@ -220,7 +262,11 @@ class Liveness:
     async def _heartbeat(self) -> None:
         if not self._online():
             return
-        metrics = host_metrics(self.config.state_dir)
+        if self.ctx.ledger.write_failure is not None:
+            # Try a write each beat, to learn when the ledger can record again.
+            with contextlib.suppress(LedgerError):
+                await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
+        metrics = self._figures()
         await self._safely(self.publish_status(metrics))
         await self._safely(self._check_host(metrics))
 
@@ -228,20 +274,15 @@ class Liveness:
         try:
             await action
         except VoxError as exc:
-            # Incidents are retried every tick: the same refusal (e.g. a broker whose rules
-            # changed before this agent was reloaded) is said once a minute, not 4 times a
-            # second.
-            text, now = str(exc), time.monotonic()
-            said = self._skipped.get(text)
-            level = (
-                logging.DEBUG if said is not None and now - said < _SAY_AGAIN else logging.WARNING
-            )
-            if level == logging.WARNING:
-                self._skipped = {t: at for t, at in self._skipped.items() if now - at < _SAY_AGAIN}
-                self._skipped[text] = now
-            log.log(level, "%s: liveness publish skipped: %s", self.config.name, text)
+            self._said.log(logging.WARNING, f"{self.config.name}: liveness publish skipped: {exc}")
 
     # --- watching others ------------------------------------------------------------------
+
+    async def _witness_head(self, child: UUID, head: tuple[int, str], *, final: bool) -> None:
+        try:
+            await self._witness.saw(child, head, final=final)
+        except LedgerError as exc:
+            log.warning("%s: a child's ledger head not recorded: %s", self.config.name, exc)
 
     def on_link(self, inbound: Inbound) -> None:
         """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
@@ -263,6 +304,13 @@ class Liveness:
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
 
+    def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
+        log.warning(
+            "%s: refused a status of %s: %s", self.config.name, entry.name or entry.id, reason
+        )
+        # Not a change of state, but the agent now gets no work: react as to one.
+        self._changes.put_nowait((entry, entry.status, entry.status))
+
     async def on_observed(
         self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
     ) -> None:
@@ -283,27 +331,19 @@ class Liveness:
             return
         if topic.agent == self.config.id:
             await self._on_own_status(message, retained=inbound.retain)
-        elif topic.agent in self._forgotten:
-            return
         else:
             self.fleet_view.update(message, retained=inbound.retain)
-            if (
-                topic.agent in self.config.children
-                and message.details.get("error_code") == RETIRED
-                and self.on_retired is not None
-            ):
-                log.warning(
-                    "%s: retired: forgets %s (%s)",
-                    self.config.name,
-                    self.config.children[topic.agent],
-                    topic.agent,
+            entry = self.fleet_view.get(topic.agent)
+            if topic.agent in self.config.children and entry is not None and entry.ledger_head:
+                final = entry.status == INACTIVE and entry.error_code == SHUTDOWN
+                # Its own commit, off the path that reads the session's messages.
+                self.ctx.tasks.spawn(
+                    self._witness_head(entry.id, entry.ledger_head, final=final), "witness"
                 )
-                await self.on_retired(topic.agent)
-                return
             if (
                 topic.agent in self.config.children
                 and self._online()
-                and self.advertise() != self._advertised
+                and self._advertisement_stale()
             ):
                 # A child that stays ACTIVE may still gain or lose commands (its own
                 # children came or went): pass that up now, not at the next heartbeat.
@@ -335,7 +375,7 @@ class Liveness:
         )
         if entry.id not in self.config.children:
             return
-        if self._online() and self.advertise() != self._advertised:
+        if self._online() and self._advertisement_stale():
             # A child's commands join or leave this agent's advertisement at once.
             await self._safely(self.publish_status())
         await self._reconcile()
@@ -357,6 +397,10 @@ class Liveness:
             if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
                 continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
+            if code == CHILD_MISBEHAVING and self._open.codes.get(child_id) not in (None, code):
+                # A status out of bounds is its own incident, even on top of a loss (an
+                # attacker's connection takes the child's session over): say so, once.
+                self._open.set(child_id, None)
             if code is not None and child_id not in self._open.codes:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
@@ -364,13 +408,14 @@ class Liveness:
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue
+                if code == CHILD_MISBEHAVING:
+                    why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
+                    severity: Severity = "ERROR"
+                else:
+                    why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"
+                    severity = "CRITICAL"
                 await self._safely(
-                    self.open_incident(
-                        child_id,
-                        code,
-                        f"child {name} is unreachable ({code}, epoch {entry.epoch})",
-                        epoch=entry.epoch,
-                    )
+                    self.open_incident(child_id, code, why, epoch=entry.epoch, severity=severity)
                 )
             elif code is None and child_id in self._open.codes:
                 state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
@@ -384,18 +429,8 @@ class Liveness:
                 continue
             if subject != self.config.id and subject not in self.config.children:
                 await self._safely(self.resolve_incident(subject, "no longer a child"))
-
-    def expect(self, children: set[UUID]) -> None:
-        """Take statuses of these (new) children again, before their subscription is made."""
-        self._forgotten -= children
-
-    async def children_changed(self, added: set[UUID], removed: set[UUID]) -> None:
-        """Follow a change of children: forget the removed, resolve their incidents, advertise."""
-        self._forgotten = (self._forgotten | removed) - added
-        for child in removed:
-            self.fleet_view.forget(child)
-        await self._reconcile()
-        if self._online() and self.advertise() != self._advertised:
+        if self._advertisement_stale():
+            # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
 
     async def _reconcile_links(self, links: SiteLinkDuty) -> None:
@@ -417,6 +452,58 @@ class Liveness:
                 )
 
     # --- the war room ---------------------------------------------------------------------
+
+    async def raise_own(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Add a cause to this agent's own incident; False if that cause is already open."""
+        if not INCIDENT_CODE.fullmatch(error_code):
+            raise ValueError(f"error_code {error_code!r} must be UPPER_SNAKE_CASE, 1-64 chars")
+        if error_code in self._role_causes:
+            return False  # one post per incident, however often the role raises it
+        self._role_causes[error_code] = (severity, description[:500])
+        await self._post_own(f"{self.config.name}: {description}")
+        return True
+
+    async def resolve_own(self, error_code: str, description: str) -> bool:
+        """Remove a cause from this agent's own incident; False if it was not open."""
+        if self._role_causes.pop(error_code, None) is None:
+            return False
+        await self._post_own(f"{self.config.name}: {description}")
+        return True
+
+    async def _post_own(self, why: str) -> None:
+        """Make the war room's one post about this agent say what is wrong with it now.
+
+        The broker lets an agent post about itself on one topic only, and observers hold
+        one incident per (source, subject): the host checks and a role's causes share that
+        incident. A new or removed cause posts once; the last one gone resolves it.
+        """
+        me = self.config.id
+        causes = {**self._host_causes, **self._role_causes}
+        if not causes:
+            self._own_posted = ()
+            if me in self._open.codes:
+                await self.resolve_incident(me, why[:1000])
+            return
+        codes = tuple(causes)
+        if codes == self._own_posted and me in self._open.codes:
+            return
+        severity = min((s for s, _ in causes.values()), key=SEVERITY_RANK.index)
+        parts = [
+            desc if len(causes) == 1 else f"{desc} ({code})" for code, (_, desc) in causes.items()
+        ]
+        text = f"{self.config.name}: {'; '.join(parts)}"[:1000]
+        failure = SystemFailure(
+            error_code=codes[0],
+            severity=severity,
+            description=text,
+            subject=me,
+            epoch=self.epoch,
+        )
+        await self._post(me, failure, retain=True)
+        self._open.set(me, codes[0])
+        self._own_posted = codes
 
     async def open_incident(
         self,
@@ -468,10 +555,14 @@ class Liveness:
             details=failure,
             message_source=self.config.message_source,
         )
-        await self.ctx.ledger.record_message(message, "sent")
+        try:
+            await self.ctx.ledger.record_message(message, "sent")
+        except LedgerError as exc:
+            # The alert matters more than its record (the disk may be what is full).
+            log.warning("%s: war-room post not recorded: %s", self.config.name, exc)
         await session.publish(
             topics.warroom(self.config.id, subject),
-            serialize(message),
+            self._checked(message),
             retain=retain,
             props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
         )
@@ -495,11 +586,12 @@ class Liveness:
             for code, key, limit in limits
             if float(metrics.get(key, 0.0)) >= limit
         ]
-        me = self.config.id
-        if failing and me not in self._open.codes:
+        causes: dict[str, tuple[Severity, str]] = {}
+        if failing:
             text = "; ".join(reason for _, reason in failing)
-            await self.open_incident(
-                me, failing[0][0], f"{self.config.name}: {text}", epoch=self.epoch, severity="ERROR"
-            )
-        elif not failing and me in self._open.codes:
-            await self.resolve_incident(me, f"{self.config.name}: host checks pass")
+            causes[failing[0][0]] = ("ERROR", text)
+        if causes != self._host_causes or (
+            not causes and self.config.id in self._open.codes and not self._role_causes
+        ):
+            self._host_causes = causes
+            await self._post_own(f"{self.config.name}: host checks pass")

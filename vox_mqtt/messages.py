@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 from uuid import UUID, uuid4
 
 from pydantic import (
@@ -23,11 +25,18 @@ from pydantic import (
     model_validator,
 )
 
+from ._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
 from .errors import InvalidMessage
 
 __all__ = [
     "CONTENT_TYPE",
     "ERROR_CODES",
+    "MAX_ADVERTISED_COMMANDS",
+    "MAX_COMMAND_NAME",
+    "MAX_DEADLINE_SECONDS",
+    "MAX_EPOCH",
+    "MAX_EXPIRY_SECONDS",
+    "MAX_HEARTBEAT_INTERVAL",
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
     "MSG_AGENT_STATUS",
@@ -46,17 +55,22 @@ __all__ = [
     "DataRequest",
     "DataResponse",
     "ErrorCode",
+    "FrozenDict",
+    "FrozenList",
     "JobDetected",
+    "LedgerHead",
     "MessageAcknowledged",
     "Price",
     "SystemFailure",
     "Uuid",
     "VOXMessage",
+    "expiry_seconds",
     "new_message",
     "now_iso",
     "parse",
     "parse_timestamp",
     "serialize",
+    "thaw_json",
 ]
 
 # Envelope-level types of seed 000.
@@ -73,6 +87,10 @@ MSG_SYSTEM_FAILURE: Final = "system_failure"
 MSG_AGENT_STATUS: Final = "agent_status"
 
 MAX_MESSAGE_BYTES: Final = 256 * 1024
+# The furthest a command deadline may lie ahead. MQTT's message expiry is a 32-bit count of
+# seconds (about 136 years); a deadline beyond any real job's is a mistake or an attack.
+MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600
+MAX_EXPIRY_SECONDS: Final = 2**32 - 1
 # The MQTT v5 content-type property of every VOX publish.
 CONTENT_TYPE: Final = "application/json"
 
@@ -88,6 +106,10 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
     DELIVERY_FAILED = "DELIVERY_FAILED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    # The answer, as a message, would be over the size limit: it is never published.
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    # The agent cannot record (its disk is full): it accepts nothing it could not keep.
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
 
 
 ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
@@ -102,6 +124,12 @@ def parse_timestamp(value: str) -> datetime:
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"{value!r} has no timezone (write e.g. 2026-01-11T08:00:00-03:00)")
     return parsed
+
+
+def expiry_seconds(deadline: str, *, now: float | None = None) -> int:
+    """Return the MQTT message expiry for a deadline: the seconds left, within 1..2**32-1."""
+    left = parse_timestamp(deadline).timestamp() - (time.time() if now is None else now)
+    return int(min(MAX_EXPIRY_SECONDS, max(1.0, left)))
 
 
 def _check_timestamp(value: str) -> str:
@@ -129,19 +157,10 @@ Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
 """A UUID field that accepts only the 8-4-4-4-12 text form."""
 
 
-def _check_finite(details: dict[str, Any]) -> dict[str, Any]:
-    # JSON has no NaN or Infinity; pydantic reads them (and 1e400) as floats and would
-    # write them back as null, silently changing what the sender said.
-    stack: list[Any] = [details]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("NaN and Infinity are not JSON numbers")
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-    return details
+def _freeze_details(details: dict[str, Any]) -> dict[str, Any]:
+    # Frozen all the way down: a message is immutable, so what was validated is what is sent.
+    frozen: dict[str, Any] = freeze_json(details)
+    return frozen
 
 
 def now_iso() -> str:
@@ -160,8 +179,20 @@ class VOXMessage(BaseModel):
     source: Uuid
     target: Uuid
     type: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
-    details: Annotated[dict[str, Any], AfterValidator(_check_finite)]
+    details: Annotated[dict[str, Any], AfterValidator(_freeze_details)]
     reply_to: Uuid | None = None
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Return a copy with `update` applied, validated like any new message."""
+        if not update:
+            return self  # immutable all the way down: the copy would be the same message
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        try:
+            copy = self.model_validate({**fields, **update})
+        except ValidationError as exc:
+            raise InvalidMessage(_describe(exc)) from None
+        _validate_payload(copy)
+        return copy
 
     def payload(self) -> BaseModel | None:
         """Return details as this type's payload model, or None if the type is unknown."""
@@ -347,6 +378,21 @@ class CommandRequest(_Payload):
     # Optional deadline; it becomes the MQTT message expiry and bounds the re-sends.
     deadline: IsoTimestamp | None = None
 
+    @model_validator(mode="after")
+    def _deadline_in_reach(self) -> CommandRequest:
+        if self.deadline is None:
+            return self
+        try:
+            ahead = parse_timestamp(self.deadline).timestamp() - time.time()
+        except (OverflowError, OSError, ValueError):
+            ahead = math.inf  # beyond what the platform's clock can even represent
+        if ahead > MAX_DEADLINE_SECONDS:
+            raise ValueError(
+                f"deadline {self.deadline} is more than {MAX_DEADLINE_SECONDS // 86400} days"
+                " away; give one within that"
+            )
+        return self
+
 
 class MessageAcknowledged(_Payload):
     """Confirm receipt and logging of a message (not approval)."""
@@ -392,20 +438,44 @@ def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> 
         raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
 
 
+# A status is believed and repeated up the tree only within these bounds
+# (docs/liveness.md, "What a status may say"): no child can push its master past a limit.
+MAX_ADVERTISED_COMMANDS: Final = 256
+MAX_COMMAND_NAME: Final = 128
+MAX_HEARTBEAT_INTERVAL: Final = 3600.0
+MAX_EPOCH: Final = 2**53 - 1
+CommandName = Annotated[StrictStr, Field(min_length=1, max_length=MAX_COMMAND_NAME)]
+
+
+class LedgerHead(BaseModel):
+    """The newest row of an agent's ledger, as its status reports it to its master."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row: Annotated[StrictInt, Field(ge=0)]
+    hash: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
 class AgentStatus(BaseModel):
     """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    name: StrictStr
-    status: Literal["ACTIVE", "INACTIVE"]
-    error_code: StrictStr | None = None
-    epoch: Annotated[StrictInt, Field(ge=0)]
-    started_at: StrictStr
-    heartbeat_interval: Annotated[float, Field(gt=0)]
-    commands: list[StrictStr] = Field(default_factory=list)
-    version: StrictStr = ""
+    name: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    # DEGRADED: connected but refusing work it could not record (its reason in error_code).
+    status: Literal["ACTIVE", "INACTIVE", "DEGRADED"]
+    error_code: Annotated[StrictStr, Field(max_length=64)] | None = None
+    epoch: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH)]
+    started_at: IsoTimestamp
+    heartbeat_interval: Annotated[float, Field(gt=0, le=MAX_HEARTBEAT_INTERVAL)]
+    commands: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = Field(
+        default_factory=list
+    )
+    version: Annotated[StrictStr, Field(max_length=64)] = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
+    ledger_head: LedgerHead | None = None
+    # Why it is DEGRADED (or what its error_code means), for a person.
+    detail: Annotated[StrictStr, Field(max_length=300)] | None = None
 
 
 class JobDetected(_Payload):

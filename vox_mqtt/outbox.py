@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from . import topics
 from .context import AgentContext
-from .errors import CommandFailed, DeliveryFailed, InvalidMessage, VoxError
+from .errors import CommandFailed, DeliveryFailed, InvalidMessage, MessageTooLarge, VoxError
 from .messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -25,15 +25,15 @@ from .messages import (
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
+    expiry_seconds,
     new_message,
     parse,
-    parse_timestamp,
     serialize,
 )
 from .settings import AgentConfig
 from .tracking import RequestState, TrackedRequest
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "check_size"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -58,10 +58,12 @@ class Outbox:
             raise VoxError(
                 f"{self.config.name} may only talk to its master and children, not {message.target}"
             )
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
         tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        # Whole in the outbox until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, serialize(message)))
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, payload))
         self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
         return tracked
 
@@ -73,17 +75,18 @@ class Outbox:
             except InvalidMessage:
                 continue
             tracked = self.ctx.tracker.track(message, expects_reply=False)
-            self.ctx.tasks.spawn(self._deliver(tracked), "redeliver")
+            self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
 
-    async def _deliver(self, tracked: TrackedRequest) -> None:
+    async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
         try:
-            await self._deliver_until_acknowledged(tracked)
+            await self._deliver_until_acknowledged(tracked, resend)
         finally:
             with contextlib.suppress(VoxError):
                 await self.ctx.ledger.outbox_done(tracked.message_id)
 
-    async def _deliver_until_acknowledged(self, tracked: TrackedRequest) -> None:
+    async def _deliver_until_acknowledged(self, tracked: TrackedRequest, resend: bool) -> None:
         session = self.ctx.live_session()
+        metrics = self.ctx.metrics
         tracker = self.ctx.tracker
         message = tracked.message
         target = message.target
@@ -95,6 +98,11 @@ class Outbox:
         deadline = time.monotonic() + self.config.request_timeout
         delay = self.config.resend_initial
         while not tracked.final and not tracked.acknowledged.is_set():
+            if resend:
+                metrics.resends += 1
+            else:
+                metrics.messages_out.inc(message.type)
+                resend = True
             try:
                 these = fixed
                 if these is None:
@@ -104,6 +112,7 @@ class Outbox:
             except DeliveryFailed as exc:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
                     # The broker refused it (ACL): re-sending cannot help.
+                    metrics.delivery_failures += 1
                     tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
                     return
                 log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
@@ -111,6 +120,7 @@ class Outbox:
                 async with asyncio.timeout(delay):
                     await tracked.acknowledged.wait()
             if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
+                metrics.delivery_failures += 1
                 tracker.failed(
                     message.message_id,
                     ErrorCode.TIMEOUT,
@@ -118,6 +128,17 @@ class Outbox:
                 )
                 return
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    async def publish_unrecorded(self, message: VOXMessage) -> None:
+        """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
+        payload = serialize(message)
+        try:
+            check_size(message, payload, self.config.max_message_bytes)
+            await self.ctx.live_session().publish(
+                topics.inbox(message.target, self.config.id), payload
+            )
+        except VoxError as exc:
+            log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
     def spawn_ack(self, message: VOXMessage) -> None:
         """Acknowledge in the background; flush_acks waits for it before the agent leaves."""
@@ -139,6 +160,7 @@ class Outbox:
         session = self.ctx.live_session()
         ack = message.acknowledgement(message_source=self.config.message_source)
         await self.ctx.ledger.record_message(ack, "sent")
+        self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
         try:
             await session.publish(
                 topics.inbox(message.source, self.config.id),
@@ -146,6 +168,7 @@ class Outbox:
                 props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
             )
         except DeliveryFailed as exc:
+            self.ctx.metrics.delivery_failures += 1
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(
                 "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
@@ -166,6 +189,7 @@ class Outbox:
 
     async def await_reply(self, message: VOXMessage, timeout: float | None) -> VOXMessage:
         """Send a message and return its reply; raise CommandFailed on an error or timeout."""
+        started = time.perf_counter()
         tracked = await self.send_message(message, expects_reply=True)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
@@ -175,6 +199,9 @@ class Outbox:
             self.ctx.tracker.failed(
                 message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
             )
+        if message.type == MSG_COMMAND_REQUEST:
+            # End to end as the requester sees it, answered or not.
+            self.ctx.metrics.command_roundtrip_seconds.time_since(started)
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
@@ -273,9 +300,23 @@ class Outbox:
         )
 
 
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
+        )
+
+
 def _expiry(message: VOXMessage) -> int | None:
     """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
     deadline = message.details.get("deadline")
     if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
         return None
-    return max(1, int(parse_timestamp(deadline).timestamp() - time.time()))
+    return expiry_seconds(deadline)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 from uuid import UUID
 
 from pydantic import BaseModel, ValidationError, validate_call
@@ -71,6 +71,14 @@ class AgentHandle(Protocol):
     async def notify_master(
         self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
     ) -> TrackedRequest: ...
+    async def raise_incident(
+        self,
+        error_code: str,
+        description: str,
+        *,
+        severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"] = "ERROR",
+    ) -> bool: ...
+    async def resolve_incident(self, error_code: str, description: str) -> bool: ...
 
 
 _COMMAND_MARK = "__vox_command__"
@@ -130,6 +138,8 @@ class Role:
     def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
         self.settings: Mapping[str, Any] = settings or {}
         self._agent: AgentHandle | None = None
+        # Set by the router that mounted this role: told of every route added later.
+        self._route_added: Callable[[Role, str], None] | None = None
         # The seed's router contract: every route (command or event) -> handler.
         self._handlers: dict[str, list[Handler]] = {}
         self._commands: dict[str, Handler] = {}
@@ -170,13 +180,24 @@ class Role:
         return list(self._handlers.get(route, ()))
 
     def on(self, event: str) -> Callable[[EventHandler], EventHandler]:
-        """Register a function as a handler of an event type on this role instance."""
+        """Register a function as a handler of an event type on this role instance.
+
+        Before or after mounting: once mounted, the agent routes the event at once.
+        """
+        if event in self._commands:
+            raise ValueError(f"{event!r} is a command of role {self.name}, not an event")
 
         def register(func: EventHandler) -> EventHandler:
             self._handlers.setdefault(event, []).append(func)
+            if self._route_added is not None:
+                self._route_added(self, event)
             return func
 
         return register
+
+    def watch_routes(self, added: Callable[[Role, str], None]) -> None:
+        """Be told of each route this role gains after mounting (called by the router)."""
+        self._route_added = added
 
     async def start(self) -> None:
         """Run when the agent has connected; override to start work."""

@@ -19,15 +19,21 @@ class Router:
     def mount(self, role: Role) -> None:
         """Add a role: its commands and events join the routes."""
         self.roles.append(role)
-        command_names = set(role.get_commands())
         for route in role.routes():
-            if route in command_names:
-                self.commands.add(route)
-            else:
-                self.events.add(route)
-            serving = self.routes.setdefault(route, [])
-            if role not in serving:
-                serving.append(role)
+            self._add_route(role, route)
+        role.watch_routes(self._add_route)
+
+    def _add_route(self, role: Role, route: str) -> None:
+        """Route one command or event to a role (at mount, or when the role gains one)."""
+        if route in role.get_commands():
+            self.commands.add(route)
+        elif route in self.commands:
+            raise ValueError(f"{route!r} is a command here; it cannot also be an event")
+        else:
+            self.events.add(route)
+        serving = self.routes.setdefault(route, [])
+        if role not in serving:
+            serving.append(role)
 
     def command_handler(self, name: str) -> Handler | None:
         """Return the handler of a command served here, or None (then it is delegated)."""

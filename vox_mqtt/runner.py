@@ -13,7 +13,7 @@ from uuid import UUID
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .context import AgentContext
-from .errors import CommandFailed, VoxError
+from .errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from .messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
@@ -55,6 +55,7 @@ class CommandRunner:
         self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
         self._idle = asyncio.Event()
         self._idle.set()
+        ctx.metrics.gauge("inflight_commands", lambda: self._running)
 
     @property
     def config(self) -> AgentConfig:
@@ -72,9 +73,12 @@ class CommandRunner:
         self._idle.clear()
         self.ctx.tasks.spawn(self._serve(request), "command")
 
-    def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
+    def choose_child(
+        self, command: str, *, avoid: Iterable[UUID] = ()
+    ) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
-        entries = (self.fleet_view.get(c) for c in self.config.children)
+        skip = set(avoid)
+        entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
         return choose_child(command, entries, load=self._delegated)
 
     # --- stopping -------------------------------------------------------------------------
@@ -99,6 +103,7 @@ class CommandRunner:
                 error=f"{self.config.name} is stopping and {name!r} did not finish in time",
                 command=name or None,
             )
+            self.ctx.metrics.commands_failed.inc(ErrorCode.SHUTTING_DOWN)
             with contextlib.suppress(VoxError):
                 answers.append(
                     await self.outbox.send_message(
@@ -127,11 +132,29 @@ class CommandRunner:
                 self._idle.set()
         if self._serving.pop(request.message_id, None) is None:
             return  # already answered SHUTTING_DOWN when the grace period ran out
-        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+        if isinstance(details, CommandResult):
+            kind = MSG_COMMAND_RESULT
+        else:
+            kind = MSG_COMMAND_ERROR
+            self.ctx.metrics.commands_failed.inc(details.code)
         with contextlib.suppress(VoxError):
-            # The reply's "sent" row (with the reply whole in the outbox) is what marks the
+            # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
-            await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            try:
+                await self.outbox.send_message(request.reply(kind, details), expects_reply=False)
+            except MessageTooLarge as exc:
+                kind, name = MSG_COMMAND_ERROR, str(request.details.get("command", ""))
+                log.warning("%s: %s: %s", self.config.name, name, exc)
+                too_large = CommandError(
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
+                    error=f"the result of {name!r} is too large to send: {exc}",
+                    command=name or None,
+                )
+                await self.outbox.send_message(request.reply(kind, too_large), expects_reply=False)
+            except LedgerError:
+                # It cannot be recorded (the disk is full): answer anyway, once.
+                await self.outbox.publish_unrecorded(request.reply(kind, details))
+                return
             await self.ctx.ledger.record_message(
                 request, "completed" if kind == MSG_COMMAND_RESULT else "failed"
             )
@@ -148,7 +171,13 @@ class CommandRunner:
         if handler is not None:
             async with self._handler_slots:
                 await self.ctx.ledger.record_message(request, "started")
-                return await self._call(handler, name, payload.params, timeout)
+                metrics = self.ctx.metrics
+                metrics.commands_served.inc(name)
+                started = time.perf_counter()
+                try:
+                    return await self._call(handler, name, payload.params, timeout)
+                finally:
+                    metrics.command_handler_seconds.time_since(started)
         return await self._delegate(request, payload, timeout)
 
     def _timeout_of(self, payload: CommandRequest) -> float:
@@ -190,7 +219,30 @@ class CommandRunner:
         self, request: VOXMessage, payload: CommandRequest, timeout: float
     ) -> CommandResult | CommandError:
         name = payload.command
-        child, code = self.choose_child(name)
+        refused: set[UUID] = set()
+        while True:
+            child, code = self.choose_child(name, avoid=refused)
+            if child is None and refused:
+                break  # every child that could have served it refused it unrecorded
+            outcome = await self._delegate_to(child, code, request, payload, timeout)
+            if not (
+                isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
+            ):
+                return outcome
+            # That child cannot record and did nothing: the work goes to another, if any.
+            assert child is not None
+            refused.add(child)
+        return outcome
+
+    async def _delegate_to(
+        self,
+        child: UUID | None,
+        code: ErrorCode | None,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+    ) -> CommandResult | CommandError:
+        name = payload.command
         if child is None:
             if code == ErrorCode.TARGET_INACTIVE:
                 reason = f"no child that serves {name!r} is healthy"
@@ -213,6 +265,7 @@ class CommandRunner:
             message_source=self.config.message_source,
         )
         await self.ctx.ledger.record_message(request, "delegated", outcome=str(child))
+        self.ctx.metrics.commands_delegated.inc(name)
         self._delegated[child] = self._delegated.get(child, 0) + 1
         try:
             reply = await self.outbox.await_reply(downstream, timeout)
@@ -233,6 +286,7 @@ class CommandRunner:
     ) -> None:
         """After a restart: report interrupted commands, run acknowledged but unstarted ones."""
         for row in interrupted:
+            self.ctx.metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
             await self.outbox.send_error_to(
                 UUID(row["source"]),
                 UUID(row["message_id"]),

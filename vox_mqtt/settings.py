@@ -8,7 +8,7 @@ from pathlib import Path
 from uuid import UUID
 
 from .errors import ConfigError
-from .messages import MAX_MESSAGE_BYTES
+from .messages import MAX_HEARTBEAT_INTERVAL, MAX_MESSAGE_BYTES
 from .sitelinks import LinkMap
 
 __all__ = ["AgentConfig", "BrokerSettings", "Will"]
@@ -79,6 +79,7 @@ class AgentConfig:
     state_dir: Path
     broker: BrokerSettings
     message_source: str = "vox-mqtt"
+    ledger_clear_sources: bool = False  # message_source in clear in the ledger, not a digest
     publish_status: bool = True
     heartbeat_interval: float = 15.0
     stale_after: float = 3.0  # heartbeat intervals
@@ -91,7 +92,18 @@ class AgentConfig:
     disk_alert_percent: float = 95.0  # own host checks that open a war-room incident
     memory_alert_percent: float = 95.0
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
+    metrics: bool = True  # count the agent's work (docs/metrics.md); off only to measure it
     links: LinkMap | None = None  # bridge links to watch in a federated fleet (sitelinks.py)
+
+    def __post_init__(self) -> None:
+        # What its own status says must be within what its master believes (docs/liveness.md).
+        if not 0 < self.heartbeat_interval <= MAX_HEARTBEAT_INTERVAL:
+            raise ConfigError(
+                [
+                    f"agent {self.name}: heartbeat_interval {self.heartbeat_interval:g} must be"
+                    f" over 0 and at most {MAX_HEARTBEAT_INTERVAL:g} s"
+                ]
+            )
 
     @property
     def peers(self) -> frozenset[UUID]:

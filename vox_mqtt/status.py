@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -18,7 +19,12 @@ from .messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
     "ACTIVE",
+    "DEGRADED",
     "INACTIVE",
+    "LEDGER_UNAVAILABLE",
+    "MAX_CLOCK_AHEAD",
+    "MAX_EPOCH_JUMP",
+    "MISBEHAVING_HOLD",
     "RETIRED",
     "SHUTDOWN",
     "STALE",
@@ -31,14 +37,24 @@ __all__ = [
     "host_metrics",
 ]
 
+log = logging.getLogger("vox_mqtt.liveness")
+
 ACTIVE: Final = "ACTIVE"
 INACTIVE: Final = "INACTIVE"
+DEGRADED: Final = "DEGRADED"  # connected, but refusing work it could not record
 STALE: Final = "STALE"
 UNKNOWN: Final = "UNKNOWN"
 VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
 SHUTDOWN: Final = "SHUTDOWN"
 # The last status an agent ever has, said by `vox fleet retire`: it left the fleet for good.
 RETIRED: Final = "RETIRED"
+LEDGER_UNAVAILABLE: Final = "LEDGER_UNAVAILABLE"
+# Bounds a status must keep beyond its own model's (docs/liveness.md): an epoch moves up
+# by one per connection, and no host's clock runs this far ahead of ours.
+MAX_EPOCH_JUMP: Final = 1000
+MAX_CLOCK_AHEAD: Final = 300.0
+# An agent whose status broke a bound gets no work and keeps its incident this long.
+MISBEHAVING_HOLD: Final = 60.0
 
 
 _PROCESS_STARTED = time.time()
@@ -100,11 +116,16 @@ class EpochCounter:
         """Advance the counter durably and return the new epoch."""
         self.value = max(self.value, self._read()) + 1
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w") as handle:
-            handle.write(f"{self.value}\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with tmp.open("w") as handle:
+                handle.write(f"{self.value}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # A full disk must not keep the agent off the broker: this run counts on in
+            # memory, and the next write that succeeds carries the count on.
+            log.warning("epoch %d kept in memory only: cannot write %s: %s", self.value, tmp, exc)
         return self.value
 
 
@@ -127,6 +148,15 @@ class AgentLiveness:
     retained: bool = False  # the last status was a retained copy found at subscribe time
     # On the observer's monotonic clock; may be below zero for an old retained status.
     received_at: float = 0.0
+    ledger_head: tuple[int, str] | None = None  # the newest its status reported
+    # The last status refused as out of bounds: why, and until when (monotonic) the agent
+    # counts as misbehaving and gets no work.
+    rejected: str | None = None
+    misbehaving_until: float = 0.0
+
+    def misbehaving(self, now: float | None = None) -> bool:
+        """Return whether a status of this agent was refused within the hold time."""
+        return (time.monotonic() if now is None else now) < self.misbehaving_until
 
     @property
     def seen(self) -> bool:
@@ -141,8 +171,8 @@ class AgentLiveness:
 
     @property
     def healthy(self) -> bool:
-        """Return whether the agent is ACTIVE and its heartbeat is fresh."""
-        return self.status == ACTIVE
+        """Return whether the agent is ACTIVE, its heartbeat fresh, its statuses believable."""
+        return self.status == ACTIVE and not self.misbehaving()
 
     def as_dict(self, now: float | None = None) -> dict[str, Any]:
         """Return a JSON-ready snapshot."""
@@ -162,6 +192,7 @@ class AgentLiveness:
             "commands": list(self.commands),
             "metrics": self.metrics or {},
             "version": self.version,
+            "rejected": self.rejected if self.misbehaving(now) else None,
         }
 
 
@@ -175,6 +206,17 @@ class StatusChange:
 
 
 StatusHook = Callable[[AgentLiveness, str, str], None]
+RejectHook = Callable[[AgentLiveness, str], None]
+
+
+def _describe(exc: ValidationError) -> str:
+    """Say in one line which fields of a status broke which rule."""
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'status'}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:3]
+    ]
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems)[:500] + (f" (and {more} more)" if more > 0 else "")
 
 
 class FleetView:
@@ -188,12 +230,18 @@ class FleetView:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._agents: dict[UUID, AgentLiveness] = {}
+        self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
         self.stale_after = stale_after  # in heartbeat intervals
         # Each is told of every change (liveness reacts, a console may draw it).
         self.listeners: list[StatusHook] = []
         if on_status_change is not None:
             self.listeners.append(on_status_change)
+        self.reject_listeners: list[RejectHook] = []
         self._clock = clock
+
+    def add_reject_listener(self, hook: RejectHook) -> None:
+        """Tell hook of every status refused as out of bounds, with the reason."""
+        self.reject_listeners.append(hook)
 
     def add_listener(self, hook: StatusHook) -> None:
         """Tell hook of every status change from now on."""
@@ -201,6 +249,7 @@ class FleetView:
 
     def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
         """Start knowing an agent, UNKNOWN until its status arrives."""
+        self._forgotten.discard(agent_id)
         entry = self._agents.get(agent_id)
         if entry is None:
             entry = self._agents[agent_id] = AgentLiveness(id=agent_id, name=name)
@@ -209,8 +258,9 @@ class FleetView:
         return entry
 
     def forget(self, agent_id: UUID) -> None:
-        """Stop knowing an agent (no longer a child); a later status of it is ignored."""
+        """Stop knowing an agent (no longer a child); its statuses are ignored until watched."""
         self._agents.pop(agent_id, None)
+        self._forgotten.add(agent_id)
 
     def get(self, agent_id: UUID) -> AgentLiveness | None:
         """Return what is known of an agent."""
@@ -224,20 +274,25 @@ class FleetView:
         """Return the agents whose status says they report to agent_id."""
         return [a for a in self._agents.values() if a.master_id == agent_id]
 
-    def get_hierarchy_snapshot(self) -> dict[str, dict[str, Any]]:
+    def liveness_snapshot(self) -> dict[str, dict[str, Any]]:
         """Return every agent's liveness as JSON-ready data, by id."""
         now = self._clock()
         return {str(a.id): a.as_dict(now) for a in self._agents.values()}
 
     def update(self, message: VOXMessage, *, retained: bool = False) -> StatusChange | None:
         """Apply a status message; return the change it made, if any."""
-        if message.type != MSG_AGENT_STATUS:
+        if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
         try:
             report = AgentStatus.model_validate(message.details)
-        except ValidationError:
+        except ValidationError as exc:
+            self._reject(message.source, _describe(exc))
             return None
         entry = self.watch(message.source, report.name)
+        problem = self._out_of_bounds(entry, report, message.emitted_at)
+        if problem is not None:
+            self._reject(message.source, problem)
+            return None
         if not self._supersedes(entry, report):
             return None
         now = self._clock()
@@ -262,10 +317,39 @@ class FleetView:
         entry.last_heartbeat = message.emitted_at
         entry.received_at = received_at
         entry.retained = retained
+        head = report.ledger_head
+        entry.ledger_head = None if head is None else (head.row, head.hash)
         new_status: str = report.status
         if new_status == ACTIVE and self._is_stale(entry, now):
             new_status = STALE
         return self._set_status(entry, new_status)
+
+    def _out_of_bounds(
+        self, entry: AgentLiveness, report: AgentStatus, emitted_at: str
+    ) -> str | None:
+        """Return why a well-formed status is still not to be believed, or None."""
+        if entry.epoch >= 0 and report.epoch > entry.epoch + MAX_EPOCH_JUMP:
+            return (
+                f"epoch jumps from {entry.epoch} to {report.epoch}"
+                f" (more than {MAX_EPOCH_JUMP} connections at once)"
+            )
+        now = datetime.now(UTC)
+        for field, value in (("started_at", report.started_at), ("emitted_at", emitted_at)):
+            try:
+                ahead = (parse_timestamp(value) - now).total_seconds()
+            except ValueError:
+                return f"{field} {value[:40]!r} is not a timestamp"
+            if ahead > MAX_CLOCK_AHEAD:
+                return f"{field} {value} is {ahead:.0f}s ahead of this host's clock"
+        return None
+
+    def _reject(self, agent_id: UUID, reason: str) -> None:
+        """Refuse a status: the agent gets no work for a while and listeners are told."""
+        entry = self.watch(agent_id)
+        entry.rejected = reason
+        entry.misbehaving_until = time.monotonic() + MISBEHAVING_HOLD
+        for hook in self.reject_listeners:
+            hook(entry, reason)
 
     def _supersedes(self, entry: AgentLiveness, report: AgentStatus) -> bool:
         if report.epoch > entry.epoch:

@@ -93,6 +93,11 @@ class Session:
         self._spare_will: tuple[Will | None] | None = None
 
     @property
+    def queued(self) -> int:
+        """Return how many received messages wait for the reader of messages()."""
+        return self._queue.qsize()
+
+    @property
     def connected(self) -> bool:
         """Return whether a connection is up and its on_connect has completed."""
         return self._link is not None

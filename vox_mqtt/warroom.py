@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
+from pathlib import Path
 from typing import Any, Final, Literal
 from uuid import UUID
 
@@ -13,11 +17,15 @@ from .status import INACTIVE, RETIRED, SHUTDOWN, STALE, VM_CONNECTION_LOST, Agen
 from .transport import Inbound
 
 __all__ = [
+    "CHILD_MISBEHAVING",
     "DISK_FULL",
     "HEARTBEAT_STALE",
+    "INCIDENT_CODE",
     "INCIDENT_EXPIRY",
     "MEMORY_PRESSURE",
+    "SEVERITY_RANK",
     "Incident",
+    "OpenIncidents",
     "Severity",
     "apply_warroom",
     "loss_code",
@@ -30,6 +38,8 @@ Severity = Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
 
 INCIDENT_EXPIRY: Final = 24 * 3600  # seconds a retained war-room post lives on the broker
 HEARTBEAT_STALE: Final = "HEARTBEAT_STALE"
+# A child's status broke a bound (docs/liveness.md): ignored, and the child gets no work.
+CHILD_MISBEHAVING: Final = "CHILD_MISBEHAVING"
 DISK_FULL: Final = "DISK_FULL"
 MEMORY_PRESSURE: Final = "MEMORY_PRESSURE"
 
@@ -92,8 +102,43 @@ def apply_warroom(
 
 def loss_code(entry: AgentLiveness) -> str | None:
     """Return why an agent counts as lost (an incident), or None if it is not."""
+    if entry.misbehaving():
+        return CHILD_MISBEHAVING
     if entry.status == STALE:
         return HEARTBEAT_STALE
     if entry.status == INACTIVE and entry.error_code not in (SHUTDOWN, RETIRED):
         return entry.error_code or VM_CONNECTION_LOST
     return None
+
+
+# An incident's error_code, as a role may raise one.
+INCIDENT_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+SEVERITY_RANK: Final[tuple[Severity, ...]] = ("CRITICAL", "ERROR", "WARNING", "INFO")
+
+
+class OpenIncidents:
+    """The incidents this agent opened and has not resolved, kept across restarts."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / "incidents.json"
+        self.codes: dict[UUID, str] = {}
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            self.codes = {UUID(k): str(v) for k, v in raw.items()}
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or a torn file: at worst an old post stays until it expires
+
+    def set(self, subject: UUID, code: str | None) -> None:
+        """Record (or, with None, forget) the open incident about subject."""
+        if code is None:
+            self.codes.pop(subject, None)
+        else:
+            self.codes[subject] = code
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            text = json.dumps({str(k): v for k, v in self.codes.items()})
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # A full disk must not stop the alert about it: kept in memory for this run.
+            log.warning("open incidents kept in memory only: %s", exc)

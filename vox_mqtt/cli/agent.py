@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..acl import EXPLORER_NAME
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
 from ..errors import ConfigError
 from ..federation import write_link_map
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verbs = agent.add_subparsers(dest="agent_verb", metavar="VERB", required=True)
     render = verbs.add_parser(
         "render",
-        help="write one agent's daemon config (or `operator` for the console's config)",
+        help="write one agent's daemon config (or `operator`, `explorer` for theirs)",
         description=(
             "Write the config of one agent: itself, its master and its children, nothing "
             "else of the tree. Its broker credentials (and TLS files) are copied next to "
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     render.add_argument("fleet", type=Path, help="the fleet file")
     render.add_argument(
-        "name", help="the agent's name or id (or the id's first digits), or `operator`"
+        "name",
+        help="the agent's name or id (or the id's first digits), or `operator`, `explorer`",
     )
     render.add_argument(
         "--broker-dir", required=True, type=Path, help="the folder `vox broker render` wrote"
@@ -74,7 +76,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    if name != "operator" and report_roles(fleet, args.fleet, only=[fleet.agent(name)]):
+    if name not in ("operator", EXPLORER_NAME) and report_roles(
+        fleet, args.fleet, only=[fleet.agent(name)]
+    ):
         fail(f"not written: fix the role paths of {name} in {args.fleet}")
         return EXIT_USAGE
     _check_broker_dir(fleet, name, args.broker_dir)
@@ -97,9 +101,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def resolve_agent(fleet: Fleet, key: str) -> str:
-    """Return the name of the agent a name, id or unique id prefix designates (or `operator`)."""
+    """Return the agent a name, id or unique id prefix designates (or `operator`, `explorer`)."""
     if key in ("operator", fleet.operator_name, str(fleet.operator_id)):
         return "operator"
+    if key == EXPLORER_NAME and EXPLORER_NAME not in {a.name for a in fleet}:
+        return EXPLORER_NAME
     try:
         return fleet.agent(key).name
     except KeyError:
@@ -109,7 +115,7 @@ def resolve_agent(fleet: Fleet, key: str) -> str:
     except ValueError:
         known = ", ".join(sorted(a.name for a in fleet))
         raise ValueError(
-            f"no agent {key!r} in the fleet (agents: {known}; or `operator`)"
+            f"no agent {key!r} in the fleet (agents: {known}; or `operator`, `explorer`)"
         ) from None
     ids = {str(a.id): a.name for a in fleet} | {str(fleet.operator_id): "operator"}
     return ids[pick_by_prefix(prefix, ids, "agent id", "the fleet")]

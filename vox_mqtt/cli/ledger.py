@@ -1,4 +1,4 @@
-"""`vox ledger DB tail|trace|verify`: read an agent's ledger without changing it."""
+"""`vox ledger DB tail|trace|verify [--witness MASTER_DB]`: read a ledger without changing it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from rich.tree import Tree
 
 from ..errors import LedgerError
 from ..ledger import VOXAgentMemory
+from ..witness import check_against_witness
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 from ._ids import AmbiguousId, Names, names_for_ledger, normalize_prefix, pick_by_prefix
 
@@ -53,6 +54,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     trace.set_defaults(func=cmd_trace)
 
     verify = verbs.add_parser("verify", help="check the hash chain and the append-only triggers")
+    verify.add_argument(
+        "--witness",
+        type=Path,
+        metavar="MASTER_DB",
+        help="also compare with the heads of it its master recorded (the master's logs.db)",
+    )
+    verify.add_argument(
+        "--agent",
+        type=_uuid,
+        metavar="ID",
+        help="whose ledger DB is, when the witness recorded several children",
+    )
     verify.set_defaults(func=cmd_verify)
 
 
@@ -64,6 +77,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _uuid(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an agent id (a UUID): {text!r}") from None
 
 
 def _prefix(text: str) -> str:
@@ -92,24 +112,24 @@ def resolve_message_id(db: Path, prefix: str) -> UUID:
 
 def _with_ledger(path: Path, work: Callable[[VOXAgentMemory], Awaitable[int]]) -> int:
     """Open the ledger read-only, run `work` on it and return its exit code."""
+    return asyncio.run(_open_ledger(path, work))
+
+
+async def _open_ledger(path: Path, work: Callable[[VOXAgentMemory], Awaitable[int]]) -> int:
     if not path.is_file():
         what = "is not a file" if path.exists() else "does not exist"
         fail(f"ledger {path} {what}; pass the agent's logs.db")
         return EXIT_USAGE
-
-    async def run() -> int:
-        memory = VOXAgentMemory(path, read_only=True)
-        try:
-            await memory.init_db()
-        except LedgerError as exc:
-            fail(str(exc))
-            return EXIT_USAGE
-        try:
-            return await work(memory)
-        finally:
-            await memory.close()
-
-    return asyncio.run(run())
+    memory = VOXAgentMemory(path, read_only=True)
+    try:
+        await memory.init_db()
+    except LedgerError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    try:
+        return await work(memory)
+    finally:
+        await memory.close()
 
 
 def _console() -> Console:
@@ -237,6 +257,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
         out_console().print(
             f"ok: {args.db}: {report.rows} rows, hash chain intact, append-only triggers in place"
         )
-        return 0
+        return 0 if args.witness is None else await _witnessed(memory)
+
+    async def _witnessed(memory: VOXAgentMemory) -> int:
+        async def compare(witness: VOXAgentMemory) -> int:
+            try:
+                seen = await check_against_witness(memory, witness, args.agent)
+            except LedgerError as exc:
+                fail(str(exc))
+                return EXIT_USAGE
+            if not seen.ok:
+                fail(f"ledger {args.db} disagrees with its master's {args.witness}: {seen.problem}")
+                return EXIT_RUNTIME
+            out_console().print(
+                f"ok: {args.db} holds all {seen.heads} heads {args.witness} witnessed"
+                f" of agent {seen.agent}"
+            )
+            if seen.note:
+                out_console().print(f"note: {seen.note}")
+            return 0
+
+        return await _open_ledger(args.witness, compare)
 
     return _with_ledger(args.db, work)

@@ -29,6 +29,8 @@ from rich.tree import Tree
 from .. import topics
 from ..config import load_console_config, load_daemon_config
 from ..errors import ConfigError, SubscriptionRefused
+from ..explorerconf import load_explorer_config
+from ..metrics import parse_snapshot, quantile
 from ..observer import FleetObserver
 from ..passwd import Credentials, load_credentials
 from ..sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch, parse_link_topic
@@ -78,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 class Reader:
     """Who a read-only look logs in as, and where it sits in the tree."""
 
-    kind: str  # "operator" or "agent"
+    kind: str  # "operator", "explorer" or "agent"
     name: str
     id: UUID
     top: UUID  # the tree is drawn from here: the operator, or the agent's master
@@ -124,13 +126,28 @@ def _as_look(
 
 
 def load_reader(given: Path | None, purpose: str = "status") -> Reader:
-    """Read an operator or agent config; the look logs in as its own identity, with no session."""
+    """Read an operator, explorer or agent config; the look logs in with no session."""
     path = config_path(given)
     try:
         kind = tomllib.loads(path.read_text(encoding="utf-8")).get("kind", "agent")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         kind = "operator"  # let the loader say what is wrong with the file
     base = path.absolute().parent
+    if kind == "explorer":
+        explorer = load_explorer_config(path)
+        e = explorer.explorer
+        broker = explorer.broker.settings(f"{e.id}-status-{secrets.token_hex(4)}", base=base)
+        return Reader(
+            kind="explorer",
+            name=e.name,
+            id=e.id,
+            top=e.operator_id,
+            top_name=e.operator_name,
+            peers=(),
+            warroom=True,
+            stale_after=3.0,
+            broker=_read_only(broker),
+        )
     if kind == "agent":
         daemon = load_daemon_config(path)
         a = daemon.agent
@@ -193,7 +210,11 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
 
 @contextlib.asynccontextmanager
 async def observing(
-    reader: Reader, *, warroom: bool, links: LinkWatch | None = None
+    reader: Reader,
+    *,
+    warroom: bool,
+    links: LinkWatch | None = None,
+    on_session: Callable[[Session], None] | None = None,
 ) -> AsyncIterator[FleetObserver]:
     """Log in as the reader and keep a FleetObserver (and the link watch) up to date."""
     observer = FleetObserver(stale_after=reader.stale_after)
@@ -217,6 +238,8 @@ async def observing(
                 "was disconnected by it — see docs/broker.md",
                 file=sys.stderr,
             )
+        if on_session is not None:
+            on_session(session)
         pump = asyncio.ensure_future(_pump(session, observer, links))
         try:
             yield observer
@@ -266,6 +289,18 @@ def _percent(value: Any, digits: int = 0) -> str:
     return "-" if not isinstance(value, int | float) else f"{value:.{digits}f}"
 
 
+def activity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """Return messages/s, errors and median command time from a heartbeat's metrics."""
+    snapshot = parse_snapshot(metrics.get("agent"))
+    if snapshot is None:
+        return "-", "-", "-"
+    rate = "-" if snapshot.messages_per_s is None else f"{snapshot.messages_per_s:.1f}"
+    handler = snapshot.histograms.get("command_handler_seconds")
+    median = None if handler is None else quantile(handler, 0.5)
+    p50 = "-" if median is None else f"{median * 1000:.1f}ms"
+    return rate, str(snapshot.errors()), p50
+
+
 def _mebibytes(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{value / 2**20:.0f} MiB"
 
@@ -276,14 +311,17 @@ def status_table(
     """Return the status table: one row per agent, its own figures next to its host's."""
     table = Table(title=title)
     columns = (
-        *("name", "id", "status", "epoch", "liveness", "cpu%", "rss"),
+        *("name", "id", "status", "epoch", "liveness", "msg/s", "errors", "p50 cmd"),
+        *("cpu%", "rss"),
         *("host cpu%", "host mem%", "disk%", "commands"),
     )
     for column in columns:
-        table.add_column(column)
+        # The state and its code stay on one line: a narrow terminal shortens the id instead.
+        table.add_column(column, no_wrap=column in ("name", "status", "liveness"))
     now = time.monotonic()
     for entry in sorted(agents, key=lambda a: a.name):
         metrics = entry.metrics or {}
+        rate, errors, p50 = activity(metrics)
         colour = _COLOURS.get(entry.status, "white")
         status = entry.status + (f" ({entry.error_code})" if entry.error_code else "")
         live = entry.status == ACTIVE
@@ -293,6 +331,10 @@ def status_table(
             f"[{colour}]{status}[/]",
             str(entry.epoch),
             liveliness(entry, incidents, now).text(),
+            # The agent's own counts (docs/metrics.md), from its last heartbeat.
+            rate if live else "-",
+            errors if live else "-",
+            p50 if live else "-",
             # A down agent's last figures would read as current: show them only while live.
             # An idle agent uses a fraction of a percent: one decimal shows it.
             _percent(metrics.get("process_cpu_percent"), 1) if live else "-",
