@@ -228,11 +228,13 @@ class Liveness:
         tick = max(0.05, min(1.0, interval / 4))
         next_beat = time.monotonic() + interval
         while True:
+            change = None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(tick):
                     change = await self._changes.get()
-                    await self._react(*change)
-                    continue
+            if change is not None:  # reacting outside the timeout: never cut short mid-post
+                await self._react(*change)
+                continue
             self.fleet_view.refresh()
             if self.ctx.ledger.write_failure != self._published_failure and self._online():
                 await self._safely(self.publish_status())  # DEGRADED now, or ACTIVE again
