@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
 import json
@@ -25,14 +24,12 @@ __all__ = [
     "LookLogin",
     "PasswordHash",
     "atomic_write",
-    "atomic_write_many",
     "credentials_from",
     "credentials_table",
     "decode_hash",
     "hash_password",
     "hash_passwords",
     "load_credentials",
-    "load_secrets",
     "new_secret",
     "parse_passwd",
     "render_credentials",
@@ -277,16 +274,6 @@ def _need_str(data: Mapping[str, Any], key: str, where: str, problems: list[str]
     return value
 
 
-def load_secrets(directory: Path) -> dict[str, str]:
-    """Return username -> password from every valid credentials file in directory."""
-    secrets: dict[str, str] = {}
-    for path in sorted(directory.glob("*.toml")):
-        with contextlib.suppress(ConfigError):
-            creds = load_credentials(path)
-            secrets[creds.username] = creds.password
-    return secrets
-
-
 def _load_looks(data: Any, where: str, problems: list[str]) -> tuple[LookLogin, ...]:
     if not isinstance(data, dict):
         problems.append(f"{where}: [looks] must hold one table per look")
@@ -411,33 +398,3 @@ def atomic_write(
         tmp.unlink(missing_ok=True)
         raise
     _sync_dir(path.parent)
-
-
-def _unchanged(path: Path, payload: bytes, mode: int) -> bool:
-    try:
-        return (path.stat().st_mode & 0o7777) == mode and path.read_bytes() == payload
-    except OSError:
-        return False
-
-
-def atomic_write_many(files: Iterable[tuple[Path, str | bytes]], *, mode: int = 0o600) -> int:
-    """Atomically replace many files, skipping unchanged ones; return how many were written."""
-    # Every new file is on disk before the first rename, with one sync instead of an
-    # fsync per file: 10,000 credentials files take a second, not ten.
-    pending: list[tuple[Path, Path]] = []
-    try:
-        for path, data in files:
-            payload = data.encode("utf-8") if isinstance(data, str) else data
-            if not _unchanged(path, payload, mode):
-                pending.append((_write_temp(path, payload, mode, None, sync=False), path))
-        if pending:
-            os.sync()
-        for tmp, path in pending:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
-        raise
-    for directory in {path.parent for _, path in pending}:
-        _sync_dir(directory)
-    return len(pending)
