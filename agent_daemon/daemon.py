@@ -23,13 +23,15 @@ from vox_mqtt.errors import (
     LedgerError,
     Refused,
     SubscriptionRefused,
+    VoxError,
 )
-from vox_mqtt.peernames import write_names
+from vox_mqtt.peernames import read_names, write_names
 from vox_mqtt.privatefs import private_dir
 from vox_mqtt.roles import Role, load_role
 from vox_mqtt.sitelinks import LinkMap
 
 from .logs import LogSetup
+from .reload import plan_reload
 from .sdnotify import Notifier, watchdog_interval
 
 __all__ = [
@@ -106,12 +108,17 @@ def prepare(path: Path) -> Prepared:
     return prepared
 
 
-def keep_names(config: AgentConfig) -> None:
-    """Keep the names this agent knows beside its ledger, for `vox ledger` views."""
+def keep_names(config: AgentConfig, *, keep_former: bool = False) -> None:
+    """Keep the names this agent knows beside its ledger, for `vox ledger` views.
+
+    After a reload former children keep their names too: the ledger still names them.
+    """
     names = {config.id: config.name, **config.children}
     if config.master_id is not None:
         names[config.master_id] = config.master_name
-    write_names(Path(config.state_dir), names)
+    state_dir = Path(config.state_dir)
+    former = read_names(state_dir) if keep_former else {}
+    write_names(state_dir, {**former, **names})
 
 
 def state_dir_problems(state_dir: Path) -> list[str]:
@@ -133,7 +140,7 @@ def state_dir_problems(state_dir: Path) -> list[str]:
 
 
 class AgentDaemon:
-    """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and re-checks the config."""
+    """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and applies new children."""
 
     def __init__(
         self,
@@ -334,48 +341,92 @@ class AgentDaemon:
             self.notifier.watchdog()
             last_ping = now
 
-    # --- reload -----------------------------------------------------------------------------
+    # --- reload ---------------------------------------------------------------------------
 
     async def _reload_loop(self) -> None:
         while True:
             await self._reload.wait()
             self._reload.clear()
             if self.agent is None:
-                self.reload()  # still starting: READY=1 must wait for the birth
+                await self.reload()  # still starting: READY=1 must wait for the birth
                 continue
             self.notifier.reloading()
-            self.reload()
+            await self.reload()
             self.notifier.ready(self._ready_text(self.agent))
 
-    def reload(self) -> None:
-        """Reopen the log file and re-check the config file, saying what needs a restart."""
+    async def reload(self) -> None:
+        """Reopen the log file, re-read the config, apply new children and a new secret live.
+
+        Everything else a config says takes a restart: such a change, or an invalid file,
+        is refused whole with one line, and the agent runs on as it was (docs/operations.md).
+        """
         if self.logs is not None:
             self.logs.reopen()
         path = self.prepared.path
+        running = self.prepared.config
         try:
             fresh = load_daemon_config(path)
-        except ConfigError as exc:
-            for problem in exc.problems:
-                log.error("SIGHUP: %s", problem)
-            log.error("SIGHUP: %s is invalid now; still running with the config it started", path)
-            return
-        changed = _changed_keys(self.prepared.file, fresh)
-        if changed:
-            log.warning(
-                "SIGHUP: logs reopened; %s changed (%s): restart the agent to apply it",
-                path,
-                ", ".join(changed),
+            secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
+            links = LinkMap.beside(path)
+        except (ConfigError, ValueError) as exc:
+            problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
+            log.error(
+                "SIGHUP: invalid config: %s: nothing changed, still running with the config it "
+                "started",
+                "; ".join(problems),
             )
-        else:
+            return
+        plan = plan_reload(
+            self.prepared.file,
+            fresh,
+            old_secret=running.broker.password,
+            new_secret=secret.password,
+        )
+        if links != running.links:
+            # Which children sit behind which bridge is read once, at start.
+            plan = replace(plan, restart_keys=(*plan.restart_keys, "the bridge links beside it"))
+        if plan.restart_keys:
+            log.warning(
+                "SIGHUP: %s changed (%s): restart the agent to apply it; nothing changed",
+                path,
+                ", ".join(plan.restart_keys),
+            )
+            return
+        if plan.unchanged:
             log.info("SIGHUP: logs reopened; %s is valid and unchanged", path)
-
-
-def _changed_keys(old: DaemonFile, new: DaemonFile) -> list[str]:
-    """Return the dotted keys whose values differ between two configs."""
-    a, b = old.model_dump(), new.model_dump()
-    return [
-        f"{section}.{key}"
-        for section in ("agent", "broker")
-        for key in sorted(set(a[section]) | set(b[section]))
-        if a[section].get(key) != b[section].get(key)
-    ]
+            return
+        agent = self.agent
+        if agent is None:
+            # Not connected yet: the next attempt builds the agent from the new config.
+            config = replace(fresh.agent_config(path.absolute().parent), links=links)
+            self.prepared = replace(self.prepared, file=fresh, config=config)
+            log.info("SIGHUP: the next connection attempt uses it: %s (%s)", plan.summary(), path)
+            return
+        change = ""
+        if plan.added or plan.removed or plan.renamed or plan.master_name:
+            try:
+                change = await agent.update_children(
+                    fresh.agent.children, master_name=fresh.agent.master_name
+                )
+            except SubscriptionRefused as exc:
+                log.error(
+                    "SIGHUP: %s: the broker does not let it watch a new child yet (%s): nothing "
+                    "changed; reload the broker with the new fleet first (docs/operations.md)",
+                    path,
+                    exc.topic,
+                )
+                return
+            except VoxError as exc:
+                log.error("SIGHUP: %s: cannot apply it live (%s): restart the agent", path, exc)
+                return
+        if plan.secret_changed and secret.password is not None:
+            agent.update_secret(secret.password)
+            change += (
+                "; " if change else ""
+            ) + "a new broker secret, used from the next connection on"
+        self.prepared = replace(self.prepared, file=fresh, config=agent.config)
+        keep_names(agent.config, keep_former=True)
+        if change:
+            log.info("SIGHUP: applied without reconnecting: %s (%s)", change, path)
+        else:
+            log.info("SIGHUP: logs reopened; %s is valid and the agent already runs it", path)

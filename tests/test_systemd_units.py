@@ -168,6 +168,8 @@ def test_agent_unit_lifecycle_settings() -> None:
         "User": "vox",
         "UMask": "0077",
         "ExecStart": "/usr/local/bin/vox-agent --config /etc/vox/%i.toml",
+        # `systemctl reload` applies a changed bundle live (docs/operations.md).
+        "ExecReload": "/bin/kill -HUP $MAINPID",
     }
     for key, value in expected.items():
         assert unit[key] == [value], key

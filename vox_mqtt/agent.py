@@ -9,8 +9,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,7 +33,7 @@ from .roles import Role
 from .router import Router
 from .runner import CommandRunner
 from .settings import AgentConfig, Will
-from .status import FleetView
+from .status import RETIRED, FleetView
 from .tracking import RequestState, RequestTracker, TrackedRequest
 from .transport import Inbound, Session
 from .warroom import Incident, Severity
@@ -94,6 +95,7 @@ class VOXAgent:
         self._liveness: Liveness | None = None  # built at start: it reads the state dir
         self._cut_advertisement = 0  # how many child commands the last cut warned about
         self._stack = AsyncExitStack()
+        self._children_lock = asyncio.Lock()
         self._stop_requested = asyncio.Event()
         self._stopped = False
         for role in roles:
@@ -214,6 +216,89 @@ class VOXAgent:
     def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
         return self._runner.choose_child(command)
+
+    # --- a change of children while running (a reload) ------------------------------------
+
+    async def update_children(
+        self, children: Mapping[UUID, str], *, master_name: str | None = None
+    ) -> str:
+        """Take new children without reconnecting; return what changed, in one line.
+
+        New children are watched (their status topics subscribed) and routed to once they
+        advertise; removed ones stop being routes, their open incidents are resolved (at
+        liveness's next tick) and the requests delegated to them are answered
+        TARGET_INACTIVE. Nothing in flight elsewhere is touched (docs/operations.md).
+        """
+        async with self._children_lock:
+            old = self.config
+            was, now = dict(old.children), dict(children)
+            added = {child: name for child, name in now.items() if child not in was}
+            removed = {child: name for child, name in was.items() if child not in now}
+            renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
+            session = self._ctx.session
+            if session is not None:
+                # First: a refused subscription (a broker not re-rendered yet) changes nothing.
+                await session.subscribe([topics.status(child) for child in added])
+            for child, name in now.items():
+                self.fleet_view.watch(child, name).name = name
+            self._use(replace(old, children=now, master_name=master_name or old.master_name))
+            for child, name in removed.items():
+                self.fleet_view.forget(child)
+                self._fail_delegated(child, name)
+            if session is not None:
+                await session.unsubscribe([topics.status(child) for child in removed])
+                if self._liveness is not None and session.connected:
+                    with contextlib.suppress(VoxError):
+                        await self._liveness.publish_status()  # the new advertisement, now
+            parts = [f"+{name}" for name in sorted(added.values())]
+            parts += [f"-{name}" for name in sorted(removed.values())]
+            parts += [f"{a}->{b}" for a, b in sorted(renamed.values())]
+            text = f"children {' '.join(parts)}" if parts else ""
+            if master_name is not None and master_name != old.master_name:
+                text += ("; " if text else "") + f"master renamed {master_name!r}"
+            if text:
+                log.info("%s: %s", self.name, text)
+            return text
+
+    def update_secret(self, password: str) -> None:
+        """Use a new broker secret from the next connection on (a re-key); stay connected.
+
+        The broker reload that re-keys this identity drops the current connection, and the
+        session's next one logs in with the new secret (docs/operations.md).
+        """
+        self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
+        if self._ctx.session is not None:
+            self._ctx.session.use_password(password)
+
+    def _use(self, config: AgentConfig) -> None:
+        """Hand every part the new config (the others read it from the context)."""
+        self.config = self._ctx.config = config
+        if self._liveness is not None:
+            self._liveness.config = config
+
+    def _fail_delegated(self, child: UUID, name: str) -> None:
+        """Answer the requests waiting on a child that is no longer one."""
+        for tracked in self.tracker.pending():
+            if tracked.message.target == child and tracked.expects_reply:
+                self.tracker.failed(
+                    tracked.message_id,
+                    ErrorCode.TARGET_INACTIVE,
+                    f"{name} is no longer a child of {self.name} (the fleet changed)",
+                )
+
+    def _forget_if_retired(self, child: UUID) -> None:
+        """Forget a child that said RETIRED (`vox fleet retire`), in a task of its own."""
+        entry = self.fleet_view.get(child)
+        if child not in self.config.children or entry is None or entry.error_code != RETIRED:
+            return
+        log.warning("%s: retired: forgets %s (%s)", self.name, self.config.children[child], child)
+
+        async def forget() -> None:
+            await self.update_children(
+                {c: n for c, n in self.config.children.items() if c != child}
+            )
+
+        self._ctx.tasks.spawn(forget(), "retired")
 
     # --- sending (the outbox) -------------------------------------------------------------
 
@@ -346,6 +431,8 @@ class VOXAgent:
     ) -> None:
         if self._liveness is not None:
             await self._liveness.on_observed(inbound, topic)
+        if isinstance(topic, topics.StatusTopic):
+            self._forget_if_retired(topic.agent)
 
     async def __aexit__(
         self,

@@ -25,6 +25,7 @@ from .roles import Handler
 from .router import Router
 from .rules import verify
 from .runner import CommandRunner
+from .settings import AgentConfig
 from .sitelinks import parse_link_topic
 from .transport import Inbound
 
@@ -51,7 +52,6 @@ class InboundPipeline:
         linked: Callable[[Inbound], None] | None = None,
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config
         self.outbox = outbox
         self.runner = runner
         self.router = router
@@ -67,6 +67,11 @@ class InboundPipeline:
         """Return the messages received and not yet routed: queued in the session or in intake."""
         session = self.ctx.session
         return self.intake + (0 if session is None else session.queued)
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     async def run(self) -> None:
         """Read the session's messages until it ends."""

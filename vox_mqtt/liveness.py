@@ -14,6 +14,7 @@ from . import topics
 from ._version import __version__
 from .context import AgentContext
 from .errors import LedgerError, VoxError
+from .logonce import Repeats
 from .messages import (
     MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
@@ -83,7 +84,7 @@ class Liveness:
         advertise: Callable[[], list[str]],
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config
+        self.config = ctx.config  # a reload hands it a new one (VOXAgent.update_children)
         self.fleet_view = fleet_view
         self.advertise = advertise  # the commands this agent offers while ACTIVE
         self.epoch_counter = EpochCounter(self.config.state_dir)
@@ -93,6 +94,7 @@ class Liveness:
         self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
+        self._said = Repeats(log)  # an incident retried at every tick is said once a minute
         self._open = OpenIncidents(self.config.state_dir)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
@@ -272,7 +274,7 @@ class Liveness:
         try:
             await action
         except VoxError as exc:
-            log.warning("%s: liveness publish skipped: %s", self.config.name, exc)
+            self._said.log(logging.WARNING, f"{self.config.name}: liveness publish skipped: {exc}")
 
     # --- watching others ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .messages import (
     parse,
     serialize,
 )
+from .settings import AgentConfig
 from .tracking import RequestState, TrackedRequest
 
 __all__ = ["Outbox", "check_size"]
@@ -42,8 +43,12 @@ class Outbox:
 
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
-        self.config = ctx.config
         self._acking: set[asyncio.Task[Any]] = set()  # acks not yet PUBACKed
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     # --- sending --------------------------------------------------------------------------
 

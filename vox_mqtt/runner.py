@@ -30,6 +30,7 @@ from .outbox import Outbox
 from .roles import Handler, ParamsError
 from .router import Router
 from .rules import choose_child
+from .settings import AgentConfig
 from .status import FleetView
 
 __all__ = ["CommandRunner"]
@@ -44,7 +45,6 @@ class CommandRunner:
         self, ctx: AgentContext, *, outbox: Outbox, router: Router, fleet_view: FleetView
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config
         self.outbox = outbox
         self.router = router
         self.fleet_view = fleet_view
@@ -56,6 +56,11 @@ class CommandRunner:
         self._idle = asyncio.Event()
         self._idle.set()
         ctx.metrics.gauge("inflight_commands", lambda: self._running)
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
 
     @property
     def in_flight(self) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_CLOCK_AHEAD",
     "MAX_EPOCH_JUMP",
     "MISBEHAVING_HOLD",
+    "RETIRED",
     "SHUTDOWN",
     "STALE",
     "UNKNOWN",
@@ -45,6 +46,8 @@ STALE: Final = "STALE"
 UNKNOWN: Final = "UNKNOWN"
 VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
 SHUTDOWN: Final = "SHUTDOWN"
+# The last status an agent ever has, said by `vox fleet retire`: it left the fleet for good.
+RETIRED: Final = "RETIRED"
 LEDGER_UNAVAILABLE: Final = "LEDGER_UNAVAILABLE"
 # Bounds a status must keep beyond its own model's (docs/liveness.md): an epoch moves up
 # by one per connection, and no host's clock runs this far ahead of ours.
@@ -227,6 +230,7 @@ class FleetView:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._agents: dict[UUID, AgentLiveness] = {}
+        self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
         self.stale_after = stale_after  # in heartbeat intervals
         # Each is told of every change (liveness reacts, a console may draw it).
         self.listeners: list[StatusHook] = []
@@ -245,12 +249,18 @@ class FleetView:
 
     def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
         """Start knowing an agent, UNKNOWN until its status arrives."""
+        self._forgotten.discard(agent_id)
         entry = self._agents.get(agent_id)
         if entry is None:
             entry = self._agents[agent_id] = AgentLiveness(id=agent_id, name=name)
         elif name and not entry.name:
             entry.name = name
         return entry
+
+    def forget(self, agent_id: UUID) -> None:
+        """Stop knowing an agent (no longer a child); its statuses are ignored until watched."""
+        self._agents.pop(agent_id, None)
+        self._forgotten.add(agent_id)
 
     def get(self, agent_id: UUID) -> AgentLiveness | None:
         """Return what is known of an agent."""
@@ -271,7 +281,7 @@ class FleetView:
 
     def update(self, message: VOXMessage, *, retained: bool = False) -> StatusChange | None:
         """Apply a status message; return the change it made, if any."""
-        if message.type != MSG_AGENT_STATUS:
+        if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
         try:
             report = AgentStatus.model_validate(message.details)

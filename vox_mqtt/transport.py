@@ -9,7 +9,7 @@ import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiomqtt
@@ -286,7 +286,11 @@ class Session:
             raise
         except Exception as exc:
             client.abort()
-            if client.connect_error is not None:  # no CONNECT went out: keep its will (epoch)
+            rc = getattr(exc, "rc", None)
+            refused = isinstance(rc, ReasonCode) and rc.is_failure
+            # No CONNECT went out, or the broker refused it (e.g. a secret re-keyed before
+            # this agent was told): the will was never registered, so keep it and its epoch.
+            if client.connect_error is not None or refused:
                 self._spare_will = (client.will,)
             raise broker_error(client.connect_error or exc, self.settings) from None
         client.lost.add_done_callback(client.fail_pending)
@@ -384,6 +388,55 @@ class Session:
                     await self._on_disconnect(cause)
                 except Exception:
                     log.exception("on_disconnect failed")
+
+    def use_password(self, password: str) -> None:
+        """Log in with this secret from the next connection on; the current one stays up."""
+        self.settings = replace(self.settings, password=password)
+
+    async def subscribe(self, filters: Sequence[str]) -> None:
+        """Add subscriptions: at once on the live connection, and on every reconnect after.
+
+        Raise SubscriptionRefused (and keep none of them) if the broker refuses one.
+        """
+        new = [topic for topic in dict.fromkeys(filters) if topic not in self.subscriptions]
+        if not new:
+            return
+        self.subscriptions = (*self.subscriptions, *new)
+        client = self._link
+        if client is None:
+            return  # the next connection subscribes to all of them
+        try:
+            codes = await client.subscribe(
+                [(topic, SubscribeOptions(qos=1)) for topic in new],
+                timeout=self.settings.connect_timeout,
+            )
+        except aiomqtt.MqttError as exc:
+            log.warning("subscribing to %s: %s; the next connection subscribes", new, exc)
+            return
+        refused = [
+            topic
+            for topic, code in zip(new, codes, strict=False)
+            if isinstance(code, ReasonCode) and code.is_failure
+        ]
+        if refused:
+            self.subscriptions = tuple(t for t in self.subscriptions if t not in new)
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.unsubscribe(new, timeout=self.settings.connect_timeout)
+            raise SubscriptionRefused(
+                f"the broker refused the subscription to {refused[0]!r} — check the broker's ACL",
+                topic=refused[0],
+            )
+
+    async def unsubscribe(self, filters: Sequence[str]) -> None:
+        """Drop subscriptions, at once on the live connection and for every reconnect."""
+        gone = [topic for topic in filters if topic in self.subscriptions]
+        if not gone:
+            return
+        self.subscriptions = tuple(t for t in self.subscriptions if t not in gone)
+        client = self._link
+        if client is not None:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.unsubscribe(gone, timeout=self.settings.connect_timeout)
 
     async def _subscribe(self, client: Client) -> None:
         if not self.subscriptions:

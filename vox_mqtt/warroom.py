@@ -13,7 +13,7 @@ from uuid import UUID
 from . import topics
 from .errors import InvalidMessage
 from .messages import MSG_SYSTEM_FAILURE, SystemFailure, VOXMessage, parse
-from .status import INACTIVE, SHUTDOWN, STALE, VM_CONNECTION_LOST, AgentLiveness
+from .status import INACTIVE, RETIRED, SHUTDOWN, STALE, VM_CONNECTION_LOST, AgentLiveness
 from .transport import Inbound
 
 __all__ = [
@@ -106,7 +106,7 @@ def loss_code(entry: AgentLiveness) -> str | None:
         return CHILD_MISBEHAVING
     if entry.status == STALE:
         return HEARTBEAT_STALE
-    if entry.status == INACTIVE and entry.error_code != SHUTDOWN:
+    if entry.status == INACTIVE and entry.error_code not in (SHUTDOWN, RETIRED):
         return entry.error_code or VM_CONNECTION_LOST
     return None
 

@@ -13,7 +13,17 @@ from ._common import EXIT_RUNTIME, EXIT_USAGE, fail
 __all__ = ["main"]
 
 # Each module defines register(subparsers); its verbs set `func(args) -> int`.
-_VERB_MODULES = ("fleet", "ledger", "agent", "broker", "session", "ops", "exporter", "demo")
+_VERB_MODULES = (
+    "fleet",
+    "fleetchange",
+    "ledger",
+    "agent",
+    "broker",
+    "session",
+    "ops",
+    "exporter",
+    "demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
