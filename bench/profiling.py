@@ -42,6 +42,16 @@ def area_of(filename: str, function: str) -> str:
     return "other"
 
 
+def _short(filename: str) -> str:
+    """Return a file name as it reads on any machine: within the repository or the library."""
+    for marker in ("site-packages/", "lib/python3.11/"):
+        filename = filename.split(marker)[-1]
+    for package in ("vox_mqtt/", "bench/", "agent_daemon/", "examples/"):
+        if f"/{package}" in filename:
+            return package + filename.rsplit(f"/{package}", 1)[-1]
+    return filename
+
+
 def summarize(profile: cProfile.Profile, top: int = 15) -> dict[str, Any]:
     """Return busy time by area and the functions with the most own time (idle excluded)."""
     stats = pstats.Stats(profile)
@@ -50,7 +60,7 @@ def summarize(profile: cProfile.Profile, top: int = 15) -> dict[str, Any]:
     functions = []
     idle = 0.0
     for (filename, line, function), (_, ncalls, tottime, cumtime, _) in raw.items():
-        label = f"{filename.split('site-packages/')[-1].split('lib/python3.11/')[-1]}:{line}"
+        label = f"{_short(filename)}:{line}"
         label = f"{function} ({label})" if filename != "~" else function
         if _IDLE.search(function):
             idle += tottime
