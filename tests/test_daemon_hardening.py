@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.brokerkit import inflated_status, publish_as_identity
 from tests.faultkit import ANALYST, Deployment, Processes, Recorder, deploy_fleet, run_vox
 from tests.recorder import Seen
-from tests.test_branch_hardening import publish_as_identity
 from vox_mqtt import topics
 from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +29,6 @@ SHAPE: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "spec_a": ("coordinator", (ANALYST, "tests.roles_for_tests:Numbers")),
     "spec_b": ("coordinator", (ANALYST,)),
 }
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture
@@ -65,30 +56,6 @@ def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, A
     return out.returncode, answer
 
 
-def inflated(dep: Deployment, name: str) -> bytes:
-    """F3's status: epoch 10**6, interval 1e9, commands padded to just under the limit."""
-    agent = dep.fleet.agent(name)
-    assert agent.master_id is not None
-    details: dict[str, Any] = {
-        "name": name,
-        "status": "ACTIVE",
-        "epoch": 10**6,
-        "started_at": now_iso(),
-        "heartbeat_interval": 1e9,
-        "commands": [],
-    }
-
-    def build() -> bytes:
-        message = new_message(
-            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
-        )
-        return serialize(message)
-
-    room = MAX_MESSAGE_BYTES - 200 - len(build())
-    details["commands"] = [f"c{i:05d}" + "x" * 94 for i in range(room // 103)]
-    return build()
-
-
 def test_an_inflated_retained_status_leaves_the_branch_serving(
     deployed: Deployment, processes: Processes, tmp_path: Path
 ) -> None:
@@ -103,7 +70,7 @@ def test_an_inflated_retained_status_leaves_the_branch_serving(
             username=creds.username,
             password=creds.password or "",
             topic=topics.status(spec_a),
-            payload=inflated(dep, "spec_a"),
+            payload=inflated_status(dep.fleet, "spec_a"),
             tmp=tmp_path,
         )
 

@@ -17,7 +17,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,14 +155,6 @@ class LiveFleet:
     def tallies(self, name: str) -> list[int]:
         path = self.root / f"tally-{name}.txt"
         return [int(line) for line in path.read_text().split()] if path.exists() else []
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture

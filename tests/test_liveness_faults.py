@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +38,6 @@ ALL_COMMANDS = ["analyze", "echo", "slow", "wedge"]
 def report(what: str, seconds: float) -> None:
     """Print one measured detection time in a greppable form."""
     print(f"\nDETECTION {what}: {seconds:.3f}s", flush=True)
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture
