@@ -290,7 +290,10 @@ def try_connect(creds: Credentials, *, tls: bool = False) -> int | str:
 class Witness:
     """An independent `mosquitto_sub` that prints every message it receives."""
 
-    def __init__(self, creds: Credentials, topic_filter: str, *, tls: bool = False) -> None:
+    def __init__(
+        self, creds: Credentials, topic_filter: str, *, tls: bool = False, fmt: str | None = None
+    ) -> None:
+        """Subscribe; a line is `topic payload`, or as `mosquitto_sub -F fmt` when fmt is given."""
         args = [
             "mosquitto_sub",
             "-h",
@@ -303,7 +306,7 @@ class Witness:
             "1",
             "-t",
             topic_filter,
-            "-v",
+            *(("-v",) if fmt is None else ("-F", fmt)),
             "-i",
             creds.username,
         ]
