@@ -57,6 +57,15 @@ class Spec:
     roles: tuple[str, ...] = ()
 
 
+# A coordinator under the root with a tally specialist and a sleeper specialist.
+BRANCH = {
+    "root": Spec(None),
+    "coordinator": Spec("root"),
+    "spec_a": Spec("coordinator", (TALLY,)),
+    "spec_b": Spec("coordinator", (SLEEPER,)),
+}
+
+
 @dataclass
 class LiveFleet:
     """A fleet file that changes while its broker and daemons run."""
@@ -70,6 +79,10 @@ class LiveFleet:
 
     def fleet_of(self, shape: dict[str, Spec]) -> Fleet:
         """Return the fleet of a shape; a name keeps its id across shapes."""
+        return parse_fleet(self.text_of(shape))
+
+    def text_of(self, shape: dict[str, Spec]) -> str:
+        """Return the fleet file's text of a shape; a name keeps its id across shapes."""
         parts = [f'[operator]\nid = "{self.operator_id}"\n']
         for name, spec in shape.items():
             agent_id = self.ids.setdefault(name, uuid4())
@@ -80,22 +93,12 @@ class LiveFleet:
             tally = self.root / f"tally-{name}.txt"
             lines.append(f'[agents.settings]\ntally_file = "{tally}"')
             parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-        return parse_fleet("\n".join(parts))
+        return "\n".join(parts)
 
     def write(self, shape: dict[str, Spec]) -> Path:
         """Write the fleet file of a shape (the operator's edit) and return its path."""
-        fleet = self.fleet_of(shape)
         path = self.root / f"fleet-{len(list(self.root.glob('fleet-*.toml')))}.toml"
-        parts = [f'[operator]\nid = "{fleet.operator_id}"\n']
-        for agent in fleet:
-            lines = [f'name = "{agent.name}"', f'id = "{agent.id}"']
-            if agent.master_id is not None:
-                lines.append(f'master_id = "{agent.master_id}"')
-            lines.append(f"heartbeat_interval = {HEARTBEAT}")
-            lines.append("roles = [" + ", ".join(f'"{r}"' for r in agent.roles) + "]")
-            lines.append(f'[agents.settings]\ntally_file = "{agent.settings["tally_file"]}"')
-            parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-        path.write_text("\n".join(parts))
+        path.write_text(self.text_of(shape))
         return path
 
     def change(self, shape: dict[str, Spec]) -> Fleet:
@@ -136,6 +139,11 @@ class LiveFleet:
         )
         self.dep.configs[name] = path
         return path
+
+    def reload_agent(self, processes: Processes, name: str) -> None:
+        """Render one agent's bundle from the current fleet and tell its daemon (SIGHUP)."""
+        self.render(name)
+        processes[name].signal(signal.SIGHUP)
 
     def id(self, name: str) -> UUID:
         return self.ids[name]
@@ -350,12 +358,7 @@ def test_add_a_specialist_under_a_running_coordinator(
 def test_retire_a_specialist(
     live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
 ) -> None:
-    shape = {
-        "root": Spec(None),
-        "coordinator": Spec("root"),
-        "spec_a": Spec("coordinator", (TALLY,)),
-        "spec_b": Spec("coordinator", (SLEEPER,)),
-    }
+    shape = BRANCH
     fleet = live(shape)
     coord, spec_b = fleet.id("coordinator"), fleet.id("spec_b")
     old_creds = fleet.creds("spec_b")
@@ -379,8 +382,7 @@ def test_retire_a_specialist(
         fleet.change({k: v for k, v in shape.items() if k != "spec_b"})
         fleet.render_broker()
         time.sleep(STALE_WINDOW)  # a master still watching spec_b would call it stale now
-        fleet.render("coordinator")
-        processes["coordinator"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coordinator")
         wait_log(processes["coordinator"], "the agent already runs it", timeout=10)
 
         looks = status_json(fleet.dep.operator_config)
@@ -429,8 +431,7 @@ def test_move_a_specialist_between_coordinators(
 
         # Phase 1: the old master forgets it while the broker still lets it read it.
         fleet.change({**shape, "spec_b": Spec("coord_b", (SLEEPER,))})
-        fleet.render("coord_a")
-        processes["coord_a"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_a")
         rec.status(coord_a, after=began, status="ACTIVE", commands=["tally"])
         wait_log(processes["coord_a"], "children -spec_b")
         with pytest.raises(CommandFailed) as failed:
@@ -447,8 +448,7 @@ def test_move_a_specialist_between_coordinators(
         assert reborn.json()["target"] == str(coord_b)
 
         # Phase 5: the new master learns it.
-        fleet.render("coord_b")
-        processes["coord_b"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_b")
         rec.status(coord_b, after=began, status="ACTIVE", commands=SLEEPER_COMMANDS)
         wait_log(processes["coord_b"], "children +spec_b")
         answer = op.send("echo", text="via coord_b")
@@ -498,8 +498,7 @@ def test_the_broker_before_the_old_master_makes_the_false_alarm_the_safe_order_a
         time.sleep(2.0)
         assert processes["coord_a"].log().count(refused) == 1
         # Its reload lets the child go.
-        fleet.render("coord_a")
-        processes["coord_a"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_a")
         wait_log(processes["coord_a"], "children -spec_b")
 
 
@@ -558,12 +557,7 @@ def test_a_reload_with_an_invalid_or_restart_only_bundle_changes_nothing(
 def test_rekey_one_agent_keeps_everyone_else_connected(
     live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
 ) -> None:
-    shape = {
-        "root": Spec(None),
-        "coordinator": Spec("root"),
-        "spec_a": Spec("coordinator", (TALLY,)),
-        "spec_b": Spec("coordinator", (SLEEPER,)),
-    }
+    shape = BRANCH
     fleet = live(shape)
     spec_b = fleet.id("spec_b")
     with fleet.dep.recorder() as rec:
@@ -579,8 +573,7 @@ def test_rekey_one_agent_keeps_everyone_else_connected(
         assert new.password != old.password
         # 2. spec_b is told: its new bundle, SIGHUP; it stays connected meanwhile.
         before = len(processes["spec_b"].log().splitlines())
-        fleet.render("spec_b")
-        processes["spec_b"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "spec_b")
         told = wait_log(processes["spec_b"], "SIGHUP", after=before)
         assert "a new broker secret, used from the next connection on" in told
         # 3. The broker reload cuts the old secret; spec_b is back with the new one at once.
