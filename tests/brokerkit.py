@@ -99,6 +99,26 @@ class SecureBroker:
         return self.dir.credentials_for(key)
 
 
+def rerender(secure: SecureBroker, fleet: Fleet, *, rotate: tuple[str, ...] = ()) -> None:
+    """Render a changed fleet into the running broker's directory, as an operator would."""
+    secure.dir = render_broker_dir(
+        fleet,
+        secure.dir.root,
+        port=secure.dir.port,
+        explorer=True,
+        run_as_user=getpass.getuser(),
+        rotate_names=rotate,
+    )
+
+
+def reload_broker(secure: SecureBroker, *extra: str, pid: int | None = None) -> int:
+    """Run `vox broker reload DIR --pid PID ...` against the running broker."""
+    from vox_mqtt.cli import main
+
+    target = str(secure.broker.pid if pid is None else pid)
+    return main(["broker", "reload", str(secure.dir.root), "--pid", target, *extra])
+
+
 def start_secure_broker(
     factory: Callable[..., LocalBroker],
     fleet: Fleet,
