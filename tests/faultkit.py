@@ -110,7 +110,15 @@ def deploy_fleet(
             lines.append(f'master_id = "{ids[master]}"')
         lines.append("roles = [" + ", ".join(f'"{r}"' for r in roles) + "]")
         parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-    fleet = parse_fleet("\n".join(parts))
+    return deploy(
+        parse_fleet("\n".join(parts)), root, keepalive=keepalive, lock_client_ids=lock_client_ids
+    )
+
+
+def deploy(
+    fleet: Fleet, root: Path, *, keepalive: int = 5, lock_client_ids: bool = True
+) -> Deployment:
+    """Render a fleet's broker and every agent's daemon config (and the operator's) under root."""
     broker_dir = render_broker_dir(
         fleet,
         root / "broker",
@@ -130,7 +138,7 @@ def deploy_fleet(
             keepalive=keepalive,
             shutdown_grace=2.0,
         ).config
-        for name in shape
+        for name in (agent.name for agent in fleet)
     }
     operator = render_agent_config(
         fleet, "operator", broker_dir.root, etc / "operator.toml", root / "console"

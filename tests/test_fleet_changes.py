@@ -11,7 +11,6 @@ command they executed.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import re
 import signal
@@ -27,15 +26,14 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.brokerkit import NOT_AUTHORIZED, try_connect
-from tests.faultkit import Deployment, Processes, run_vox, status_json
+from tests.faultkit import Deployment, Processes, deploy, run_vox, status_json
 from tests.recorder import Recorder
 from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
 
 pytestmark = pytest.mark.slow
@@ -172,27 +170,9 @@ def live(
     def start(shape: dict[str, Spec]) -> LiveFleet:
         holder = LiveFleet.__new__(LiveFleet)
         holder.root, holder.shape, holder.operator_id, holder.ids = tmp_path, shape, uuid4(), {}
-        fleet = holder.fleet_of(shape)
-        broker_dir = render_broker_dir(
-            fleet,
-            tmp_path / "broker",
-            port=free_port(),
-            explorer=True,
-            run_as_user=getpass.getuser(),
-        )
-        operator = render_agent_config(
-            fleet, "operator", broker_dir.root, tmp_path / "etc" / "operator.toml", tmp_path / "op"
-        )
-        holder.dep = Deployment(
-            fleet=fleet,
-            broker_dir=broker_dir,
-            root=tmp_path,
-            configs={},
-            operator_config=operator.config,
-        )
+        holder.dep = deploy(holder.fleet_of(shape), tmp_path, keepalive=KEEPALIVE)
+        broker_dir = holder.dep.broker_dir
         holder.broker = broker_factory(broker_dir.conf.read_text(), port=broker_dir.port)
-        for name in shape:
-            holder.render(name)
         return holder
 
     return start
