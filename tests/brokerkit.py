@@ -36,6 +36,13 @@ GRANTED_QOS1 = 0x01
 NOT_AUTHORIZED = 0x87
 SUCCESS = 0x00
 NO_MATCHING_SUBSCRIBERS = 0x10
+# The seed's tree: a root, a coordinator, two specialists under it.
+SEED_TREE: dict[str, str | None] = {
+    "root": None,
+    "coordinator": "root",
+    "specialist_a": "coordinator",
+    "specialist_b": "coordinator",
+}
 
 
 def tree_fleet(shape: dict[str, str | None], *, operator: str = "operator") -> Fleet:

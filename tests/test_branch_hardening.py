@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, agent_config, operator_config, start_agents, wait_for
-from tests.brokerkit import SecureBroker, inflated_status, publish_as_identity, tree_fleet
+from tests.brokerkit import (
+    SEED_TREE,
+    SecureBroker,
+    inflated_status,
+    publish_as_identity,
+    tree_fleet,
+)
 from vox_mqtt import topics
 from vox_mqtt._ledgerschema import _TRIGGER_SQL
 from vox_mqtt.agent import VOXAgent
@@ -24,13 +30,6 @@ from vox_mqtt.roles import Role, command
 from vox_mqtt.status import ACTIVE
 
 pytestmark = pytest.mark.slow
-
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 
 
 class Huge(Analyst):
