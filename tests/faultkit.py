@@ -271,6 +271,20 @@ def run_vox(*args: str | Path, timeout: float = 40.0) -> subprocess.CompletedPro
     )
 
 
+def send_json(
+    dep: Deployment, command: str, *, timeout: float, **params: Any
+) -> tuple[int, dict[str, Any]]:
+    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
+    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
+    out = run_vox(
+        "send", "--config", dep.operator_config, command, *pairs, "--json",
+        "--timeout", f"{timeout:g}",
+    )  # fmt: skip
+    assert out.stdout, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return out.returncode, answer
+
+
 def status_json(config: Path, *, wait: float = 3.0) -> dict[str, dict[str, Any]]:
     """Return `vox status --json` as {agent name: entry}."""
     out = run_vox("status", "--config", config, "--json", "--wait", str(wait))

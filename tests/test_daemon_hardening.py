@@ -7,16 +7,21 @@ the read-only explorer identity recording every status and war-room message.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.brokerkit import inflated_status, publish_as_identity
-from tests.faultkit import ANALYST, Deployment, Processes, Recorder, deploy_fleet, run_vox
+from tests.faultkit import (
+    ANALYST,
+    Deployment,
+    Processes,
+    Recorder,
+    deploy_fleet,
+    send_json,
+)
 from tests.recorder import Seen
 from vox_mqtt import topics
 from vox_mqtt.localbroker import LocalBroker
@@ -43,17 +48,6 @@ def start(dep: Deployment, processes: Processes, rec: Recorder) -> None:
     for name in dep.configs:
         rec.status(dep.id(name), status="ACTIVE", timeout=30)
     rec.status(dep.id("root"), status="ACTIVE", commands=["analyze", "numbers"], timeout=30)
-
-
-def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, Any]]:
-    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
-    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
-    out = run_vox(
-        "send", "--config", dep.operator_config, command, *pairs, "--json", "--timeout", "20"
-    )
-    assert out.stdout, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return out.returncode, answer
 
 
 def test_an_inflated_retained_status_leaves_the_branch_serving(
@@ -96,7 +90,7 @@ def test_an_inflated_retained_status_leaves_the_branch_serving(
         assert rec.warroom(root, coord, after=attacked) == []
         # The branch serves through the other child; still one post about the first.
         for n in range(3):
-            code, answer = send(dep, "analyze", target=f"t{n}")
+            code, answer = send_json(dep, "analyze", timeout=20, target=f"t{n}")
             assert code == 0, answer
             assert answer["result"]["by"] == "spec_b"
         posts = [p for p in rec.warroom(coord, spec_a, after=attacked) if p.payload]
@@ -115,13 +109,13 @@ def test_an_oversized_result_is_a_clear_command_error(
         start(dep, processes, rec)
         epochs = {name: rec.latest_status(dep.id(name))["epoch"] for name in dep.configs}
         asked = time.monotonic()
-        code, answer = send(dep, "numbers", count=30_000)
+        code, answer = send_json(dep, "numbers", timeout=20, count=30_000)
         took = time.monotonic() - asked
         assert code == 1
         assert answer["code"] == "MESSAGE_TOO_LARGE", answer
         assert "over the 262144-byte message limit" in answer["error"]
         assert took < 15  # an answer, not the operator's timeout
-        code, answer = send(dep, "numbers", count=500)
+        code, answer = send_json(dep, "numbers", timeout=20, count=500)
         assert code == 0
         assert answer["result"] == [10**15] * 500
         # Nobody was disconnected for an oversize packet: no will, no incident, same epochs.

@@ -13,7 +13,6 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +23,7 @@ from tests.faultkit import (
     TcpProxy,
     deploy_fleet,
     run_vox,
+    send_json,
     status_json,
 )
 from vox_mqtt.localbroker import LocalBroker
@@ -59,17 +59,6 @@ def start_fleet(
     recorder.status(dep.id("root"), status="ACTIVE", commands=ALL_COMMANDS, timeout=30)
 
 
-def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, Any]]:
-    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
-    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
-    out = run_vox(
-        "send", "--config", dep.operator_config, command, *pairs, "--json", "--timeout", "10"
-    )
-    assert out.stdout, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return out.returncode, answer
-
-
 def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
     deployed: tuple[Deployment, LocalBroker], processes: Processes
 ) -> None:
@@ -100,7 +89,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         rec.status(coord, after=killed, status="ACTIVE", commands=["analyze"])
         rec.status(root, after=killed, status="ACTIVE", commands=["analyze"])
         for _ in range(2):
-            code, answer = send(dep, "analyze", target="invoice.pdf")
+            code, answer = send_json(dep, "analyze", timeout=10, target="invoice.pdf")
             assert code == 0, answer
             assert answer["result"]["by"] == "spec_b"
             assert answer["handled_by"] == str(root)
@@ -109,7 +98,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         both = time.monotonic()
         processes["spec_b"].signal(signal.SIGKILL)
         rec.status(root, after=both, status="ACTIVE", commands=[])
-        code, answer = send(dep, "analyze", target="invoice.pdf")
+        code, answer = send_json(dep, "analyze", timeout=10, target="invoice.pdf")
         assert code == 1
         assert answer == {"ok": False, "code": "NO_ROUTE", "error": answer["error"]}
 
@@ -124,7 +113,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         report("restart -> ACTIVE with a higher epoch", birth.at - restarted)
         assert resolution.json()["details"]["severity"] == "INFO"
         assert cleared.at >= resolution.at
-        code, answer = send(dep, "echo", text="hi")
+        code, answer = send_json(dep, "echo", timeout=10, text="hi")
         assert (code, answer["result"]["text"]) == (0, "hi")
 
         # One alert per incident: many heartbeats passed while spec_a was down.
@@ -231,5 +220,5 @@ def test_after_a_broker_restart_every_agent_is_back_and_the_view_is_whole(
     assert alerts == []
     out = run_vox("warroom", "--config", dep.operator_config, "--json")
     assert (out.returncode, out.stdout) == (0, ""), out.stderr
-    code, answer = send(dep, "analyze", target="after-restart")
+    code, answer = send_json(dep, "analyze", timeout=10, target="after-restart")
     assert code == 0, answer
