@@ -23,9 +23,10 @@ from uuid import UUID
 from tests.fleetproc import fleet_text as tests_fleet_text
 from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
 from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.credstore import CredentialStore
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.passwd import Credentials, load_credentials
+from vox_mqtt.passwd import Credentials
 from vox_mqtt.settings import AgentConfig
 from vox_mqtt.topics import WARROOM_FILTER
 from vox_mqtt.transport import BrokerSettings
@@ -67,7 +68,7 @@ class BenchBroker:
 
     def creds(self, name: str) -> Credentials:
         """Return the plain-listener credentials of an identity (agent, operator, explorer)."""
-        return load_credentials(self.root / "credentials" / f"{name}.toml")
+        return CredentialStore(self.root).get(name)
 
     def id(self, name: str) -> UUID:
         """Return an identity's UUID by name (the operator's too)."""

@@ -88,12 +88,12 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
     identities = len(fleet) + 5  # the agents, the operator, its 2 looks, explorer, canary
     baseline = mosquitto_passwd_seconds(identities, workdir)
     return figure(
-        title=f"Render broker security (acl_file, passwd, credentials) for {agents} agents",
+        title=f"Render broker security (acl_file, passwd, credential store) for {agents} agents",
         unit="s",
         vox=steps["render_s"],
         baseline=baseline,
-        target="none set (baseline: mosquitto_passwd -U hashing as many passwords)",
-        met=None,
+        target="first render of 10,000 agents <= 2 s (baseline: mosquitto_passwd -U, as many)",
+        met=None if quick else steps["render_s"] <= 2.0,
         agents=agents,
         identities=identities,
         steps=steps,
@@ -131,9 +131,10 @@ def main() -> int:
         )
         assert result.acl is not None
         lines = result.acl.read_text().count("\n")
+        store = acl_dir / "credentials" / "secrets.json"
         print(
             f"acl: {lines} lines, {result.acl.stat().st_size / 1e6:.1f} MB; "
-            f"{len(fleet) + 2} credentials files"
+            f"credential store {store.stat().st_size / 1e6:.1f} MB"
         )
         if args.check:
             broker = LocalBroker(result.conf, port=port)

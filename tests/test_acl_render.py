@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import stat
 import subprocess
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from vox_mqtt.errors import ConfigError
 from vox_mqtt.hierarchy import parse_fleet
 from vox_mqtt.passwd import (
     Credentials,
-    atomic_write_many,
     hash_password,
     load_credentials,
     parse_passwd,
@@ -221,14 +219,3 @@ def test_fleet_toml_helper_round_trips() -> None:
     assert [(a.name, a.id, a.master_id) for a in again] == [
         (a.name, a.id, a.master_id) for a in fleet
     ]
-
-
-def test_atomic_write_many_skips_unchanged_files(tmp_path: Path) -> None:
-    files = [(tmp_path / f"{i}.toml", f"n = {i}\n") for i in range(5)]
-    assert atomic_write_many(files) == 5
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p, _ in files)
-    (tmp_path / "0.toml").chmod(0o644)
-    files[1] = (files[1][0], "n = 100\n")
-    assert atomic_write_many(files) == 2  # the chmod'ed one and the changed one
-    assert files[1][0].read_text() == "n = 100\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{i}.toml" for i in range(5)]

@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt.config": SERVICES,
     "vox_mqtt.agentconf": SERVICES,
     "vox_mqtt.passwd": SERVICES,
+    "vox_mqtt.credstore": SERVICES,
     "vox_mqtt.acl": SERVICES,
     "vox_mqtt.pki": SERVICES,
     "vox_mqtt.brokerconf": SERVICES,

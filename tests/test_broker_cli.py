@@ -12,9 +12,15 @@ import pytest
 from tests.brokerkit import fleet_toml, seven_agent_fleet, tree_fleet
 from vox_mqtt.brokerconf import MAX_PACKET_BYTES
 from vox_mqtt.cli import main
+from vox_mqtt.credstore import CredentialStore
 from vox_mqtt.hierarchy import load_fleet
 from vox_mqtt.messages import MAX_MESSAGE_BYTES
-from vox_mqtt.passwd import load_credentials
+from vox_mqtt.passwd import Credentials, render_credentials
+
+
+def _creds(out: Path) -> dict[str, Credentials]:
+    store = CredentialStore(out)
+    return {name: store.get(name) for name in store.names()}
 
 
 @pytest.fixture
@@ -38,10 +44,10 @@ def test_render_writes_the_broker_dir(
     out = tmp_path / "broker"
     assert _render(fleet_file, out, "--port", "18830", "--explorer") == 0
     assert "wrote" in capsys.readouterr().out
-    creds = sorted(p.name for p in (out / "credentials").iterdir())
-    assert creds == sorted(
+    assert [p.name for p in (out / "credentials").iterdir()] == ["secrets.json"]
+    assert sorted(_creds(out)) == sorted(
         [
-            f"{n}.toml"
+            n
             for n in (
                 "_canary",
                 "_exporter",
@@ -59,12 +65,13 @@ def test_render_writes_the_broker_dir(
             )
         ]
     )
-    for secret in (out / "credentials").iterdir():
-        assert _mode(secret) == 0o600, secret
+    # The secrets are the renderer's alone: the broker reads only passwd and the ACL.
+    assert _mode(out / "credentials") == 0o700
+    assert _mode(out / "credentials" / "secrets.json") == 0o600
     # As root, root keeps the broker's files and the broker's group may read them.
     for broker_file in (out / "passwd", out / "acl"):
         assert _mode(broker_file) == (0o640 if os.geteuid() == 0 else 0o600), broker_file
-    root = load_credentials(out / "credentials" / "root.toml")
+    root = _creds(out)["root"]
     assert root.username == str(load_fleet(fleet_file).agent("root").id)
     assert root.port == 18830
     assert len(root.password) >= 40
@@ -91,14 +98,12 @@ def test_rerender_keeps_secrets_and_files_rotate_replaces_them(
     out = tmp_path / "broker"
     assert _render(fleet_file, out) == 0
     before = {p.name: p.read_bytes() for p in [out / "passwd", out / "acl"]}
-    secrets = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    secrets = {name: c.password for name, c in _creds(out).items()}
     assert _render(fleet_file, out) == 0
     assert {p.name: p.read_bytes() for p in [out / "passwd", out / "acl"]} == before
-    assert {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()} == (
-        secrets
-    )
+    assert {name: c.password for name, c in _creds(out).items()} == secrets
     assert _render(fleet_file, out, "--rotate") == 0
-    rotated = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    rotated = {name: c.password for name, c in _creds(out).items()}
     assert all(rotated[name] != secret for name, secret in secrets.items())
 
 
@@ -108,14 +113,14 @@ def test_agents_that_leave_lose_their_credentials(fleet_file: Path, tmp_path: Pa
     smaller = tree_fleet({"root": None})
     fleet_file.write_text(fleet_toml(smaller))
     assert _render(fleet_file, out) == 0
-    assert sorted(p.name for p in (out / "credentials").iterdir()) == [
-        "_canary.toml",
-        "_exporter.toml",
-        "_status.toml",
-        "_watch.toml",
-        "explorer.toml",
-        "operator.toml",
-        "root.toml",
+    assert sorted(_creds(out)) == [
+        "_canary",
+        "_exporter",
+        "_status",
+        "_watch",
+        "explorer",
+        "operator",
+        "root",
     ]
 
 
@@ -209,7 +214,7 @@ def test_pki_init_then_render_with_tls(
         _render(fleet_file, out, "--pki", str(pki), "--host", "10.0.0.7", "--tls-port", "18883")
         == 0
     )
-    creds = load_credentials(out / "credentials" / "spec_a1.toml")
+    creds = _creds(out)["spec_a1"]
     assert creds.tls
     assert creds.port == 18883
     assert creds.host == "10.0.0.7"
@@ -236,13 +241,13 @@ def test_reload_needs_a_pid(
 def test_switching_format_removes_the_other_formats_files(fleet_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "broker"
     assert _render(fleet_file, out) == 0
-    secret = load_credentials(out / "credentials" / "root.toml").password
+    secret = _creds(out)["root"].password
     assert _render(fleet_file, out, "--format", "dynsec") == 0
     assert not (out / "acl").exists()
     assert not (out / "passwd").exists()
     assert _render(fleet_file, out, "--format", "acl") == 0
     assert not (out / "dynsec.json").exists()
-    assert load_credentials(out / "credentials" / "root.toml").password == secret
+    assert _creds(out)["root"].password == secret
 
 
 def test_render_remembers_its_options_and_says_what_changed(
@@ -252,32 +257,33 @@ def test_render_remembers_its_options_and_says_what_changed(
     assert _render(fleet_file, out, "--port", "18830", "--explorer") == 0
     names = ("mosquitto.conf", "acl", "passwd", "render.json")
     first = {n: (out / n).read_bytes() for n in names}
-    creds = {p.name: p.read_bytes() for p in (out / "credentials").iterdir()}
+    store = (out / "credentials" / "secrets.json").stat()
     capsys.readouterr()
     # No options: the same listener, the explorer kept, every file byte for byte.
     assert _render(fleet_file, out) == 0
     assert "changed" not in capsys.readouterr().err
     assert {n: (out / n).read_bytes() for n in names} == first
-    assert {p.name: p.read_bytes() for p in (out / "credentials").iterdir()} == creds
-    assert load_credentials(out / "credentials" / "root.toml").port == 18830
+    kept = (out / "credentials" / "secrets.json").stat()
+    assert (kept.st_ino, kept.st_mtime_ns) == (store.st_ino, store.st_mtime_ns)
+    assert _creds(out)["root"].port == 18830
     # Moving the listener or dropping an identity happens only when asked, and is said.
     assert _render(fleet_file, out, "--port", "18831", "--no-explorer") == 0
     err = capsys.readouterr().err
     assert "vox: changed: port: 18830 -> 18831" in err
     assert "vox: changed: explorer: True -> False" in err
-    assert not (out / "credentials" / "explorer.toml").exists()
+    assert "explorer" not in _creds(out)
 
 
 def test_rotate_names_rekeys_only_those_identities(fleet_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "broker"
     assert _render(fleet_file, out) == 0
-    before = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
+    before = {name: c.password for name, c in _creds(out).items()}
     passwd = (out / "passwd").read_text().splitlines()
     assert _render(fleet_file, out, "--rotate", "spec_a1") == 0
-    after = {p.name: load_credentials(p).password for p in (out / "credentials").iterdir()}
-    assert [n for n in before if before[n] != after[n]] == ["spec_a1.toml"]
+    after = {name: c.password for name, c in _creds(out).items()}
+    assert [n for n in before if before[n] != after[n]] == ["spec_a1"]
     changed = set((out / "passwd").read_text().splitlines()) - set(passwd)
-    spec = load_credentials(out / "credentials" / "spec_a1.toml").username
+    spec = _creds(out)["spec_a1"].username
     assert [line.split(":")[0] for line in changed] == [spec]
 
 
@@ -288,3 +294,24 @@ def test_rotate_an_unknown_name_is_a_clear_error(
     assert capsys.readouterr().err == (
         "vox: error: --rotate nobody: no identity of that name in the fleet\n"
     )
+
+
+def test_a_dir_with_per_identity_files_is_read_then_migrated(
+    fleet_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out, "--explorer") == 0
+    old = _creds(out)
+    # What a render of an earlier version left: one credentials file per identity.
+    store = out / "credentials" / "secrets.json"
+    store.unlink()
+    for name, creds in old.items():
+        (out / "credentials" / f"{name}.toml").write_text(render_credentials(creds))
+    assert _creds(out) == old
+    assert CredentialStore(out).get(old["spec_a1"].username) == old["spec_a1"]
+    passwd = (out / "passwd").read_bytes()
+    assert _render(fleet_file, out) == 0
+    # Migrated: the same secrets (passwd unchanged), in the store only.
+    assert [p.name for p in (out / "credentials").iterdir()] == ["secrets.json"]
+    assert _creds(out) == old
+    assert (out / "passwd").read_bytes() == passwd

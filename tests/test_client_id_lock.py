@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from tests.brokerkit import Client, SecureBroker, seven_agent_fleet
+from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.passwd import load_credentials
 
 SecureFactory = Callable[..., SecureBroker]
@@ -69,7 +70,11 @@ def test_the_credentials_say_what_the_broker_enforces(
     locked = secure_broker_factory(seven_agent_fleet())
     unlocked = secure_broker_factory(seven_agent_fleet(), lock_client_ids=False)
     for secure, enforced in ((locked, True), (unlocked, False)):
-        path = secure.dir.credentials["coord_a"]
+        assert secure.dir.credentials_for("coord_a").client_id_locked is enforced
+        # The agent's bundle says it in words too.
+        out = secure.dir.root.parent / f"bundle-{enforced}" / "coord_a.toml"
+        rendered = render_agent_config(secure.fleet, "coord_a", secure.dir.root, out)
+        path = rendered.secrets[0]
         text = path.read_text()
         assert load_credentials(path).client_id_locked is enforced
         conf = secure.dir.conf.read_text()
@@ -79,6 +84,6 @@ def test_the_credentials_say_what_the_broker_enforces(
         else:
             assert "this broker does NOT enforce it" in text
     # The operator's file carries its looks: one read-only identity per kind of look.
-    operator = load_credentials(locked.dir.credentials[locked.fleet.operator_name])
+    operator = locked.dir.credentials_for(locked.fleet.operator_name)
     assert [look.purpose for look in operator.looks] == ["exporter", "status", "watch"]
     assert len({look.username for look in operator.looks} | {operator.username}) == 4

@@ -17,6 +17,7 @@ from vox_mqtt import topics
 from vox_mqtt.acl import Kind, parse_acl_file
 from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.cli.ops import Reader, status_tree
+from vox_mqtt.credstore import CredentialStore
 from vox_mqtt.errors import ConfigError, FleetError
 from vox_mqtt.federation import (
     bridge_for,
@@ -273,12 +274,8 @@ def test_render_writes_a_bridge_with_a_secret_only_the_broker_reads(
     parsed = parse_acl_file((core.root / "acl").read_text())
     assert str(bridge_id(chain, "east")) in parsed.users
     # Each broker holds credentials only for its own clients (and its reload canary).
-    assert sorted(p.name for p in (east.root / "credentials").glob("*.toml")) == [
-        "_canary.toml",
-        "bridge-west.toml",
-        "coord.toml",
-        "spec_e.toml",
-    ]
+    assert sorted(east.identities) == ["_canary", "bridge-west", "coord", "spec_e"]
+    assert sorted(CredentialStore(east.root).names()) == sorted(east.identities)
     with pytest.raises(ConfigError, match="choose one with --broker"):
         render_broker_dir(chain, tmp_path / "x", run_as_user=user)
 

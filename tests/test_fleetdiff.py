@@ -74,7 +74,7 @@ def test_adding_a_specialist_starts_it_after_the_broker_and_its_master_learns_it
     assert diff.broker.added == ("spec_3",)
     # The master's rules name the new child: it may write its inbox and read its status.
     assert diff.broker.rules_changed == ("coord_a",)
-    assert "credentials/spec_3.toml (new)" in diff.broker.files
+    assert "credentials/secrets.json: spec_3 (new)" in diff.broker.files
     assert diff.action_of("coord_a")[0].reasons == ("new child 'spec_3'",)
 
 
@@ -89,7 +89,7 @@ def test_retiring_a_specialist_makes_its_master_forget_it_before_the_broker_chan
     }
     assert diff.broker.removed == ("spec_2",)
     assert diff.broker.added == ()
-    assert "credentials/spec_2.toml (deleted)" in diff.broker.files
+    assert "credentials/secrets.json: spec_2 (deleted)" in diff.broker.files
 
 
 def test_moving_a_specialist_orders_old_master_broker_specialist_new_master() -> None:

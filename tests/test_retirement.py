@@ -255,6 +255,6 @@ def test_retire_refuses_what_it_cannot_do(
     )
     assert code == 2
     assert err == (
-        f"vox: error: {secure.dir.root}/credentials/ghost.toml: no credentials for 'ghost': "
+        f"vox: error: {secure.dir.root}/credentials/secrets.json: no credentials for 'ghost': "
         "retire it before the broker is re-rendered without it (docs/operations.md)\n"
     )

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from .acl import EXPLORER_NAME, explorer_id
 from .config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
+from .credstore import CredentialStore
 from .errors import ConfigError
 from .explorerconf import ExplorerFile
 from .hierarchy import Fleet, load_fleet
@@ -23,7 +24,6 @@ from .passwd import (
     Credentials,
     LookLogin,
     atomic_write,
-    load_credentials,
     render_credentials,
 )
 from .settings import AgentConfig, BrokerSettings
@@ -66,12 +66,13 @@ def render_agent_config(
         fleet = load_fleet(fleet)
     out = Path(out)
     kind, identity, ident_id = _identity(fleet, name)
-    source = Path(broker_dir) / "credentials" / f"{identity}.toml"
-    if not source.is_file():
+    store = CredentialStore(broker_dir)
+    source = store.path
+    if not store.has(identity):
         raise ConfigError(
             [f"{source}: no credentials for {identity!r}: run `vox broker render` for this fleet"]
         )
-    creds = load_credentials(source)
+    creds = store.get(identity)
     if creds.username != str(ident_id):
         raise ConfigError(
             [f"{source}: the credentials are for {creds.username}, not {identity} ({ident_id})"]
@@ -149,7 +150,16 @@ def _copy_secrets(
             looks=tuple(_copy_look(look, tls_dir, identity, written) for look in creds.looks),
         )
     secret = folder / broker["password_file"]
-    header = [f"vox-mqtt broker credentials of {identity!r}: keep them 0600 on its host only."]
+    lock = (
+        "MQTT client id = username: the broker enforces it (use_username_as_clientid)."
+        if creds.client_id_locked
+        else "MQTT client id should be the username; this broker does NOT enforce it "
+        "(rendered with --no-lock-client-ids): another identity can take over this session."
+    )
+    header = [
+        f"vox-mqtt broker credentials of {identity!r}: keep them 0600 on its host only.",
+        lock,
+    ]
     atomic_write(secret, render_credentials(local, comment_lines=header), mode=0o600)
     return (secret, *written), broker
 

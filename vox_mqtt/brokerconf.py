@@ -1,4 +1,4 @@
-"""Render the fleet broker's directory (conf, ACL, passwd, credentials) and reload it safely.
+"""Render the fleet broker's directory (conf, ACL, passwd, credential store) and reload it safely.
 
 Facts of Mosquitto 2.0.11 this module is built around (measured):
 - it reads passwd and ACL after dropping privileges: they must belong to its `user`;
@@ -38,6 +38,7 @@ from .acl import (
 )
 from .brokermanifest import Manifest, RenderOptions, file_digest, write_manifest
 from .brokertext import broker_file_text
+from .credstore import CredentialStore, StoredIdentity
 from .errors import ConfigError
 from .federation import broker_identities, site_section
 from .hierarchy import Fleet
@@ -48,13 +49,9 @@ from .passwd import (
     LookLogin,
     PasswordHash,
     atomic_write,
-    atomic_write_many,
     hash_passwords,
-    load_credentials,
-    load_secrets,
     new_secret,
     parse_passwd,
-    render_credentials,
     render_passwd,
 )
 from .pki import PkiLayout
@@ -90,19 +87,21 @@ class BrokerDir:
     acl: Path | None
     dynsec: Path | None
     passwd: Path | None
-    # Keyed by identity name (agents, the operator's name, "explorer") and by UUID.
-    credentials: Mapping[str | UUID, Path]
+    # Names of the identities in the credential store (agents, the operator, "explorer").
+    identities: tuple[str, ...]
     host: str
     port: int
     tls_port: int | None
     warnings: tuple[str, ...] = ()
 
+    @property
+    def store(self) -> CredentialStore:
+        """Return the credential store of this directory (credentials/secrets.json)."""
+        return CredentialStore(self.root)
+
     def credentials_for(self, key: str | UUID) -> Credentials:
         """Load the credentials of an identity given by name, UUID or UUID string."""
-        if key not in self.credentials and isinstance(key, str):
-            with contextlib.suppress(ValueError):
-                key = UUID(key)
-        return load_credentials(self.credentials[key])
+        return self.store.get(key)
 
 
 def find_dynsec_plugin() -> Path:
@@ -254,20 +253,6 @@ def _tls_files(pki_dir: Path, identities: tuple[Identity, ...]) -> dict[str, byt
     }
 
 
-def _credential_header(identity: Identity, *, locked: bool) -> list[str]:
-    lock = (
-        "MQTT client id = username: the broker enforces it (use_username_as_clientid)."
-        if locked
-        else "MQTT client id should be the username; this broker does NOT enforce it "
-        "(rendered with --no-lock-client-ids): another identity can take over this session."
-    )
-    return [
-        f"vox-mqtt broker credentials of {identity.kind.value} {identity.name!r}.",
-        "Secret: keep it 0600 and on the host that runs this identity only.",
-        lock,
-    ]
-
-
 def _local_host(bind: str) -> str:
     """Return the address the broker host's own tools (canary, admin) connect to."""
     return "127.0.0.1" if bind in ("0.0.0.0", "::", "*") else bind
@@ -279,8 +264,7 @@ def _secrets(
     unknown = sorted(set(rotate_names) - {i.name for i in identities})
     if unknown:
         raise ConfigError([f"--rotate {n}: no identity of that name in the fleet" for n in unknown])
-    cred_dir = root / "credentials"
-    secrets = {} if rotate else load_secrets(cred_dir)
+    secrets = {} if rotate else CredentialStore(root).passwords()
     old_hashes = {} if rotate else _existing_hashes(root)
     passwords: dict[UUID, str] = {}
     kept: dict[UUID, PasswordHash | None] = {}
@@ -297,22 +281,28 @@ def _render_security(
 ) -> tuple[str, str, str, tuple[Identity, ...]]:
     """Return (file name, text, canary nonce, identities with the canary last)."""
 
-    def render(ids: Sequence[Identity]) -> str:
-        if fmt == "acl":
-            header = [f"vox-mqtt acl_file for {len(ids)} identities: generated, do not edit."]
-            return render_acl_file(ids, header=header)
-        return render_dynsec(ids, hashes)
-
     # The canary's topic names this rendering, so its allowed publish proves these
     # rules (not the previous ones) are in force; an unchanged fleet keeps the nonce.
-    nonce = hashlib.sha256(render(identities).encode("utf-8")).hexdigest()[:16]
-    every = (*identities, canary_identity(fleet, nonce))
-    text = render(every)
+    # The rules are rendered once: the canary's block goes after the others' (its
+    # own rule cannot be part of what it names).
+    header = [f"vox-mqtt acl_file for {len(identities) + 1} identities: generated, do not edit."]
+    rules = render_acl_file(identities, header=header)
+    digest = hashlib.sha256(rules.encode("utf-8"))
+    if fmt == "dynsec":
+        # dynsec.json also carries the hashes: a rotated secret is a new rendering too.
+        digest.update(
+            "".join(f"{i.username}:{hashes[i.id].passwd_field()}\n" for i in identities).encode()
+        )
+    nonce = digest.hexdigest()[:16]
+    canary = canary_identity(fleet, nonce)
+    every = (*identities, canary)
     if fmt == "acl":
+        text = rules + render_acl_file((canary,))
         parsed = parse_acl_file(broker_file_text(text.encode(), source="rendered acl"))
         if parsed.warnings:  # pragma: no cover - the renderer never writes these
             raise ConfigError(list(parsed.warnings))
         return "acl", text, nonce, every
+    text = render_dynsec(every, hashes)
     check_dynsec(text, source="rendered dynsec.json")
     return "dynsec.json", text, nonce, every
 
@@ -377,7 +367,7 @@ def render_broker_dir(
     upstream_dir: str | Path | None = None,
     bridge_keepalive: int = 10,
 ) -> BrokerDir:
-    """Write mosquitto.conf, the ACL, passwd, credentials and render.json into out_dir."""
+    """Write mosquitto.conf, the ACL, passwd, the credential store and render.json into out_dir."""
     root = Path(out_dir).absolute()
     _safe_text(str(root), "--out")
     options = RenderOptions(
@@ -408,7 +398,6 @@ def render_broker_dir(
         _safe_text(str(pki_root), "--pki")
         tls = _tls_files(pki_root, identities)
     _prepare_dir(root)
-    cred_dir = root / "credentials"
     # The canary's id does not depend on its topic: its secret is settled with the rest.
     local = (canary_identity(fleet, ""),) + ((admin_identity(fleet),) if fmt == "dynsec" else ())
     passwords, hashes = _secrets(root, (*identities, *local), rotate, rotate_names)
@@ -459,8 +448,7 @@ def render_broker_dir(
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
     written[CONF_NAME] = conf_text.encode("utf-8")
 
-    credentials: dict[str | UUID, Path] = {}
-    files: list[tuple[Path, str]] = []
+    stored: list[StoredIdentity] = []
     layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())
     plain_host = _local_host("127.0.0.1" if with_tls else bind)
     looks = tuple(
@@ -488,17 +476,10 @@ def render_broker_dir(
             client_id_locked=lock_client_ids,
             looks=looks if identity.kind is Kind.OPERATOR else (),
         )
-        path = cred_dir / f"{identity.name}.toml"
-        header = _credential_header(identity, locked=lock_client_ids)
-        files.append((path, render_credentials(creds, comment_lines=header)))
-        credentials[identity.name] = path
-        credentials[identity.id] = path
-    atomic_write_many(files, mode=0o600)
-    # Secrets of identities that left the fleet must not linger.
-    current = {p.name for p in credentials.values()}
-    for stale in cred_dir.glob("*.toml"):
-        if stale.name not in current:
-            stale.unlink()
+        stored.append(StoredIdentity(name=identity.name, id=identity.id, creds=creds))
+    # One 0600 file, not one per identity (docs/broker.md); identities that left the
+    # fleet are not in it, and per-identity files of an older render are migrated away.
+    CredentialStore(root).write(stored)
     digests = {name: file_digest(data) for name, data in written.items()}
     write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce))
     return BrokerDir(
@@ -508,7 +489,7 @@ def render_broker_dir(
         acl=root / "acl" if fmt == "acl" else None,
         dynsec=root / "dynsec.json" if fmt == "dynsec" else None,
         passwd=root / "passwd" if fmt == "acl" else None,
-        credentials=credentials,
+        identities=tuple(item.name for item in stored),
         host=host,
         port=port,
         tls_port=tls_port if with_tls else None,

@@ -25,9 +25,10 @@ from .acl import CANARY_NAME, AclFile, canary_forbidden_topic, parse_acl_file
 from .brokermanifest import Manifest, file_digest, load_manifest, write_manifest
 from .brokerprobe import ProbeResult, alive, probe_rules
 from .brokertext import broker_file_text
+from .credstore import CredentialStore
 from .errors import BrokerUnavailable, ConfigError, VoxError
 from .lastgood import keep_last_good, restore_last_good
-from .passwd import Credentials, atomic_write, load_credentials, parse_passwd
+from .passwd import Credentials, atomic_write, parse_passwd
 
 __all__ = [
     "ReloadFailed",
@@ -185,7 +186,7 @@ def _canary_topic(parsed: AclFile, canary: Credentials, source: Path) -> str:
 
 
 def _canary(root: Path) -> Credentials:
-    return load_credentials(root / "credentials" / f"{CANARY_NAME}.toml")
+    return CredentialStore(root).get(CANARY_NAME)
 
 
 def _parse(data: dict[str, bytes], sources: dict[str, Path]) -> tuple[AclFile, list[str]]:

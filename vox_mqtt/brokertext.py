@@ -12,6 +12,7 @@ Mosquitto's included, must split it into the same lines.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from .errors import ConfigError
@@ -22,6 +23,8 @@ __all__ = ["MAX_LINE_BYTES", "broker_file_text"]
 MAX_LINE_BYTES: Final = 254
 _NAMES: Final = {0x00: "a NUL byte", 0x09: "a tab", 0x0D: "a carriage return", 0x7F: "DEL"}
 _SHOWN_PROBLEMS: Final = 5
+# Any byte _line_problem refuses inside a line (the newline itself separates lines).
+_CONTROL_BYTE: Final = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]")
 
 
 def _line_problem(line: bytes) -> str | None:
@@ -40,6 +43,15 @@ def _line_problem(line: bytes) -> str | None:
 
 def broker_file_text(data: bytes, *, source: str) -> str:
     """Return the file's text if Mosquitto must read exactly these lines; else raise ConfigError."""
+    # The same checks on the whole file at once; a file that fails is then walked line
+    # by line to name each problem (10,000 identities: 100,000 lines, checked in ms).
+    if not data.startswith(b"\xef\xbb\xbf") and _CONTROL_BYTE.search(data) is None:
+        longest = max(map(len, data.split(b"\n")))
+        if longest <= MAX_LINE_BYTES:
+            try:
+                return data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
     problems: list[str] = []
     if data.startswith(b"\xef\xbb\xbf"):
         problems.append(f"{source}:1: starts with a UTF-8 byte order mark (Mosquitto keeps it)")

@@ -30,9 +30,10 @@ from .acl import (
 )
 from .brokermanifest import file_digest, load_manifest, write_manifest
 from .brokerprobe import probe_rules
+from .credstore import CredentialStore
 from .errors import BrokerUnavailable, ConfigError, VoxError
 from .lastgood import LAST_GOOD, keep_last_good
-from .passwd import Credentials, PasswordHash, load_credentials, load_secrets
+from .passwd import Credentials, PasswordHash
 
 __all__ = ["ApplyReport", "DynsecApplyFailed", "apply_dynsec", "plan_commands"]
 
@@ -291,9 +292,9 @@ def apply_dynsec(
             ]
         )
     desired = _desired(root)
-    admin = load_credentials(root / "credentials" / f"{ADMIN_NAME}.toml")
-    canary = load_credentials(root / "credentials" / f"{CANARY_NAME}.toml")
-    secrets = load_secrets(root / "credentials")
+    store = CredentialStore(root)
+    admin, canary = store.get(ADMIN_NAME), store.get(CANARY_NAME)
+    secrets = store.passwords()
     commands, failures = _send(admin, desired, secrets, _applied_hashes(root), timeout)
     problem = None
     if failures:

@@ -19,9 +19,10 @@ from uuid import UUID, uuid5
 
 from . import topics
 from .acl import Identity, Kind, Rule, fleet_identities
+from .credstore import CredentialStore
 from .errors import ConfigError
 from .hierarchy import Fleet
-from .passwd import atomic_write, load_credentials
+from .passwd import atomic_write
 from .sitelinks import LINK_FILTER, Link, LinkMap, links_path
 from .sites import BrokerSpec, chain_up
 
@@ -406,15 +407,16 @@ def site_section(
                 "first and pass its directory with --upstream-dir"
             ]
         )
-    source = Path(upstream_dir) / "credentials" / f"{bridge.name}.toml"
-    if not source.is_file():
+    store = CredentialStore(upstream_dir)
+    source = store.path
+    if not store.has(bridge.name):
         raise ConfigError(
             [
                 f"{source}: no credentials for the bridge of {site!r}: render {bridge.upstream!r} "
                 "with the current fleet file, then this broker"
             ]
         )
-    creds = load_credentials(source)
+    creds = store.get(bridge.name)
     if creds.username != str(bridge.id):
         raise ConfigError([f"{source}: the credentials are not the bridge of {site!r}"])
     files: dict[str, bytes] = {}

@@ -146,10 +146,12 @@ class BrokerChange:
             files.append("acl")
         if self.added or self.removed:
             files.append("passwd")
-        files += [f"credentials/{name}.toml (new)" for name in self.added]
-        files += [f"credentials/{name}.toml (deleted)" for name in self.removed]
+        # One store holds every identity's secret (docs/broker.md): it changes by entry.
+        store = "credentials/secrets.json"
+        files += [f"{store}: {name} (new)" for name in self.added]
+        files += [f"{store}: {name} (deleted)" for name in self.removed]
         for old, new in self.renamed:
-            files += [f"credentials/{old}.toml (deleted)", f"credentials/{new}.toml (new)"]
+            files += [f"{store}: {old} (deleted)", f"{store}: {new} (new, the same secret)"]
         return tuple(files)
 
     def as_dict(self) -> dict[str, Any]:

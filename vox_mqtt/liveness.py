@@ -211,8 +211,7 @@ class Liveness:
 
     def _checked(self, message: VOXMessage) -> bytes:
         """Serialize, refusing (MessageTooLarge) what the broker would drop us for."""
-        payload = serialize(message)
-        check_size(message, payload, self.config.max_message_bytes)
+        check_size(message, payload := serialize(message), self.config.max_message_bytes)
         return payload
 
     async def _ledger_head(self) -> tuple[int, str] | None:
@@ -307,9 +306,8 @@ class Liveness:
         self._changes.put_nowait((entry, old, new))
 
     def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
-        log.warning(
-            "%s: refused a status of %s: %s", self.config.name, entry.name or entry.id, reason
-        )
+        who = entry.name or entry.id
+        log.warning("%s: refused a status of %s: %s", self.config.name, who, reason)
         # Not a change of state, but the agent now gets no work: react as to one.
         self._changes.put_nowait((entry, entry.status, entry.status))
 
@@ -562,6 +560,8 @@ class Liveness:
         except LedgerError as exc:
             # The alert matters more than its record (the disk may be what is full).
             log.warning("%s: war-room post not recorded: %s", self.config.name, exc)
+        if not session.connected:  # stale by the next connection: _reconcile decides anew
+            raise VoxError(f"{self.config.name}: offline, war-room post skipped")
         await session.publish(
             topics.warroom(self.config.id, subject),
             self._checked(message),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
 import json
@@ -25,12 +24,12 @@ __all__ = [
     "LookLogin",
     "PasswordHash",
     "atomic_write",
-    "atomic_write_many",
+    "credentials_from",
+    "credentials_table",
     "decode_hash",
     "hash_password",
     "hash_passwords",
     "load_credentials",
-    "load_secrets",
     "new_secret",
     "parse_passwd",
     "render_credentials",
@@ -102,12 +101,20 @@ def hash_passwords(
             old if old is not None and old.verify(passwords[key]) else hash_password(passwords[key])
         )
 
+    def some(part: list[K]) -> list[PasswordHash]:
+        return [one(key) for key in part]
+
     keys = list(passwords)
     if len(keys) < 256:
         return {key: one(key) for key in keys}
-    # PBKDF2 runs in OpenSSL without the GIL: 10,000 identities hash in parallel.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return dict(zip(keys, pool.map(one, keys, chunksize=256), strict=True))
+    # PBKDF2 runs in OpenSSL without the GIL: 10,000 identities hash in parallel, one
+    # slice per worker (a future per key cost more than the hashing saved).
+    workers = os.cpu_count() or 1
+    step = -(-len(keys) // (workers * 4))
+    parts = [keys[i : i + step] for i in range(0, len(keys), step)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        hashed = [pw for done in pool.map(some, parts) for pw in done]
+    return dict(zip(keys, hashed, strict=True))
 
 
 def decode_hash(*, salt_b64: str, digest_b64: str, iterations: int) -> PasswordHash | None:
@@ -232,22 +239,39 @@ def render_credentials(creds: Credentials, *, comment_lines: Iterable[str] = ())
     return "\n".join(lines) + "\n"
 
 
+def credentials_table(creds: Credentials) -> dict[str, Any]:
+    """Return the credentials as the table `credentials_from` reads back."""
+    table: dict[str, Any] = {
+        "username": creds.username,
+        "password": creds.password,
+        "host": creds.host,
+        "port": creds.port,
+    }
+    if creds.client_id_locked:
+        table["client_id_locked"] = True
+    if creds.tls:
+        table["tls"] = {
+            "ca": str(creds.ca_file),
+            "cert": str(creds.cert_file),
+            "key": str(creds.key_file),
+        }
+    if creds.looks:
+        looks: dict[str, Any] = {}
+        for look in creds.looks:
+            entry = {"username": look.username, "password": look.password}
+            if look.cert_file is not None and look.key_file is not None:
+                entry |= {"cert": str(look.cert_file), "key": str(look.key_file)}
+            looks[look.purpose] = entry
+        table["looks"] = looks
+    return table
+
+
 def _need_str(data: Mapping[str, Any], key: str, where: str, problems: list[str]) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         problems.append(f"{where}: `{key}` must be a non-empty string")
         return ""
     return value
-
-
-def load_secrets(directory: Path) -> dict[str, str]:
-    """Return username -> password from every valid credentials file in directory."""
-    secrets: dict[str, str] = {}
-    for path in sorted(directory.glob("*.toml")):
-        with contextlib.suppress(ConfigError):
-            creds = load_credentials(path)
-            secrets[creds.username] = creds.password
-    return secrets
 
 
 def _load_looks(data: Any, where: str, problems: list[str]) -> tuple[LookLogin, ...]:
@@ -286,8 +310,12 @@ def load_credentials(path: str | Path) -> Credentials:
         raise ConfigError([f"{path}: cannot read the credentials file: {exc}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    return credentials_from(data, where=str(path))
+
+
+def credentials_from(data: Mapping[str, Any], *, where: str) -> Credentials:
+    """Return the credentials a parsed table holds; raise ConfigError with one line per problem."""
     problems: list[str] = []
-    where = str(path)
     keys = {"username", "password", "host", "port", "tls", "client_id_locked", "looks"}
     unknown = sorted(set(data) - keys)
     if unknown:
@@ -370,33 +398,3 @@ def atomic_write(
         tmp.unlink(missing_ok=True)
         raise
     _sync_dir(path.parent)
-
-
-def _unchanged(path: Path, payload: bytes, mode: int) -> bool:
-    try:
-        return (path.stat().st_mode & 0o7777) == mode and path.read_bytes() == payload
-    except OSError:
-        return False
-
-
-def atomic_write_many(files: Iterable[tuple[Path, str | bytes]], *, mode: int = 0o600) -> int:
-    """Atomically replace many files, skipping unchanged ones; return how many were written."""
-    # Every new file is on disk before the first rename, with one sync instead of an
-    # fsync per file: 10,000 credentials files take a second, not ten.
-    pending: list[tuple[Path, Path]] = []
-    try:
-        for path, data in files:
-            payload = data.encode("utf-8") if isinstance(data, str) else data
-            if not _unchanged(path, payload, mode):
-                pending.append((_write_temp(path, payload, mode, None, sync=False), path))
-        if pending:
-            os.sync()
-        for tmp, path in pending:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
-        raise
-    for directory in {path.parent for _, path in pending}:
-        _sync_dir(directory)
-    return len(pending)

@@ -24,11 +24,12 @@ from typing import Final
 from uuid import UUID
 
 from . import topics
+from .credstore import CredentialStore
 from .errors import ConfigError, VoxError
 from .hierarchy import Fleet
 from .messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 from .observer import FleetObserver
-from .passwd import Credentials, load_credentials
+from .passwd import Credentials
 from .settings import BrokerSettings
 from .status import ACTIVE, INACTIVE, RETIRED, AgentLiveness
 from .transport import Session
@@ -90,17 +91,19 @@ def _look_settings(creds: Credentials) -> BrokerSettings:
 
 def _credentials_by_id(broker_dir: Path) -> dict[UUID, Credentials]:
     found: dict[UUID, Credentials] = {}
-    for path in sorted((broker_dir / "credentials").glob("*.toml")):
+    store = CredentialStore(broker_dir)
+    for name in store.names():
         with contextlib.suppress(ConfigError, ValueError, OSError):
-            creds = load_credentials(path)
+            creds = store.get(name)
             found[UUID(creds.username)] = creds
     return found
 
 
-def _load(path: Path, what: str) -> Credentials:
-    if not path.is_file():
-        raise ConfigError([f"{path}: no credentials for {what}"])
-    return load_credentials(path)
+def _load(root: Path, name: str, what: str) -> Credentials:
+    store = CredentialStore(root)
+    if not store.has(name):
+        raise ConfigError([f"{store.path}: no credentials for {what}"])
+    return store.get(name)
 
 
 class _Look:
@@ -191,7 +194,8 @@ async def retire_agent(
     """Clear a retired agent's status and war-room posts and say RETIRED to its watchers."""
     root = Path(broker_dir)
     agent_creds = _load(
-        root / "credentials" / f"{name}.toml",
+        root,
+        name,
         f"{name!r}: retire it before the broker is re-rendered without it (docs/operations.md)",
     )
     agent_id = UUID(agent_creds.username)
@@ -210,7 +214,8 @@ async def retire_agent(
         else "render the broker from this fleet file"
     )
     operator_creds = _load(
-        root / "credentials" / f"{fleet.operator_name}.toml",
+        root,
+        fleet.operator_name,
         f"the operator {fleet.operator_name!r}: {where}",
     )
     report = RetireReport(name=name, id=agent_id)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..acl import EXPLORER_NAME
 from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
+from ..credstore import CredentialStore
 from ..errors import ConfigError
 from ..federation import write_link_map
 from ..hierarchy import Fleet, load_fleet
@@ -59,7 +60,7 @@ def _check_broker_dir(fleet: Fleet, name: str, broker_dir: Path) -> None:
         identity, broker = agent.name, agent.broker
     except KeyError:
         identity, broker = fleet.operator_name, fleet.root_broker
-    if not (broker_dir / "credentials" / f"{identity}.toml").is_file():
+    if not CredentialStore(broker_dir).has(identity):
         raise ConfigError(
             [
                 f"--broker-dir {broker_dir}: {identity!r} connects to broker {broker!r}: pass "

@@ -181,7 +181,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
     bridge = None if options.broker is None else bridge_for(fleet, options.broker)
-    names = sorted(k for k in result.credentials if isinstance(k, str))
+    names = sorted(result.identities)
     security = result.acl if result.acl is not None else result.dynsec
     if args.json:
         print_json(
@@ -194,7 +194,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "host": result.host,
                 "port": result.port,
                 "tls_port": result.tls_port,
-                "credentials": {name: str(result.credentials[name]) for name in names},
+                "credentials": str(result.store.path),
+                "identities": names,
                 "warnings": list(result.warnings),
                 "changed": changes,
                 "broker": options.broker,
@@ -215,7 +216,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if result.passwd is not None:
         console.print(f"wrote {result.passwd}", markup=False)
     console.print(
-        f"wrote {len(names)} credentials files in {result.root / 'credentials'} (0600)",
+        f"wrote the credentials of {len(names)} identities to {result.store.path} (0600)",
         markup=False,
     )
     if bridge is not None:
