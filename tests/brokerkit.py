@@ -29,12 +29,20 @@ from paho.mqtt.properties import Properties
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
 from vox_mqtt.passwd import Credentials
 
 GRANTED_QOS1 = 0x01
 NOT_AUTHORIZED = 0x87
 SUCCESS = 0x00
 NO_MATCHING_SUBSCRIBERS = 0x10
+# The seed's tree: a root, a coordinator, two specialists under it.
+SEED_TREE: dict[str, str | None] = {
+    "root": None,
+    "coordinator": "root",
+    "specialist_a": "coordinator",
+    "specialist_b": "coordinator",
+}
 
 
 def tree_fleet(shape: dict[str, str | None], *, operator: str = "operator") -> Fleet:
@@ -96,6 +104,26 @@ class SecureBroker:
     def tls_creds(self, key: str | UUID) -> Credentials:
         """Return the TLS-listener credentials of an identity."""
         return self.dir.credentials_for(key)
+
+
+def rerender(secure: SecureBroker, fleet: Fleet, *, rotate: tuple[str, ...] = ()) -> None:
+    """Render a changed fleet into the running broker's directory, as an operator would."""
+    secure.dir = render_broker_dir(
+        fleet,
+        secure.dir.root,
+        port=secure.dir.port,
+        explorer=True,
+        run_as_user=getpass.getuser(),
+        rotate_names=rotate,
+    )
+
+
+def reload_broker(secure: SecureBroker, *extra: str, pid: int | None = None) -> int:
+    """Run `vox broker reload DIR --pid PID ...` against the running broker."""
+    from vox_mqtt.cli import main
+
+    target = str(secure.broker.pid if pid is None else pid)
+    return main(["broker", "reload", str(secure.dir.root), "--pid", target, *extra])
 
 
 def start_secure_broker(
@@ -289,7 +317,10 @@ def try_connect(creds: Credentials, *, tls: bool = False) -> int | str:
 class Witness:
     """An independent `mosquitto_sub` that prints every message it receives."""
 
-    def __init__(self, creds: Credentials, topic_filter: str, *, tls: bool = False) -> None:
+    def __init__(
+        self, creds: Credentials, topic_filter: str, *, tls: bool = False, fmt: str | None = None
+    ) -> None:
+        """Subscribe; a line is `topic payload`, or as `mosquitto_sub -F fmt` when fmt is given."""
         args = [
             "mosquitto_sub",
             "-h",
@@ -302,7 +333,7 @@ class Witness:
             "1",
             "-t",
             topic_filter,
-            "-v",
+            *(("-v",) if fmt is None else ("-F", fmt)),
             "-i",
             creds.username,
         ]
@@ -373,3 +404,51 @@ class Witness:
         for stream in (self._proc.stdout, self._proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def publish_as_identity(
+    *, port: int, username: str, password: str, topic: str, payload: bytes, tmp: Path
+) -> None:
+    """Publish one retained message with `mosquitto_pub` under an identity's credentials."""
+    path = tmp / f"{uuid4()}.json"
+    path.write_bytes(payload)
+    done = subprocess.run(
+        [
+            *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-V", "5"),
+            # A client id of its own; a broker that locks ids to usernames (the default)
+            # makes this a takeover of the real agent's session, which then reconnects.
+            *("-u", username, "-P", password, "-i", f"{username}-x"),
+            *("-q", "1", "-r", "-t", topic, "-f", str(path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def inflated_status(fleet: Fleet, name: str) -> bytes:
+    """Return F3's status of an agent: huge epoch and interval, commands padded to the limit."""
+    agent = fleet.agent(name)
+    assert agent.master_id is not None
+    details: dict[str, Any] = {
+        "name": name,
+        "status": "ACTIVE",
+        "epoch": 10**6,
+        "started_at": now_iso(),
+        "heartbeat_interval": 1e9,
+        "commands": [],
+    }
+
+    def build() -> bytes:
+        message = new_message(
+            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
+        )
+        return serialize(message)
+
+    room = MAX_MESSAGE_BYTES - 200 - len(build())
+    details["commands"] = [f"c{i:05d}" + "x" * 94 for i in range(room // 103)]
+    payload = build()
+    assert MAX_MESSAGE_BYTES - 400 < len(payload) <= MAX_MESSAGE_BYTES
+    return payload

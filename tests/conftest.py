@@ -5,10 +5,14 @@ from __future__ import annotations
 import getpass
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from vox_mqtt.localbroker import LocalBroker, free_port
+
+if TYPE_CHECKING:
+    from tests.faultkit import Processes
 
 BrokerFactory = Callable[[str], LocalBroker]
 
@@ -107,3 +111,14 @@ def secure_broker_factory(
         return start_secure_broker(broker_factory, fleet, out_dir, **kwargs)  # type: ignore[arg-type]
 
     return start
+
+
+@pytest.fixture
+def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
+    """Run agent daemons for one test; stop them after it, showing their logs if it failed."""
+    from tests.faultkit import Processes
+
+    procs = Processes(tmp_path)
+    yield procs
+    failed = getattr(request.node, "report_call", None)
+    procs.close(show_logs=failed is not None and failed.failed)

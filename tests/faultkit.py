@@ -110,7 +110,15 @@ def deploy_fleet(
             lines.append(f'master_id = "{ids[master]}"')
         lines.append("roles = [" + ", ".join(f'"{r}"' for r in roles) + "]")
         parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-    fleet = parse_fleet("\n".join(parts))
+    return deploy(
+        parse_fleet("\n".join(parts)), root, keepalive=keepalive, lock_client_ids=lock_client_ids
+    )
+
+
+def deploy(
+    fleet: Fleet, root: Path, *, keepalive: int = 5, lock_client_ids: bool = True
+) -> Deployment:
+    """Render a fleet's broker and every agent's daemon config (and the operator's) under root."""
     broker_dir = render_broker_dir(
         fleet,
         root / "broker",
@@ -130,7 +138,7 @@ def deploy_fleet(
             keepalive=keepalive,
             shutdown_grace=2.0,
         ).config
-        for name in shape
+        for name in (agent.name for agent in fleet)
     }
     operator = render_agent_config(
         fleet, "operator", broker_dir.root, etc / "operator.toml", root / "console"
@@ -261,6 +269,20 @@ def run_vox(*args: str | Path, timeout: float = 40.0) -> subprocess.CompletedPro
         cwd=REPO,
         check=False,
     )
+
+
+def send_json(
+    dep: Deployment, command: str, *, timeout: float, **params: Any
+) -> tuple[int, dict[str, Any]]:
+    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
+    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
+    out = run_vox(
+        "send", "--config", dep.operator_config, command, *pairs, "--json",
+        "--timeout", f"{timeout:g}",
+    )  # fmt: skip
+    assert out.stdout, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return out.returncode, answer
 
 
 def status_json(config: Path, *, wait: float = 3.0) -> dict[str, dict[str, Any]]:

@@ -96,13 +96,7 @@ def run_exporter(config: Path, log_path: Path) -> Iterator[Exporter]:
                 time.sleep(0.05)
         yield Exporter(process=process, url=url, log_path=log_path)
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop(process, grace=15)
 
 
 @dataclass
@@ -191,9 +185,15 @@ def run_prometheus(workdir: Path, target: str, *, interval: str = "1s") -> Itera
             time.sleep(0.2)
         yield Prometheus(process=process, base=base, log_path=log_path)
     finally:
+        stop(process, grace=20)
+
+
+def stop(process: subprocess.Popen[Any], *, grace: float) -> None:
+    """Terminate a process still running; kill it if it has not ended after grace seconds."""
+    if process.poll() is None:
         process.terminate()
         try:
-            process.wait(20)
+            process.wait(grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)

@@ -9,16 +9,9 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, Slow, agent_config, operator_config, start_agents, wait_for
-from tests.brokerkit import seven_agent_fleet, tree_fleet
+from tests.brokerkit import SEED_TREE, seven_agent_fleet, tree_fleet
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import CommandFailed
-
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from uuid import uuid4
 import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, settings_for, start_agents, wait_for
-from tests.brokerkit import Witness, tree_fleet
+from tests.brokerkit import SEED_TREE, Witness, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import DeliveryFailed, VoxError
@@ -28,12 +28,6 @@ from vox_mqtt.messages import (
 from vox_mqtt.roles import command
 from vox_mqtt.transport import Session
 
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 JOB = {
     "start_time": "2026-01-11T08:15:00-03:00",
     "end_time": "2026-01-11T16:00:00-03:00",

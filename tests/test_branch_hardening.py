@@ -5,34 +5,31 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
 from tests.agentkit import Analyst, agent_config, operator_config, start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import (
+    SEED_TREE,
+    SecureBroker,
+    inflated_status,
+    publish_as_identity,
+    tree_fleet,
+)
 from vox_mqtt import topics
 from vox_mqtt._ledgerschema import _TRIGGER_SQL
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.cli import main
 from vox_mqtt.errors import CommandFailed
-from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
+from vox_mqtt.messages import serialize
 from vox_mqtt.roles import Role, command
 from vox_mqtt.status import ACTIVE
 
 pytestmark = pytest.mark.slow
-
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 
 
 class Huge(Analyst):
@@ -62,55 +59,6 @@ def publish_as(secure: SecureBroker, name: str, topic: str, payload: bytes, tmp:
     )
 
 
-def publish_as_identity(
-    *, port: int, username: str, password: str, topic: str, payload: bytes, tmp: Path
-) -> None:
-    """Publish one retained message with `mosquitto_pub` under an identity's credentials."""
-    path = tmp / f"{uuid4()}.json"
-    path.write_bytes(payload)
-    done = subprocess.run(
-        [
-            *("mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-V", "5"),
-            # A client id of its own; a broker that locks ids to usernames (the default)
-            # makes this a takeover of the real agent's session, which then reconnects.
-            *("-u", username, "-P", password, "-i", f"{username}-x"),
-            *("-q", "1", "-r", "-t", topic, "-f", str(path)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-
-def inflated_status(secure: SecureBroker, name: str) -> bytes:
-    """The status of F3: a huge epoch and interval, commands padded to just under the limit."""
-    fleet = secure.fleet
-    agent = fleet.agent(name)
-    assert agent.master_id is not None
-    details: dict[str, Any] = {
-        "name": name,
-        "status": "ACTIVE",
-        "epoch": 10**6,
-        "started_at": now_iso(),
-        "heartbeat_interval": 1e9,
-        "commands": [],
-    }
-
-    def build() -> bytes:
-        message = new_message(
-            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
-        )
-        return serialize(message)
-
-    room = MAX_MESSAGE_BYTES - 200 - len(build())
-    details["commands"] = [f"c{i:05d}" + "x" * 94 for i in range(room // 103)]
-    payload = build()
-    assert MAX_MESSAGE_BYTES - 400 < len(payload) <= MAX_MESSAGE_BYTES
-    return payload
-
-
 async def test_an_inflated_child_status_leaves_the_branch_serving(
     seed: SecureBroker, tmp_path: Path
 ) -> None:
@@ -128,7 +76,7 @@ async def test_an_inflated_child_status_leaves_the_branch_serving(
             seed,
             "specialist_a",
             topics.status(a_id),
-            inflated_status(seed, "specialist_a"),
+            inflated_status(seed.fleet, "specialist_a"),
             tmp_path,
         )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,9 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
-from tests.brokerkit import tree_fleet
+from tests.brokerkit import reload_broker, rerender, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.cli import main
 from vox_mqtt.errors import CommandFailed
 
 TREE = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
@@ -79,16 +76,8 @@ async def test_a_new_secret_is_taken_for_the_next_connection_and_refusals_cost_n
         assert spec.session is not None
         epoch = spec.epoch
         # Re-keyed at the broker before the agent is told: it is cut off and refused.
-        render_broker_dir(
-            fleet,
-            secure.dir.root,
-            port=secure.dir.port,
-            explorer=True,
-            run_as_user=getpass.getuser(),
-            rotate_names=("spec_a",),
-        )
-        reload = ["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]
-        assert await asyncio.to_thread(main, reload) == 0
+        rerender(secure, fleet, rotate=("spec_a",))
+        assert await asyncio.to_thread(reload_broker, secure) == 0
         await wait_for(lambda: not spec.session.connected)  # type: ignore[union-attr]
         await asyncio.sleep(2.0)  # several refused attempts
         assert "not authorised" in secure.broker.log_text()

@@ -7,20 +7,24 @@ the read-only explorer identity recording every status and war-room message.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.faultkit import ANALYST, Deployment, Processes, Recorder, deploy_fleet, run_vox
+from tests.brokerkit import inflated_status, publish_as_identity
+from tests.faultkit import (
+    ANALYST,
+    Deployment,
+    Processes,
+    Recorder,
+    deploy_fleet,
+    send_json,
+)
 from tests.recorder import Seen
-from tests.test_branch_hardening import publish_as_identity
 from vox_mqtt import topics
 from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +34,6 @@ SHAPE: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "spec_a": ("coordinator", (ANALYST, "tests.roles_for_tests:Numbers")),
     "spec_b": ("coordinator", (ANALYST,)),
 }
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture
@@ -54,41 +50,6 @@ def start(dep: Deployment, processes: Processes, rec: Recorder) -> None:
     rec.status(dep.id("root"), status="ACTIVE", commands=["analyze", "numbers"], timeout=30)
 
 
-def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, Any]]:
-    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
-    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
-    out = run_vox(
-        "send", "--config", dep.operator_config, command, *pairs, "--json", "--timeout", "20"
-    )
-    assert out.stdout, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return out.returncode, answer
-
-
-def inflated(dep: Deployment, name: str) -> bytes:
-    """F3's status: epoch 10**6, interval 1e9, commands padded to just under the limit."""
-    agent = dep.fleet.agent(name)
-    assert agent.master_id is not None
-    details: dict[str, Any] = {
-        "name": name,
-        "status": "ACTIVE",
-        "epoch": 10**6,
-        "started_at": now_iso(),
-        "heartbeat_interval": 1e9,
-        "commands": [],
-    }
-
-    def build() -> bytes:
-        message = new_message(
-            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
-        )
-        return serialize(message)
-
-    room = MAX_MESSAGE_BYTES - 200 - len(build())
-    details["commands"] = [f"c{i:05d}" + "x" * 94 for i in range(room // 103)]
-    return build()
-
-
 def test_an_inflated_retained_status_leaves_the_branch_serving(
     deployed: Deployment, processes: Processes, tmp_path: Path
 ) -> None:
@@ -103,7 +64,7 @@ def test_an_inflated_retained_status_leaves_the_branch_serving(
             username=creds.username,
             password=creds.password or "",
             topic=topics.status(spec_a),
-            payload=inflated(dep, "spec_a"),
+            payload=inflated_status(dep.fleet, "spec_a"),
             tmp=tmp_path,
         )
 
@@ -129,7 +90,7 @@ def test_an_inflated_retained_status_leaves_the_branch_serving(
         assert rec.warroom(root, coord, after=attacked) == []
         # The branch serves through the other child; still one post about the first.
         for n in range(3):
-            code, answer = send(dep, "analyze", target=f"t{n}")
+            code, answer = send_json(dep, "analyze", timeout=20, target=f"t{n}")
             assert code == 0, answer
             assert answer["result"]["by"] == "spec_b"
         posts = [p for p in rec.warroom(coord, spec_a, after=attacked) if p.payload]
@@ -148,13 +109,13 @@ def test_an_oversized_result_is_a_clear_command_error(
         start(dep, processes, rec)
         epochs = {name: rec.latest_status(dep.id(name))["epoch"] for name in dep.configs}
         asked = time.monotonic()
-        code, answer = send(dep, "numbers", count=30_000)
+        code, answer = send_json(dep, "numbers", timeout=20, count=30_000)
         took = time.monotonic() - asked
         assert code == 1
         assert answer["code"] == "MESSAGE_TOO_LARGE", answer
         assert "over the 262144-byte message limit" in answer["error"]
         assert took < 15  # an answer, not the operator's timeout
-        code, answer = send(dep, "numbers", count=500)
+        code, answer = send_json(dep, "numbers", timeout=20, count=500)
         assert code == 0
         assert answer["result"] == [10**15] * 500
         # Nobody was disconnected for an oversize packet: no will, no incident, same epochs.

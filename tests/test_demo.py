@@ -36,6 +36,22 @@ def demo_env() -> dict[str, str]:
     return env
 
 
+def run_demo(directory: Path, *extra: str, timeout: float) -> str:
+    """Run the demo to its end, assert it succeeded, and return its output."""
+    done = subprocess.run(
+        demo_command(directory, *extra),
+        cwd=REPO,
+        env=demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return output
+
+
 @contextlib.contextmanager
 def demo_process(directory: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
     """Run the demo with its output piped; kill it if the test leaves it running."""
@@ -100,18 +116,7 @@ def assert_nothing_left(directory: Path) -> None:
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Run `vox demo` once for the module's checks; return its folder and output."""
     directory = tmp_path_factory.mktemp("demo") / "demo-fleet"
-    done = subprocess.run(
-        demo_command(directory),
-        cwd=REPO,
-        env=demo_env(),
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    return directory, output
+    return directory, run_demo(directory, timeout=110)
 
 
 def test_the_narration_shows_every_step(demo_run: tuple[Path, str]) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.test_demo import REPO, assert_nothing_left, demo_command, demo_env
+from tests.test_demo import assert_nothing_left, run_demo
 from vox_mqtt.hierarchy import load_fleet
 
 pytestmark = pytest.mark.slow
@@ -15,17 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_demo_runs_every_step_across_two_bridges(tmp_path: Path) -> None:
     directory = tmp_path / "demo-fleet"
-    done = subprocess.run(
-        demo_command(directory, "--sites"),
-        cwd=REPO,
-        env=demo_env(),
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
+    output = run_demo(directory, "--sites", timeout=150)
     fleet = load_fleet(directory / "fleet.toml")
     assert {agent.name: agent.broker for agent in fleet} == {
         "root": "core",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import SEED_TREE, SecureBroker, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import CommandFailed
@@ -29,13 +29,6 @@ pytestmark = [
         reason="mounting a small filesystem for the full disk needs root",
     ),
 ]
-
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 
 
 @pytest.fixture

@@ -14,19 +14,13 @@ import pytest
 
 from examples.freelance import Analyst, Coordinator, MailWatcher, Root
 from tests.agentkit import start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import SEED_TREE, SecureBroker, tree_fleet
 from vox_mqtt.config import BrokerSection, ConsoleFile, OperatorSection
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.hierarchy import Fleet
 from vox_mqtt.roles import Role
 
-SEED_TREE = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 NOTE = "Client: Netwire\nProject O-26-XXXXX-TRA-YYY"
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
-import threading
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.agentkit import Analyst, agent_config, operator_config, start_agents, wait_for
-from tests.brokerkit import SecureBroker, tree_fleet
+from tests.brokerkit import SecureBroker, Witness, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.errors import BrokerUnavailable, CommandFailed
@@ -22,54 +20,22 @@ from vox_mqtt.localbroker import free_port
 from vox_mqtt.transport import BrokerSettings, Session
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator"}
-# topic, retained, payload format, content type, user props, payload
+# `mosquitto_sub -F`: topic, retained, payload format, content type, user props, payload
 FORMAT = "%t\t%r\t%F\t%C\t%P\t%p"
 
 
-class Explorer:
-    """`mosquitto_sub -V 5 -F` as the read-only explorer identity: one line per message."""
-
-    def __init__(self, secure: SecureBroker) -> None:
-        creds = secure.creds("explorer")
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self._proc = subprocess.Popen(
-            ["mosquitto_sub", "-h", creds.host, "-p", str(creds.port), "-V", "5", "-q", "1",
-             "-i", creds.username, "-u", creds.username, "-P", creds.password,
-             "-t", "vox/#", "-F", FORMAT],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-
-    def on(self, topic: str) -> list[dict[str, Any]]:
-        """Return what was seen on one topic: retained flag, format, content type, props."""
-        seen = []
-        for line in list(self.lines):
-            where, retained, fmt, content, props, payload = line.split("\t", 5)
-            if where != topic:
-                continue
-            pairs = dict(p.split(":", 1) for p in props.split() if ":" in p)
-            seen.append(
-                {"retained": retained, "format": fmt, "content": content, "payload": payload}
-                | pairs
-            )
-        return seen
-
-    def close(self) -> None:
-        self._proc.terminate()
-        self._proc.wait(5)
-        self._reader.join(5)
-        for stream in (self._proc.stdout, self._proc.stderr):
-            if stream is not None:
-                stream.close()
+def seen_on(explorer: Witness, topic: str) -> list[dict[str, Any]]:
+    """Return what was seen on one topic: retained flag, format, content type, props."""
+    seen = []
+    for line in list(explorer.lines):
+        where, retained, fmt, content, props, payload = line.split("\t", 5)
+        if where != topic:
+            continue
+        pairs = dict(p.split(":", 1) for p in props.split() if ":" in p)
+        seen.append(
+            {"retained": retained, "format": fmt, "content": content, "payload": payload} | pairs
+        )
+    return seen
 
 
 @pytest.fixture
@@ -83,7 +49,7 @@ async def test_every_vox_publish_names_its_type_sender_and_target(
 ) -> None:
     fleet = secure.fleet
     ids = {a.name: a.id for a in fleet} | {"operator": fleet.operator_id}
-    explorer = Explorer(secure)
+    explorer = Witness(secure.creds("explorer"), "vox/#", fmt=FORMAT)
     try:
         await asyncio.sleep(0.5)  # its SUBACK
         async with AsyncExitStack() as stack:
@@ -108,7 +74,7 @@ async def test_every_vox_publish_names_its_type_sender_and_target(
         explorer.close()
 
     def props(sender: str, target: str) -> list[dict[str, Any]]:
-        return explorer.on(topics.inbox(ids[target], ids[sender]))
+        return seen_on(explorer, topics.inbox(ids[target], ids[sender]))
 
     down = props("operator", "root")
     assert {p["vox-type"] for p in down} == {"command_request", "message_acknowledged"}
@@ -122,7 +88,7 @@ async def test_every_vox_publish_names_its_type_sender_and_target(
     assert {p["vox-type"] for p in up} >= {"command_result", "command_error"}
     assert {(p["vox-from"], p["vox-to"]) for p in up} == {("root", "operator")}
     # A status names its sender only: its master's name is not for every reader of it.
-    statuses = explorer.on(topics.status(ids["spec_a"]))
+    statuses = seen_on(explorer, topics.status(ids["spec_a"]))
     assert statuses
     for seen in statuses:
         assert (seen["vox-type"], seen["vox-from"], seen["format"]) == (
@@ -132,7 +98,7 @@ async def test_every_vox_publish_names_its_type_sender_and_target(
         )
         assert "vox-to" not in seen
     assert "VM_CONNECTION_LOST" in statuses[-1]["payload"]  # the will, as the broker sent it
-    posts = explorer.on(topics.warroom(ids["coordinator"], ids["spec_a"]))
+    posts = seen_on(explorer, topics.warroom(ids["coordinator"], ids["spec_a"]))
     assert posts
     assert (posts[0]["vox-type"], posts[0]["vox-from"], posts[0]["format"]) == (
         "system_failure",

@@ -11,13 +11,12 @@ command they executed.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,15 +26,14 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.brokerkit import NOT_AUTHORIZED, try_connect
-from tests.faultkit import Deployment, Processes, run_vox, status_json
+from tests.faultkit import Deployment, Processes, deploy, run_vox, status_json
 from tests.recorder import Recorder
 from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
 
 pytestmark = pytest.mark.slow
@@ -57,6 +55,15 @@ class Spec:
     roles: tuple[str, ...] = ()
 
 
+# A coordinator under the root with a tally specialist and a sleeper specialist.
+BRANCH = {
+    "root": Spec(None),
+    "coordinator": Spec("root"),
+    "spec_a": Spec("coordinator", (TALLY,)),
+    "spec_b": Spec("coordinator", (SLEEPER,)),
+}
+
+
 @dataclass
 class LiveFleet:
     """A fleet file that changes while its broker and daemons run."""
@@ -70,6 +77,10 @@ class LiveFleet:
 
     def fleet_of(self, shape: dict[str, Spec]) -> Fleet:
         """Return the fleet of a shape; a name keeps its id across shapes."""
+        return parse_fleet(self.text_of(shape))
+
+    def text_of(self, shape: dict[str, Spec]) -> str:
+        """Return the fleet file's text of a shape; a name keeps its id across shapes."""
         parts = [f'[operator]\nid = "{self.operator_id}"\n']
         for name, spec in shape.items():
             agent_id = self.ids.setdefault(name, uuid4())
@@ -80,22 +91,12 @@ class LiveFleet:
             tally = self.root / f"tally-{name}.txt"
             lines.append(f'[agents.settings]\ntally_file = "{tally}"')
             parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-        return parse_fleet("\n".join(parts))
+        return "\n".join(parts)
 
     def write(self, shape: dict[str, Spec]) -> Path:
         """Write the fleet file of a shape (the operator's edit) and return its path."""
-        fleet = self.fleet_of(shape)
         path = self.root / f"fleet-{len(list(self.root.glob('fleet-*.toml')))}.toml"
-        parts = [f'[operator]\nid = "{fleet.operator_id}"\n']
-        for agent in fleet:
-            lines = [f'name = "{agent.name}"', f'id = "{agent.id}"']
-            if agent.master_id is not None:
-                lines.append(f'master_id = "{agent.master_id}"')
-            lines.append(f"heartbeat_interval = {HEARTBEAT}")
-            lines.append("roles = [" + ", ".join(f'"{r}"' for r in agent.roles) + "]")
-            lines.append(f'[agents.settings]\ntally_file = "{agent.settings["tally_file"]}"')
-            parts.append("[[agents]]\n" + "\n".join(lines) + "\n")
-        path.write_text("\n".join(parts))
+        path.write_text(self.text_of(shape))
         return path
 
     def change(self, shape: dict[str, Spec]) -> Fleet:
@@ -137,6 +138,11 @@ class LiveFleet:
         self.dep.configs[name] = path
         return path
 
+    def reload_agent(self, processes: Processes, name: str) -> None:
+        """Render one agent's bundle from the current fleet and tell its daemon (SIGHUP)."""
+        self.render(name)
+        processes[name].signal(signal.SIGHUP)
+
     def id(self, name: str) -> UUID:
         return self.ids[name]
 
@@ -158,41 +164,15 @@ class LiveFleet:
 
 
 @pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
-
-
-@pytest.fixture
 def live(
     tmp_path: Path, broker_factory: Callable[..., LocalBroker]
 ) -> Callable[[dict[str, Spec]], LiveFleet]:
     def start(shape: dict[str, Spec]) -> LiveFleet:
         holder = LiveFleet.__new__(LiveFleet)
         holder.root, holder.shape, holder.operator_id, holder.ids = tmp_path, shape, uuid4(), {}
-        fleet = holder.fleet_of(shape)
-        broker_dir = render_broker_dir(
-            fleet,
-            tmp_path / "broker",
-            port=free_port(),
-            explorer=True,
-            run_as_user=getpass.getuser(),
-        )
-        operator = render_agent_config(
-            fleet, "operator", broker_dir.root, tmp_path / "etc" / "operator.toml", tmp_path / "op"
-        )
-        holder.dep = Deployment(
-            fleet=fleet,
-            broker_dir=broker_dir,
-            root=tmp_path,
-            configs={},
-            operator_config=operator.config,
-        )
+        holder.dep = deploy(holder.fleet_of(shape), tmp_path, keepalive=KEEPALIVE)
+        broker_dir = holder.dep.broker_dir
         holder.broker = broker_factory(broker_dir.conf.read_text(), port=broker_dir.port)
-        for name in shape:
-            holder.render(name)
         return holder
 
     return start
@@ -358,12 +338,7 @@ def test_add_a_specialist_under_a_running_coordinator(
 def test_retire_a_specialist(
     live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
 ) -> None:
-    shape = {
-        "root": Spec(None),
-        "coordinator": Spec("root"),
-        "spec_a": Spec("coordinator", (TALLY,)),
-        "spec_b": Spec("coordinator", (SLEEPER,)),
-    }
+    shape = BRANCH
     fleet = live(shape)
     coord, spec_b = fleet.id("coordinator"), fleet.id("spec_b")
     old_creds = fleet.creds("spec_b")
@@ -387,8 +362,7 @@ def test_retire_a_specialist(
         fleet.change({k: v for k, v in shape.items() if k != "spec_b"})
         fleet.render_broker()
         time.sleep(STALE_WINDOW)  # a master still watching spec_b would call it stale now
-        fleet.render("coordinator")
-        processes["coordinator"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coordinator")
         wait_log(processes["coordinator"], "the agent already runs it", timeout=10)
 
         looks = status_json(fleet.dep.operator_config)
@@ -437,8 +411,7 @@ def test_move_a_specialist_between_coordinators(
 
         # Phase 1: the old master forgets it while the broker still lets it read it.
         fleet.change({**shape, "spec_b": Spec("coord_b", (SLEEPER,))})
-        fleet.render("coord_a")
-        processes["coord_a"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_a")
         rec.status(coord_a, after=began, status="ACTIVE", commands=["tally"])
         wait_log(processes["coord_a"], "children -spec_b")
         with pytest.raises(CommandFailed) as failed:
@@ -455,8 +428,7 @@ def test_move_a_specialist_between_coordinators(
         assert reborn.json()["target"] == str(coord_b)
 
         # Phase 5: the new master learns it.
-        fleet.render("coord_b")
-        processes["coord_b"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_b")
         rec.status(coord_b, after=began, status="ACTIVE", commands=SLEEPER_COMMANDS)
         wait_log(processes["coord_b"], "children +spec_b")
         answer = op.send("echo", text="via coord_b")
@@ -506,8 +478,7 @@ def test_the_broker_before_the_old_master_makes_the_false_alarm_the_safe_order_a
         time.sleep(2.0)
         assert processes["coord_a"].log().count(refused) == 1
         # Its reload lets the child go.
-        fleet.render("coord_a")
-        processes["coord_a"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "coord_a")
         wait_log(processes["coord_a"], "children -spec_b")
 
 
@@ -566,12 +537,7 @@ def test_a_reload_with_an_invalid_or_restart_only_bundle_changes_nothing(
 def test_rekey_one_agent_keeps_everyone_else_connected(
     live: Callable[[dict[str, Spec]], LiveFleet], processes: Processes
 ) -> None:
-    shape = {
-        "root": Spec(None),
-        "coordinator": Spec("root"),
-        "spec_a": Spec("coordinator", (TALLY,)),
-        "spec_b": Spec("coordinator", (SLEEPER,)),
-    }
+    shape = BRANCH
     fleet = live(shape)
     spec_b = fleet.id("spec_b")
     with fleet.dep.recorder() as rec:
@@ -587,8 +553,7 @@ def test_rekey_one_agent_keeps_everyone_else_connected(
         assert new.password != old.password
         # 2. spec_b is told: its new bundle, SIGHUP; it stays connected meanwhile.
         before = len(processes["spec_b"].log().splitlines())
-        fleet.render("spec_b")
-        processes["spec_b"].signal(signal.SIGHUP)
+        fleet.reload_agent(processes, "spec_b")
         told = wait_log(processes["spec_b"], "SIGHUP", after=before)
         assert "a new broker secret, used from the next connection on" in told
         # 3. The broker reload cuts the old secret; spec_b is back with the new one at once.

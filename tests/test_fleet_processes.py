@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.brokerkit import SEED_TREE
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_until
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
@@ -19,13 +20,6 @@ from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
-
-SEED = {
-    "root": None,
-    "coordinator": "root",
-    "specialist_a": "coordinator",
-    "specialist_b": "coordinator",
-}
 
 
 async def wait_for_route(console: OperatorConsole, command: str, timeout: float = 30) -> None:
@@ -66,7 +60,7 @@ def trace_cli(ledger: Path, message_id: str) -> list[dict[str, Any]]:
 
 def test_seed_flow_across_processes_with_a_reconstructable_chain(tmp_path: Path) -> None:
     roles = {"specialist_a": ["tests.agentkit:Analyst"], "specialist_b": ["tests.agentkit:Analyst"]}
-    with run_fleet(tmp_path, fleet_text(SEED, roles=roles)) as procs:
+    with run_fleet(tmp_path, fleet_text(SEED_TREE, roles=roles)) as procs:
 
         async def flow() -> Any:
             async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
@@ -133,7 +127,7 @@ def test_a_killed_specialist_loses_no_acknowledged_command_and_runs_none_twice(
     roles = {"specialist_a": ["tests.agentkit:Tally"]}
     settings = {"specialist_a": {"tally_file": str(tally)}}
     count = 24
-    text = fleet_text(SEED, roles=roles, settings=settings)
+    text = fleet_text(SEED_TREE, roles=roles, settings=settings)
     with run_fleet(tmp_path / "fleet", text, start=False) as procs:
         specialist = procs.agents["specialist_a"]
         # Two at a time, so that at the kill some commands run and the rest wait, acknowledged.

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +23,7 @@ from tests.faultkit import (
     TcpProxy,
     deploy_fleet,
     run_vox,
+    send_json,
     status_json,
 )
 from vox_mqtt.localbroker import LocalBroker
@@ -38,14 +38,6 @@ ALL_COMMANDS = ["analyze", "echo", "slow", "wedge"]
 def report(what: str, seconds: float) -> None:
     """Print one measured detection time in a greppable form."""
     print(f"\nDETECTION {what}: {seconds:.3f}s", flush=True)
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture
@@ -65,17 +57,6 @@ def start_fleet(
     for name in names if names is not None else dep.configs:
         recorder.status(dep.id(name), status="ACTIVE", timeout=30)
     recorder.status(dep.id("root"), status="ACTIVE", commands=ALL_COMMANDS, timeout=30)
-
-
-def send(dep: Deployment, command: str, **params: Any) -> tuple[int, dict[str, Any]]:
-    """Run `vox send COMMAND k=v... --json` as the operator; return (exit code, answer)."""
-    pairs = [f"{k}={json.dumps(v)}" for k, v in params.items()]
-    out = run_vox(
-        "send", "--config", dep.operator_config, command, *pairs, "--json", "--timeout", "10"
-    )
-    assert out.stdout, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return out.returncode, answer
 
 
 def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
@@ -108,7 +89,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         rec.status(coord, after=killed, status="ACTIVE", commands=["analyze"])
         rec.status(root, after=killed, status="ACTIVE", commands=["analyze"])
         for _ in range(2):
-            code, answer = send(dep, "analyze", target="invoice.pdf")
+            code, answer = send_json(dep, "analyze", timeout=10, target="invoice.pdf")
             assert code == 0, answer
             assert answer["result"]["by"] == "spec_b"
             assert answer["handled_by"] == str(root)
@@ -117,7 +98,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         both = time.monotonic()
         processes["spec_b"].signal(signal.SIGKILL)
         rec.status(root, after=both, status="ACTIVE", commands=[])
-        code, answer = send(dep, "analyze", target="invoice.pdf")
+        code, answer = send_json(dep, "analyze", timeout=10, target="invoice.pdf")
         assert code == 1
         assert answer == {"ok": False, "code": "NO_ROUTE", "error": answer["error"]}
 
@@ -132,7 +113,7 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
         report("restart -> ACTIVE with a higher epoch", birth.at - restarted)
         assert resolution.json()["details"]["severity"] == "INFO"
         assert cleared.at >= resolution.at
-        code, answer = send(dep, "echo", text="hi")
+        code, answer = send_json(dep, "echo", timeout=10, text="hi")
         assert (code, answer["result"]["text"]) == (0, "hi")
 
         # One alert per incident: many heartbeats passed while spec_a was down.
@@ -239,5 +220,5 @@ def test_after_a_broker_restart_every_agent_is_back_and_the_view_is_whole(
     assert alerts == []
     out = run_vox("warroom", "--config", dep.operator_config, "--json")
     assert (out.returncode, out.stdout) == (0, ""), out.stderr
-    code, answer = send(dep, "analyze", target="after-restart")
+    code, answer = send_json(dep, "analyze", timeout=10, target="after-restart")
     assert code == 0, answer

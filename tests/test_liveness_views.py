@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,14 +23,6 @@ from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    failed = getattr(request.node, "report_call", None)
-    procs.close(show_logs=failed is not None and failed.failed)
 
 
 def vox_background(*args: str | Path) -> subprocess.Popen[str]:

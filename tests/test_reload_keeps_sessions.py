@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 from collections.abc import Callable
 
-from tests.brokerkit import Client, SecureBroker, add_agent, seven_agent_fleet, try_connect
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.cli import main
+from tests.brokerkit import (
+    Client,
+    SecureBroker,
+    add_agent,
+    reload_broker,
+    rerender,
+    seven_agent_fleet,
+    try_connect,
+)
 
 SecureFactory = Callable[..., SecureBroker]
 ALLOWED = {0x00, 0x10}
@@ -37,17 +42,8 @@ def test_add_and_rekey_through_a_reload_keep_every_other_session(
             assert client.connect() == 0
         before = logins(secure)
         grown = add_agent(f, "spec_a3", "coord_a")
-        secure.dir = render_broker_dir(
-            grown,
-            secure.dir.root,
-            port=secure.dir.port,
-            explorer=True,
-            run_as_user=getpass.getuser(),
-            rotate_names=("spec_b1",),
-        )
-        assert (
-            main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 0
-        )
+        rerender(secure, grown, rotate=("spec_b1",))
+        assert reload_broker(secure) == 0
         time.sleep(0.5)
         # The re-keyed identity's session is cut; its old secret no longer logs in.
         assert not clients["spec_b1"].connected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import signal
 import subprocess
@@ -11,33 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokerkit import NOT_AUTHORIZED, Client, SecureBroker, add_agent, seven_agent_fleet
-from vox_mqtt.brokerconf import render_broker_dir
+from tests.brokerkit import (
+    NOT_AUTHORIZED,
+    Client,
+    SecureBroker,
+    add_agent,
+    reload_broker,
+    rerender,
+    seven_agent_fleet,
+)
 from vox_mqtt.brokerprobe import probe_rules
 from vox_mqtt.brokertext import MAX_LINE_BYTES, broker_file_text
-from vox_mqtt.cli import main
 from vox_mqtt.errors import ConfigError
-from vox_mqtt.hierarchy import Fleet
 
 ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]
-
-
-def reload(secure: SecureBroker, *extra: str, pid: int | None = None) -> int:
-    """Run `vox broker reload DIR --pid PID ...`."""
-    target = str(secure.broker.pid if pid is None else pid)
-    return main(["broker", "reload", str(secure.dir.root), "--pid", target, *extra])
-
-
-def rerender(secure: SecureBroker, fleet: Fleet) -> None:
-    """Render a changed fleet into the running broker's directory, as an operator would."""
-    secure.dir = render_broker_dir(
-        fleet,
-        secure.dir.root,
-        port=secure.dir.port,
-        explorer=True,
-        run_as_user=getpass.getuser(),
-    )
 
 
 def edit_a_topic_line(acl: Path, suffix: bytes) -> None:
@@ -73,9 +60,9 @@ def test_a_carriage_return_in_the_acl_never_reaches_the_broker(
     secure = secure_broker_factory(seven_agent_fleet())
     assert secure.dir.acl is not None
     edit_a_topic_line(secure.dir.acl, b"\r# reviewed")
-    assert reload(secure) == 2
+    assert reload_broker(secure) == 2
     assert "not the acl `vox broker render` wrote" in capsys.readouterr().err
-    assert reload(secure, "--accept-edit") == 2
+    assert reload_broker(secure, "--accept-edit") == 2
     err = capsys.readouterr().err
     assert "a carriage return at column" in err
     assert "Mosquitto would run with NO ACL" in err
@@ -90,7 +77,7 @@ def test_a_nul_byte_in_the_acl_never_reaches_the_broker(
     secure = secure_broker_factory(seven_agent_fleet())
     assert secure.dir.acl is not None
     edit_a_topic_line(secure.dir.acl, b"\0")
-    assert reload(secure, "--accept-edit") == 2
+    assert reload_broker(secure, "--accept-edit") == 2
     assert "a NUL byte at column" in capsys.readouterr().err
     assert "Reloading config" not in secure.broker.log_text()
     assert_firewall_closed(secure)
@@ -133,7 +120,7 @@ def test_a_reload_the_canary_cannot_prove_is_undone_and_fails_loudly(
     before = (secure.dir.acl.read_bytes(), secure.dir.passwd.read_bytes())
     rerender(secure, add_agent(secure.fleet, "spec_a3", "coord_a"))
     assert secure.dir.acl.read_bytes() != before[0]
-    code = reload(secure, "--verify-timeout", "1", pid=other.broker.pid)
+    code = reload_broker(secure, "--verify-timeout", "1", pid=other.broker.pid)
     err = capsys.readouterr().err
     assert code == 1
     lines = err.splitlines()
@@ -154,7 +141,7 @@ def test_a_broker_that_stops_answering_fails_the_reload(
     rerender(secure, add_agent(secure.fleet, "spec_a3", "coord_a"))
     os.kill(secure.broker.pid, signal.SIGSTOP)
     try:
-        code = reload(secure, "--verify-timeout", "0.5")
+        code = reload_broker(secure, "--verify-timeout", "0.5")
     finally:
         os.kill(secure.broker.pid, signal.SIGCONT)
     err = capsys.readouterr().err
@@ -185,7 +172,7 @@ def test_a_reload_of_an_unchanged_directory_is_proven_and_keeps_last_good(
     secure_broker_factory: SecureFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secure = secure_broker_factory(seven_agent_fleet())
-    assert reload(secure) == 0
+    assert reload_broker(secure) == 0
     assert "forbidden publish -> 0x87" in capsys.readouterr().out
     kept = secure.dir.root / "last-good"
     assert secure.dir.acl is not None

@@ -4,7 +4,6 @@ without it its credential is refused."""
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +18,13 @@ from tests.brokerkit import (
     SUCCESS,
     Client,
     SecureBroker,
+    reload_broker,
+    rerender,
     tree_fleet,
     try_connect,
 )
 from vox_mqtt import topics
 from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import render_broker_dir
 from vox_mqtt.cli import main
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.messages import (
@@ -183,14 +183,8 @@ def test_retire_clears_status_and_posts_tells_the_master_and_the_credential_goes
     # Re-rendered without it and reloaded, the broker refuses its old credential.
     old_creds = secure.creds("spec_b")
     assert try_connect(old_creds) == SUCCESS
-    render_broker_dir(
-        without(fleet, "spec_b"),
-        secure.dir.root,
-        port=secure.dir.port,
-        explorer=True,
-        run_as_user=getpass.getuser(),
-    )
-    assert main(["broker", "reload", str(secure.dir.root), "--pid", str(secure.broker.pid)]) == 0
+    rerender(secure, without(fleet, "spec_b"))
+    assert reload_broker(secure) == 0
     capsys.readouterr()
     assert try_connect(old_creds) == NOT_AUTHORIZED
     assert try_connect(secure.creds("spec_a")) == SUCCESS

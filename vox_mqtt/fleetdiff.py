@@ -251,16 +251,17 @@ def diff_fleets(old: Fleet, new: Fleet) -> FleetDiff:
             )
     console: list[str] = []
     if old.operator_name != new.operator_name:
+        renamed = f"the operator is renamed {old.operator_name!r} -> {new.operator_name!r}"
         changes.append(
             Change(
                 kind=ChangeKind.OPERATOR_RENAMED,
                 name=new.operator_name,
                 id=new.operator_id,
                 old_name=old.operator_name,
-                text=f"the operator is renamed {old.operator_name!r} -> {new.operator_name!r}",
+                text=renamed,
             )
         )
-        console.append(f"the operator is renamed {old.operator_name!r} -> {new.operator_name!r}")
+        console.append(renamed)
     if old.root.name != new.root.name:
         console.append(f"the root is renamed {old.root.name!r} -> {new.root.name!r}")
     sites = _sites_change(old, new)
@@ -381,6 +382,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _changed_fields(before: AgentSpec, after: AgentSpec) -> tuple[str, ...]:
+    """Return the names of the restart-only fields that differ between two specs."""
+    a, b = _config_fields(before), _config_fields(after)
+    return tuple(key for key in a if _plain(a[key]) != _plain(b.get(key)))
+
+
 def _changes_of(old: Fleet, new: Fleet, before: AgentSpec, after: AgentSpec) -> list[Change]:
     changes: list[Change] = []
     if before.name != after.name:
@@ -405,9 +412,9 @@ def _changes_of(old: Fleet, new: Fleet, before: AgentSpec, after: AgentSpec) -> 
                 text=f"{after.name!r} moves from under {was!r} to under {now!r}",
             )
         )
-    a, b = _config_fields(before), _config_fields(after)
-    fields = tuple(key for key in a if _plain(a[key]) != _plain(b.get(key)))
+    fields = _changed_fields(before, after)
     if fields:
+        a, b = _config_fields(before), _config_fields(after)
         shown = "; ".join(f"{key} {_plain(a[key])!r} -> {_plain(b[key])!r}" for key in fields)
         changes.append(
             Change(
@@ -475,8 +482,7 @@ def _action_of(old: Fleet, new: Fleet, before: AgentSpec, after: AgentSpec) -> A
         restart.append(f"renamed from {before.name!r}")
     if before.master_id != after.master_id:
         restart.append(f"its master is now {_master_name(new, after)!r}")
-    a, b = _config_fields(before), _config_fields(after)
-    restart += [f"{key} changed" for key in a if _plain(a[key]) != _plain(b.get(key))]
+    restart += [f"{key} changed" for key in _changed_fields(before, after)]
     was, now = _children(old, before.id), _children(new, after.id)
     gained = [now[child] for child in now if child not in was]
     lost = [was[child] for child in was if child not in now]

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from .messages import MSG_ACKNOWLEDGED, MSG_COMMAND_ERROR, MSG_COMMAND_REQUEST, MSG_COMMAND_RESULT
 
@@ -51,6 +51,7 @@ CORE_TYPES: Final = (
     MSG_ACKNOWLEDGED,
 )
 _MAX_COUNT: Final = 2**63 - 1
+_T = TypeVar("_T")
 
 # Upper bounds in seconds, shared by every timing: from a ledger group commit (sub-ms)
 # to a command that waits on a slow specialist (a minute).
@@ -372,32 +373,29 @@ def _histogram(raw: Any) -> HistogramSnapshot | None:
     )
 
 
+def _known(
+    section: Any, names: Iterable[str], parse: Callable[[str, Any], _T | None]
+) -> dict[str, _T]:
+    """Return the known names of a section whose values parse; a non-dict section has none."""
+    if not isinstance(section, dict):
+        return {}
+    found: dict[str, _T] = {}
+    for name in names:
+        value = parse(name, section.get(name))
+        if value is not None:
+            found[name] = value
+    return found
+
+
 def parse_snapshot(raw: Any) -> MetricsSnapshot | None:
     """Return the trusted part of a heartbeat's metrics.agent dict, or None if it has none."""
     if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
         return None
-    counters: dict[str, dict[str, int]] = {}
-    raw_counters = raw.get("counters")
-    if isinstance(raw_counters, dict):
-        for name, spec in COUNTERS.items():
-            if name in raw_counters:
-                values = _counter(raw_counters[name], spec.label is not None)
-                if values is not None:
-                    counters[name] = values
-    gauges: dict[str, float] = {}
-    raw_gauges = raw.get("gauges")
-    if isinstance(raw_gauges, dict):
-        for name in GAUGES:
-            number = _number(raw_gauges.get(name))
-            if number is not None:
-                gauges[name] = number
-    histograms: dict[str, HistogramSnapshot] = {}
-    raw_histograms = raw.get("histograms")
-    if isinstance(raw_histograms, dict):
-        for name in HISTOGRAMS:
-            histogram = _histogram(raw_histograms.get(name))
-            if histogram is not None:
-                histograms[name] = histogram
+    counters = _known(
+        raw.get("counters"), COUNTERS, lambda name, v: _counter(v, COUNTERS[name].label is not None)
+    )
+    gauges = _known(raw.get("gauges"), GAUGES, lambda _, v: _number(v))
+    histograms = _known(raw.get("histograms"), HISTOGRAMS, lambda _, v: _histogram(v))
     rate = _number(raw.get("messages_per_s"))
     return MetricsSnapshot(
         counters=counters,

@@ -22,6 +22,7 @@ from uuid import UUID
 from ..agent import AgentConfig, VOXAgent
 from ..agentconf import render_agent_config
 from ..brokerconf import BrokerDir, render_broker_dir
+from ..brokerprobe import pid_alive
 from ..errors import ConfigError, LedgerError, VoxError
 from ..federation import sites_fleet_toml, write_link_map
 from ..hierarchy import Fleet, load_fleet, seed_fleet_toml
@@ -413,17 +414,6 @@ class Ledgers:
             with contextlib.suppress(LedgerError):
                 await memory.close()
         self._open.clear()
-
-
-def pid_alive(pid: int) -> bool:
-    """Tell whether a process exists (a zombie counts until it is reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -125,6 +125,11 @@ def _as_look(
     )
 
 
+def _look_client_id(identity: UUID) -> str:
+    """Return a fresh client id for one look, so that it takes over no other session."""
+    return f"{identity}-status-{secrets.token_hex(4)}"
+
+
 def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     """Read an operator, explorer or agent config; the look logs in with no session."""
     path = config_path(given)
@@ -136,7 +141,7 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     if kind == "explorer":
         explorer = load_explorer_config(path)
         e = explorer.explorer
-        broker = explorer.broker.settings(f"{e.id}-status-{secrets.token_hex(4)}", base=base)
+        broker = explorer.broker.settings(_look_client_id(e.id), base=base)
         return Reader(
             kind="explorer",
             name=e.name,
@@ -160,7 +165,7 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
                     "console config instead"
                 ]
             )
-        broker = daemon.broker.settings(f"{a.id}-status-{secrets.token_hex(4)}", base=base)
+        broker = daemon.broker.settings(_look_client_id(a.id), base=base)
         return Reader(
             kind="agent",
             name=a.name,
@@ -175,7 +180,7 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
         )
     console = load_console_config(path)
     op = console.operator
-    broker = console.broker.settings(f"{op.id}-status-{secrets.token_hex(4)}", base=base)
+    broker = console.broker.settings(_look_client_id(op.id), base=base)
     broker = _as_look(broker, _credentials(console.broker.password_file, base), purpose, base)
     return Reader(
         kind="operator",
