@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.ledgerkit import acknowledged_before_sigkill, assert_each_kept
 from vox_mqtt.errors import LedgerError
 from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.messages import VOXMessage, new_message
@@ -429,26 +430,9 @@ asyncio.run(main())
 
 async def test_an_acknowledged_record_survives_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "logs.db"
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(path), stdout=asyncio.subprocess.PIPE
-    )
-    assert child.stdout is not None
-    acknowledged: list[tuple[int, UUID]] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(acknowledged) < 400:
-                line = await child.stdout.readline()
-                assert line, "the child stopped before it was killed"
-                row, mid = line.split()
-                acknowledged.append((int(row), UUID(mid.decode())))
-    finally:
-        child.kill()  # SIGKILL, mid-stream: no close(), no checkpoint
-        await child.wait()
-    assert child.returncode == -9
+    acknowledged = await acknowledged_before_sigkill(CHILD, str(path), count=400)
     async with VOXAgentMemory(path) as ledger:
-        for row_id, mid in acknowledged:
-            (row,) = await ledger.find(mid)
-            assert row["id"] == row_id
+        await assert_each_kept(ledger, acknowledged)
         report = await ledger.verify()
         assert report.ok, report.problem
         assert report.rows >= len(acknowledged)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import pytest
 
+from tests.ledgerkit import acknowledged_before_sigkill, assert_each_kept
 from vox_mqtt.errors import LedgerError
 from vox_mqtt.memory import VOXAgentMemory
 from vox_mqtt.messages import VOXMessage, new_message, serialize
@@ -69,26 +69,9 @@ asyncio.run(main())
 @pytest.mark.parametrize("sync", ["full", "normal"])
 async def test_both_sync_modes_survive_a_process_kill(tmp_path: Path, sync: str) -> None:
     path = tmp_path / "logs.db"
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(path), sync, stdout=asyncio.subprocess.PIPE
-    )
-    assert child.stdout is not None
-    acknowledged: list[tuple[int, UUID]] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(acknowledged) < 300:
-                line = await child.stdout.readline()
-                assert line, "the child stopped before it was killed"
-                row, mid = line.split()
-                acknowledged.append((int(row), UUID(mid.decode())))
-    finally:
-        child.kill()
-        await child.wait()
-    assert child.returncode == -9
+    acknowledged = await acknowledged_before_sigkill(CHILD, str(path), sync, count=300)
     async with VOXAgentMemory(path) as ledger:
-        for row_id, mid in acknowledged:
-            (row,) = await ledger.find(mid)
-            assert row["id"] == row_id
+        await assert_each_kept(ledger, acknowledged)
         assert (await ledger.verify()).ok
 
 
