@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt.sites": CONTRACTS,
     "vox_mqtt.sitelinks": CONTRACTS,
     "vox_mqtt._mqttclient": SERVICES,
+    "vox_mqtt._mqttdecode": SERVICES,
     "vox_mqtt.transport": SERVICES,
     "vox_mqtt._ledgerschema": SERVICES,
     "vox_mqtt._ledgerwriter": SERVICES,
