@@ -75,6 +75,7 @@ LAYERS: dict[str, int] = {
     "vox_mqtt.outbox": CORE,
     "vox_mqtt.runner": CORE,
     "vox_mqtt.inbound": CORE,
+    "vox_mqtt.warroompost": CORE,
     "vox_mqtt.liveness": CORE,
     "vox_mqtt.agent": CORE,
     "vox_mqtt.console": APPS,
