@@ -115,7 +115,7 @@ async def test_delegating_commits_the_delegated_row_with_the_downstream_request(
         assert delegated["outcome"] == downstream["target"]
 
 
-async def test_a_command_delegated_at_once_costs_its_relay_one_commit_on_the_way_down(
+async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:
     secure = secure_broker_factory(fleet)
@@ -130,17 +130,33 @@ async def test_a_command_delegated_at_once_costs_its_relay_one_commit_on_the_way
         # Slow enough that each ack's row commits alone, so the count is exact.
         reply = await operator.request("sleep", {"seconds": 0.3}, to=root.id, timeout=10)
         await outbox_empties(root)
-        # received + ack sent + downstream sent + delegated; the child's ack; the result
-        # received + its ack sent; the reply sent + completed; the operator's ack.
-        assert root.memory.commit_count - before == 5
+        # received + ack sent + downstream sent + delegated; the child's ack; the child's
+        # result received + its ack sent + the reply sent + completed; the operator's ack.
+        assert root.memory.commit_count - before == 4
         assert reply.reply_to is not None
-        rows = rows_about(await root.memory.get_recent(50), reply.reply_to)
+        request = reply.reply_to
+        recent = sorted(await root.memory.get_recent(50), key=lambda r: r["id"])
+        rows = rows_about(recent, request)
         first = rows[0][0]
         assert rows[:4] == [
             (first, "received", "command_request"),
             (first + 1, "sent", "message_acknowledged"),
             (first + 2, "sent", "command_request"),
             (first + 3, "delegated", "command_request"),
+        ]
+        downstream = next(r["message_id"] for r in recent if r["id"] == first + 2)
+        result = next(
+            r
+            for r in recent
+            if (r["reply_to"], r["action"], r["message_type"])
+            == (downstream, "received", "command_result")
+        )
+        up = [(r["action"], r["message_type"]) for r in recent if r["id"] >= result["id"]][:4]
+        assert up == [
+            ("received", "command_result"),
+            ("sent", "message_acknowledged"),
+            ("sent", "command_result"),
+            ("completed", "command_request"),
         ]
 
 

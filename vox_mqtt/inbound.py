@@ -21,7 +21,7 @@ from .messages import (
     VOXMessage,
     parse,
 )
-from .outbox import Outbox
+from .outbox import Outbox, Outgoing
 from .roles import Handler
 from .router import Router
 from .rules import verify
@@ -184,34 +184,43 @@ class InboundPipeline:
         runner = self.runner
         starting = await runner.starts_at_once(message)
         delegation = None if starting else runner.delegates_at_once(message)
-        outbox = None
+        answer = runner.answers_at_once(message)
+        kept: Outgoing | None = None
         if starting:
             then = [*then, (message, "started", None)]
         elif delegation is not None:
             # Its downstream request and "delegated" row commit here too: one commit on the
             # way down instead of two (docs/ledger.md).
-            downstream = delegation.outgoing
+            kept = delegation.outgoing
             then = [
                 *then,
-                (downstream.tracked.message, "sent", None),
+                (kept.tracked.message, "sent", None),
                 (message, "delegated", str(delegation.child)),
             ]
-            outbox = (downstream.topic, downstream.payload)
+        elif answer is not None:
+            # A child's answer: this agent's answer upstream commits with it, one commit on
+            # the way up instead of two (docs/ledger.md).
+            kept = answer.outgoing
+            then = [*then, (kept.tracked.message, "sent", None), (answer.request, answer.end, None)]
         try:
             await self.ctx.ledger.record_message(
                 message,
                 "received",
                 topic=topic,
                 then=then,
-                outbox=outbox,
-                outbox_for=None if delegation is None else delegation.outgoing.tracked.message,
+                outbox=None if kept is None else (kept.topic, kept.payload),
+                outbox_for=None if kept is None else kept.tracked.message,
             )
         except BaseException:
             if starting:
                 runner.cancel_start(message)
             if delegation is not None:
                 runner.cancel_delegation(message)
+            if answer is not None:
+                runner.answer_recorded(answer, False)
             raise
+        if answer is not None:
+            runner.answer_recorded(answer, True)
 
     async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
         """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""

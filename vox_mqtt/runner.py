@@ -35,7 +35,7 @@ from .settings import AgentConfig
 from .status import FleetView
 from .tracking import TrackedRequest
 
-__all__ = ["CommandRunner", "Delegation"]
+__all__ = ["Answer", "CommandRunner", "Delegation"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -47,6 +47,17 @@ class Delegation:
     child: UUID
     payload: CommandRequest
     outgoing: Outgoing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A delegated command's answer upstream, prepared with the child's (answers_at_once)."""
+
+    request: VOXMessage
+    outgoing: Outgoing
+    end: str  # the command's row: "completed" or "failed"
+    code: str | None  # the error code of a command_error
+    recorded: asyncio.Future[bool]  # whether its commit reached the disk
 
 
 def _refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
@@ -75,6 +86,10 @@ class CommandRunner:
         # Commands whose "delegated" row and downstream request committed with their
         # "received" row (see delegates_at_once), by request id.
         self._delegated_at_once: dict[UUID, Delegation] = {}
+        # Downstream request id -> (the command it serves, its name), while its answer is due.
+        self._awaiting_child: dict[UUID, tuple[VOXMessage, str]] = {}
+        # Commands whose answer committed with the child's answer (see answers_at_once).
+        self._answered_at_once: dict[UUID, Answer] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         ctx.metrics.gauge("inflight_commands", lambda: self._running)
@@ -155,6 +170,63 @@ class CommandRunner:
             self._load(delegation.child, -1)
             self.outbox.forget(delegation.outgoing)
 
+    def answers_at_once(self, reply: VOXMessage) -> Answer | None:
+        """Prepare the answer upstream to a child's answer of a command delegated from here.
+
+        Its "sent" row (whole in the outbox) and the command's "completed" or "failed" row
+        then commit with the child answer's "received" row (docs/ledger.md); call
+        answer_recorded with the outcome of that commit. None: take the ordinary path.
+        """
+        if reply.reply_to is None or reply.type not in (MSG_COMMAND_RESULT, MSG_COMMAND_ERROR):
+            return None
+        waiting = self._awaiting_child.get(reply.reply_to)
+        downstream = self.ctx.tracker.get(reply.reply_to)
+        if waiting is None or downstream is None or downstream.final:
+            return None
+        request, name = waiting
+        if request.message_id not in self._serving or request.message_id in self._answered_at_once:
+            return None
+        details: CommandResult | CommandError
+        try:
+            if reply.type == MSG_COMMAND_RESULT:
+                result = reply.payload_as(CommandResult)
+                details = CommandResult(
+                    command=name,
+                    result=result.result,
+                    summary=result.summary,
+                    handled_by=self.config.id,
+                )
+            else:
+                error = reply.payload_as(CommandError)
+                if error.code == ErrorCode.LEDGER_UNAVAILABLE:
+                    return None  # another child may take it (_delegate)
+                details = CommandError(code=error.code, error=error.error, command=name)
+            kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+            outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
+        except (ValueError, VoxError):
+            return None  # the ordinary path answers it (too large, malformed)
+        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
+        # Out of _serving: a stop's SHUTTING_DOWN answer must not race this one.
+        del self._serving[request.message_id]
+        answer = Answer(
+            request=request,
+            outgoing=outgoing,
+            end=end,
+            code=None if isinstance(details, CommandResult) else details.code,
+            recorded=asyncio.get_running_loop().create_future(),
+        )
+        self._answered_at_once[request.message_id] = answer
+        return answer
+
+    def answer_recorded(self, answer: Answer, recorded: bool) -> None:
+        """Say whether the commit holding an answers_at_once answer reached the disk."""
+        if not recorded:
+            self.outbox.forget(answer.outgoing)
+            del self._answered_at_once[answer.request.message_id]
+            self._serving[answer.request.message_id] = answer.request
+        if not answer.recorded.done():
+            answer.recorded.set_result(recorded)
+
     def _load(self, child: UUID, change: int) -> None:
         self._delegated[child] = self._delegated.get(child, 0) + change
 
@@ -215,6 +287,14 @@ class CommandRunner:
             self._running -= 1
             if self._running == 0:
                 self._idle.set()
+        answer = self._answered_at_once.get(request.message_id)
+        if answer is not None and await answer.recorded:
+            # Recorded with the child's answer: publish it, whatever the wait said since.
+            del self._answered_at_once[request.message_id]
+            if answer.code is not None:
+                self.ctx.metrics.commands_failed.inc(answer.code)
+            self.outbox.dispatch(answer.outgoing)
+            return
         if self._serving.pop(request.message_id, None) is None:
             return  # already answered SHUTTING_DOWN when the grace period ran out
         if isinstance(details, CommandResult):
@@ -257,7 +337,7 @@ class CommandRunner:
             # Its downstream request committed with its "received" row: send it now.
             self.outbox.dispatch(delegation.outgoing)
             outcome = await self._delegation_outcome(
-                delegation.child, name, delegation.outgoing.tracked, self._timeout_of(payload)
+                request, delegation.child, delegation.outgoing.tracked, self._timeout_of(payload)
             )
             if _refused_unrecorded(outcome):
                 return await self._delegate(
@@ -388,7 +468,7 @@ class CommandRunner:
         except BaseException:
             self._load(child, -1)
             raise
-        return await self._delegation_outcome(child, name, tracked, timeout, started=started)
+        return await self._delegation_outcome(request, child, tracked, timeout, started=started)
 
     def _downstream(self, request: VOXMessage, payload: CommandRequest, child: UUID) -> VOXMessage:
         return new_message(
@@ -402,15 +482,17 @@ class CommandRunner:
 
     async def _delegation_outcome(
         self,
+        request: VOXMessage,
         child: UUID,
-        name: str,
         tracked: TrackedRequest,
         timeout: float,
         *,
         started: float | None = None,
     ) -> CommandResult | CommandError:
         """Wait for a sent downstream request's reply and answer for it as this agent."""
+        name = str(request.details.get("command", ""))
         self.ctx.metrics.commands_delegated.inc(name)
+        self._awaiting_child[tracked.message_id] = (request, name)
         try:
             reply = await self.outbox.reply_to(
                 tracked, timeout, started=time.perf_counter() if started is None else started
@@ -418,6 +500,7 @@ class CommandRunner:
         except CommandFailed as exc:
             return CommandError(code=exc.code, error=exc.error, command=name)
         finally:
+            del self._awaiting_child[tracked.message_id]
             self._load(child, -1)
         result = reply.payload_as(CommandResult)
         # The master answers for the work: upstream never learns the child exists.
