@@ -21,6 +21,7 @@ from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
 from vox_mqtt.hierarchy import Fleet, parse_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.pki import PkiLayout, init_pki
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,40 @@ def test_login_needs_check(site: Site) -> None:
     )
     assert result.returncode == 2
     assert "--login goes with --check" in result.stderr
+
+
+def test_unreadable_tls_files_are_one_line_and_exit_2(site: Site) -> None:
+    text = site.config.read_text()
+    site.config.write_text(text.replace("[broker]\n", '[broker]\nca_file = "missing-ca.crt"\n', 1))
+    line = one_error(check_login(site.config))
+    assert "login check: cannot load the TLS files" in line
+    assert "missing-ca.crt" in line
+
+
+def test_tls_login_passes_and_a_foreign_ca_is_one_line(tmp_path: Path) -> None:
+    fleet = parse_fleet(
+        f'[operator]\nid = "{uuid4()}"\n\n[[agents]]\nname = "root"\nid = "{uuid4()}"\n'
+    )
+    init_pki(tmp_path / "pki", fleet)
+    broker_dir = render_broker_dir(
+        fleet,
+        tmp_path / "broker",
+        port=free_port(),
+        tls_port=free_port(),
+        pki_dir=tmp_path / "pki",
+        run_as_user=getpass.getuser(),
+    )
+    config = render_agent_config(
+        fleet, "root", broker_dir.root, tmp_path / "etc" / "root.toml", tmp_path / "state"
+    ).config
+    assert "ca_file" in config.read_text()
+    with LocalBroker(broker_dir.conf, port=broker_dir.port):
+        result = check_login(config)
+        assert result.returncode == 0, result.stderr
+        assert "login OK" in result.stdout
+        # The bundle trusts another CA: the broker's certificate does not verify.
+        rogue = PkiLayout(tmp_path / "rogue")
+        init_pki(rogue.root, fleet)
+        (tmp_path / "etc" / "root.tls" / "ca.crt").write_bytes(rogue.ca_cert.read_bytes())
+        line = one_error(check_login(config))
+        assert "login check: TLS: the certificate of the broker at" in line
