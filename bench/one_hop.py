@@ -25,7 +25,7 @@ from bench.common import (
     latency_summary,
     run_alone,
 )
-from bench.rawmqtt import RawNode
+from bench.rawmqtt import Journal, RawNode
 from bench.voxside import start_vox
 
 PARAMS = {"text": "hello"}
@@ -37,17 +37,23 @@ def sizes(quick: bool) -> tuple[int, int]:
 
 
 async def raw_round_trips(
-    bench: BenchBroker, chain: list[str], count: int, warmup: int
+    bench: BenchBroker, chain: list[str], count: int, warmup: int, *, durable: bool = False
 ) -> list[float]:
-    """Time sequential raw requests from chain[0] down the chain (relays) and back."""
+    """Time sequential raw requests from chain[0] down the chain (relays) and back.
+
+    durable: each node also acknowledges and commits as a VOX hop must (rawmqtt.Journal).
+    """
     async with AsyncExitStack() as stack:
         nodes = []
         for index, name in enumerate(chain):
             master = chain[index - 1] if index else None
             children = tuple(chain[index + 1 : index + 2])
+            journal = None
+            if durable:
+                journal = Journal(bench.workdir / f"journal-{len(chain)}-{name}.db")
             nodes.append(
                 await stack.enter_async_context(
-                    RawNode(bench, name, master=master, children=children)
+                    RawNode(bench, name, master=master, children=children, journal=journal)
                 )
             )
         first = bench.id(chain[1])
@@ -93,6 +99,7 @@ async def compare_chain(
     # Raw first, so no VOX session ever queues raw traffic.
     with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
         raw = latency_summary(await raw_round_trips(bench, chain, count, warmup))
+        floor = latency_summary(await raw_round_trips(bench, chain, count, warmup, durable=True))
         vox = latency_summary(await vox_round_trips(bench, chain[1:], command, count, warmup))
     ratio = vox["p50_ms"] / raw["p50_ms"]
     return figure(
@@ -105,6 +112,10 @@ async def compare_chain(
         vox_detail=vox,
         baseline_detail=raw,
         p99_ratio=round(vox["p99_ms"] / raw["p99_ms"], 2),
+        # Raw clients that acknowledge and commit as a hop must: the guarantees' own price.
+        obligations_detail=floor,
+        obligations_ratio=round(floor["p50_ms"] / raw["p50_ms"], 2),
+        vox_over_obligations=round(vox["p50_ms"] / floor["p50_ms"], 2),
     )
 
 

@@ -4,6 +4,13 @@ Each node logs in with a fleet identity (so the broker's ACL checks the same top
 client id of its own, with TCP_NODELAY as the transport sets it, and publishes at QoS 1,
 awaiting each PUBACK as `Session.publish` does. A request goes down the tree, a response
 comes back up; relays decode the JSON body to tell the two apart, as an application would.
+
+With a Journal, a node also does what the VOX contract obliges a hop to do, and nothing
+else: every message is acknowledged by a message of its own, and each step commits to a
+SQLite file (WAL, synchronous=FULL) before it publishes, in the groups docs/ledger.md gives
+(the request with its sent row; received + the ack's sent + started; the reply's sent +
+completed; delegated with the downstream sent). An ack's own row waits for the next commit.
+That is the floor a VOX hop cannot go under with its guarantees, measured beside it.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import asyncio
 import itertools
 import json
 import socket
+import sqlite3
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -40,6 +49,36 @@ def raw_client(bench: BenchBroker, name: str, **options: Any) -> aiomqtt.Client:
     )
 
 
+class Journal:
+    """A minimal durable record: one table, one index, one fsynced commit per step."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS log (id INTEGER PRIMARY KEY, message_id TEXT, "
+            "action TEXT, body BLOB)"
+        )
+        self.db.execute("CREATE INDEX IF NOT EXISTS log_message ON log (message_id, action)")
+        self._later: list[tuple[str, str, bytes]] = []
+
+    def commit(self, *rows: tuple[str, str, bytes]) -> None:
+        """Commit rows (and any waiting ones) in one durable transaction, on this thread."""
+        batch, self._later = [*self._later, *rows], []
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT INTO log (message_id, action, body) VALUES (?, ?, ?)", batch)
+        self.db.execute("COMMIT")
+
+    def later(self, *rows: tuple[str, str, bytes]) -> None:
+        """Keep rows for the next commit (an ack's own record: nothing waits for it)."""
+        self._later.extend(rows)
+
+    def close(self) -> None:
+        """Close the file."""
+        self.db.close()
+
+
 class RawNode:
     """One bare MQTT client on the inbox topics of a fleet identity."""
 
@@ -50,6 +89,7 @@ class RawNode:
         *,
         master: str | None = None,
         children: tuple[str, ...] = (),
+        journal: Journal | None = None,
     ) -> None:
         self.id = bench.id(name)
         self.master = None if master is None else bench.id(master)
@@ -62,6 +102,7 @@ class RawNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reader: asyncio.Task[None] | None = None
         self.handled = 0
+        self.journal = journal
 
     async def __aenter__(self) -> RawNode:
         await self.client.__aenter__()
@@ -78,6 +119,8 @@ class RawNode:
             task.cancel()
         await asyncio.gather(*self._tasks, *filter(None, [self._reader]), return_exceptions=True)
         await self.client.__aexit__(None, None, None)
+        if self.journal is not None:
+            self.journal.close()
 
     async def request(self, to: UUID, params: dict[str, Any]) -> dict[str, Any]:
         """Send a request down to a child and return the response that comes back."""
@@ -86,6 +129,8 @@ class RawNode:
         self._waiting[request_id] = waiter
         body = {"kind": "request", "id": request_id, "command": "echo", "params": params}
         try:
+            if self.journal is not None:
+                self.journal.commit((request_id, "sent", json.dumps(body).encode()))
             await self._send(to, body)
             answer: dict[str, Any] = await waiter
             return answer
@@ -105,6 +150,9 @@ class RawNode:
     async def _handle(self, payload: Any) -> None:
         body = json.loads(payload)
         self.handled += 1
+        if self.journal is not None:
+            await self._handle_durably(body, bytes(payload))
+            return
         if body["kind"] == "response":
             waiter = self._waiting.get(body["id"])
             if waiter is not None and not waiter.done():
@@ -119,3 +167,59 @@ class RawNode:
         assert self.master is not None
         answer = {"kind": "response", "id": body["id"], "result": body["params"]}
         await self._send(self.master, answer)
+
+    async def _handle_durably(self, body: dict[str, Any], payload: bytes) -> None:
+        """Record, acknowledge and pass on or answer a message, as a VOX hop must."""
+        assert self.journal is not None
+        journal, kind, message_id = self.journal, body["kind"], body["id"]
+        if kind == "ack":
+            journal.later((message_id, "acknowledged", payload))
+            return
+        ack = json.dumps({"kind": "ack", "id": message_id}).encode()
+        if kind == "response":
+            waiter = self._waiting.get(message_id)
+            journal.commit((message_id, "received", payload), (message_id, "ack sent", ack))
+            await self._publish_to_sender(body, ack)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(body)
+            elif self.master is not None:  # a relay passes it up, as its own reply
+                up = {**body, "from": str(self.id)}
+                journal.commit(
+                    (message_id, "reply sent", json.dumps(up).encode()),
+                    (message_id, "completed", b""),
+                )
+                await self._send(self.master, up)
+            return
+        source = self.master
+        assert source is not None
+        if self._next_child is not None:  # a relay: delegate
+            journal.commit(
+                (message_id, "received", payload),
+                (message_id, "ack sent", ack),
+                (message_id, "delegated", b""),
+                (message_id, "sent", payload),
+            )
+            await self.client.publish(topics.inbox(source, self.id), ack, qos=1)
+            await self._send(next(self._next_child), body)
+            return
+        journal.commit(
+            (message_id, "received", payload),
+            (message_id, "ack sent", ack),
+            (message_id, "started", b""),
+        )
+        await self.client.publish(topics.inbox(source, self.id), ack, qos=1)
+        answer = {
+            "kind": "response",
+            "id": message_id,
+            "result": body["params"],
+            "from": str(self.id),
+        }
+        journal.commit(
+            (message_id, "reply sent", json.dumps(answer).encode()),
+            (message_id, "completed", b""),
+        )
+        await self._send(source, answer)
+
+    async def _publish_to_sender(self, body: dict[str, Any], ack: bytes) -> None:
+        """Acknowledge a response to the child that sent it."""
+        await self.client.publish(topics.inbox(UUID(body["from"]), self.id), ack, qos=1)

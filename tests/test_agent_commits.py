@@ -115,6 +115,35 @@ async def test_delegating_commits_the_delegated_row_with_the_downstream_request(
         assert delegated["outcome"] == downstream["target"]
 
 
+async def test_a_command_delegated_at_once_costs_its_relay_one_commit_on_the_way_down(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {"specialist_a": [Slow()]})
+        root = agents["root"]
+        await wait_for(lambda: "sleep" in root.advertised_commands())
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)  # warm up
+        await outbox_empties(root)
+        before = root.memory.commit_count
+        # Slow enough that each ack's row commits alone, so the count is exact.
+        reply = await operator.request("sleep", {"seconds": 0.3}, to=root.id, timeout=10)
+        await outbox_empties(root)
+        # received + ack sent + downstream sent + delegated; the child's ack; the result
+        # received + its ack sent; the reply sent + completed; the operator's ack.
+        assert root.memory.commit_count - before == 5
+        assert reply.reply_to is not None
+        rows = rows_about(await root.memory.get_recent(50), reply.reply_to)
+        first = rows[0][0]
+        assert rows[:4] == [
+            (first, "received", "command_request"),
+            (first + 1, "sent", "message_acknowledged"),
+            (first + 2, "sent", "command_request"),
+            (first + 3, "delegated", "command_request"),
+        ]
+
+
 async def test_ledger_sync_reaches_the_agents_ledger(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:

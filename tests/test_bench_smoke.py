@@ -5,14 +5,18 @@ No assertion here is about speed: benchmarks measure, tests only keep them from 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.__main__ import FIGURES, main
+from bench.common import SEED_SHAPE, bench_broker, fleet_text
+from bench.one_hop import raw_round_trips
 
 ROW_KEYS = {"title", "unit", "vox", "baseline", "ratio", "target", "met"}
 ROWS = {
@@ -74,3 +78,30 @@ def test_an_unknown_figure_is_refused_with_the_choices(capsys: pytest.CaptureFix
         main(["--only", "nope"])
     assert stop.value.code == 2
     assert "one_hop, three_levels" in capsys.readouterr().err
+
+
+def test_the_obligations_floor_records_and_acknowledges_every_message(tmp_path: Path) -> None:
+    # The floor in figures 1 and 2 claims the guarantees' own cost: it must really pay it.
+    chain = ["operator", "root", "coordinator", "spec_a"]
+    with bench_broker(tmp_path, fleet_text(SEED_SHAPE)) as bench:
+        times = asyncio.run(raw_round_trips(bench, chain, 4, 1, durable=True))
+    assert len(times) == 4
+
+    def actions(name: str) -> dict[str, int]:
+        with sqlite3.connect(tmp_path / f"journal-4-{name}.db") as db:
+            found = db.execute("SELECT action, COUNT(*) FROM log GROUP BY action").fetchall()
+        return dict(found)
+
+    assert actions("operator") == {"sent": 5, "received": 5, "ack sent": 5, "acknowledged": 5}
+    for relay in ("root", "coordinator"):
+        counts = actions(relay)
+        assert counts["delegated"] == counts["completed"] == counts["reply sent"] == 5, counts
+        assert counts["received"] == counts["ack sent"] == 10, counts  # requests and answers
+    assert actions("spec_a") == {
+        "received": 5,
+        "ack sent": 5,
+        "started": 5,
+        "reply sent": 5,
+        "completed": 5,
+        "acknowledged": 4,
+    }

@@ -19,25 +19,16 @@ import pytest
 from tests.faultkit import (
     Deployment,
     Processes,
-    Recorder,
     TcpProxy,
     deploy_fleet,
     run_vox,
     send_json,
     status_json,
 )
+from tests.livenesskit import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
 from vox_mqtt.localbroker import LocalBroker
 
 pytestmark = pytest.mark.slow
-
-KEEPALIVE = 5
-HEARTBEAT = 1.0
-ALL_COMMANDS = ["analyze", "echo", "slow", "wedge"]
-
-
-def report(what: str, seconds: float) -> None:
-    """Print one measured detection time in a greppable form."""
-    print(f"\nDETECTION {what}: {seconds:.3f}s", flush=True)
 
 
 @pytest.fixture
@@ -47,16 +38,6 @@ def deployed(
     """Render the seed fleet for KEEPALIVE and HEARTBEAT and run its broker."""
     dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
     return dep, broker_factory(dep.conf_text(), port=dep.port)
-
-
-def start_fleet(
-    dep: Deployment, processes: Processes, recorder: Recorder, names: list[str] | None = None
-) -> None:
-    """Start the daemons; wait for each one's birth and the root advertising everything."""
-    processes.start(dep, names)
-    for name in names if names is not None else dep.configs:
-        recorder.status(dep.id(name), status="ACTIVE", timeout=30)
-    recorder.status(dep.id("root"), status="ACTIVE", commands=ALL_COMMANDS, timeout=30)
 
 
 def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(

@@ -18,7 +18,7 @@ import pytest
 
 from tests.brokerkit import Client
 from tests.faultkit import REPO, Deployment, Processes, deploy_fleet, run_vox, status_json
-from tests.test_liveness_faults import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
+from tests.livenesskit import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
 from vox_mqtt.localbroker import LocalBroker
 from vox_mqtt.passwd import Credentials
 

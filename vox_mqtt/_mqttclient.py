@@ -19,6 +19,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from ._mqttdecode import decode_lean
 from .errors import BrokerUnavailable, DeliveryFailed, Refused
 from .publishprops import PackedProperties, packed
 
@@ -70,6 +71,7 @@ class Client(aiomqtt.Client):
         self._loop_thread = threading.get_ident()
         self._write_scheduled = False
         _buffer_reads(self._client)
+        decode_lean(self._client)
 
     @property
     def lost(self) -> asyncio.Future[None]:

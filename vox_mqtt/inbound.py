@@ -181,14 +181,36 @@ class InboundPipeline:
     async def _record_received(
         self, message: VOXMessage, topic: str, then: list[tuple[VOXMessage, str, str | None]]
     ) -> None:
-        starting = await self.runner.starts_at_once(message)
+        runner = self.runner
+        starting = await runner.starts_at_once(message)
+        delegation = None if starting else runner.delegates_at_once(message)
+        outbox = None
         if starting:
             then = [*then, (message, "started", None)]
+        elif delegation is not None:
+            # Its downstream request and "delegated" row commit here too: one commit on the
+            # way down instead of two (docs/ledger.md).
+            downstream = delegation.outgoing
+            then = [
+                *then,
+                (downstream.tracked.message, "sent", None),
+                (message, "delegated", str(delegation.child)),
+            ]
+            outbox = (downstream.topic, downstream.payload)
         try:
-            await self.ctx.ledger.record_message(message, "received", topic=topic, then=then)
+            await self.ctx.ledger.record_message(
+                message,
+                "received",
+                topic=topic,
+                then=then,
+                outbox=outbox,
+                outbox_for=None if delegation is None else delegation.outgoing.tracked.message,
+            )
         except BaseException:
             if starting:
-                self.runner.cancel_start(message)
+                runner.cancel_start(message)
+            if delegation is not None:
+                runner.cancel_delegation(message)
             raise
 
     async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:

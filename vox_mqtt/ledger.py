@@ -274,15 +274,17 @@ class VOXAgentMemory:
         reason: str | None = None,
         topic: str | None = None,
         outbox: tuple[str, bytes] | None = None,
+        outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
         then: Iterable[tuple[VOXMessage, str, str | None]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
-        With outbox=(topic, payload), also keep the whole message until outbox_done(); with
-        outbox_done=ID, forget that sent message in the same transaction. `then` rows, as
-        (message, action, outcome), commit in that same transaction after this one (what each
-        such grouping still lets a restart prove is in docs/ledger.md). Returns the first id.
+        With outbox=(topic, payload), also keep the whole message (or outbox_for, one of the
+        `then` messages) until outbox_done(); with outbox_done=ID, forget that sent message in
+        the same transaction. `then` rows, as (message, action, outcome), commit in that same
+        transaction after this one (what each such grouping still lets a restart prove is in
+        docs/ledger.md). Returns the first id.
         """
         if self._reader is None:
             await self.init_db()  # the digest key is read when the ledger opens
@@ -294,8 +296,10 @@ class VOXAgentMemory:
         ]
         kept = None
         if outbox is not None:
-            payload = _outbox_payload(outbox[1], message.message_source, source)
-            kept = (str(message.message_id), outbox[0], payload)
+            keep = message if outbox_for is None else outbox_for
+            stored = source if outbox_for is None else self.stored_source(keep.message_source)
+            payload = _outbox_payload(outbox[1], keep.message_source, stored)
+            kept = (str(keep.message_id), outbox[0], payload)
         done = None if outbox_done is None else str(outbox_done)
         return await self._submit(rows, outbox=kept, outbox_done=done)
 

@@ -1,4 +1,4 @@
-"""An agent's liveness duties: birth, heartbeats, will, shutdown, watching children, war room."""
+"""An agent's liveness duties: birth, heartbeats, will, shutdown, watching children."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from .errors import LedgerError, VoxError
 from .logonce import Repeats
 from .messages import (
     MSG_AGENT_STATUS,
-    MSG_SYSTEM_FAILURE,
     AgentStatus,
     LedgerHead,
-    SystemFailure,
     VOXMessage,
     new_message,
     now_iso,
@@ -45,18 +43,13 @@ from .status import (
 from .transport import Inbound
 from .warroom import (
     CHILD_MISBEHAVING,
-    DISK_FULL,
-    INCIDENT_CODE,
-    INCIDENT_EXPIRY,
-    MEMORY_PRESSURE,
-    SEVERITY_RANK,
     Incident,
-    OpenIncidents,
     Severity,
     apply_warroom,
     loss_code,
 )
 from .warroomguard import WarroomGuard
+from .warroompost import WarroomPoster
 from .witness import HeadWitness
 
 __all__ = ["CATCH_UP", "Liveness"]
@@ -95,7 +88,8 @@ class Liveness:
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
         self._said = Repeats(log)  # an incident retried at every tick is said once a minute
-        self._open = OpenIncidents(self.config.state_dir)
+        # What this agent posts to the war room: it decides when, the poster posts once.
+        self.posts = WarroomPoster(ctx, epoch=lambda: self.epoch)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
@@ -104,11 +98,6 @@ class Liveness:
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
         self._witness = HeadWitness(ctx.ledger)
         self._published_failure: str | None = None  # the ledger failure our status names
-        # What is wrong with this agent itself, by code: its host checks and its roles'
-        # causes; one war-room incident about it carries them all (see _post_own).
-        self._host_causes: dict[str, tuple[Severity, str]] = {}
-        self._role_causes: dict[str, tuple[Severity, str]] = {}
-        self._own_posted: tuple[str, ...] = ()
         # A federated fleet: children behind a lost bridge are one site incident, not many.
         self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
 
@@ -269,7 +258,7 @@ class Liveness:
                 await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
         metrics = self._figures()
         await self._safely(self.publish_status(metrics))
-        await self._safely(self._check_host(metrics))
+        await self._safely(self.posts.check_host(metrics))
 
     async def _safely(self, action: Awaitable[None]) -> None:
         try:
@@ -385,6 +374,7 @@ class Liveness:
         if not self._online() or self.connected_at is None:
             return
         since_connect = time.monotonic() - self.connected_at
+        posted = self.posts.open_codes  # what the war room holds from us, kept current
         for child_id in self.config.children:
             entry = self.fleet_view.get(child_id)
             if entry is None or not entry.seen:
@@ -397,11 +387,11 @@ class Liveness:
             if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
                 continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
-            if code == CHILD_MISBEHAVING and self._open.codes.get(child_id) not in (None, code):
+            if code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code):
                 # A status out of bounds is its own incident, even on top of a loss (an
                 # attacker's connection takes the child's session over): say so, once.
-                self._open.set(child_id, None)
-            if code is not None and child_id not in self._open.codes:
+                self.posts.forget(child_id)
+            if code is not None and child_id not in posted:
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
                 # within this grace after our own reconnect, its backoff included.
@@ -415,20 +405,24 @@ class Liveness:
                     why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"
                     severity = "CRITICAL"
                 await self._safely(
-                    self.open_incident(child_id, code, why, epoch=entry.epoch, severity=severity)
+                    self.posts.open_incident(
+                        child_id, code, why, epoch=entry.epoch, severity=severity
+                    )
                 )
-            elif code is None and child_id in self._open.codes:
+            elif code is None and child_id in posted:
                 state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
                 await self._safely(
-                    self.resolve_incident(child_id, f"child {name} is {state}, epoch {entry.epoch}")
+                    self.posts.resolve_incident(
+                        child_id, f"child {name} is {state}, epoch {entry.epoch}"
+                    )
                 )
         if self.links is not None:
             await self._reconcile_links(self.links)
-        for subject in list(self._open.codes):
+        for subject in list(posted):
             if self.links is not None and self.links.link(subject) is not None:
                 continue
             if subject != self.config.id and subject not in self.config.children:
-                await self._safely(self.resolve_incident(subject, "no longer a child"))
+                await self._safely(self.posts.resolve_incident(subject, "no longer a child"))
         if self._advertisement_stale():
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
@@ -437,163 +431,28 @@ class Liveness:
         """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
         down = {link.id: link for link in links.owned_down()}
         for bridge, link in down.items():
-            if bridge not in self._open.codes:
+            if bridge not in self.posts.open_codes:
                 description = (
                     f"site {link.site}: the bridge link is down; "
                     f"{len(link.behind)} agent(s) behind it unreachable"
                 )
-                await self._safely(self.open_incident(bridge, SITE_LINK_LOST, description))
-        for subject, code in list(self._open.codes.items()):
+                await self._safely(self.posts.open_incident(bridge, SITE_LINK_LOST, description))
+        for subject, code in list(self.posts.open_codes.items()):
             if code == SITE_LINK_LOST and subject not in down and links.known_up(subject):
                 known = links.link(subject)
                 site = known.site if known is not None else str(subject)
                 await self._safely(
-                    self.resolve_incident(subject, f"site {site}: the bridge link is back")
+                    self.posts.resolve_incident(subject, f"site {site}: the bridge link is back")
                 )
 
-    # --- the war room ---------------------------------------------------------------------
+    # --- the war room (posting is the poster's) --------------------------------------------
 
     async def raise_own(
         self, error_code: str, description: str, *, severity: Severity = "ERROR"
     ) -> bool:
         """Add a cause to this agent's own incident; False if that cause is already open."""
-        if not INCIDENT_CODE.fullmatch(error_code):
-            raise ValueError(f"error_code {error_code!r} must be UPPER_SNAKE_CASE, 1-64 chars")
-        if error_code in self._role_causes:
-            return False  # one post per incident, however often the role raises it
-        self._role_causes[error_code] = (severity, description[:500])
-        await self._post_own(f"{self.config.name}: {description}")
-        return True
+        return await self.posts.raise_own(error_code, description, severity=severity)
 
     async def resolve_own(self, error_code: str, description: str) -> bool:
         """Remove a cause from this agent's own incident; False if it was not open."""
-        if self._role_causes.pop(error_code, None) is None:
-            return False
-        await self._post_own(f"{self.config.name}: {description}")
-        return True
-
-    async def _post_own(self, why: str) -> None:
-        """Make the war room's one post about this agent say what is wrong with it now.
-
-        The broker lets an agent post about itself on one topic only, and observers hold
-        one incident per (source, subject): the host checks and a role's causes share that
-        incident. A new or removed cause posts once; the last one gone resolves it.
-        """
-        me = self.config.id
-        causes = {**self._host_causes, **self._role_causes}
-        if not causes:
-            self._own_posted = ()
-            if me in self._open.codes:
-                await self.resolve_incident(me, why[:1000])
-            return
-        codes = tuple(causes)
-        if codes == self._own_posted and me in self._open.codes:
-            return
-        severity = min((s for s, _ in causes.values()), key=SEVERITY_RANK.index)
-        parts = [
-            desc if len(causes) == 1 else f"{desc} ({code})" for code, (_, desc) in causes.items()
-        ]
-        text = f"{self.config.name}: {'; '.join(parts)}"[:1000]
-        failure = SystemFailure(
-            error_code=codes[0],
-            severity=severity,
-            description=text,
-            subject=me,
-            epoch=self.epoch,
-        )
-        await self._post(me, failure, retain=True)
-        self._open.set(me, codes[0])
-        self._own_posted = codes
-
-    async def open_incident(
-        self,
-        subject: UUID,
-        error_code: str,
-        description: str,
-        *,
-        epoch: int | None = None,
-        severity: Severity = "CRITICAL",
-    ) -> None:
-        """Post a retained system_failure about subject, once per incident."""
-        if subject in self._open.codes:
-            return  # one alert per incident: a STALE that becomes a will is the same one
-        failure = SystemFailure(
-            error_code=error_code,
-            severity=severity,
-            description=description,
-            subject=subject,
-            epoch=epoch,
-        )
-        await self._post(subject, failure, retain=True)
-        self._open.set(subject, error_code)
-
-    async def resolve_incident(self, subject: UUID, description: str) -> None:
-        """Tell the war room an incident is over and clear its retained post."""
-        error_code = self._open.codes.get(subject)
-        session = self.ctx.session
-        if error_code is None or session is None:
-            return
-        failure = SystemFailure(
-            error_code=error_code,
-            severity="INFO",
-            description=description,
-            subject=subject,
-            resolved=True,
-        )
-        await self._post(subject, failure, retain=False)
-        await session.publish(topics.warroom(self.config.id, subject), b"", retain=True)
-        self._open.set(subject, None)
-
-    async def _post(self, subject: UUID, failure: SystemFailure, *, retain: bool) -> None:
-        session = self.ctx.session
-        if session is None:
-            raise VoxError(f"{self.config.name} has no MQTT session")
-        message = new_message(
-            MSG_SYSTEM_FAILURE,
-            source=self.config.id,
-            target=topics.WARROOM_ID,
-            details=failure,
-            message_source=self.config.message_source,
-        )
-        try:
-            await self.ctx.ledger.record_message(message, "sent")
-        except LedgerError as exc:
-            # The alert matters more than its record (the disk may be what is full).
-            log.warning("%s: war-room post not recorded: %s", self.config.name, exc)
-        if not session.connected:  # stale by the next connection: _reconcile decides anew
-            raise VoxError(f"{self.config.name}: offline, war-room post skipped")
-        await session.publish(
-            topics.warroom(self.config.id, subject),
-            self._checked(message),
-            retain=retain,
-            props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
-        )
-        # An incident is news a person should see (WARNING); its resolution is not (INFO).
-        log.log(
-            logging.INFO if failure.resolved else logging.WARNING,
-            "%s: war room: %s%s %s",
-            self.config.name,
-            failure.error_code,
-            " resolved:" if failure.resolved else "",
-            failure.description,
-        )
-
-    async def _check_host(self, metrics: dict[str, Any]) -> None:
-        limits = (
-            (DISK_FULL, "disk_percent", self.config.disk_alert_percent),
-            (MEMORY_PRESSURE, "memory_percent", self.config.memory_alert_percent),
-        )
-        failing = [
-            (code, f"{key} {metrics[key]}% >= {limit:g}%")
-            for code, key, limit in limits
-            if float(metrics.get(key, 0.0)) >= limit
-        ]
-        causes: dict[str, tuple[Severity, str]] = {}
-        if failing:
-            text = "; ".join(reason for _, reason in failing)
-            causes[failing[0][0]] = ("ERROR", text)
-        if causes != self._host_causes or (
-            not causes and self.config.id in self._open.codes and not self._role_causes
-        ):
-            self._host_causes = causes
-            await self._post_own(f"{self.config.name}: host checks pass")
+        return await self.posts.resolve_own(error_code, description)

@@ -9,6 +9,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -34,9 +35,18 @@ from .messages import (
 from .settings import AgentConfig
 from .tracking import RequestState, TrackedRequest
 
-__all__ = ["Outbox", "check_size"]
+__all__ = ["Outbox", "Outgoing", "check_size"]
 
 log = logging.getLogger("vox_mqtt.agent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outgoing:
+    """A message checked and tracked for sending, its record still to commit (Outbox.prepare)."""
+
+    tracked: TrackedRequest
+    topic: str
+    payload: bytes
 
 
 class Outbox:
@@ -64,6 +74,19 @@ class Outbox:
 
         `then` rows (message, action, outcome) commit in the same transaction as its "sent" row.
         """
+        outgoing = self.prepare(message, expects_reply=expects_reply)
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(
+            message, "sent", outbox=(outgoing.topic, outgoing.payload), then=then
+        )
+        self.dispatch(outgoing)
+        return outgoing.tracked
+
+    def prepare(self, message: VOXMessage, *, expects_reply: bool) -> Outgoing:
+        """Check and track a message to send; its "sent" row and outbox entry are the caller's.
+
+        Once they are durable, dispatch() it; if they cannot be recorded, forget() it.
+        """
         if message.target not in self.config.peers:
             raise VoxError(
                 f"{self.config.name} may only talk to its master and children, not {message.target}"
@@ -72,10 +95,17 @@ class Outbox:
         check_size(message, payload, self.config.max_message_bytes)
         tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        # Kept until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(message, "sent", outbox=(topic, payload), then=then)
-        self.ctx.tasks.spawn(self._deliver(tracked), "deliver")
-        return tracked
+        return Outgoing(tracked=tracked, topic=topic, payload=payload)
+
+    def dispatch(self, outgoing: Outgoing) -> None:
+        """Publish a prepared message whose "sent" row is durable, until it is acknowledged."""
+        self.ctx.tasks.spawn(self._deliver(outgoing.tracked), "deliver")
+
+    def forget(self, outgoing: Outgoing) -> None:
+        """Drop a prepared message that was never recorded, so never sent."""
+        self.ctx.tracker.failed(
+            outgoing.tracked.message_id, ErrorCode.LEDGER_UNAVAILABLE, "never recorded, never sent"
+        )
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
         """Re-send what the outbox held at the last stop; nobody awaits these any more."""
@@ -235,6 +265,13 @@ class Outbox:
         """Send a message and return its reply; raise CommandFailed on an error or timeout."""
         started = time.perf_counter()
         tracked = await self.send_message(message, expects_reply=True, then=then)
+        return await self.reply_to(tracked, timeout, started=started)
+
+    async def reply_to(
+        self, tracked: TrackedRequest, timeout: float | None, *, started: float
+    ) -> VOXMessage:
+        """Return the reply to a sent request; raise CommandFailed on an error or timeout."""
+        message = tracked.message
         limit = self.config.request_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -26,16 +27,31 @@ from .messages import (
     new_message,
     parse_timestamp,
 )
-from .outbox import Outbox
+from .outbox import Outbox, Outgoing
 from .roles import Handler, ParamsError
 from .router import Router
 from .rules import choose_child
 from .settings import AgentConfig
 from .status import FleetView
+from .tracking import TrackedRequest
 
-__all__ = ["CommandRunner"]
+__all__ = ["CommandRunner", "Delegation"]
 
 log = logging.getLogger("vox_mqtt.agent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delegation:
+    """A command bound for a child, its downstream request prepared (delegates_at_once)."""
+
+    child: UUID
+    payload: CommandRequest
+    outgoing: Outgoing
+
+
+def _refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
+    """Tell whether a child refused the work because it could not record it (did nothing)."""
+    return isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
 
 
 class CommandRunner:
@@ -56,6 +72,9 @@ class CommandRunner:
         # Commands whose "started" row committed with their "received" one, a handler slot
         # already taken for each (see starts_at_once).
         self._started_at_once: set[UUID] = set()
+        # Commands whose "delegated" row and downstream request committed with their
+        # "received" row (see delegates_at_once), by request id.
+        self._delegated_at_once: dict[UUID, Delegation] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         ctx.metrics.gauge("inflight_commands", lambda: self._running)
@@ -99,6 +118,45 @@ class CommandRunner:
         if request.message_id in self._started_at_once:
             self._started_at_once.discard(request.message_id)
             self._handler_slots.release()
+
+    def delegates_at_once(self, request: VOXMessage) -> Delegation | None:
+        """Prepare a command no local handler serves for a child that can take it now.
+
+        The downstream request, its outbox entry and the "delegated" row then commit with the
+        request's "received" row (docs/ledger.md); if that commit fails, call
+        cancel_delegation. None: it starts here, waits, or has nowhere to go (then it takes
+        the ordinary path, which answers why).
+        """
+        if request.type != MSG_COMMAND_REQUEST or self.stopping:
+            return None
+        try:
+            payload = request.payload_as(CommandRequest)
+        except ValueError:
+            return None
+        if self.router.command_handler(payload.command) is not None:
+            return None
+        child, _ = self.choose_child(payload.command)
+        if child is None:
+            return None
+        downstream = self._downstream(request, payload, child)
+        try:
+            outgoing = self.outbox.prepare(downstream, expects_reply=True)
+        except VoxError:
+            return None  # too large or not a peer: the ordinary path says so
+        self._load(child, +1)
+        delegation = Delegation(child=child, payload=payload, outgoing=outgoing)
+        self._delegated_at_once[request.message_id] = delegation
+        return delegation
+
+    def cancel_delegation(self, request: VOXMessage) -> None:
+        """Undo delegates_at_once: the commit with its rows failed, nothing was sent."""
+        delegation = self._delegated_at_once.pop(request.message_id, None)
+        if delegation is not None:
+            self._load(delegation.child, -1)
+            self.outbox.forget(delegation.outgoing)
+
+    def _load(self, child: UUID, change: int) -> None:
+        self._delegated[child] = self._delegated.get(child, 0) + change
 
     def choose_child(
         self, command: str, *, avoid: Iterable[UUID] = ()
@@ -194,6 +252,18 @@ class CommandRunner:
     async def _answer(self, request: VOXMessage) -> CommandResult | CommandError:
         payload = request.payload_as(CommandRequest)
         name = payload.command
+        delegation = self._delegated_at_once.pop(request.message_id, None)
+        if delegation is not None:
+            # Its downstream request committed with its "received" row: send it now.
+            self.outbox.dispatch(delegation.outgoing)
+            outcome = await self._delegation_outcome(
+                delegation.child, name, delegation.outgoing.tracked, self._timeout_of(payload)
+            )
+            if _refused_unrecorded(outcome):
+                return await self._delegate(
+                    request, payload, self._timeout_of(payload), refused={delegation.child}
+                )
+            return outcome
         if request.message_id in self._started_at_once:
             # Its "started" row committed with its "received" one, its slot taken then.
             self._started_at_once.discard(request.message_id)
@@ -262,18 +332,24 @@ class CommandRunner:
         return CommandResult(command=name, result=result, handled_by=self.config.id)
 
     async def _delegate(
-        self, request: VOXMessage, payload: CommandRequest, timeout: float
+        self,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+        *,
+        refused: set[UUID] | None = None,
     ) -> CommandResult | CommandError:
         name = payload.command
-        refused: set[UUID] = set()
+        refused = set() if refused is None else refused
+        outcome: CommandResult | CommandError = CommandError(
+            code=ErrorCode.LEDGER_UNAVAILABLE, error="no child could record it", command=name
+        )
         while True:
             child, code = self.choose_child(name, avoid=refused)
             if child is None and refused:
                 break  # every child that could have served it refused it unrecorded
             outcome = await self._delegate_to(child, code, request, payload, timeout)
-            if not (
-                isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
-            ):
+            if not _refused_unrecorded(outcome):
                 return outcome
             # That child cannot record and did nothing: the work goes to another, if any.
             assert child is not None
@@ -302,7 +378,20 @@ class CommandRunner:
                     f"it; it serves: {', '.join(serves) or 'nothing'}"
                 )
             return CommandError(code=code or ErrorCode.NO_ROUTE, error=reason, command=name)
-        downstream = new_message(
+        downstream = self._downstream(request, payload, child)
+        started = time.perf_counter()
+        self._load(child, +1)
+        try:
+            # The "delegated" row commits with the downstream request's "sent" row.
+            then = [(request, "delegated", str(child))]
+            tracked = await self.outbox.send_message(downstream, expects_reply=True, then=then)
+        except BaseException:
+            self._load(child, -1)
+            raise
+        return await self._delegation_outcome(child, name, tracked, timeout, started=started)
+
+    def _downstream(self, request: VOXMessage, payload: CommandRequest, child: UUID) -> VOXMessage:
+        return new_message(
             MSG_COMMAND_REQUEST,
             source=self.config.id,
             target=child,
@@ -310,16 +399,26 @@ class CommandRunner:
             reply_to=request.message_id,
             message_source=self.config.message_source,
         )
+
+    async def _delegation_outcome(
+        self,
+        child: UUID,
+        name: str,
+        tracked: TrackedRequest,
+        timeout: float,
+        *,
+        started: float | None = None,
+    ) -> CommandResult | CommandError:
+        """Wait for a sent downstream request's reply and answer for it as this agent."""
         self.ctx.metrics.commands_delegated.inc(name)
-        self._delegated[child] = self._delegated.get(child, 0) + 1
         try:
-            # The "delegated" row commits with the downstream request's "sent" row.
-            then = [(request, "delegated", str(child))]
-            reply = await self.outbox.await_reply(downstream, timeout, then=then)
+            reply = await self.outbox.reply_to(
+                tracked, timeout, started=time.perf_counter() if started is None else started
+            )
         except CommandFailed as exc:
             return CommandError(code=exc.code, error=exc.error, command=name)
         finally:
-            self._delegated[child] -= 1
+            self._load(child, -1)
         result = reply.payload_as(CommandResult)
         # The master answers for the work: upstream never learns the child exists.
         return CommandResult(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiomqtt
@@ -19,7 +20,14 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ._mqttclient import Client, broker_error, properties, publish_properties, tls_context
+from ._mqttclient import (
+    Client,
+    broker_error,
+    properties,
+    publish_properties,
+    tls_context,
+)
+from ._mqttdecode import RawProperties
 from .errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
 from .settings import BrokerSettings, Will
 
@@ -48,8 +56,17 @@ class Inbound:
     topic: str
     payload: bytes
     retain: bool
-    # content_type, message_expiry_interval (seconds left), user_properties: when present.
-    properties: dict[str, Any] = field(default_factory=dict)
+    # Left packed as received: no agent reads them, and decoding costs more than the rest of
+    # the PUBLISH (see _mqttdecode.py).
+    raw_properties: RawProperties | Properties | None = None
+
+    @functools.cached_property
+    def properties(self) -> dict[str, Any]:
+        """Return content_type, message_expiry_interval (seconds left), user_properties."""
+        raw = self.raw_properties
+        if isinstance(raw, RawProperties):
+            raw = raw.decode()
+        return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
 
 
 class Session:
@@ -490,11 +507,9 @@ class Session:
 
 
 def _inbound(topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
-    raw = message.properties
-    properties = {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
     return Inbound(
         topic=topic,
         payload=bytes(message.payload),
         retain=bool(message.retain),
-        properties=properties,
+        raw_properties=message.properties,
     )
