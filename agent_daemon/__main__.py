@@ -1,4 +1,4 @@
-"""`vox-agent --config FILE`: run one agent daemon."""
+"""`vox-agent --config FILE`: run one agent daemon (`--check [--login]`: only check it)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,31 @@ import argparse
 import asyncio
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from vox_mqtt import __version__
-from vox_mqtt.errors import ConfigError
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from .daemon import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, AgentDaemon, prepare
+from vox_mqtt import __version__, topics
+from vox_mqtt._mqttclient import Client, broker_error, properties, tls_context
+from vox_mqtt.errors import BrokerUnavailable, ConfigError
+from vox_mqtt.passwd import load_credentials
+from vox_mqtt.settings import BrokerSettings
+
+from .daemon import (
+    EXIT_CONFIG,
+    EXIT_FAILURE,
+    EXIT_OK,
+    AgentDaemon,
+    Prepared,
+    daemon_running,
+    prepare,
+)
 from .logs import LEVELS, LogSetup
 
 log = logging.getLogger("vox-agent")
@@ -32,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="validate the config and roles, then exit (0 or 2)"
     )
     parser.add_argument(
+        "--login",
+        action="store_true",
+        help="with --check: also log in to the broker and subscribe to the inbox, then "
+        "disconnect (refused while this agent's daemon runs if client ids are locked)",
+    )
+    parser.add_argument(
         "--log-level",
         choices=LEVELS,
         default=os.environ.get("VOX_LOG_LEVEL", "info").lower(),
@@ -45,11 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the daemon; exit 0 stopped cleanly, 1 failed, 2 bad config, 77 login refused."""
+    """Run the daemon; exit 0 stopped cleanly, 1 failed, 2 bad config, 77 login refused.
+
+    `--check` exits 0 or 2; with `--login`, 2 also for any failed login (docs/deploy.md).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.log_level not in LEVELS:
         parser.error(f"VOX_LOG_LEVEL must be one of {', '.join(LEVELS)}")
+    if args.login and not args.check:
+        parser.error("--login goes with --check (vox-agent --config FILE --check --login)")
     try:
         logs = LogSetup(level=args.log_level, log_file=args.log_file)
     except OSError as exc:
@@ -64,6 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.check:
         print(f"{args.config}: OK ({prepared.config.name}, {len(prepared.role_specs)} role(s))")
+        if not args.login:
+            return EXIT_OK
+        try:
+            print(asyncio.run(check_login(prepared)))
+        except (BrokerUnavailable, ConfigError) as exc:
+            log.error("login check: %s", exc)
+            return EXIT_CONFIG
+        except Exception:
+            log.critical("login check: stopped by an unexpected error", exc_info=True)
+            return EXIT_FAILURE
+        finally:
+            logs.close()
         return EXIT_OK
     try:
         return asyncio.run(AgentDaemon(prepared, logs=logs).run())
@@ -73,6 +113,99 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     finally:
         logs.close()
+
+
+def _locked(prepared: Prepared) -> bool:
+    """Return whether the broker may lock client ids (unknown counts as locked)."""
+    password_file = prepared.file.broker.password_file
+    if password_file is None:
+        return True
+    if not password_file.is_absolute():
+        password_file = prepared.path.absolute().parent / password_file
+    return load_credentials(password_file).client_id_locked
+
+
+async def check_login(prepared: Prepared) -> str:
+    """Log in as the agent, subscribe to its inbox, disconnect; return what was proven.
+
+    Raise BrokerUnavailable (Refused for a refused login, a TLS failure or a refused
+    subscription) or ConfigError when the check must not run. docs/deploy.md says why a
+    locked client id makes it refuse while the daemon runs.
+    """
+    config = prepared.config
+    s = config.broker
+    if _locked(prepared):
+        running = daemon_running(Path(config.state_dir))
+        if running is not False:
+            why = (
+                "its daemon is running"
+                if running
+                else f"cannot tell whether its daemon runs (no access to {config.state_dir})"
+            )
+            raise ConfigError(
+                [
+                    f"not logging in as {config.name}: {why}, and the broker locks client ids "
+                    "to usernames, so a login as this agent would take over its session and "
+                    "disconnect it (docs/broker.md); its log and `systemctl status` say "
+                    "whether it is connected"
+                ]
+            )
+        # The broker uses the username as client id anyway: this is the agent's own session,
+        # resumed and kept as the daemon leaves it (same expiry, nothing acknowledged).
+        how = "on the agent's own session (its daemon is not running)"
+    else:
+        # A fresh client id and no session left behind: the running daemon is not touched.
+        s = replace(s, client_id=f"{config.id}-check-{secrets.token_hex(4)}", session_expiry=0)
+        how = f"as client {s.client_id}, no session left behind"
+    inbox = topics.inbox_filter(config.id)
+    client = _client(s)
+    try:
+        await client.__aenter__()
+    except Exception as exc:
+        client.abort()
+        raise broker_error(client.connect_error or exc, s) from None
+    try:
+        codes = await client.subscribe(
+            [(inbox, SubscribeOptions(qos=1))], timeout=s.connect_timeout
+        )
+    except aiomqtt.MqttError as exc:
+        raise broker_error(exc, s) from None
+    finally:
+        await client.close()
+    code = codes[0] if codes else None
+    if code is None or getattr(code, "is_failure", False):
+        raise BrokerUnavailable(
+            f"the broker at {s.address} accepted the login of {s.username} but refused the "
+            f"subscription to {inbox!r}: {code} — check the broker's ACL (docs/broker.md)"
+        )
+    return (
+        f"login OK: {config.name} logged in to {s.address} as {s.username} {how}; "
+        f"subscription to {inbox} granted; disconnected"
+    )
+
+
+def _client(s: BrokerSettings) -> Client:
+    return Client(
+        s.host,
+        s.port,
+        username=s.username,
+        password=s.password,
+        identifier=s.client_id,
+        logger=logging.getLogger("vox-agent.check"),
+        protocol=aiomqtt.ProtocolVersion.V5,
+        will=None,
+        timeout=s.connect_timeout,
+        keepalive=s.keepalive,
+        # Never a clean start: with a locked client id that would discard the agent's
+        # stored session and the messages queued in it.
+        clean_start=False,
+        # One message at most is sent before the inbox is checked; it is never
+        # acknowledged (the client acknowledges by hand), so it stays queued for the daemon.
+        properties=properties(
+            PacketTypes.CONNECT, SessionExpiryInterval=s.session_expiry, ReceiveMaximum=1
+        ),
+        tls_context=tls_context(s),
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import random
@@ -39,8 +40,10 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "RUN_LOCK",
     "AgentDaemon",
     "Prepared",
+    "daemon_running",
     "prepare",
     "state_dir_problems",
 ]
@@ -53,6 +56,9 @@ EXIT_CONFIG: Final = 2  # a config error; the unit says RestartPreventExitStatus
 # The broker refused the login (credentials, not authorized, TLS): restarting cannot fix it.
 # 77 is sysexits' EX_NOPERM, which systemctl shows as "status=77/NOPERMISSION".
 EXIT_REFUSED: Final = 77
+# Held (flock) in the state dir for the daemon's whole run: `vox-agent --check --login`
+# looks at it, because a login as this agent would take over the daemon's session.
+RUN_LOCK: Final = "vox-agent.lock"
 
 # Checks of the loop and the session between watchdog pings; a wedged loop misses them all.
 _CHECKS_PER_PING: Final = 4
@@ -139,6 +145,43 @@ def state_dir_problems(state_dir: Path) -> list[str]:
     return []
 
 
+def hold_run_lock(state_dir: Path) -> int | None:
+    """Take the run lock and return its descriptor; None if another process holds it."""
+    try:
+        fd = os.open(state_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        log.warning("cannot create %s: %s", state_dir / RUN_LOCK, exc.strerror)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        log.warning("another vox-agent holds %s: is this agent running twice?", state_dir)
+        return None
+    return fd
+
+
+def daemon_running(state_dir: Path) -> bool | None:
+    """Return whether a daemon holds the run lock of this state dir; None if we cannot tell."""
+    try:
+        # Read-only and never created: a lock file owned by this user would lock out a
+        # daemon that runs as another.
+        fd = os.open(state_dir / RUN_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
 class AgentDaemon:
     """Run one agent until SIGTERM/SIGINT; SIGHUP reopens logs and applies new children."""
 
@@ -175,6 +218,7 @@ class AgentDaemon:
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         reloader = asyncio.ensure_future(self._reload_loop())
         keep_names(self.prepared.config)
+        lock = hold_run_lock(Path(self.prepared.config.state_dir))
         try:
             agent = await self._connect()
             if agent is None:
@@ -196,6 +240,8 @@ class AgentDaemon:
             log.error("the ledger failed: %s", exc)
             return EXIT_FAILURE
         finally:
+            if lock is not None:
+                os.close(lock)
             reloader.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)

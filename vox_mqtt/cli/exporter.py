@@ -2,7 +2,8 @@
 
 It logs in like `vox status` (the identity of the config it is given, on a throw-away
 client id, no session left behind), keeps the retained statuses and the war room it may
-read, and builds the metric families at each scrape.
+read, and builds the metric families at each scrape. /metrics is served from the start,
+whether or not the broker answers: `vox_exporter_broker_connected` says which.
 """
 
 from __future__ import annotations
@@ -10,19 +11,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
+from collections.abc import Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from .. import topics
+from ..errors import BrokerUnavailable, Refused
 from ..exporter import FleetCollector
+from ..observer import FleetObserver
 from ..transport import Session
 from ._common import EXIT_USAGE, add_config_option, fail
-from .ops import Reader, load_reader, observing
+from .ops import Reader, load_reader
 
 __all__ = ["parse_listen", "register"]
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
+_PREFIX: Final = "vox exporter: "
+_LIBRARY: Final = "vox_mqtt"  # the logger the session reports its retries on
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,35 +80,139 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    sessions: list[Session] = []
-    async with observing(reader, warroom=reader.warroom, on_session=sessions.append) as observer:
-        collector = FleetCollector(
-            observer,
-            names={reader.id: reader.name, reader.top: reader.top_name},
-            loop=loop,
-            connected=lambda: bool(sessions) and sessions[0].connected,
-        )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        try:
-            server, thread = start_http_server(port, addr=host, registry=registry)
-        except OSError as exc:
-            fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-            return EXIT_USAGE
-        bound = server.server_address[1]
-        shown = f"[{host}]" if ":" in host else host
-        print(
-            f"vox exporter: serving http://{shown}:{bound}/metrics "
-            f"for what {reader.name} ({reader.kind}) may read",
-            file=sys.stderr,
-            flush=True,
-        )
-        try:
-            await stop.wait()
-        finally:
-            # shutdown() waits for the serving thread, which may be waiting on this loop.
-            await asyncio.to_thread(server.shutdown)
-            server.server_close()
-            with contextlib.suppress(RuntimeError):
-                thread.join(timeout=5)
+    observer = FleetObserver(stale_after=reader.stale_after)
+    lines = _LinkLog()
+
+    async def connected() -> None:
+        lines.connected(reader.broker.address)
+        if session.session_present:
+            # A fresh client id never has a session: this broker replaced it with the username.
+            lines.say(
+                f"warning: the broker gave this look the MQTT session of {reader.name}: it "
+                "locks client ids to usernames, so a running client of that identity was "
+                "disconnected by it — see docs/broker.md"
+            )
+
+    # wait=False: the session retries with its own backoff while /metrics is served, so a
+    # scrape tells "broker down" (vox_exporter_broker_connected 0) from "exporter down".
+    session = Session(
+        reader.broker, subscriptions=_wanted(reader), on_connect=connected, wait=False
+    )
+    collector = FleetCollector(
+        observer,
+        names={reader.id: reader.name, reader.top: reader.top_name},
+        loop=loop,
+        connected=lambda: session.connected,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        return EXIT_USAGE
+    bound = server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    lines.say(
+        f"serving http://{shown}:{bound}/metrics for what {reader.name} ({reader.kind}) may read"
+    )
+    try:
+        with lines.attached():
+            try:
+                await session.__aenter__()
+            except Refused as exc:  # unreadable TLS files: nothing a retry can fix
+                fail(str(exc))
+                return EXIT_USAGE
+            pump = asyncio.ensure_future(_pump(session, observer))
+            watch = asyncio.ensure_future(_first_link(session, lines))
+            try:
+                await stop.wait()
+            finally:
+                for task in (pump, watch):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await session.__aexit__(None, None, None)
+    finally:
+        # shutdown() waits for the serving thread, which may be waiting on this loop.
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
+        with contextlib.suppress(RuntimeError):
+            thread.join(timeout=5)
     return 0
+
+
+def _wanted(reader: Reader) -> list[str]:
+    """Return the topics the exporter reads as this identity."""
+    if reader.kind == "agent":
+        # An agent's ACL grants exactly these (docs/broker.md); a dynsec broker refuses the
+        # wildcard, and a session retrying in the background cannot fall back on its own.
+        exact = [topics.status(peer) for peer in reader.peers]
+        return exact + ([topics.WARROOM_FILTER] if reader.warroom else [])
+    return [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if reader.warroom else [])
+
+
+async def _pump(session: Session, observer: FleetObserver) -> None:
+    async for inbound in session.messages():
+        observer.take(inbound)
+
+
+async def _first_link(session: Session, lines: _LinkLog) -> None:
+    """Say once why the first connection is not up yet; the session keeps trying."""
+    try:
+        await session.wait_connected(session.settings.connect_timeout)
+    except BrokerUnavailable as exc:
+        lines.not_yet(str(exc))
+
+
+class _LinkLog(logging.Filter):
+    """The exporter's log on stderr: its own lines and the session's, each cause said once.
+
+    While the broker is away the session logs every failed try (up to one every
+    reconnect_max seconds); the journal needs the cause once, and again only when it
+    changes or after the link was up in between.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._holding = True  # until the first connection, or the line saying there is none
+        self._last = ""
+        self._last_level = logging.WARNING
+        self._handler = logging.StreamHandler(sys.stderr)
+        self._handler.setLevel(logging.WARNING)
+        self._handler.setFormatter(logging.Formatter(f"{_PREFIX}%(message)s"))
+        self._handler.addFilter(self)
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator[None]:
+        """Show the library's warnings and errors through this log while the block runs."""
+        logger = logging.getLogger(_LIBRARY)
+        logger.addHandler(self._handler)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self._handler)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep a record unless it repeats the last cause, or the first link is pending."""
+        text = record.getMessage()
+        if text == self._last:
+            return False
+        self._last, self._last_level = text, record.levelno
+        return not self._holding
+
+    def say(self, text: str) -> None:
+        """Print one line of the exporter's own."""
+        print(f"{_PREFIX}{text}", file=sys.stderr, flush=True)
+
+    def connected(self, address: str) -> None:
+        """The link is up: say so, and let the next failure be said again."""
+        self._holding = False
+        self._last = ""
+        self.say(f"connected to the broker at {address}")
+
+    def not_yet(self, why: str) -> None:
+        """The first connection did not come within the connect timeout: say why, once."""
+        self._holding = False
+        kind = "error: " if self._last_level >= logging.ERROR else ""
+        self.say(f"{kind}{why} (serving vox_exporter_broker_connected 0 meanwhile; retrying)")
