@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -158,6 +159,53 @@ def test_alert_rules_pass_promtool() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 5 rules found" in result.stdout
+
+
+def test_agents_are_not_called_down_while_the_exporter_is_blind(tmp_path: Path) -> None:
+    # promtool's rule unit tests: the same series, with and without the broker behind them.
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool missing: `make test` installs Debian's prometheus"
+    rules = Path(__file__).resolve().parent.parent / "docs" / "vox-alerts.yml"
+    labels = {"agent": "spec_a", "id": "1d2c", "master": "root"}
+    down = {
+        "alertname": "VoxAgentDown",
+        "exp_alerts": [
+            {
+                "exp_labels": {"severity": "critical", **labels},
+                "exp_annotations": {
+                    "summary": "vox agent spec_a is down",
+                    "description": "spec_a (id 1d2c, master root) has not been ACTIVE for a "
+                    "minute. `vox status` and `vox warroom` say why.",
+                },
+            }
+        ],
+    }
+
+    def case(connected: int, expected: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "interval": "15s",
+            "input_series": [
+                {
+                    "series": 'vox_agent_up{agent="spec_a",id="1d2c",master="root"}',
+                    "values": "0x10",
+                },
+                {"series": "vox_exporter_broker_connected", "values": f"{connected}x10"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "VoxAgentDown", **e} for e in expected
+            ],
+        }
+
+    spec = {
+        "rule_files": [str(rules)],
+        "tests": [case(1, [{"exp_alerts": down["exp_alerts"]}]), case(0, [{"exp_alerts": []}])],
+    }
+    unit = tmp_path / "alerts-test.yml"
+    unit.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
+    result = subprocess.run(
+        [promtool, "test", "rules", str(unit)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_status_columns_from_a_heartbeat() -> None:
