@@ -9,7 +9,9 @@ With a Journal, a node also does what the VOX contract obliges a hop to do, and 
 else: every message is acknowledged by a message of its own, and each step commits to a
 SQLite file (WAL, synchronous=FULL) before it publishes, in the groups docs/ledger.md gives
 (the request with its sent row; received + the ack's sent + started; the reply's sent +
-completed; delegated with the downstream sent). An ack's own row waits for the next commit.
+completed; at a relay, received + the ack's sent + delegated + the downstream sent on the way
+down, and the child's answer received + its ack's sent + the reply's sent + completed on the
+way up). An ack's own row waits for the next commit.
 That is the floor a VOX hop cannot go under with its guarantees, measured beside it.
 """
 
@@ -178,17 +180,19 @@ class RawNode:
         ack = json.dumps({"kind": "ack", "id": message_id}).encode()
         if kind == "response":
             waiter = self._waiting.get(message_id)
-            journal.commit((message_id, "received", payload), (message_id, "ack sent", ack))
+            rows = [(message_id, "received", payload), (message_id, "ack sent", ack)]
+            if waiter is not None:
+                journal.commit(*rows)
+                await self._publish_to_sender(body, ack)
+                if not waiter.done():
+                    waiter.set_result(body)
+                return
+            assert self.master is not None  # a relay passes it up, as its own reply
+            up = {**body, "from": str(self.id)}
+            rows += [(message_id, "reply sent", json.dumps(up).encode())]
+            journal.commit(*rows, (message_id, "completed", b""))
             await self._publish_to_sender(body, ack)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(body)
-            elif self.master is not None:  # a relay passes it up, as its own reply
-                up = {**body, "from": str(self.id)}
-                journal.commit(
-                    (message_id, "reply sent", json.dumps(up).encode()),
-                    (message_id, "completed", b""),
-                )
-                await self._send(self.master, up)
+            await self._send(self.master, up)
             return
         source = self.master
         assert source is not None

@@ -76,12 +76,14 @@ def test_an_inflated_retained_status_leaves_the_branch_serving(
                 and seen.json()["details"]["error_code"] == "CHILD_MISBEHAVING"
             )
 
-        alert = rec.wait(misbehaving, after=attacked, timeout=10).json()["details"]
+        refused = rec.wait(misbehaving, after=attacked, timeout=10)
+        alert = refused.json()["details"]
         assert "commands" in alert["description"]
         # Over many heartbeats the coordinator's own status stays small and ACTIVE, and
-        # the root never loses it.
+        # the root never loses it. Counted from the refusal: a heartbeat of the moment
+        # before it still names the child's commands.
         time.sleep(6)
-        mine = [s for s in rec.seen if s.topic == topics.status(coord) and s.at > attacked]
+        mine = [s for s in rec.seen if s.topic == topics.status(coord) and s.at > refused.at]
         assert len(mine) >= 4
         for seen in mine:
             assert len(seen.payload) < 8192

@@ -56,6 +56,8 @@ def _request_bytes(deadline: str) -> bytes:
         "9999-12-31T23:59:59+00:00",
         (datetime.now(UTC) + timedelta(seconds=MAX_DEADLINE_SECONDS + 3600)).isoformat(),
     ],
+    # Named, not by value: every test process must collect the same ids.
+    ids=["year-2200", "year-9999", "an-hour-past-the-limit"],
 )
 def test_a_far_future_deadline_is_refused_at_parse_time(deadline: str) -> None:
     with pytest.raises(InvalidMessage, match=r"deadline .* is more than 30 days away"):
