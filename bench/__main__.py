@@ -91,7 +91,22 @@ def main(argv: list[str] | None = None) -> int:
         default="full",
         help="the agents' ledger_sync (docs/ledger.md); only full is the documented default",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite BENCHMARKS.md from a run's results.json (after docs/performance.md changed)",
+    )
     args = parser.parse_args(argv)
+    if args.report_only:
+        saved = (args.out or REPO / "bench") / "results.json"
+        written = (args.out or REPO) / "BENCHMARKS.md"
+        try:
+            results = json.loads(saved.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            parser.error(f"cannot read the results of a run from {saved}: {exc}")
+        written.write_text(markdown(results), encoding="utf-8")
+        print(f"wrote {written} from {saved}", file=sys.stderr)
+        return 0
     os.environ[LEDGER_SYNC_ENV] = args.ledger_sync  # worker processes read it too
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(FIGURES)
     unknown = [n for n in names if n not in FIGURES]

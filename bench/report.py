@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
+import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,39 @@ def machine() -> dict[str, Any]:
         "mosquitto": banner.removeprefix("mosquitto version ").strip(),
         "packages": packages,
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        **speed(),
+    }
+
+
+def speed() -> dict[str, float]:
+    """Time what every figure leans on, so that runs on different machines can be compared.
+
+    python_loop_ms: a fixed pure-Python loop (best of 5); fsync_ms: the median of 200 fsyncs
+    of one overwritten 4 KiB block in the temporary directory the figures write their ledgers to.
+    """
+    loops = []
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i & 7
+        loops.append(time.perf_counter() - started)
+    syncs = []
+    with tempfile.TemporaryDirectory(prefix="vox-bench-speed-") as tmp:
+        fd = os.open(Path(tmp) / "block", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+            for _ in range(200):
+                os.pwrite(fd, b"x" * 4096, 0)
+                started = time.perf_counter()
+                os.fsync(fd)
+                syncs.append(time.perf_counter() - started)
+        finally:
+            os.close(fd)
+    return {
+        "python_loop_ms": round(min(loops) * 1000, 1),
+        "fsync_ms": round(statistics.median(syncs) * 1000, 3),
     }
 
 
@@ -202,6 +238,17 @@ def _profile(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _speed_line(m: dict[str, Any]) -> list[str]:
+    if "python_loop_ms" not in m:
+        return []
+    return [
+        "",
+        f"Machine speed, to compare runs across machines: a fixed Python loop of a million "
+        f"steps took {m['python_loop_ms']} ms and an fsync of one 4 KiB block {m['fsync_ms']} ms "
+        "(bench/report.py `speed`).",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """Return BENCHMARKS.md for a run."""
     m = results["machine"]
@@ -218,6 +265,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{m['kernel']}; Python {m['python']}, Mosquitto {m['mosquitto']}; {packages}. "
         f"Load average {m['load_average']} at the start and "
         f"{results['load_average_end']} at the end (other work shares this machine).",
+        *_speed_line(m),
         "",
         "Every figure is measured in one run against its baseline on the same private Mosquitto,"
         " started from the rendered, ACL'd config (`set_tcp_nodelay true`; clients set "

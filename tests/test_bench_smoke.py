@@ -73,6 +73,15 @@ def test_the_runner_writes_markdown_and_json(tmp_path: Path) -> None:
     assert "| 7 | Render" in text
 
 
+def test_the_report_is_rewritten_from_a_run_s_results(tmp_path: Path) -> None:
+    assert main(["--quick", "--only", "render", "--out", str(tmp_path)]) == 0
+    (tmp_path / "BENCHMARKS.md").unlink()
+    assert main(["--report-only", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| 7 | Render" in text
+    assert "a fixed Python loop of a million steps took" in text
+
+
 def test_an_unknown_figure_is_refused_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["--only", "nope"])
