@@ -12,15 +12,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.subscribeoptions import SubscribeOptions
-
 from vox_mqtt import __version__, topics
-from vox_mqtt._mqttclient import Client, broker_error, properties, tls_context
 from vox_mqtt.errors import BrokerUnavailable, ConfigError
 from vox_mqtt.passwd import load_credentials
-from vox_mqtt.settings import BrokerSettings
+from vox_mqtt.transport import probe_login
 
 from .daemon import (
     EXIT_CONFIG,
@@ -158,53 +153,10 @@ async def check_login(prepared: Prepared) -> str:
         s = replace(s, client_id=f"{config.id}-check-{secrets.token_hex(4)}", session_expiry=0)
         how = f"as client {s.client_id}, no session left behind"
     inbox = topics.inbox_filter(config.id)
-    client = _client(s)
-    try:
-        await client.__aenter__()
-    except Exception as exc:
-        client.abort()
-        raise broker_error(client.connect_error or exc, s) from None
-    try:
-        codes = await client.subscribe(
-            [(inbox, SubscribeOptions(qos=1))], timeout=s.connect_timeout
-        )
-    except aiomqtt.MqttError as exc:
-        raise broker_error(exc, s) from None
-    finally:
-        await client.close()
-    code = codes[0] if codes else None
-    if code is None or getattr(code, "is_failure", False):
-        raise BrokerUnavailable(
-            f"the broker at {s.address} accepted the login of {s.username} but refused the "
-            f"subscription to {inbox!r}: {code} — check the broker's ACL (docs/broker.md)"
-        )
+    await probe_login(s, inbox)
     return (
         f"login OK: {config.name} logged in to {s.address} as {s.username} {how}; "
         f"subscription to {inbox} granted; disconnected"
-    )
-
-
-def _client(s: BrokerSettings) -> Client:
-    return Client(
-        s.host,
-        s.port,
-        username=s.username,
-        password=s.password,
-        identifier=s.client_id,
-        logger=logging.getLogger("vox-agent.check"),
-        protocol=aiomqtt.ProtocolVersion.V5,
-        will=None,
-        timeout=s.connect_timeout,
-        keepalive=s.keepalive,
-        # Never a clean start: with a locked client id that would discard the agent's
-        # stored session and the messages queued in it.
-        clean_start=False,
-        # One message at most is sent before the inbox is checked; it is never
-        # acknowledged (the client acknowledges by hand), so it stays queued for the daemon.
-        properties=properties(
-            PacketTypes.CONNECT, SessionExpiryInterval=s.session_expiry, ReceiveMaximum=1
-        ),
-        tls_context=tls_context(s),
     )
 
 

@@ -282,30 +282,7 @@ class Session:
             (will,), self._spare_will = self._spare_will, None
         else:
             will = self._will() if self._will is not None else None
-        client = Client(
-            s.host,
-            s.port,
-            username=s.username,
-            password=s.password,
-            identifier=s.client_id,
-            logger=logging.getLogger(f"{__name__}.mqtt"),
-            protocol=aiomqtt.ProtocolVersion.V5,
-            will=will,
-            timeout=s.connect_timeout,
-            keepalive=s.keepalive,
-            # aiomqtt's default, MQTT_CLEAN_START_FIRST_ONLY, means "clean" on every connect()
-            # of a fresh paho client; a persistent session needs False on every connect.
-            clean_start=False,
-            properties=properties(
-                PacketTypes.CONNECT,
-                SessionExpiryInterval=s.session_expiry,
-                ReceiveMaximum=_RECEIVE_MAXIMUM,
-            ),
-            tls_context=self._tls,
-            socket_options=[_NODELAY],
-        )
-        client._client.connect_timeout = s.connect_timeout
-        return client
+        return _client(s, will=will, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM)
 
     async def _open(self) -> Client:
         """Make one connection attempt; raise BrokerUnavailable saying why it failed."""
@@ -504,6 +481,67 @@ class Session:
                 # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
                 await self._queue.put(_inbound(message.topic.value, message))
                 client._client.ack(message.mid, message.qos)
+
+
+def _client(
+    s: BrokerSettings, *, will: Will | None, tls: ssl.SSLContext | None, receive_maximum: int
+) -> Client:
+    """Build (not connect) the client of one connection attempt as s describes it."""
+    client = Client(
+        s.host,
+        s.port,
+        username=s.username,
+        password=s.password,
+        identifier=s.client_id,
+        logger=logging.getLogger(f"{__name__}.mqtt"),
+        protocol=aiomqtt.ProtocolVersion.V5,
+        will=will,
+        timeout=s.connect_timeout,
+        keepalive=s.keepalive,
+        # aiomqtt's default, MQTT_CLEAN_START_FIRST_ONLY, means "clean" on every connect()
+        # of a fresh paho client; a persistent session needs False on every connect. It also
+        # keeps a login check from discarding a stopped agent's session (probe_login).
+        clean_start=False,
+        properties=properties(
+            PacketTypes.CONNECT,
+            SessionExpiryInterval=s.session_expiry,
+            ReceiveMaximum=receive_maximum,
+        ),
+        tls_context=tls,
+        socket_options=[_NODELAY],
+    )
+    client._client.connect_timeout = s.connect_timeout
+    return client
+
+
+async def probe_login(s: BrokerSettings, subscribe: str) -> None:
+    """Log in as s says, subscribe to one filter at QoS 1, disconnect; acknowledge nothing.
+
+    Raise BrokerUnavailable (Refused for a refused login, a TLS failure, or a refused
+    subscription). One message at most reaches this client before it leaves (Receive Maximum
+    1), and it is never acknowledged, so what the session holds stays queued for its owner.
+    """
+    client = _client(s, will=None, tls=tls_context(s), receive_maximum=1)
+    try:
+        await client.__aenter__()
+    except Exception as exc:
+        client.abort()
+        raise broker_error(client.connect_error or exc, s) from None
+    try:
+        codes = await client.subscribe(
+            [(subscribe, SubscribeOptions(qos=1))], timeout=s.connect_timeout
+        )
+    except aiomqtt.MqttError as exc:
+        raise broker_error(exc, s) from None
+    finally:
+        await client.close()
+    code = codes[0] if codes else None
+    if code is None or getattr(code, "is_failure", False):
+        raise SubscriptionRefused(
+            f"the broker at {s.address} accepted the login of {s.username} but refused the "
+            f"subscription to {subscribe!r}: {code} — check the broker's ACL (docs/broker.md)",
+            topic=subscribe,
+        )
 
 
 def _inbound(topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
