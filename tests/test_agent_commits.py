@@ -38,6 +38,20 @@ def rows_about(rows: list[dict[str, Any]], message_id: UUID) -> list[tuple[int, 
     ]
 
 
+async def commits_for_one_sleep(
+    operator: VOXAgent, root: VOXAgent, seconds: float
+) -> tuple[int, UUID]:
+    """Warm up, then count the root's commits for one `sleep` (acks recorded too)."""
+    await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)
+    await outbox_empties(root)
+    before = root.memory.commit_count
+    reply = await operator.request("sleep", {"seconds": seconds}, to=root.id, timeout=10)
+    # The root is done once the operator's ack of the result took it out of the outbox.
+    await outbox_empties(root)
+    assert reply.reply_to is not None
+    return root.memory.commit_count - before, reply.reply_to
+
+
 async def test_a_command_that_starts_at_once_costs_its_agent_three_commits(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:
@@ -46,16 +60,10 @@ async def test_a_command_that_starts_at_once_costs_its_agent_three_commits(
         agents = await start_agents(stack, secure, tmp_path, {"root": [Slow()]}, names=["root"])
         root = agents["root"]
         operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
-        await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)  # warm up
-        await outbox_empties(root)
-        before = root.memory.commit_count
-        reply = await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)
-        # The root is done once the operator's ack of the result took it out of the outbox.
-        await outbox_empties(root)
+        commits, request = await commits_for_one_sleep(operator, root, 0)
         # received + ack sent + started; result sent + completed; the ack received + outbox.
-        assert root.memory.commit_count - before == 3
-        assert reply.reply_to is not None
-        rows = rows_about(await root.memory.get_recent(50), reply.reply_to)
+        assert commits == 3
+        rows = rows_about(await root.memory.get_recent(50), request)
         first = rows[0][0]
         assert rows[:3] == [
             (first, "received", "command_request"),
@@ -124,17 +132,11 @@ async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
         root = agents["root"]
         await wait_for(lambda: "sleep" in root.advertised_commands())
         operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
-        await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)  # warm up
-        await outbox_empties(root)
-        before = root.memory.commit_count
         # Slow enough that each ack's row commits alone, so the count is exact.
-        reply = await operator.request("sleep", {"seconds": 0.3}, to=root.id, timeout=10)
-        await outbox_empties(root)
+        commits, request = await commits_for_one_sleep(operator, root, 0.3)
         # received + ack sent + downstream sent + delegated; the child's ack; the child's
         # result received + its ack sent + the reply sent + completed; the operator's ack.
-        assert root.memory.commit_count - before == 4
-        assert reply.reply_to is not None
-        request = reply.reply_to
+        assert commits == 4
         recent = sorted(await root.memory.get_recent(50), key=lambda r: r["id"])
         rows = rows_about(recent, request)
         first = rows[0][0]
