@@ -60,9 +60,16 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
         broker.stop()
 
 
-def check_login(config: Path) -> subprocess.CompletedProcess[str]:
+def check_login(config: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent_daemon", "--config", str(config), "--check", "--login"],
+        [
+            sys.executable,
+            "-m",
+            "agent_daemon",
+            "--config",
+            str(config),
+            *(flags or ("--check", "--login")),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -162,15 +169,7 @@ def test_no_broker_is_one_line_and_exit_2(site: Site) -> None:
 
 
 def test_login_needs_check(site: Site) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "agent_daemon", "--config", str(site.config), "--login"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env=child_env(),
-        check=False,
-    )
+    result = check_login(site.config, "--login")
     assert result.returncode == 2
     assert "--login goes with --check" in result.stderr
 
