@@ -186,6 +186,49 @@ async def test_an_incident_outlives_its_master_restart_and_is_resolved_after_it(
         await until(explorer, lambda: kinds(explorer, coord, spec) == [False, True, "clear"])
 
 
+async def test_a_misbehaving_child_held_back_by_the_grace_leaves_its_loss_owned(
+    secure: SecureBroker, explorer: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short misbehaving hold, so that it runs out within the master's reconnect grace
+    # (here reconnect_max, 30 s), as the 60 s hold does for children beating slower than
+    # every 20 s (three intervals of grace).
+    monkeypatch.setattr("vox_mqtt.status.MISBEHAVING_HOLD", 2.0)
+    fleet = secure.fleet
+    coord, spec = fleet.agent("coordinator").id, fleet.agent("spec_a").id
+    incidents = tmp_path / "coordinator" / "incidents.json"
+    fast = {"heartbeat_interval": 0.5}
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {}, ["coordinator", "spec_a"], **fast)
+        assert agents["spec_a"].session is not None
+        await agents["spec_a"].session.disconnect_abruptly()
+        await until(explorer, lambda: kinds(explorer, coord, spec) == [False])
+        await agents["coordinator"].stop()
+    async with AsyncExitStack() as stack:
+        # The master is back; the child's will is retained news, so within the grace a
+        # status out of bounds may not replace the loss with a CHILD_MISBEHAVING post.
+        agents = await start_agents(stack, secure, tmp_path, {}, ["coordinator"], **fast)
+        coordinator = agents["coordinator"]
+        await wait_for(lambda: coordinator.fleet_view.get(spec) is not None)
+        intruder = Client(secure.creds("spec_a"), client_id=f"{spec}-x")
+        assert intruder.connect() == 0
+        forged = status_of(spec, "ACTIVE", 5000, []).model_copy(update={"target": coord})
+        assert (
+            await asyncio.to_thread(intruder.publish, topics.status(spec), serialize(forged)) == 0
+        )
+        intruder.close()
+        await wait_for(lambda: coordinator.fleet_view.get(spec).rejected is not None)  # type: ignore[union-attr]
+        # It reacts to the refusal before its next two heartbeats (see the graceful-stop test).
+        before = len(statuses(explorer, coord))
+        await until(explorer, lambda: len(statuses(explorer, coord)) >= before + 2)
+        # The loss post is still retained on the topic, so it is still owned.
+        assert kinds(explorer, coord, spec) == [False]
+        assert json.loads(incidents.read_text()) == {str(spec): "VM_CONNECTION_LOST"}
+        # The child is back and the hold runs out: the post is resolved and cleared.
+        await start_agents(stack, secure, tmp_path, {}, ["spec_a"], **fast)
+        await until(explorer, lambda: kinds(explorer, coord, spec) == [False, True, "clear"])
+        await wait_for(lambda: json.loads(incidents.read_text()) == {})
+
+
 async def test_host_checks_post_one_incident_and_resolve_it_when_they_pass(
     secure: SecureBroker, explorer: Client, tmp_path: Path
 ) -> None:

@@ -387,17 +387,16 @@ class Liveness:
             if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
                 continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
-            if code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code):
-                # A status out of bounds is its own incident, even on top of a loss (an
-                # attacker's connection takes the child's session over): say so, once.
-                self.posts.forget(child_id)
-            if code is not None and child_id not in posted:
+            # A status out of bounds is its own incident, even on top of a loss (an
+            # attacker's connection takes the child's session over): say so, once.
+            replace = code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code)
+            if code is not None and (child_id not in posted or replace):
                 # What was retained or queued for us while we were away (e.g. the wills a
                 # broker publishes as it stops) is old news: a child that is fine is reborn
                 # within this grace after our own reconnect, its backoff included.
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
-                    continue
+                    continue  # an incident it would replace stays open, still ours to resolve
                 if code == CHILD_MISBEHAVING:
                     why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
                     severity: Severity = "ERROR"
@@ -406,7 +405,7 @@ class Liveness:
                     severity = "CRITICAL"
                 await self._safely(
                     self.posts.open_incident(
-                        child_id, code, why, epoch=entry.epoch, severity=severity
+                        child_id, code, why, epoch=entry.epoch, severity=severity, replace=replace
                     )
                 )
             elif code is None and child_id in posted:

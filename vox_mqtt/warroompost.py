@@ -50,10 +50,6 @@ class WarroomPoster:
         """Return the open incidents by subject, with the code each was posted with."""
         return MappingProxyType(self._open.codes)
 
-    def forget(self, subject: UUID) -> None:
-        """Drop the open incident about subject without a post: the next one replaces it."""
-        self._open.set(subject, None)
-
     # --- this agent's own incident ----------------------------------------------------------
 
     async def raise_own(
@@ -140,9 +136,15 @@ class WarroomPoster:
         *,
         epoch: int | None = None,
         severity: Severity = "CRITICAL",
+        replace: bool = False,
     ) -> None:
-        """Post a retained system_failure about subject, once per incident."""
-        if subject in self._open.codes:
+        """Post a retained system_failure about subject, once per incident.
+
+        With replace, an open incident about subject with another code gives way to this
+        one: the new retained post takes the old one's place on the same topic.
+        """
+        held = self._open.codes.get(subject)
+        if held is not None and not (replace and held != error_code):
             return  # one alert per incident: a STALE that becomes a will is the same one
         failure = SystemFailure(
             error_code=error_code,
@@ -152,6 +154,8 @@ class WarroomPoster:
             epoch=epoch,
         )
         await self._post(subject, failure, retain=True)
+        # Only once posted: a post skipped (offline) leaves the old incident owned, so the
+        # retained post about subject is always one this agent will resolve.
         self._open.set(subject, error_code)
 
     async def resolve_incident(self, subject: UUID, description: str) -> None:
