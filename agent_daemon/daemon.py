@@ -146,7 +146,10 @@ def state_dir_problems(state_dir: Path) -> list[str]:
 
 
 def hold_run_lock(state_dir: Path) -> int | None:
-    """Take the run lock and return its descriptor; None if another process holds it."""
+    """Take the run lock and return its descriptor (None if it cannot be created).
+
+    Raise ConfigError if another process holds it.
+    """
     try:
         fd = os.open(state_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
@@ -156,8 +159,15 @@ def hold_run_lock(state_dir: Path) -> int | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        log.warning("another vox-agent holds %s: is this agent running twice?", state_dir)
-        return None
+        # Two daemons of one agent would take each other's broker session over, again and
+        # again, and write one ledger: the second one stops here.
+        raise ConfigError(
+            [
+                f"another vox-agent is running with the state dir {state_dir} (it holds "
+                f"{RUN_LOCK}): one agent runs once; stop the other first (systemctl status "
+                "vox-agent@NAME, or its terminal)"
+            ]
+        ) from None
     return fd
 
 
@@ -218,8 +228,9 @@ class AgentDaemon:
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         reloader = asyncio.ensure_future(self._reload_loop())
         keep_names(self.prepared.config)
-        lock = hold_run_lock(Path(self.prepared.config.state_dir))
+        lock: int | None = None
         try:
+            lock = hold_run_lock(Path(self.prepared.config.state_dir))
             agent = await self._connect()
             if agent is None:
                 log.info("stopped (%s) before the broker was reached", self._stop_reason)

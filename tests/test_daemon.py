@@ -512,6 +512,27 @@ def test_a_refused_login_stops_the_daemon_with_exit_77(
     assert "RestartPreventExitStatus=2 77" in unit.splitlines()
 
 
+def test_a_second_daemon_of_one_agent_stops_with_one_line_and_the_first_runs_on(
+    tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
+) -> None:
+    dep = deploy(tmp_path)
+    broker_factory(dep.conf_text, port=dep.port)
+    first = run_daemon(dep.root_config)
+    notify.wait_for("READY=1")
+    second = run_daemon(dep.root_config)
+    assert second.wait() == 2
+    log = second.log()
+    assert "another vox-agent is running with the state dir" in log
+    assert "Traceback" not in log
+    assert "connect" not in log.lower()  # it never reached for the broker
+    # The first one kept its session: nothing took it over.
+    assert first.process.poll() is None
+    assert "lost the connection" not in first.log()
+    assert dep.retained_status()["status"] == "ACTIVE"
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+
+
 def test_a_state_dir_that_is_a_file_is_one_clear_line(tmp_path: Path, run_daemon) -> None:
     dep = deploy(tmp_path)
     dep.state_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from vox_mqtt._mqttdecode import RawProperties, puback_code, split_publish
+from vox_mqtt._mqttdecode import RawProperties, decode_lean, puback_code, split_publish
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1
@@ -97,3 +98,29 @@ def test_puback_codes_are_shared_and_named_as_paho_names_them() -> None:
     assert puback_code(0x87) is puback_code(0x87)
     assert puback_code(0x87).getName() == "Not authorized"
     assert puback_code(0).value == 0
+
+
+@pytest.mark.parametrize("header", [0x32, 0x33, 0x3A])  # QoS 1; retained; a duplicate
+def test_a_received_message_reads_as_paho_s_own(header: int) -> None:
+    props = Properties(PacketTypes.PUBLISH)
+    props.ContentType = "application/json"
+    props.UserProperty = [("vox-type", "command_request")]
+    body = publish_body(b"vox/a/inbox/b", 4242, props, b'{"n": 1}')
+
+    def receive(lean: bool) -> mqtt.MQTTMessage:
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        client.manual_ack_set(True)  # no socket here to send a PUBACK on
+        got: list[mqtt.MQTTMessage] = []
+        client.on_message = lambda _client, _userdata, message: got.append(message)
+        if lean:
+            decode_lean(client)
+        client._in_packet = {"command": header, "packet": bytearray(body)}
+        client._handle_publish()
+        return got[0]
+
+    paho, ours = receive(lean=False), receive(lean=True)
+    for name in ("topic", "mid", "qos", "retain", "dup", "payload", "state"):
+        assert getattr(ours, name) == getattr(paho, name), name
+    assert isinstance(ours.properties, RawProperties)
+    assert paho.properties is not None
+    assert as_dict(ours.properties.decode()) == as_dict(paho.properties)

@@ -68,6 +68,7 @@ def split_publish(packet: bytes | bytearray) -> tuple[bytes, int, bytes, bytes]:
 # One ReasonCode per PUBACK code seen, shared: nothing modifies them.
 _PUBACK_CODES: dict[int, ReasonCode] = {}
 _NO_PROPERTIES = Properties(PacketTypes.PUBACK)  # type: ignore[no-untyped-call]
+_NO_INFO = mqtt.MQTTMessageInfo(0)  # shared by every received message; nothing reads it
 
 
 def puback_code(value: int) -> ReasonCode:
@@ -88,13 +89,19 @@ def decode_lean(client: mqtt.Client) -> None:
         if (header & 0x06) >> 1 != 1 or client._protocol != mqtt.MQTTv5:
             return handle_publish()
         topic, mid, packed, payload = split_publish(client._in_packet["packet"])
-        message = mqtt.MQTTMessage(mid=mid, topic=topic)
+        # Every slot set here, as MQTTMessage() would, but its `info`: that tracks a publish
+        # of ours (and builds a threading.Condition), meaningless for one received.
+        message = mqtt.MQTTMessage.__new__(mqtt.MQTTMessage)
+        message.timestamp = mqtt.time_func()
+        message.state = mqtt.mqtt_ms_invalid
         message.dup = bool(header & 0x08)
+        message.mid = mid
+        message._topic = topic
+        message.payload = payload
         message.qos = 1
         message.retain = bool(header & 0x01)
+        message.info = _NO_INFO
         message.properties = RawProperties(packed)  # type: ignore[assignment]
-        message.payload = payload
-        message.timestamp = mqtt.time_func()
         client._handle_on_message(message)
         if client._manual_ack:
             return MQTTErrorCode.MQTT_ERR_SUCCESS
