@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.aclkit import expected_read, expected_write, people, universe
 from tests.brokerkit import fleet_toml, seven_agent_fleet, tree_fleet
-from tests.test_acl_matrix import expected_read, expected_write, people, universe
 from vox_mqtt.acl import (
     EXPLORER_NAME,
     Kind,
