@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
 import os
@@ -17,6 +18,7 @@ from uuid import uuid4
 
 from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
+from vox_mqtt.console import OperatorConsole
 from vox_mqtt.hierarchy import Fleet, load_fleet
 from vox_mqtt.localbroker import LocalBroker, free_port
 
@@ -206,3 +208,13 @@ def wait_until(predicate: Any, timeout: float = 20.0, what: str = "condition") -
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
     return time.monotonic() - started
+
+
+async def wait_for_route(console: OperatorConsole, command: str, timeout: float = 30) -> None:
+    """Wait until the root advertises the command: the tree below it is up."""
+    async with asyncio.timeout(timeout):
+        while True:
+            root = console.view.get(console.root_id)
+            if root is not None and root.healthy and command in root.commands:
+                return
+            await asyncio.sleep(0.05)

@@ -12,8 +12,7 @@ import pytest
 
 from tests.brokerkit import NOT_AUTHORIZED, Client, Witness
 from tests.federationkit import Federation, federated_fleet_text, running_federation
-from tests.fleetproc import wait_until
-from tests.test_fleet_processes import wait_for_route
+from tests.fleetproc import wait_for_route, wait_until
 from vox_mqtt import topics
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.federation import bridge_id, broker_identities, link_topic

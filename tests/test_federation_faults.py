@@ -20,7 +20,7 @@ import pytest
 from tests.brokerkit import Witness
 from tests.faultkit import run_vox
 from tests.federationkit import Federation, federated_fleet_text, running_federation
-from tests.test_fleet_processes import wait_for_route
+from tests.fleetproc import wait_for_route
 from vox_mqtt import topics
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed

@@ -13,23 +13,13 @@ from typing import Any
 import pytest
 
 from tests.brokerkit import SEED_TREE
-from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_until
+from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.errors import CommandFailed
 from vox_mqtt.ledger import VOXAgentMemory
 from vox_mqtt.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
-
-
-async def wait_for_route(console: OperatorConsole, command: str, timeout: float = 30) -> None:
-    """Wait until the root advertises the command: the tree below it is up."""
-    async with asyncio.timeout(timeout):
-        while True:
-            root = console.view.get(console.root_id)
-            if root is not None and root.healthy and command in root.commands:
-                return
-            await asyncio.sleep(0.05)
 
 
 async def rows_of(path: Path) -> list[dict[str, Any]]:
