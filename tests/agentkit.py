@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.brokerkit import SecureBroker
+from vox_mqtt import topics
 from vox_mqtt.agent import AgentConfig, VOXAgent
 from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
+from vox_mqtt.messages import VOXMessage, parse
 from vox_mqtt.roles import Role, command
 from vox_mqtt.topics import STATUS_FILTER, WARROOM_FILTER
-from vox_mqtt.transport import BrokerSettings
+from vox_mqtt.transport import BrokerSettings, Session
 
 
 class Analyst(Role):
@@ -106,6 +108,43 @@ async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05
     async with asyncio.timeout(timeout):
         while not predicate():  # noqa: ASYNC110 - polling state another task mutates
             await asyncio.sleep(interval)
+
+
+JOB = {
+    "start_time": "2026-01-11T08:15:00-03:00",
+    "end_time": "2026-01-11T16:00:00-03:00",
+    "estimated_effort_minutes": 60,
+    "price": {"currency": "USD", "value": 30},
+    "note_to_human": "Client: Netwire",
+}
+
+
+class Peer:
+    """A raw session under a peer's identity, collecting what arrives in its inbox."""
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.received: list[VOXMessage] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def pump(self) -> None:
+        async for inbound in self.session.messages():
+            self.received.append(parse(inbound.payload))
+
+    def of_type(self, kind: str) -> list[VOXMessage]:
+        return [m for m in self.received if m.type == kind]
+
+
+async def open_peer(stack: AsyncExitStack, secure: Any, name: str) -> Peer:
+    agent_id = secure.fleet.agent(name).id
+    session = await stack.enter_async_context(
+        Session(settings_for(secure, name), subscriptions=[topics.inbox_filter(agent_id)])
+    )
+    peer = Peer(session, name)
+    task = asyncio.ensure_future(peer.pump())
+    stack.callback(task.cancel)
+    return peer
 
 
 class Tally(Role):

@@ -15,9 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.agentkit import start_agents, wait_for
+from tests.agentkit import JOB, Peer, open_peer, start_agents, wait_for
 from tests.brokerkit import tree_fleet
-from tests.test_agent_security import JOB, Peer, open_peer
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.messages import MSG_ACKNOWLEDGED, MSG_JOB_DETECTED, new_message, serialize

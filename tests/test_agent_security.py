@@ -11,7 +11,15 @@ from uuid import uuid4
 
 import pytest
 
-from tests.agentkit import Analyst, Slow, operator_config, settings_for, start_agents, wait_for
+from tests.agentkit import (
+    JOB,
+    Analyst,
+    Slow,
+    open_peer,
+    operator_config,
+    start_agents,
+    wait_for,
+)
 from tests.brokerkit import SEED_TREE, Witness, tree_fleet
 from vox_mqtt import topics
 from vox_mqtt.agent import VOXAgent
@@ -20,49 +28,10 @@ from vox_mqtt.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_REQUEST,
     MSG_JOB_DETECTED,
-    VOXMessage,
     new_message,
-    parse,
     serialize,
 )
 from vox_mqtt.roles import command
-from vox_mqtt.transport import Session
-
-JOB = {
-    "start_time": "2026-01-11T08:15:00-03:00",
-    "end_time": "2026-01-11T16:00:00-03:00",
-    "estimated_effort_minutes": 60,
-    "price": {"currency": "USD", "value": 30},
-    "note_to_human": "Client: Netwire",
-}
-
-
-class Peer:
-    """A raw session under a peer's identity, collecting what arrives in its inbox."""
-
-    def __init__(self, session: Session, name: str) -> None:
-        self.session = session
-        self.name = name
-        self.received: list[VOXMessage] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def pump(self) -> None:
-        async for inbound in self.session.messages():
-            self.received.append(parse(inbound.payload))
-
-    def of_type(self, kind: str) -> list[VOXMessage]:
-        return [m for m in self.received if m.type == kind]
-
-
-async def open_peer(stack: AsyncExitStack, secure: Any, name: str) -> Peer:
-    agent_id = secure.fleet.agent(name).id
-    session = await stack.enter_async_context(
-        Session(settings_for(secure, name), subscriptions=[topics.inbox_filter(agent_id)])
-    )
-    peer = Peer(session, name)
-    task = asyncio.ensure_future(peer.pump())
-    stack.callback(task.cancel)
-    return peer
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ from uuid import uuid4
 
 import pytest
 
-from tests.agentkit import Analyst, start_agents, wait_for
+from tests.agentkit import Analyst, open_peer, start_agents, wait_for
 from tests.brokerkit import tree_fleet
-from tests.test_agent_security import open_peer
 from vox_mqtt import topics
 from vox_mqtt.errors import InvalidMessage
 from vox_mqtt.messages import (
