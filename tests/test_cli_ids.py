@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from tests.test_cli_ledger import COORD, ROOT, SPEC, build_ledger
+from tests.ledgerkit import COORD, ROOT, SPEC, build_ledger
 from vox_mqtt.cli import main
 from vox_mqtt.cli._ids import normalize_prefix
 from vox_mqtt.memory import VOXAgentMemory
