@@ -12,6 +12,7 @@ import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.brokerkit import tree_fleet
+from tests.daemonkit import render
 from vox_mqtt.agent import VOXAgent
 from vox_mqtt.config import load_daemon_config
 
@@ -174,9 +175,7 @@ async def test_ledger_sync_reaches_the_agents_ledger(
 
 
 def test_ledger_sync_is_read_from_the_daemon_config(tmp_path: Path) -> None:
-    from tests.test_daemon_config import _render
-
-    config = _render(tmp_path)
+    config = render(tmp_path)
     assert load_daemon_config(config).agent_config(config.parent).ledger_sync == "full"
     text = config.read_text()
     config.write_text(text.replace("[agent]\n", '[agent]\nledger_sync = "normal"\n', 1))

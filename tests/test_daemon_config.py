@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-import getpass
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.hierarchy import parse_fleet
+from tests.daemonkit import render
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _fleet_text(roles: str = '["tests.roles_for_tests:Sleeper"]', settings: str = "{}") -> str:
-    root, operator = uuid4(), uuid4()
-    return (
-        f'[operator]\nid = "{operator}"\n\n'
-        f'[[agents]]\nname = "root"\nid = "{root}"\nroles = {roles}\nsettings = {settings}\n'
-    )
-
-
-def _render(tmp_path: Path, text: str | None = None) -> Path:
-    fleet = parse_fleet(text or _fleet_text())
-    broker = render_broker_dir(fleet, tmp_path / "broker", port=1, run_as_user=getpass.getuser())
-    out = tmp_path / "etc" / "root.toml"
-    render_agent_config(fleet, "root", broker.root, out, tmp_path / "state")
-    return out
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,7 +73,7 @@ BREAKAGES = [
 def test_a_broken_config_exits_2_with_a_readable_reason(
     tmp_path: Path, expected: str, breakage: Callable[[Path], None]
 ) -> None:
-    config = _render(tmp_path)
+    config = render(tmp_path)
     breakage(config)
     result = _run("--config", str(config))
     assert result.returncode == 2, result.stderr
@@ -111,7 +91,7 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
 
 
 def test_check_validates_without_connecting(tmp_path: Path) -> None:
-    config = _render(tmp_path)
+    config = render(tmp_path)
     result = _run("--config", str(config), "--check")
     assert result.returncode == 0, result.stderr
     assert "OK (root, 1 role(s))" in result.stdout

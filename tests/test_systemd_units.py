@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_daemon import REPO, Daemon, NotifySocket, deploy
+from tests.daemonkit import REPO, Daemon, NotifySocket, deploy
 from vox_mqtt.console import OperatorConsole
 from vox_mqtt.localbroker import LocalBroker
 
