@@ -14,9 +14,11 @@ import pytest
 
 from tests.agentkit import wait_for
 from tests.brokerkit import SecureBroker, Witness
-from tests.test_cli_ops import capture, configs, running_fleet, secure  # noqa: F401 - fixtures
+from tests.clikit import capture, configs, running_fleet, secure
 from vox_mqtt import topics
 from vox_mqtt.tracking import RequestState
+
+__all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +39,10 @@ def _payloads(witness: Witness, topic: str, kind: str) -> list[dict[str, Any]]:
 
 
 async def test_send_names_the_handler_and_leaves_no_resend_behind(
-    secure: SecureBroker,  # noqa: F811
-    configs: dict[str, Path],  # noqa: F811
+    secure: SecureBroker,
+    configs: dict[str, Path],
     tmp_path: Path,
-    capture: Any,  # noqa: F811
+    capture: Any,
 ) -> None:
     fleet = secure.fleet
     root, operator = fleet.root.id, fleet.operator_id
@@ -79,10 +81,10 @@ async def test_send_names_the_handler_and_leaves_no_resend_behind(
 
 
 async def test_send_json_carries_the_handler_name(
-    secure: SecureBroker,  # noqa: F811
-    configs: dict[str, Path],  # noqa: F811
+    secure: SecureBroker,
+    configs: dict[str, Path],
     tmp_path: Path,
-    capture: Any,  # noqa: F811
+    capture: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # No --config: $VOX_CONFIG names the console's config.
@@ -96,7 +98,7 @@ async def test_send_json_carries_the_handler_name(
 
 
 async def test_without_config_or_env_the_error_names_every_way(
-    capture: Any,  # noqa: F811
+    capture: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("VOX_CONFIG", raising=False)
@@ -111,10 +113,10 @@ async def test_without_config_or_env_the_error_names_every_way(
 
 
 async def test_inbox_marks_what_was_read_and_names_the_sender(
-    secure: SecureBroker,  # noqa: F811
-    configs: dict[str, Path],  # noqa: F811
+    secure: SecureBroker,
+    configs: dict[str, Path],
     tmp_path: Path,
-    capture: Any,  # noqa: F811
+    capture: Any,
 ) -> None:
     async with AsyncExitStack() as stack:
         agents = await running_fleet(stack, secure, tmp_path)
@@ -147,10 +149,10 @@ async def test_inbox_marks_what_was_read_and_names_the_sender(
 
 
 async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_own_figures(
-    secure: SecureBroker,  # noqa: F811
-    configs: dict[str, Path],  # noqa: F811
+    secure: SecureBroker,
+    configs: dict[str, Path],
     tmp_path: Path,
-    capture: Any,  # noqa: F811
+    capture: Any,
 ) -> None:
     async with AsyncExitStack() as stack:
         agents = await running_fleet(stack, secure, tmp_path)
@@ -197,9 +199,9 @@ async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_o
 
 
 async def test_a_console_state_dir_that_is_a_file_is_one_clear_line(
-    configs: dict[str, Path],  # noqa: F811
+    configs: dict[str, Path],
     tmp_path: Path,
-    capture: Any,  # noqa: F811
+    capture: Any,
 ) -> None:
     state = tmp_path / "cli-state" / "operator"
     state.parent.mkdir(parents=True, exist_ok=True)
