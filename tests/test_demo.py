@@ -3,72 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.demokit import (
+    REPO,
+    alive,
+    assert_nothing_left,
+    demo_command,
+    demo_env,
+    demo_process,
+    run_demo,
+    started_pids,
+)
 from vox_mqtt.hierarchy import load_fleet
 from vox_mqtt.ledger import VOXAgentMemory
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def demo_command(directory: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "vox_mqtt.cli", "demo", "--dir", str(directory), *extra]
-
-
-def demo_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def run_demo(directory: Path, *extra: str, timeout: float) -> str:
-    """Run the demo to its end, assert it succeeded, and return its output."""
-    done = subprocess.run(
-        demo_command(directory, *extra),
-        cwd=REPO,
-        env=demo_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    return output
-
-
-@contextlib.contextmanager
-def demo_process(directory: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    """Run the demo with its output piped; kill it if the test leaves it running."""
-    process = subprocess.Popen(
-        demo_command(directory, *extra),
-        cwd=REPO,
-        env=demo_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def rows(directory: Path, name: str) -> list[dict[str, Any]]:
@@ -88,28 +47,6 @@ def one(found: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
 
 def where(found: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
     return [r for r in found if all(r.get(k) == v for k, v in match.items())]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def started_pids(directory: Path) -> list[int]:
-    run = json.loads((directory / "run.json").read_text())
-    return [pid for group in run["pids"].values() for pid in group]
-
-
-def assert_nothing_left(directory: Path) -> None:
-    pids = started_pids(directory)
-    assert pids
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p for p in pids if alive(p)] == []
 
 
 @pytest.fixture(scope="module")

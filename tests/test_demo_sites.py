@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_demo import assert_nothing_left, run_demo
+from tests.demokit import assert_nothing_left, run_demo
 from vox_mqtt.hierarchy import load_fleet
 
 pytestmark = pytest.mark.slow
