@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from tests.agentkit import wait_for
-from tests.test_examples_roles import Fixture, drop, fleet_fixture, job_mail, seed_fleet
+from tests.freelancekit import Fixture, drop, fleet_fixture, job_mail, seed_fleet
 
 __all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
 
