@@ -2,7 +2,8 @@
 
 Layers, bottom to top: contracts, services, the agent core, apps. A module imports only
 modules of its own layer or below (TYPE_CHECKING imports included), the import graph has
-no cycle, no class is a mixin, and no module grows past 600 lines.
+no cycle, no class is a mixin, and no module grows past 600 lines. In tests/, a test
+module imports no other test module: what several share lives in a kit module.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "vox_mqtt"
+TESTS = Path(__file__).resolve().parent
 
 CONTRACTS, SERVICES, CORE, APPS = 0, 1, 2, 3
 LAYER_NAMES = {CONTRACTS: "contracts", SERVICES: "services", CORE: "agent core", APPS: "apps"}
@@ -182,3 +184,34 @@ def test_modules_stay_under_600_lines(name: str) -> None:
 def test_the_guard_sees_type_checking_imports() -> None:
     # roles.py names the ledger and settings only for type checking: the graph must see them.
     assert {"vox_mqtt.ledger", "vox_mqtt.settings"} <= GRAPH["vox_mqtt.roles"]
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """Return the tests.test_* modules a file imports, wherever the import statement sits."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            # Relative imports start from the tests package itself.
+            module = ("tests." * bool(node.level)) + (node.module or "")
+            module = module.rstrip(".")
+            names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if len(parts) >= 2 and parts[0] == "tests" and parts[1].startswith("test_"):
+                found.add(".".join(parts[:2]))
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    # A test module is a list of tests; what several share belongs in a kit module.
+    borrowed = [
+        f"tests.{path.stem} imports {module}"
+        for path in sorted(TESTS.glob("test_*.py"))
+        for module in sorted(imported_test_modules(path))
+        if module != f"tests.{path.stem}"
+    ]
+    assert borrowed == []
