@@ -336,12 +336,13 @@ class CommandRunner:
         if delegation is not None:
             # Its downstream request committed with its "received" row: send it now.
             self.outbox.dispatch(delegation.outgoing)
+            timeout = self._timeout_of(payload)
             outcome = await self._delegation_outcome(
-                request, delegation.child, delegation.outgoing.tracked, self._timeout_of(payload)
+                request, delegation.child, delegation.outgoing.tracked, timeout
             )
             if _refused_unrecorded(outcome):
                 return await self._delegate(
-                    request, payload, self._timeout_of(payload), refused={delegation.child}
+                    request, payload, timeout, refused={delegation.child}, outcome=outcome
                 )
             return outcome
         if request.message_id in self._started_at_once:
@@ -418,23 +419,24 @@ class CommandRunner:
         timeout: float,
         *,
         refused: set[UUID] | None = None,
+        outcome: CommandResult | CommandError | None = None,
     ) -> CommandResult | CommandError:
+        """Delegate to one child after another while they refuse it unrecorded.
+
+        refused: the children that already did, outcome: the last one's refusal.
+        """
         name = payload.command
         refused = set() if refused is None else refused
-        outcome: CommandResult | CommandError = CommandError(
-            code=ErrorCode.LEDGER_UNAVAILABLE, error="no child could record it", command=name
-        )
         while True:
             child, code = self.choose_child(name, avoid=refused)
-            if child is None and refused:
-                break  # every child that could have served it refused it unrecorded
+            if child is None and outcome is not None:
+                return outcome  # every child that could have served it refused it unrecorded
             outcome = await self._delegate_to(child, code, request, payload, timeout)
             if not _refused_unrecorded(outcome):
                 return outcome
             # That child cannot record and did nothing: the work goes to another, if any.
             assert child is not None
             refused.add(child)
-        return outcome
 
     async def _delegate_to(
         self,
