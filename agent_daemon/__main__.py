@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from vox_mqtt import __version__, topics
-from vox_mqtt.errors import BrokerUnavailable, ConfigError
-from vox_mqtt.passwd import load_credentials
-from vox_mqtt.transport import probe_login
+from vox_mqtt import __version__
+from vox_mqtt.broker.passwd import load_credentials
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError
+from vox_mqtt.transport.session import probe_login
 
 from .daemon import (
     EXIT_CONFIG,

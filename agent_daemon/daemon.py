@@ -15,9 +15,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from vox_mqtt.agent import AgentConfig, VOXAgent
-from vox_mqtt.config import DaemonFile, load_daemon_config
-from vox_mqtt.errors import (
+from vox_mqtt.agent.facade import AgentConfig, VOXAgent
+from vox_mqtt.agent.roles import Role, load_role
+from vox_mqtt.fleet.config import DaemonFile, load_daemon_config
+from vox_mqtt.ledger.peernames import read_names, write_names
+from vox_mqtt.ledger.privatefs import private_dir
+from vox_mqtt.protocol.errors import (
     BrokerUnavailable,
     ConfigError,
     DeliveryFailed,
@@ -26,10 +29,7 @@ from vox_mqtt.errors import (
     SubscriptionRefused,
     VoxError,
 )
-from vox_mqtt.peernames import read_names, write_names
-from vox_mqtt.privatefs import private_dir
-from vox_mqtt.roles import Role, load_role
-from vox_mqtt.sitelinks import LinkMap
+from vox_mqtt.protocol.sitelinks import LinkMap
 
 from .logs import LogSetup
 from .reload import plan_reload

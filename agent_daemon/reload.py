@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from vox_mqtt.config import DaemonFile
+from vox_mqtt.fleet.config import DaemonFile
 
 __all__ = ["ReloadPlan", "plan_reload"]
 

@@ -33,11 +33,11 @@ from bench.common import (
 from bench.one_hop import sizes as hop_sizes
 from bench.one_hop import vox_round_trips
 from bench.three_levels import sizes as level_sizes
-from vox_mqtt.agent import AgentConfig
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.sites import chain_up
+from vox_mqtt.agent.facade import AgentConfig
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.sites import chain_up
 
 
 def bridged_text(shape: dict[str, str | None], on_site: set[str]) -> str:

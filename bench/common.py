@@ -21,15 +21,15 @@ from typing import Any
 from uuid import UUID
 
 from tests.fleetproc import fleet_text as tests_fleet_text
-from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.credstore import CredentialStore
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.passwd import Credentials
-from vox_mqtt.settings import AgentConfig
-from vox_mqtt.topics import WARROOM_FILTER
-from vox_mqtt.transport import BrokerSettings
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.fleet.bundles import fleet_agent_config, fleet_operator_config
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.protocol.topics import WARROOM_FILTER
+from vox_mqtt.transport.session import BrokerSettings
 
 # The tree of figures 1-3: the operator is the root's master.
 SEED_SHAPE: dict[str, str | None] = {

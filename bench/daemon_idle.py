@@ -30,10 +30,10 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BARE_CLIENT
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.hierarchy import parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.hierarchy import parse_fleet
 
 SETTLE = 5.0  # seconds after READY before measuring: imports done, first heartbeat out
 

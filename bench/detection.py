@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `tests` impor
 from bench.common import BARE_CLIENT, figure, run_alone
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
 from tests.recorder import Recorder
-from vox_mqtt import topics
+from vox_mqtt.protocol import topics
 
 HEARTBEAT = 1.0
 STALE_AFTER = 3.0  # heartbeat intervals, the agents' default

@@ -22,13 +22,13 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from bench.common import figure, run_alone
-from vox_mqtt import topics
-from vox_mqtt.exporter import FleetCollector, fleet_families
-from vox_mqtt.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
-from vox_mqtt.metrics import AgentMetrics
-from vox_mqtt.observer import FleetObserver
-from vox_mqtt.status import host_metrics
-from vox_mqtt.transport import Inbound
+from vox_mqtt.console.exporter import FleetCollector, fleet_families
+from vox_mqtt.observe.metrics import AgentMetrics
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.observe.status import host_metrics
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
+from vox_mqtt.transport.session import Inbound
 
 
 def sizes(quick: bool) -> tuple[int, int]:

@@ -34,7 +34,7 @@ from bench.common import (
 )
 from bench.throughput import drive
 from bench.voxside import start_vox
-from vox_mqtt import topics
+from vox_mqtt.protocol import topics
 
 PARAMS = {"text": "hello"}
 REPLY_ACL = ["topic readwrite _zmqtt/reply/#"]

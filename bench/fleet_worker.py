@@ -20,8 +20,8 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BenchBroker
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.hierarchy import load_fleet
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.protocol.hierarchy import load_fleet
 
 
 async def serve(bench: BenchBroker, names: list[str], heartbeat: float) -> None:

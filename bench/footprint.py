@@ -31,11 +31,11 @@ from bench import daemon_idle
 from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
 from bench.rawmqtt import raw_client
 from bench.report import REPO
-from vox_mqtt import topics
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.status import ACTIVE
-from vox_mqtt.topics import STATUS_FILTER
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.topics import STATUS_FILTER
 
 WORKERS = 4
 

@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import figure
-from vox_mqtt.ledger import VOXAgentMemory
+from vox_mqtt.ledger.store import VOXAgentMemory
 
 # (name, constructor keywords): the last one is the baseline.
 MODES: list[tuple[str, dict[str, Any]]] = [

@@ -24,7 +24,7 @@ from typing import Any
 from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text, run_alone
 from bench.throughput import drive
 from bench.voxside import start_vox
-from vox_mqtt.metrics import AgentMetrics
+from vox_mqtt.observe.metrics import AgentMetrics
 
 PARAMS = {"text": "hello"}
 ALL = ["root", "coordinator", "spec_a", "spec_b"]

@@ -30,7 +30,7 @@ import aiomqtt
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bench.common import BenchBroker
-from vox_mqtt import topics
+from vox_mqtt.protocol import topics
 
 # The same socket option vox_mqtt.transport passes for every connection.
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -25,10 +25,10 @@ import aiomqtt
 
 from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
 from bench.rawmqtt import raw_client
-from vox_mqtt import topics
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.brokerreload import reload_broker
-from vox_mqtt.hierarchy import parse_fleet
+from vox_mqtt.broker.reload import reload_broker
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.hierarchy import parse_fleet
 
 
 def sizes(quick: bool) -> int:

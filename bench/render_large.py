@@ -25,9 +25,9 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import figure
-from vox_mqtt.brokerconf import Format, render_broker_dir
-from vox_mqtt.hierarchy import parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import Format, render_broker_dir
+from vox_mqtt.protocol.hierarchy import parse_fleet
 
 
 def tree_toml(agents: int, fanout: int) -> str:

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vox_mqtt.localbroker import find_mosquitto
+from vox_mqtt.broker.local import find_mosquitto
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYSIS = REPO / "docs" / "performance.md"

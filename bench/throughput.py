@@ -28,7 +28,7 @@ from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_te
 from bench.profiling import summarize
 from bench.rawmqtt import RawNode
 from bench.voxside import start_vox
-from vox_mqtt.agent import VOXAgent
+from vox_mqtt.agent.facade import VOXAgent
 
 PARAMS = {"text": "hello"}
 # A command through three levels: three requests and three answers, each acknowledged.

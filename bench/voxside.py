@@ -9,8 +9,8 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from bench.common import BenchBroker
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.roles import Role, command
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.roles import Role, command
 
 
 class Ping(Role):

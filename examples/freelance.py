@@ -21,8 +21,9 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.messages import (
+from vox_mqtt.agent.roles import Role, command, on
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
     MSG_DATA_REQUEST,
     MSG_DATA_RESPONSE,
@@ -36,7 +37,6 @@ from vox_mqtt.messages import (
     now_iso,
     parse_timestamp,
 )
-from vox_mqtt.roles import Role, command, on
 
 from ._settings import positive_seconds
 from .jobbook import BookedJob, JobBook

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 from uuid import UUID
 
-from vox_mqtt.messages import parse_timestamp
+from vox_mqtt.protocol.messages import parse_timestamp
 
 from .schedule import Booking
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import NAMESPACE_URL, uuid5
 
-from vox_mqtt.errors import VoxError
-from vox_mqtt.messages import MSG_JOB_DETECTED, VOXMessage
-from vox_mqtt.roles import Role
-from vox_mqtt.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.roles import Role
+from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.protocol.errors import VoxError
+from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, VOXMessage
 
 from ._settings import positive_seconds
 from .intake import IntakeError, decode_mail, read_bytes

@@ -6,8 +6,8 @@ import itertools
 from dataclasses import dataclass
 from uuid import UUID
 
-from vox_mqtt.acl import Kind, fleet_identities
-from vox_mqtt.hierarchy import Fleet
+from vox_mqtt.broker.acl import Kind, fleet_identities
+from vox_mqtt.protocol.hierarchy import Fleet
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.brokerkit import SecureBroker
-from vox_mqtt import topics
-from vox_mqtt.agent import AgentConfig, VOXAgent
-from vox_mqtt.agentconf import fleet_agent_config, fleet_operator_config
-from vox_mqtt.messages import VOXMessage, parse
-from vox_mqtt.roles import Role, command
-from vox_mqtt.topics import STATUS_FILTER, WARROOM_FILTER
-from vox_mqtt.transport import BrokerSettings, Session
+from vox_mqtt.agent.facade import AgentConfig, VOXAgent
+from vox_mqtt.agent.roles import Role, command
+from vox_mqtt.fleet.bundles import fleet_agent_config, fleet_operator_config
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.messages import VOXMessage, parse
+from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
+from vox_mqtt.transport.session import BrokerSettings, Session
 
 
 class Analyst(Role):

@@ -26,11 +26,17 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.messages import MAX_MESSAGE_BYTES, MSG_AGENT_STATUS, new_message, now_iso, serialize
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.messages import (
+    MAX_MESSAGE_BYTES,
+    MSG_AGENT_STATUS,
+    new_message,
+    now_iso,
+    serialize,
+)
 
 GRANTED_QOS1 = 0x01
 NOT_AUTHORIZED = 0x87

@@ -11,8 +11,8 @@ import pytest
 
 from tests.agentkit import Analyst, start_agents, wait_for
 from tests.brokerkit import SecureBroker, tree_fleet
-from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
+from vox_mqtt.fleet.bundles import render_agent_config
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 ROLES = {"spec_a": [Analyst()], "spec_b": [Analyst()]}

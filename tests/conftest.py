@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.broker.local import LocalBroker, free_port
 
 if TYPE_CHECKING:
     from tests.faultkit import Processes

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import free_port
+from vox_mqtt.broker.local import free_port
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = """

@@ -29,10 +29,10 @@ from uuid import UUID, uuid4
 
 from tests.fleetproc import REPO, AgentProcess, child_env
 from tests.recorder import Recorder
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import free_port
+from vox_mqtt.broker.local import free_port
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 ANALYST = "tests.agentkit:Analyst"
 SLEEPER = "tests.roles_for_tests:Sleeper"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vox_mqtt.roles import Role, command
+from vox_mqtt.agent.roles import Role, command
 
 
 def _record(settings: Any, tag: str) -> None:

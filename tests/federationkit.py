@@ -19,14 +19,14 @@ from uuid import UUID, uuid4
 
 from tests.faultkit import TcpProxy
 from tests.fleetproc import AgentProcess
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.federation import write_link_map
-from vox_mqtt.hierarchy import Fleet, load_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.passwd import Credentials
-from vox_mqtt.pki import init_pki
-from vox_mqtt.sites import chain_up
+from vox_mqtt.broker.federation import write_link_map
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.broker.pki import init_pki
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+from vox_mqtt.protocol.sites import chain_up
 
 
 def federated_fleet_text(

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.hierarchy import Fleet, load_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ import pytest
 from examples.freelance import Analyst, Coordinator, MailWatcher, Root
 from tests.agentkit import start_agents
 from tests.brokerkit import SEED_TREE, SecureBroker, tree_fleet
-from vox_mqtt.config import BrokerSection, ConsoleFile, OperatorSection
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.hierarchy import Fleet
-from vox_mqtt.roles import Role
+from vox_mqtt.agent.roles import Role
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.config import BrokerSection, ConsoleFile, OperatorSection
+from vox_mqtt.protocol.hierarchy import Fleet
 
 NOTE = "Client: Netwire\nProject O-26-XXXXX-TRA-YYY"
 

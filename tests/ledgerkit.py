@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from uuid import UUID, uuid4
 
-from vox_mqtt.ledger import VOXAgentMemory
-from vox_mqtt.messages import VOXMessage, new_message
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.messages import VOXMessage, new_message
 
 ROOT, COORD, SPEC = uuid4(), uuid4(), uuid4()
 

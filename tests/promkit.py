@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fleetproc import REPO, child_env
-from vox_mqtt.localbroker import free_port
+from vox_mqtt.broker.local import free_port
 
 ALERTS = REPO / "docs" / "vox-alerts.yml"
 

@@ -13,7 +13,7 @@ from uuid import UUID
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from vox_mqtt import topics
+from vox_mqtt.protocol import topics
 
 
 @dataclass

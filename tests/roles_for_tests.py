@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from vox_mqtt.roles import Role, command
+from vox_mqtt.agent.roles import Role, command
 
 
 class Sleeper(Role):

@@ -26,9 +26,9 @@ from tests.brokerkit import (
     start_secure_broker,
     try_connect,
 )
-from vox_mqtt.hierarchy import Fleet
-from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.protocol.hierarchy import Fleet
 
 ALLOWED_PUBACK = {0x00, 0x10}  # success, or "no matching subscribers"
 

@@ -21,9 +21,9 @@ from tests.brokerkit import (
     add_agent,
     seven_agent_fleet,
 )
-from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.hierarchy import Fleet
+from vox_mqtt.protocol.hierarchy import Fleet
 
 ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]

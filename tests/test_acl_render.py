@@ -11,7 +11,7 @@ import pytest
 
 from tests.aclkit import expected_read, expected_write, people, universe
 from tests.brokerkit import fleet_toml, seven_agent_fleet, tree_fleet
-from vox_mqtt.acl import (
+from vox_mqtt.broker.acl import (
     EXPLORER_NAME,
     Kind,
     check_dynsec,
@@ -23,9 +23,7 @@ from vox_mqtt.acl import (
     sub_topic_problem,
     topic_matches,
 )
-from vox_mqtt.errors import ConfigError
-from vox_mqtt.hierarchy import parse_fleet
-from vox_mqtt.passwd import (
+from vox_mqtt.broker.passwd import (
     Credentials,
     hash_password,
     load_credentials,
@@ -33,6 +31,8 @@ from vox_mqtt.passwd import (
     render_credentials,
     render_passwd,
 )
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import parse_fleet
 
 
 def test_the_rules_model_matches_design_section_3() -> None:

@@ -17,11 +17,11 @@ from tests.brokerkit import (
     start_secure_broker,
     try_connect,
 )
-from vox_mqtt.agentconf import render_agent_config
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.broker.passwd import load_credentials
+from vox_mqtt.broker.pki import PkiLayout, init_pki
 from vox_mqtt.cli import main
-from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.passwd import load_credentials
-from vox_mqtt.pki import PkiLayout, init_pki
+from vox_mqtt.fleet.bundles import render_agent_config
 
 ALLOWED = {0x00, 0x10}
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vox_mqtt.acl import parse_acl_file
-from vox_mqtt.errors import ConfigError
-from vox_mqtt.localbroker import find_mosquitto, free_port
+from vox_mqtt.broker.acl import parse_acl_file
+from vox_mqtt.broker.local import find_mosquitto, free_port
+from vox_mqtt.protocol.errors import ConfigError
 
 
 def mosquitto_accepts(acl: str, directory: Path) -> bool:

@@ -13,8 +13,8 @@ import pytest
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.brokerkit import tree_fleet
 from tests.daemonkit import render
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.config import load_daemon_config
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.fleet.config import load_daemon_config
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 from tests.agentkit import Analyst, Slow, agent_config, operator_config, start_agents, wait_for
 from tests.brokerkit import SEED_TREE, seven_agent_fleet, tree_fleet
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.errors import CommandFailed
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.protocol.errors import CommandFailed
 
 
 @pytest.fixture

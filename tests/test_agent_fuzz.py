@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from tests.agentkit import JOB, Peer, open_peer, start_agents, wait_for
 from tests.brokerkit import tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.messages import MSG_ACKNOWLEDGED, MSG_JOB_DETECTED, new_message, serialize
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_JOB_DETECTED, new_message, serialize
 
 TREE = {"root": None, "coordinator": "root", "specialist_a": "coordinator"}
 

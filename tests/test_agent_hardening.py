@@ -13,9 +13,10 @@ import pytest
 
 from tests.agentkit import Tally, start_agents, wait_for
 from tests.brokerkit import Client, SecureBroker, tree_fleet
-from vox_mqtt.agent import VOXAgent
+from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.cli import main
-from vox_mqtt.messages import (
+from vox_mqtt.observe.warroomguard import WARROOM_MAX_BYTES
+from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
     MSG_SYSTEM_FAILURE,
     CommandRequest,
@@ -23,8 +24,7 @@ from vox_mqtt.messages import (
     new_message,
     serialize,
 )
-from vox_mqtt.topics import WARROOM_ID
-from vox_mqtt.warroomguard import WARROOM_MAX_BYTES
+from vox_mqtt.protocol.topics import WARROOM_ID
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 ALLOWED = {0x00, 0x10}

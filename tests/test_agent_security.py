@@ -21,17 +21,17 @@ from tests.agentkit import (
     wait_for,
 )
 from tests.brokerkit import SEED_TREE, Witness, tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.errors import DeliveryFailed, VoxError
-from vox_mqtt.messages import (
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.roles import command
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import DeliveryFailed, VoxError
+from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_REQUEST,
     MSG_JOB_DETECTED,
     new_message,
     serialize,
 )
-from vox_mqtt.roles import command
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """The package's structure as docs/architecture.md draws it, checked from the source with ast.
 
-Layers, bottom to top: contracts, services, the agent core, apps. A module imports only
-modules of its own layer or below (TYPE_CHECKING imports included), the import graph has
-no cycle, no class is a mixin, and no module grows past 600 lines. In tests/, a test
+Subpackages in layers, bottom to top: protocol; transport, ledger; observe; agent, broker;
+fleet; console; cli. A module imports only its own subpackage or a lower layer
+(TYPE_CHECKING imports included), the agent runtime and the broker's control plane import
+nothing of each other, the import graph has no cycle, no class is a mixin, and no module
+grows past 600 lines. In tests/, a test
 module imports no other test module: what several share lives in a kit module.
 """
 
@@ -16,75 +18,36 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "vox_mqtt"
 TESTS = Path(__file__).resolve().parent
 
-CONTRACTS, SERVICES, CORE, APPS = 0, 1, 2, 3
-LAYER_NAMES = {CONTRACTS: "contracts", SERVICES: "services", CORE: "agent core", APPS: "apps"}
-# Keep in step with the layer table of docs/architecture.md.
+# Subpackages bottom to top; keep in step with the layer table of docs/architecture.md.
+# A module imports only its own subpackage or one of a lower layer; subpackages of one layer
+# import nothing of each other (the agent runtime and the broker's control plane above all).
 LAYERS: dict[str, int] = {
-    "vox_mqtt._version": CONTRACTS,
-    "vox_mqtt.errors": CONTRACTS,
-    "vox_mqtt.messages": CONTRACTS,
-    "vox_mqtt._jsonvalue": CONTRACTS,
-    "vox_mqtt.topics": CONTRACTS,
-    "vox_mqtt.hierarchy": CONTRACTS,
-    "vox_mqtt.settings": CONTRACTS,
-    "vox_mqtt.sites": CONTRACTS,
-    "vox_mqtt.sitelinks": CONTRACTS,
-    "vox_mqtt._mqttclient": SERVICES,
-    "vox_mqtt._mqttdecode": SERVICES,
-    "vox_mqtt.transport": SERVICES,
-    "vox_mqtt._ledgerschema": SERVICES,
-    "vox_mqtt._ledgerwriter": SERVICES,
-    "vox_mqtt._ledgerindex": SERVICES,
-    "vox_mqtt._ledgerrows": SERVICES,
-    "vox_mqtt._ledgerqueries": SERVICES,
-    "vox_mqtt.ledger": SERVICES,
-    "vox_mqtt.memory": SERVICES,  # the ledger under the seed's module name
-    "vox_mqtt.witness": SERVICES,
-    "vox_mqtt.tracking": SERVICES,
-    "vox_mqtt.status": SERVICES,
-    "vox_mqtt.warroom": SERVICES,
-    "vox_mqtt.observer": SERVICES,
-    "vox_mqtt.roles": SERVICES,
-    "vox_mqtt.router": SERVICES,
-    "vox_mqtt.rules": SERVICES,
-    "vox_mqtt.config": SERVICES,
-    "vox_mqtt.agentconf": SERVICES,
-    "vox_mqtt.passwd": SERVICES,
-    "vox_mqtt.credstore": SERVICES,
-    "vox_mqtt.acl": SERVICES,
-    "vox_mqtt.pki": SERVICES,
-    "vox_mqtt.brokerconf": SERVICES,
-    "vox_mqtt.federation": SERVICES,
-    "vox_mqtt.brokertext": SERVICES,
-    "vox_mqtt.brokermanifest": SERVICES,
-    "vox_mqtt.brokerprobe": SERVICES,
-    "vox_mqtt.lastgood": SERVICES,
-    "vox_mqtt.brokerreload": SERVICES,
-    "vox_mqtt.dynsecapply": SERVICES,
-    "vox_mqtt.warroomguard": SERVICES,
-    "vox_mqtt.privatefs": SERVICES,
-    "vox_mqtt.localbroker": SERVICES,
-    "vox_mqtt.fleetdiff": SERVICES,
-    "vox_mqtt.fleetplan": SERVICES,
-    "vox_mqtt.retirement": SERVICES,
-    "vox_mqtt.logonce": SERVICES,
-    "vox_mqtt.metrics": SERVICES,
-    "vox_mqtt.explorerconf": SERVICES,
-    "vox_mqtt.publishprops": SERVICES,
-    "vox_mqtt.peernames": SERVICES,
-    "vox_mqtt.rolecheck": SERVICES,
-    "vox_mqtt.context": CORE,
-    "vox_mqtt.outbox": CORE,
-    "vox_mqtt.runner": CORE,
-    "vox_mqtt.inbound": CORE,
-    "vox_mqtt.warroompost": CORE,
-    "vox_mqtt.liveness": CORE,
-    "vox_mqtt.agent": CORE,
-    "vox_mqtt.console": APPS,
-    "vox_mqtt.exporter": APPS,
-    "vox_mqtt": APPS,  # the package's public API re-exports every layer
+    "protocol": 0,  # the VOX contract and the fleet tree
+    "transport": 1,
+    "ledger": 1,
+    "observe": 2,  # statuses, war room, metrics: read by the agent and the operator's tools
+    "agent": 3,  # the agent runtime
+    "broker": 3,  # the broker's control plane
+    "fleet": 4,  # what the fleet file means: configs, bundles, diffs, plans, retirement
+    "console": 5,  # the operator's side
+    "cli": 6,
 }
-CLI = "vox_mqtt.cli"  # every module under vox_mqtt/cli is an app
+APPS = 6
+# Outside every subpackage: the public API (`__init__`), the version and the first waves'
+# import paths, each a re-export of one module below. No module of the package imports these.
+TOP_LEVEL = {
+    "vox_mqtt",
+    "vox_mqtt._version",
+    "vox_mqtt.errors",
+    "vox_mqtt.messages",
+    "vox_mqtt.topics",
+    "vox_mqtt.hierarchy",
+    "vox_mqtt.roles",
+    "vox_mqtt.memory",
+}
+VERSION = "vox_mqtt._version"  # read by every layer, imports nothing
+# Neither side of these pairs may import the other, whatever their layers.
+APART = [("agent", "broker"), ("agent", "fleet")]
 
 
 def module_name(path: Path) -> str:
@@ -97,10 +60,17 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def subpackage_of(name: str) -> str:
+    """Return the subpackage a module belongs to ("" for the top-level modules)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
+
+
 def layer_of(name: str) -> int:
-    if name == CLI or name.startswith(CLI + "."):
-        return APPS
-    return LAYERS[name]
+    if name == VERSION:
+        return 0
+    sub = subpackage_of(name)
+    return LAYERS[sub] if sub else APPS
 
 
 def imports_of(name: str) -> set[str]:
@@ -130,20 +100,57 @@ def imports_of(name: str) -> set[str]:
 GRAPH = {name: imports_of(name) for name in MODULES}
 
 
-def test_every_module_has_a_layer() -> None:
-    unplaced = [name for name in MODULES if not name.startswith(CLI) and name not in LAYERS]
-    assert unplaced == [], "add these to LAYERS here and to docs/architecture.md"
-    assert set(LAYERS) <= set(MODULES), "LAYERS names modules that no longer exist"
+def test_every_module_has_a_place() -> None:
+    unplaced = [name for name in MODULES if name not in TOP_LEVEL and not subpackage_of(name)]
+    assert unplaced == [], "put these in a subpackage, or add them to TOP_LEVEL and the docs"
+    assert set(MODULES) >= TOP_LEVEL, "TOP_LEVEL names modules that no longer exist"
+    assert {subpackage_of(name) for name in MODULES} - {""} == set(LAYERS)
 
 
 def test_no_module_imports_a_layer_above_it() -> None:
     upward = [
-        f"{name} ({LAYER_NAMES[layer_of(name)]}) imports {dep} ({LAYER_NAMES[layer_of(dep)]})"
+        f"{name} (layer {layer_of(name)}) imports {dep} (layer {layer_of(dep)})"
         for name, deps in GRAPH.items()
         for dep in sorted(deps)
         if layer_of(dep) > layer_of(name)
     ]
     assert upward == []
+
+
+def test_subpackages_of_one_layer_import_nothing_of_each_other() -> None:
+    across = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in sorted(deps)
+        if subpackage_of(name)
+        and subpackage_of(dep)
+        and subpackage_of(name) != subpackage_of(dep)
+        and layer_of(name) == layer_of(dep)
+    ]
+    assert across == []
+
+
+@pytest.mark.parametrize(("one", "other"), APART)
+def test_the_agent_runtime_and_the_control_plane_stay_apart(one: str, other: str) -> None:
+    crossing = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in sorted(deps)
+        if {subpackage_of(name), subpackage_of(dep)} == {one, other}
+    ]
+    assert crossing == []
+
+
+def test_no_module_of_the_package_imports_the_top_level() -> None:
+    # The top-level modules re-export; a part that imported them would import every layer.
+    inward = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if subpackage_of(name)
+        for dep in sorted(deps)
+        if dep in TOP_LEVEL and dep != VERSION
+    ]
+    assert inward == []
 
 
 def test_the_import_graph_has_no_cycle() -> None:
@@ -183,7 +190,7 @@ def test_modules_stay_under_600_lines(name: str) -> None:
 
 def test_the_guard_sees_type_checking_imports() -> None:
     # roles.py names the ledger and settings only for type checking: the graph must see them.
-    assert {"vox_mqtt.ledger", "vox_mqtt.settings"} <= GRAPH["vox_mqtt.roles"]
+    assert {"vox_mqtt.ledger.store", "vox_mqtt.protocol.settings"} <= GRAPH["vox_mqtt.agent.roles"]
 
 
 def imported_test_modules(path: Path) -> set[str]:

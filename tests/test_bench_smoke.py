@@ -59,7 +59,7 @@ def test_profile_of_the_throughput_figure_names_where_time_goes(tmp_path: Path) 
     assert any(area.startswith("vox_mqtt.") for area in areas), areas
     assert profile["top_own_time"], profile
     # The inbound pipeline handles every message of the figure.
-    assert any("vox_mqtt/inbound.py" in f["function"] for f in profile["top_cumulative_vox"])
+    assert any("vox_mqtt/agent/inbound.py" in f["function"] for f in profile["top_cumulative_vox"])
 
 
 def test_the_runner_writes_markdown_and_json(tmp_path: Path) -> None:

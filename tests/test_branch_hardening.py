@@ -20,14 +20,14 @@ from tests.brokerkit import (
     publish_as_identity,
     tree_fleet,
 )
-from vox_mqtt import topics
-from vox_mqtt._ledgerschema import _TRIGGER_SQL
-from vox_mqtt.agent import VOXAgent
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.cli import main
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.messages import serialize
-from vox_mqtt.roles import Role, command
-from vox_mqtt.status import ACTIVE
+from vox_mqtt.ledger._schema import _TRIGGER_SQL
+from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import serialize
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.brokerkit import add_agent, seven_agent_fleet
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.localbroker import LocalBroker, free_port
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import render_broker_dir
 
 REPO = Path(__file__).resolve().parent.parent
 DROP_IN = REPO / "systemd" / "mosquitto.service.d" / "vox.conf"

@@ -11,9 +11,9 @@ import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.brokerkit import reload_broker, rerender, tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.errors import CommandFailed
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
 
 TREE = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 

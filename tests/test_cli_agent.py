@@ -10,15 +10,15 @@ from uuid import uuid4
 
 import pytest
 
-from vox_mqtt.acl import explorer_id
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
+from vox_mqtt.broker.acl import explorer_id
+from vox_mqtt.broker.pki import init_pki
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import load_reader
-from vox_mqtt.config import load_console_config, load_daemon_config
-from vox_mqtt.explorerconf import load_explorer_config
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.pki import init_pki
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.fleet.config import load_console_config, load_daemon_config
+from vox_mqtt.fleet.explorer import load_explorer_config
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 NAMES = ("root", "coord", "spec_a", "spec_b", "other", "other_spec")
 SHAPE = {

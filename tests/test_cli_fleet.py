@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.hierarchy import load_fleet
+from vox_mqtt.protocol.hierarchy import load_fleet
 
 VOX_SCRIPT = Path(sys.executable).with_name("vox")
 VOX = [str(VOX_SCRIPT)] if VOX_SCRIPT.exists() else [sys.executable, "-m", "vox_mqtt.cli"]

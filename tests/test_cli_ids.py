@@ -13,7 +13,7 @@ from tests.ledgerkit import COORD, ROOT, SPEC, build_ledger
 from vox_mqtt.cli import main
 from vox_mqtt.cli._ids import normalize_prefix
 from vox_mqtt.memory import VOXAgentMemory
-from vox_mqtt.messages import new_message
+from vox_mqtt.protocol.messages import new_message
 
 
 def fleet_file(path: Path) -> Path:

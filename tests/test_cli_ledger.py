@@ -13,7 +13,7 @@ import pytest
 
 from tests.ledgerkit import build_ledger
 from vox_mqtt.cli import main
-from vox_mqtt.messages import VOXMessage
+from vox_mqtt.protocol.messages import VOXMessage
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from tests.agentkit import wait_for
 from tests.brokerkit import SecureBroker, Witness
 from tests.clikit import capture, configs, running_fleet, secure
-from vox_mqtt import topics
-from vox_mqtt.tracking import RequestState
+from vox_mqtt.agent.tracking import RequestState
+from vox_mqtt.protocol import topics
 
 __all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows
 

@@ -13,11 +13,11 @@ import pytest
 from tests.agentkit import start_agents, wait_for
 from tests.brokerkit import Client, SecureBroker, tree_fleet
 from tests.clikit import SEED, capture, configs, running_fleet, secure
-from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import activity
-from vox_mqtt.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
-from vox_mqtt.topics import WARROOM_ID
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.protocol.topics import WARROOM_ID
 
 __all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows
 

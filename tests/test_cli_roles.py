@@ -12,10 +12,10 @@ from uuid import UUID
 import pytest
 
 from tests.fleetproc import REPO, child_env
-from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.agent.rolecheck import check_role
+from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.hierarchy import load_fleet
-from vox_mqtt.rolecheck import check_role
+from vox_mqtt.protocol.hierarchy import load_fleet
 
 
 def seeded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 
 from tests.brokerkit import Client, SecureBroker, seven_agent_fleet
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.passwd import load_credentials
+from vox_mqtt.broker.passwd import load_credentials
+from vox_mqtt.fleet.bundles import render_agent_config
 
 SecureFactory = Callable[..., SecureBroker]
 ALLOWED = {0x00, 0x10}

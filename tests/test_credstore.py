@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.brokerkit import seven_agent_fleet
-from vox_mqtt.acl import canary_topic
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.brokermanifest import load_manifest
-from vox_mqtt.credstore import CredentialStore
-from vox_mqtt.errors import ConfigError
+from vox_mqtt.broker.acl import canary_topic
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.manifest import load_manifest
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.protocol.errors import ConfigError
 
 
 def test_the_store_answers_by_name_uuid_and_uuid_string(tmp_path: Path) -> None:

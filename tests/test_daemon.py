@@ -27,10 +27,10 @@ from uuid import uuid4
 import pytest
 
 from tests.daemonkit import REPO, Daemon, NotifySocket, deploy
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.ledger import VOXAgentMemory
-from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import CommandFailed
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from tests.faultkit import (
     send_json,
 )
 from tests.recorder import Seen
-from vox_mqtt import topics
-from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.protocol import topics
 
 pytestmark = pytest.mark.slow
 

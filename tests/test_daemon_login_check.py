@@ -16,12 +16,12 @@ import pytest
 
 from tests.brokerkit import Client
 from tests.fleetproc import REPO, AgentProcess, child_env
-from vox_mqtt import topics
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.brokerconf import BrokerDir, render_broker_dir
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.pki import PkiLayout, init_pki
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.pki import PkiLayout, init_pki
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from tests.demokit import (
     run_demo,
     started_pids,
 )
-from vox_mqtt.hierarchy import load_fleet
-from vox_mqtt.ledger import VOXAgentMemory
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.hierarchy import load_fleet
 
 pytestmark = pytest.mark.slow
 

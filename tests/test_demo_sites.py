@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.demokit import assert_nothing_left, run_demo
-from vox_mqtt.hierarchy import load_fleet
+from vox_mqtt.protocol.hierarchy import load_fleet
 
 pytestmark = pytest.mark.slow
 

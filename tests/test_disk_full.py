@@ -17,10 +17,10 @@ import pytest
 
 from tests.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.brokerkit import SEED_TREE, SecureBroker, tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.messages import MSG_AGENT_STATUS, VOXMessage, new_message, now_iso
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, new_message, now_iso
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from vox_mqtt.cli._downtime import liveliness
-from vox_mqtt.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, new_message
-from vox_mqtt.status import FleetView
-from vox_mqtt.topics import WARROOM_ID, WarroomTopic
-from vox_mqtt.warroom import Incident, SystemFailure
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.warroom import Incident, SystemFailure
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, new_message
+from vox_mqtt.protocol.topics import WARROOM_ID, WarroomTopic
 
 AGENT, MASTER = uuid4(), uuid4()
 

@@ -16,10 +16,10 @@ from tests.brokerkit import (
     seven_agent_fleet,
     try_connect,
 )
-from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.hierarchy import Fleet
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.protocol.hierarchy import Fleet
 
 SecureFactory = Callable[..., SecureBroker]
 ALLOWED = {0x00, 0x10}

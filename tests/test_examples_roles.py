@@ -13,7 +13,7 @@ import pytest
 from examples.freelance import MailWatcher
 from tests.agentkit import start_agents, wait_for
 from tests.freelancekit import NOTE, Fixture, drop, fleet_fixture, job_mail, seed_fleet
-from vox_mqtt.errors import CommandFailed
+from vox_mqtt.protocol.errors import CommandFailed
 
 __all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
 

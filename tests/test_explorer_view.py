@@ -13,11 +13,11 @@ import pytest
 
 from tests.agentkit import Analyst, agent_config, operator_config, start_agents, wait_for
 from tests.brokerkit import SecureBroker, Witness, tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.errors import BrokerUnavailable, CommandFailed
-from vox_mqtt.localbroker import free_port
-from vox_mqtt.transport import BrokerSettings, Session
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.broker.local import free_port
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import BrokerUnavailable, CommandFailed
+from vox_mqtt.transport.session import BrokerSettings, Session
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator"}
 # `mosquitto_sub -F`: topic, retained, payload format, content type, user props, payload

@@ -13,12 +13,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vox_mqtt import topics
 from vox_mqtt.cli import main
 from vox_mqtt.cli.exporter import parse_listen
 from vox_mqtt.cli.ops import activity
-from vox_mqtt.exporter import FleetCollector
-from vox_mqtt.messages import (
+from vox_mqtt.console.exporter import FleetCollector
+from vox_mqtt.observe.metrics import AgentMetrics
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
     AgentStatus,
@@ -26,9 +28,7 @@ from vox_mqtt.messages import (
     new_message,
     serialize,
 )
-from vox_mqtt.metrics import AgentMetrics
-from vox_mqtt.observer import FleetObserver
-from vox_mqtt.transport import Inbound
+from vox_mqtt.transport.session import Inbound
 
 OPERATOR = uuid4()
 

@@ -12,9 +12,9 @@ import pytest
 
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
 from tests.promkit import Exporter, poll, run_exporter, run_prometheus, sample
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.console import ALL_STATUS, OperatorConsole
-from vox_mqtt.errors import CommandFailed
+from vox_mqtt.console.operator import ALL_STATUS, OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol.errors import CommandFailed
 
 pytestmark = pytest.mark.slow
 

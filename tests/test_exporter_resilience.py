@@ -11,8 +11,8 @@ import pytest
 
 from tests.fleetproc import fleet_text, run_fleet
 from tests.promkit import Exporter, poll, run_exporter, sample
-from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
+from vox_mqtt.fleet.bundles import render_agent_config
 
 pytestmark = pytest.mark.slow
 

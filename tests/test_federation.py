@@ -13,13 +13,9 @@ import pytest
 from rich.console import Console
 
 from tests.fleetproc import REPO, child_env
-from vox_mqtt import topics
-from vox_mqtt.acl import Kind, parse_acl_file
-from vox_mqtt.brokerconf import render_broker_dir
-from vox_mqtt.cli.ops import Reader, status_tree
-from vox_mqtt.credstore import CredentialStore
-from vox_mqtt.errors import ConfigError, FleetError
-from vox_mqtt.federation import (
+from vox_mqtt.broker.acl import Kind, parse_acl_file
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.federation import (
     bridge_for,
     bridge_id,
     bridges,
@@ -30,10 +26,15 @@ from vox_mqtt.federation import (
     link_path,
     link_topic,
 )
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.observer import FleetObserver
-from vox_mqtt.settings import BrokerSettings
-from vox_mqtt.sitelinks import (
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.cli.ops import Reader, status_tree
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.observe.status import AgentLiveness
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import ConfigError, FleetError
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.settings import BrokerSettings
+from vox_mqtt.protocol.sitelinks import (
     LINK_SETTLE,
     SITE_LINK_LOST,
     UNREACHABLE,
@@ -41,7 +42,6 @@ from vox_mqtt.sitelinks import (
     LinkWatch,
     SiteLinkDuty,
 )
-from vox_mqtt.status import AgentLiveness
 
 OPERATOR = uuid4()
 

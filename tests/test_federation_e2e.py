@@ -13,10 +13,10 @@ import pytest
 from tests.brokerkit import NOT_AUTHORIZED, Client, Witness
 from tests.federationkit import Federation, federated_fleet_text, running_federation
 from tests.fleetproc import wait_for_route, wait_until
-from vox_mqtt import topics
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.federation import bridge_id, broker_identities, link_topic
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.broker.federation import bridge_id, broker_identities, link_topic
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol import topics
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,11 @@ from tests.brokerkit import Witness
 from tests.faultkit import run_vox
 from tests.federationkit import Federation, federated_fleet_text, running_federation
 from tests.fleetproc import wait_for_route
-from vox_mqtt import topics
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.federation import bridge_id, link_topic
-from vox_mqtt.sitelinks import SITE_LINK_LOST, UNREACHABLE
+from vox_mqtt.broker.federation import bridge_id, link_topic
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, UNREACHABLE
 
 pytestmark = pytest.mark.slow
 

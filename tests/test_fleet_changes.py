@@ -28,13 +28,13 @@ import pytest
 from tests.brokerkit import NOT_AUTHORIZED, try_connect
 from tests.faultkit import Deployment, Processes, deploy, run_vox, status_json
 from tests.recorder import Recorder
-from vox_mqtt import topics
-from vox_mqtt.agentconf import render_agent_config
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ import pytest
 
 from tests.brokerkit import SEED_TREE
 from tests.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.errors import CommandFailed
-from vox_mqtt.ledger import VOXAgentMemory
-from vox_mqtt.topics import STATUS_FILTER
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 

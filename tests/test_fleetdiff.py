@@ -11,9 +11,9 @@ from uuid import UUID, uuid4
 import pytest
 
 from vox_mqtt.cli import main
-from vox_mqtt.fleetdiff import Action, ChangeKind, FleetDiff, Phase, diff_fleets
-from vox_mqtt.fleetplan import plan_steps
-from vox_mqtt.hierarchy import Fleet, parse_fleet
+from vox_mqtt.fleet.diff import Action, ChangeKind, FleetDiff, Phase, diff_fleets
+from vox_mqtt.fleet.plan import plan_steps
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 OPERATOR = uuid4()
 IDS = {name: uuid4() for name in ("root", "coord_a", "coord_b", "spec_1", "spec_2", "spec_3")}

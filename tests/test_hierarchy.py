@@ -8,9 +8,9 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.errors import FleetError
-from vox_mqtt.hierarchy import AgentSpec, Fleet, load_fleet, parse_fleet, seed_fleet_toml
-from vox_mqtt.topics import WARROOM_ID
+from vox_mqtt.protocol.errors import FleetError
+from vox_mqtt.protocol.hierarchy import AgentSpec, Fleet, load_fleet, parse_fleet, seed_fleet_toml
+from vox_mqtt.protocol.topics import WARROOM_ID
 
 OPERATOR = UUID("e5450579-c7df-4198-b302-bfd34c8822d3")
 ROOT = UUID("e162d5c1-df06-45ae-be42-f38d234896e3")

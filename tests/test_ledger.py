@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.ledgerkit import acknowledged_before_sigkill, assert_each_kept
-from vox_mqtt.errors import LedgerError
-from vox_mqtt.ledger import VOXAgentMemory
-from vox_mqtt.messages import VOXMessage, new_message
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import LedgerError
+from vox_mqtt.protocol.messages import VOXMessage, new_message
 
 ROOT, COORD, SPEC_A, OPERATOR = uuid4(), uuid4(), uuid4(), uuid4()
 

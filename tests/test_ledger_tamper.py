@@ -11,10 +11,10 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt._ledgerschema import _COLUMNS, _TRIGGER_SQL, GENESIS_HASH, _chain_hash
 from vox_mqtt.cli import main
+from vox_mqtt.ledger._schema import _COLUMNS, _TRIGGER_SQL, GENESIS_HASH, _chain_hash
+from vox_mqtt.ledger.witness import HeadWitness, check_against_witness
 from vox_mqtt.memory import VOXAgentMemory
-from vox_mqtt.witness import HeadWitness, check_against_witness
 
 CHILD, MASTER = uuid4(), uuid4()
 ROW = ", ".join(_COLUMNS)

@@ -11,9 +11,9 @@ from uuid import uuid4
 import pytest
 
 from tests.ledgerkit import acknowledged_before_sigkill, assert_each_kept
-from vox_mqtt.errors import LedgerError
 from vox_mqtt.memory import VOXAgentMemory
-from vox_mqtt.messages import VOXMessage, new_message, serialize
+from vox_mqtt.protocol.errors import LedgerError
+from vox_mqtt.protocol.messages import VOXMessage, new_message, serialize
 
 ROOT, COORD = uuid4(), uuid4()
 
@@ -189,8 +189,8 @@ async def test_an_acks_row_joins_the_next_commit_or_commits_alone_soon(tmp_path:
 def test_a_rows_details_are_the_scrubbed_ones_with_or_without_the_fast_path(
     details: dict[str, object],
 ) -> None:
-    from vox_mqtt._ledgerrows import _details_text
-    from vox_mqtt._ledgerschema import _canonical, _scrub
+    from vox_mqtt.ledger._rows import _details_text
+    from vox_mqtt.ledger._schema import _canonical, _scrub
 
     made = _details_text(details)
     assert (made if isinstance(made, str) else _canonical(made)) == _canonical(_scrub(details))

@@ -13,14 +13,20 @@ import pytest
 
 from tests.agentkit import Analyst, agent_config, start_agents, wait_for
 from tests.brokerkit import Client, Received, SecureBroker, tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.agent import VOXAgent
-from vox_mqtt.messages import MSG_AGENT_STATUS, AgentStatus, ErrorCode, new_message, serialize
-from vox_mqtt.observer import FleetObserver
-from vox_mqtt.rules import choose_child
-from vox_mqtt.status import FleetView
-from vox_mqtt.transport import Inbound
-from vox_mqtt.warroom import loss_code
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.rules import choose_child
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.warroom import loss_code
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.messages import (
+    MSG_AGENT_STATUS,
+    AgentStatus,
+    ErrorCode,
+    new_message,
+    serialize,
+)
+from vox_mqtt.transport.session import Inbound
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}
 METRICS = {"cpu_percent", "memory_percent", "disk_percent", "load_1m", "process_rss_bytes"}
@@ -192,7 +198,7 @@ async def test_a_misbehaving_child_held_back_by_the_grace_leaves_its_loss_owned(
     # A short misbehaving hold, so that it runs out within the master's reconnect grace
     # (here reconnect_max, 30 s), as the 60 s hold does for children beating slower than
     # every 20 s (three intervals of grace).
-    monkeypatch.setattr("vox_mqtt.status.MISBEHAVING_HOLD", 2.0)
+    monkeypatch.setattr("vox_mqtt.observe.status.MISBEHAVING_HOLD", 2.0)
     fleet = secure.fleet
     coord, spec = fleet.agent("coordinator").id, fleet.agent("spec_a").id
     incidents = tmp_path / "coordinator" / "incidents.json"

@@ -26,7 +26,7 @@ from tests.faultkit import (
     status_json,
 )
 from tests.livenesskit import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
-from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.broker.local import LocalBroker
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import pytest
 from tests.brokerkit import Client
 from tests.faultkit import REPO, Deployment, Processes, deploy_fleet, run_vox, status_json
 from tests.livenesskit import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
-from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.passwd import Credentials
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.broker.passwd import Credentials
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from vox_mqtt.errors import BrokerUnavailable
-from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.protocol.errors import BrokerUnavailable
 
 
 def test_real_broker_carries_a_message(plain_broker: LocalBroker) -> None:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from vox_mqtt.logonce import Repeats
+from vox_mqtt.agent.logonce import Repeats
 
 
 def test_a_repeated_text_is_said_once_then_again_after_the_pause(

@@ -16,9 +16,9 @@ import pytest
 
 from tests.agentkit import Analyst, open_peer, start_agents, wait_for
 from tests.brokerkit import tree_fleet
-from vox_mqtt import topics
-from vox_mqtt.errors import InvalidMessage
-from vox_mqtt.messages import (
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.messages import (
     MAX_DEADLINE_SECONDS,
     MAX_EXPIRY_SECONDS,
     MSG_COMMAND_REQUEST,

@@ -8,8 +8,8 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.errors import InvalidMessage
-from vox_mqtt.messages import (
+from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,

@@ -10,8 +10,8 @@ from uuid import UUID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vox_mqtt.errors import InvalidMessage
-from vox_mqtt.messages import PAYLOAD_MODELS, VOXMessage, new_message, parse, serialize
+from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.messages import PAYLOAD_MODELS, VOXMessage, new_message, parse, serialize
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,8 +9,8 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.errors import InvalidMessage
-from vox_mqtt.messages import (
+from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.messages import (
     CONTENT_TYPE,
     ERROR_CODES,
     MAX_MESSAGE_BYTES,

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vox_mqtt.metrics import (
+from vox_mqtt.observe.metrics import (
     COMMAND_BUCKETS,
     CORE_TYPES,
     COUNTERS,

@@ -1,4 +1,4 @@
-"""The lean PUBLISH decoding (vox_mqtt/_mqttdecode.py) reads every packet as paho does."""
+"""The lean PUBLISH decoding (vox_mqtt/transport/_mqttdecode.py) reads every packet as paho does."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from vox_mqtt._mqttdecode import RawProperties, decode_lean, puback_code, split_publish
+from vox_mqtt.transport._mqttdecode import RawProperties, decode_lean, puback_code, split_publish
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1

@@ -60,9 +60,9 @@ async def test_message_source_is_a_keyed_digest_unless_clear_text_is_asked_for(
 ) -> None:
     from uuid import uuid4
 
-    from vox_mqtt.config import AgentSection
-    from vox_mqtt.ledger import VOXAgentMemory
-    from vox_mqtt.messages import new_message
+    from vox_mqtt.fleet.config import AgentSection
+    from vox_mqtt.ledger.store import VOXAgentMemory
+    from vox_mqtt.protocol.messages import new_message
 
     message = new_message(
         "data_request",
@@ -107,8 +107,8 @@ async def test_message_source_is_a_keyed_digest_unless_clear_text_is_asked_for(
 async def test_an_acknowledged_outbox_entry_is_overwritten_in_the_file(tmp_path: Path) -> None:
     from uuid import uuid4
 
-    from vox_mqtt.ledger import VOXAgentMemory
-    from vox_mqtt.messages import new_message, serialize
+    from vox_mqtt.ledger.store import VOXAgentMemory
+    from vox_mqtt.protocol.messages import new_message, serialize
 
     marker = "ZQX-OUTBOX-MARKER"
     message = new_message(

@@ -11,9 +11,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.brokerkit import add_agent, seven_agent_fleet
-from vox_mqtt.acl import explorer_id
-from vox_mqtt.errors import ConfigError
-from vox_mqtt.pki import PkiLayout, init_pki
+from vox_mqtt.broker.acl import explorer_id
+from vox_mqtt.broker.pki import PkiLayout, init_pki
+from vox_mqtt.protocol.errors import ConfigError
 
 
 def _cert(path: Path) -> x509.Certificate:

@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from vox_mqtt.privatefs import private_dir, private_file
+from vox_mqtt.ledger.privatefs import private_dir, private_file
 
 
 def test_new_and_existing_paths_become_private(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 from uuid import uuid4
 
 from agent_daemon.reload import plan_reload
-from vox_mqtt.config import DaemonFile
+from vox_mqtt.fleet.config import DaemonFile
 
 MASTER, CHILD_A, CHILD_B = uuid4(), uuid4(), uuid4()
 ME = str(uuid4())

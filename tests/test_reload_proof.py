@@ -19,9 +19,9 @@ from tests.brokerkit import (
     rerender,
     seven_agent_fleet,
 )
-from vox_mqtt.brokerprobe import probe_rules
-from vox_mqtt.brokertext import MAX_LINE_BYTES, broker_file_text
-from vox_mqtt.errors import ConfigError
+from vox_mqtt.broker.probe import probe_rules
+from vox_mqtt.broker.text import MAX_LINE_BYTES, broker_file_text
+from vox_mqtt.protocol.errors import ConfigError
 
 ALLOWED = {0x00, 0x10}
 SecureFactory = Callable[..., SecureBroker]

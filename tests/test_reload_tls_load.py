@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.brokerkit import Client, SecureBroker, add_agent, seven_agent_fleet, try_connect
-from vox_mqtt.brokerconf import render_broker_dir
+from vox_mqtt.broker.pki import init_pki
+from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.pki import init_pki
 
 SecureFactory = Callable[..., SecureBroker]
 ROUNDS = 20

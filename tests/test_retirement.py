@@ -23,11 +23,12 @@ from tests.brokerkit import (
     tree_fleet,
     try_connect,
 )
-from vox_mqtt import topics
-from vox_mqtt.agentconf import render_agent_config
 from vox_mqtt.cli import main
-from vox_mqtt.hierarchy import Fleet, parse_fleet
-from vox_mqtt.messages import (
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.observe.status import RETIRED
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
     MSG_SYSTEM_FAILURE,
     AgentStatus,
@@ -35,7 +36,6 @@ from vox_mqtt.messages import (
     new_message,
     serialize,
 )
-from vox_mqtt.status import RETIRED
 
 ACCEPTED = (SUCCESS, NO_MATCHING_SUBSCRIBERS)
 SHAPE: dict[str, str | None] = {

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from vox_mqtt.errors import ConfigError
-from vox_mqtt.roles import ParamsError, Role, command, load_role, on
-from vox_mqtt.router import Router
+from vox_mqtt.agent.roles import ParamsError, Role, command, load_role, on
+from vox_mqtt.agent.router import Router
+from vox_mqtt.protocol.errors import ConfigError
 
 
 class Analyst(Role):

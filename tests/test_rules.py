@@ -6,15 +6,10 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.messages import (
-    MSG_COMMAND_REQUEST,
-    ErrorCode,
-    VOXMessage,
-    new_message,
-)
-from vox_mqtt.rules import choose_child, verify
-from vox_mqtt.status import ACTIVE, STALE, AgentLiveness
-from vox_mqtt.topics import InboxTopic
+from vox_mqtt.agent.rules import choose_child, verify
+from vox_mqtt.observe.status import ACTIVE, STALE, AgentLiveness
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage, new_message
+from vox_mqtt.protocol.topics import InboxTopic
 
 ME, MASTER, CHILD, STRANGER = uuid4(), uuid4(), uuid4(), uuid4()
 EVENT = "heads_up"  # an event type the contract does not know: accepted as it is

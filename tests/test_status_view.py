@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from vox_mqtt.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, new_message
-from vox_mqtt.status import FleetView
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, new_message
 
 
 class Clock:

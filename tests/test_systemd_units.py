@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from tests.daemonkit import REPO, Daemon, NotifySocket, deploy
-from vox_mqtt.console import OperatorConsole
-from vox_mqtt.localbroker import LocalBroker
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.console.operator import OperatorConsole
 
 SYSTEMD_DIR = REPO / "systemd"
 HOST_UNITS = next(

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vox_mqtt.errors import TopicError
-from vox_mqtt.topics import (
+from vox_mqtt.protocol.errors import TopicError
+from vox_mqtt.protocol.topics import (
     PREFIX,
     WARROOM_FILTER,
     WARROOM_ID,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from vox_mqtt.messages import MSG_COMMAND_REQUEST, new_message
-from vox_mqtt.tracking import RequestState, RequestTracker
+from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, new_message
 
 A, B = uuid4(), uuid4()
 

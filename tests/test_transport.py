@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from vox_mqtt.errors import BrokerUnavailable, ConfigError, DeliveryFailed
-from vox_mqtt.localbroker import LocalBroker, free_port
-from vox_mqtt.transport import BrokerSettings, Inbound, Session, Will
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, DeliveryFailed
+from vox_mqtt.transport.session import BrokerSettings, Inbound, Session, Will
 
 Factory = Callable[..., LocalBroker]
 USER = getpass.getuser()

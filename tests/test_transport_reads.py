@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from uuid import uuid4
 
-from vox_mqtt.localbroker import LocalBroker
-from vox_mqtt.transport import BrokerSettings, Session
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.transport.session import BrokerSettings, Session
 
 
 def settings(port: int) -> BrokerSettings:

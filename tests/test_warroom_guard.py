@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID, uuid4
 
-from vox_mqtt.warroomguard import WARROOM_MAX_BYTES, WarroomGuard, rule_problem
+from vox_mqtt.observe.warroomguard import WARROOM_MAX_BYTES, WarroomGuard, rule_problem
 
 COORD, CHILD, ROOT = uuid4(), uuid4(), uuid4()
 MASTERS = {CHILD: COORD, COORD: ROOT}

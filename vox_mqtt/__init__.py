@@ -1,9 +1,11 @@
 """vox-mqtt: hierarchical agents on edge hosts that talk VOX over MQTT."""
 
-from ._version import __version__
-from .agent import AgentConfig, VOXAgent
-from .console import OperatorConsole
-from .errors import (
+from vox_mqtt._version import __version__
+from vox_mqtt.agent.facade import AgentConfig, VOXAgent
+from vox_mqtt.agent.roles import Role, command, on
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import (
     BrokerUnavailable,
     CommandFailed,
     ConfigError,
@@ -16,12 +18,10 @@ from .errors import (
     TopicError,
     VoxError,
 )
-from .hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
-from .ledger import VOXAgentMemory
-from .messages import VOXMessage, new_message, parse, serialize
-from .roles import Role, command, on
-from .topics import WARROOM_ID
-from .transport import BrokerSettings
+from vox_mqtt.protocol.hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
+from vox_mqtt.protocol.messages import VOXMessage, new_message, parse, serialize
+from vox_mqtt.protocol.topics import WARROOM_ID
+from vox_mqtt.transport.session import BrokerSettings
 
 __all__ = [
     "WARROOM_ID",

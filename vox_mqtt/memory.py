@@ -1,6 +1,6 @@
 """The ledger under the seed's module name: `from vox_mqtt.memory import VOXAgentMemory`."""
 
-from .ledger import (
+from vox_mqtt.ledger.store import (
     DONE_ACTIONS,
     GENESIS_HASH,
     STARTED_ACTIONS,

@@ -7,7 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from ..errors import ConfigError, FleetError, VoxError
+from vox_mqtt.protocol.errors import ConfigError, FleetError, VoxError
+
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail
 
 __all__ = ["main"]

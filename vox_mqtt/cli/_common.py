@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..errors import ConfigError
+from vox_mqtt.protocol.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV",

@@ -8,9 +8,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..messages import parse_timestamp
-from ..status import ACTIVE, INACTIVE, SHUTDOWN, STALE, VM_CONNECTION_LOST, AgentLiveness
-from ..warroom import HEARTBEAT_STALE, Incident
+from vox_mqtt.observe.status import (
+    ACTIVE,
+    INACTIVE,
+    SHUTDOWN,
+    STALE,
+    VM_CONNECTION_LOST,
+    AgentLiveness,
+)
+from vox_mqtt.observe.warroom import HEARTBEAT_STALE, Incident
+from vox_mqtt.protocol.messages import parse_timestamp
+
 from ._common import duration
 
 __all__ = ["Liveliness", "liveliness"]

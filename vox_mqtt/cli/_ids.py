@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ..errors import ConfigError, FleetError
-from ..hierarchy import Fleet, load_fleet
-from ..peernames import read_names
+from vox_mqtt.ledger.peernames import read_names
+from vox_mqtt.protocol.errors import ConfigError, FleetError
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+
 from ._common import CONFIG_ENV
 
 __all__ = [

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..acl import EXPLORER_NAME
-from ..agentconf import DEFAULT_STATE_ROOT, render_agent_config
-from ..credstore import CredentialStore
-from ..errors import ConfigError
-from ..federation import write_link_map
-from ..hierarchy import Fleet, load_fleet
+from vox_mqtt.broker.acl import EXPLORER_NAME
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.federation import write_link_map
+from vox_mqtt.fleet.bundles import DEFAULT_STATE_ROOT, render_agent_config
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+
 from ._common import EXIT_USAGE, fail
 from ._ids import normalize_prefix, pick_by_prefix
 from .fleet import report_roles

@@ -6,14 +6,15 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from ..brokerconf import DEFAULT_USER, render_broker_dir
-from ..brokermanifest import RenderOptions, load_manifest, resolve_options
-from ..brokerreload import VERIFY_TIMEOUT, broker_settings, reload_broker
-from ..dynsecapply import apply_dynsec
-from ..errors import ConfigError
-from ..federation import bridge_for, broker_spec
-from ..hierarchy import Fleet, load_fleet
-from ..pki import DEFAULT_DAYS, init_pki
+from vox_mqtt.broker.dynsec import apply_dynsec
+from vox_mqtt.broker.federation import bridge_for, broker_spec
+from vox_mqtt.broker.manifest import RenderOptions, load_manifest, resolve_options
+from vox_mqtt.broker.pki import DEFAULT_DAYS, init_pki
+from vox_mqtt.broker.reload import VERIFY_TIMEOUT, broker_settings, reload_broker
+from vox_mqtt.broker.render import DEFAULT_USER, render_broker_dir
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+
 from ._common import err_console, out_console, print_json
 
 

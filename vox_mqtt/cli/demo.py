@@ -17,8 +17,9 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import ConfigError, VoxError
-from ..status import ACTIVE, INACTIVE
+from vox_mqtt.observe.status import ACTIVE, INACTIVE
+from vox_mqtt.protocol.errors import ConfigError, VoxError
+
 from ._common import EXIT_RUNTIME, fail, out_console
 from .fleet import draw_tree
 from .localfleet import DemoLayout, ExplorerWatch, Ledgers, LocalFleet, VoxRun, run_vox

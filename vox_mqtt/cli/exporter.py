@@ -19,11 +19,12 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from .. import topics
-from ..errors import BrokerUnavailable, Refused
-from ..exporter import FleetCollector
-from ..observer import FleetObserver
-from ..transport import Session
+from vox_mqtt.console.exporter import FleetCollector
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import BrokerUnavailable, Refused
+from vox_mqtt.transport.session import Session
+
 from ._common import EXIT_USAGE, add_config_option, fail
 from .ops import Reader, load_reader
 

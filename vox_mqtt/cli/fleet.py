@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-from ..errors import FleetError
-from ..hierarchy import AgentSpec, Fleet, load_fleet, parse_fleet, seed_fleet_toml
-from ..rolecheck import check_roles
+from vox_mqtt.agent.rolecheck import check_roles
+from vox_mqtt.protocol.errors import FleetError
+from vox_mqtt.protocol.hierarchy import AgentSpec, Fleet, load_fleet, parse_fleet, seed_fleet_toml
+
 from ._common import EXIT_USAGE, fail, print_json
 
 __all__ = ["draw_tree", "register", "report_roles", "tree_as_json"]

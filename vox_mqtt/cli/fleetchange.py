@@ -7,10 +7,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from ..fleetdiff import FleetDiff, diff_fleets
-from ..fleetplan import plan_steps
-from ..hierarchy import load_fleet
-from ..retirement import retire_agent
+from vox_mqtt.fleet.diff import FleetDiff, diff_fleets
+from vox_mqtt.fleet.plan import plan_steps
+from vox_mqtt.fleet.retirement import retire_agent
+from vox_mqtt.protocol.hierarchy import load_fleet
+
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 
 __all__ = ["register"]

@@ -16,9 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from ..errors import LedgerError
-from ..ledger import VOXAgentMemory
-from ..witness import check_against_witness
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.ledger.witness import check_against_witness
+from vox_mqtt.protocol.errors import LedgerError
+
 from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, out_console, print_json
 from ._ids import AmbiguousId, Names, names_for_ledger, normalize_prefix, pick_by_prefix
 

@@ -19,20 +19,20 @@ from types import TracebackType
 from typing import Any, Final
 from uuid import UUID
 
-from ..agent import AgentConfig, VOXAgent
-from ..agentconf import render_agent_config
-from ..brokerconf import BrokerDir, render_broker_dir
-from ..brokerprobe import pid_alive
-from ..errors import ConfigError, LedgerError, VoxError
-from ..federation import sites_fleet_toml, write_link_map
-from ..hierarchy import Fleet, load_fleet, seed_fleet_toml
-from ..ledger import VOXAgentMemory
-from ..localbroker import LocalBroker, free_port
-from ..sites import chain_up
-from ..status import AgentLiveness
-from ..topics import STATUS_FILTER, WARROOM_FILTER
-from ..transport import BrokerSettings
-from ..warroom import Incident
+from vox_mqtt.agent.facade import AgentConfig, VOXAgent
+from vox_mqtt.broker.federation import sites_fleet_toml, write_link_map
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.probe import pid_alive
+from vox_mqtt.broker.render import BrokerDir, render_broker_dir
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.observe.status import AgentLiveness
+from vox_mqtt.observe.warroom import Incident
+from vox_mqtt.protocol.errors import ConfigError, LedgerError, VoxError
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet, seed_fleet_toml
+from vox_mqtt.protocol.sites import chain_up
+from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
+from vox_mqtt.transport.session import BrokerSettings
 
 __all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 

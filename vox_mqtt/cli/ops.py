@@ -26,18 +26,25 @@ from rich.live import Live
 from rich.table import Table
 from rich.tree import Tree
 
-from .. import topics
-from ..config import load_console_config, load_daemon_config
-from ..errors import ConfigError, SubscriptionRefused
-from ..explorerconf import load_explorer_config
-from ..metrics import parse_snapshot, quantile
-from ..observer import FleetObserver
-from ..passwd import Credentials, load_credentials
-from ..sitelinks import SITE_LINK_LOST, UNREACHABLE, LinkMap, LinkWatch, parse_link_topic
-from ..status import ACTIVE, INACTIVE, STALE, AgentLiveness
-from ..transport import BrokerSettings, Session
-from ..warroom import Incident
-from ..warroomguard import rule_problem
+from vox_mqtt.broker.passwd import Credentials, load_credentials
+from vox_mqtt.fleet.config import load_console_config, load_daemon_config
+from vox_mqtt.fleet.explorer import load_explorer_config
+from vox_mqtt.observe.metrics import parse_snapshot, quantile
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
+from vox_mqtt.observe.warroom import Incident
+from vox_mqtt.observe.warroomguard import rule_problem
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import ConfigError, SubscriptionRefused
+from vox_mqtt.protocol.sitelinks import (
+    SITE_LINK_LOST,
+    UNREACHABLE,
+    LinkMap,
+    LinkWatch,
+    parse_link_topic,
+)
+from vox_mqtt.transport.session import BrokerSettings, Session
+
 from ._common import add_config_option, config_path, out_console, print_json
 from ._downtime import liveliness
 

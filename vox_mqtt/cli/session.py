@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ..console import OperatorConsole
-from ..errors import CommandFailed
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol.errors import CommandFailed
+
 from ._common import (
     EXIT_RUNTIME,
     EXIT_USAGE,

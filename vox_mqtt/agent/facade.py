@@ -1,0 +1,469 @@
+"""VOXAgent: builds an agent's parts, runs their lifecycle and offers the agent's public API.
+
+The parts and how one command flows through them are described in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from vox_mqtt.agent.context import AgentContext, TaskSet
+from vox_mqtt.agent.inbound import InboundPipeline, Listener
+from vox_mqtt.agent.liveness import Liveness
+from vox_mqtt.agent.outbox import Outbox
+from vox_mqtt.agent.roles import Role
+from vox_mqtt.agent.router import Router
+from vox_mqtt.agent.runner import CommandRunner
+from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
+from vox_mqtt.ledger.privatefs import private_dir
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.observe.metrics import AgentMetrics
+from vox_mqtt.observe.status import RETIRED, FleetView
+from vox_mqtt.observe.warroom import Incident, Severity
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import VoxError
+from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode, VOXMessage
+from vox_mqtt.protocol.settings import AgentConfig, Will
+from vox_mqtt.transport.session import Inbound, Session
+
+__all__ = ["AgentConfig", "VOXAgent"]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+
+class VOXAgent:
+    """One agent: owns its MQTT session, its ledger and its roles for an `async with` block."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        roles: Iterable[Role] = (),
+        *,
+        on_request_change: Callable[[TrackedRequest, RequestState, RequestState], None]
+        | None = None,
+    ) -> None:
+        self.config = config
+        self.id = config.id
+        self.name = config.name
+        # No commit window: batches form by themselves while a commit runs, and a window
+        # would only add latency to every hop.
+        self.memory = VOXAgentMemory(
+            Path(config.state_dir) / "logs.db",
+            commit_window=0,
+            sync=config.ledger_sync,
+            clear_sources=config.ledger_clear_sources,
+        )
+        self.tracker = RequestTracker(on_change=on_request_change)
+        self.fleet_view = FleetView(stale_after=config.stale_after)
+        for child_id, child_name in config.children.items():
+            self.fleet_view.watch(child_id, child_name)
+        self.metrics = AgentMetrics(enabled=config.metrics)
+        if config.metrics:
+            self.memory.on_commit = self._count_commit
+            self.metrics.gauge("ledger_bytes", self._ledger_bytes)
+        self._ctx = AgentContext(
+            config=config,
+            ledger=self.memory,
+            tracker=self.tracker,
+            tasks=TaskSet(config.name),
+            metrics=self.metrics,
+        )
+        self.router = Router()
+        self._outbox = Outbox(self._ctx)
+        self._runner = CommandRunner(
+            self._ctx, outbox=self._outbox, router=self.router, fleet_view=self.fleet_view
+        )
+        self._inbound = InboundPipeline(
+            self._ctx,
+            outbox=self._outbox,
+            runner=self._runner,
+            router=self.router,
+            observed=self._observed,
+            linked=self._linked,
+        )
+        self._liveness: Liveness | None = None  # built at start: it reads the state dir
+        self._cut_advertisement = 0  # how many child commands the last cut warned about
+        self._stack = AsyncExitStack()
+        self._children_lock = asyncio.Lock()
+        self._stop_requested = asyncio.Event()
+        self._stopped = False
+        for role in roles:
+            self.add_role(role)
+
+    def _count_commit(self, records: int, seconds: float) -> None:
+        self.metrics.ledger_records += records
+        self.metrics.ledger_commit_seconds.observe(seconds)
+
+    def _ledger_bytes(self) -> float:
+        # The write-ahead log holds the newest records until a checkpoint: count it too.
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{self.memory.path}{suffix}").st_size
+        return float(total)
+
+    # --- what the parts hold, as the agent's public view ----------------------------------
+
+    @property
+    def ledger(self) -> VOXAgentMemory:
+        """Return this agent's ledger."""
+        return self.memory
+
+    @property
+    def session(self) -> Session | None:
+        """Return the MQTT session while the agent runs."""
+        return self._ctx.session
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """Return the callbacks that see every verified inbound message (append to add one)."""
+        return self._inbound.listeners
+
+    @property
+    def roles(self) -> list[Role]:
+        """Return the mounted roles."""
+        return self.router.roles
+
+    @property
+    def commands(self) -> set[str]:
+        """Return the commands this agent's own roles serve."""
+        return self.router.commands
+
+    @property
+    def events(self) -> set[str]:
+        """Return the event types this agent's roles handle."""
+        return self.router.events
+
+    @property
+    def event_router(self) -> dict[str, list[Role]]:
+        """Return the seed's router: every route name -> the roles that serve it."""
+        return self.router.routes
+
+    @property
+    def stopping(self) -> bool:
+        """Return whether the agent is stopping (new commands are refused)."""
+        return self._runner.stopping
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many commands this agent is answering right now."""
+        return self._runner.in_flight
+
+    @property
+    def epoch(self) -> int:
+        """Return the epoch of the current (or last) broker connection."""
+        return self._liveness.epoch if self._liveness is not None else 0
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """Return the open war-room incidents this agent has seen (root and operator read them)."""
+        return [] if self._liveness is None else list(self._liveness.incidents.values())
+
+    def add_role(self, role: Role) -> None:
+        """Mount a role: its commands and events join the router."""
+        role.bind(self)
+        self.router.mount(role)
+
+    def advertised_commands(self) -> list[str]:
+        """Return what this agent can serve: its own commands and its healthy children's.
+
+        At most MAX_ADVERTISED_COMMANDS, its own first: what children offer can never push
+        this agent's status past what its master believes (docs/liveness.md).
+        """
+        own = self.router.commands
+        offered = self.fleet_view.commands_of(self.config.children) - own
+        room = max(0, MAX_ADVERTISED_COMMANDS - len(own))
+        if len(offered) > room and self._cut_advertisement != len(offered):
+            self._cut_advertisement = len(offered)
+            log.warning(
+                "%s: children offer %d commands; advertising %d (the limit is %d)",
+                self.name,
+                len(offered),
+                room,
+                MAX_ADVERTISED_COMMANDS,
+            )
+        return sorted([*sorted(own)[:MAX_ADVERTISED_COMMANDS], *sorted(offered)[:room]])
+
+    async def raise_incident(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Post an incident about this agent's own work to the war room, once until resolved.
+
+        Return False when one of this error_code is already open (nothing is posted).
+        """
+        return await self._live().raise_own(error_code, description, severity=severity)
+
+    async def resolve_incident(self, error_code: str, description: str) -> bool:
+        """Resolve this agent's own incident of an error_code; False if none was open."""
+        return await self._live().resolve_own(error_code, description)
+
+    def _live(self) -> Liveness:
+        if self._liveness is None or self._ctx.session is None:
+            raise VoxError(f"{self.name} is not started: it cannot post to the war room")
+        return self._liveness
+
+    def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
+        """Pick a child for a command: healthy first, then least busy; else an error code."""
+        return self._runner.choose_child(command)
+
+    # --- a change of children while running (a reload) ------------------------------------
+
+    async def update_children(
+        self, children: Mapping[UUID, str], *, master_name: str | None = None
+    ) -> str:
+        """Take new children without reconnecting; return what changed, in one line.
+
+        New children are watched (their status topics subscribed) and routed to once they
+        advertise; removed ones stop being routes, their open incidents are resolved (at
+        liveness's next tick) and the requests delegated to them are answered
+        TARGET_INACTIVE. Nothing in flight elsewhere is touched (docs/operations.md).
+        """
+        async with self._children_lock:
+            old = self.config
+            was, now = dict(old.children), dict(children)
+            added = {child: name for child, name in now.items() if child not in was}
+            removed = {child: name for child, name in was.items() if child not in now}
+            renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
+            session = self._ctx.session
+            if session is not None:
+                # First: a refused subscription (a broker not re-rendered yet) changes nothing.
+                await session.subscribe([topics.status(child) for child in added])
+            for child, name in now.items():
+                self.fleet_view.watch(child, name).name = name
+            self._use(replace(old, children=now, master_name=master_name or old.master_name))
+            for child, name in removed.items():
+                self.fleet_view.forget(child)
+                self._fail_delegated(child, name)
+            if session is not None:
+                await session.unsubscribe([topics.status(child) for child in removed])
+                if self._liveness is not None and session.connected:
+                    with contextlib.suppress(VoxError):
+                        await self._liveness.publish_status()  # the new advertisement, now
+            parts = [f"+{name}" for name in sorted(added.values())]
+            parts += [f"-{name}" for name in sorted(removed.values())]
+            parts += [f"{a}->{b}" for a, b in sorted(renamed.values())]
+            text = f"children {' '.join(parts)}" if parts else ""
+            if master_name is not None and master_name != old.master_name:
+                text += ("; " if text else "") + f"master renamed {master_name!r}"
+            if text:
+                log.info("%s: %s", self.name, text)
+            return text
+
+    def update_secret(self, password: str) -> None:
+        """Use a new broker secret from the next connection on (a re-key); stay connected.
+
+        The broker reload that re-keys this identity drops the current connection, and the
+        session's next one logs in with the new secret (docs/operations.md).
+        """
+        self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
+        if self._ctx.session is not None:
+            self._ctx.session.use_password(password)
+
+    def _use(self, config: AgentConfig) -> None:
+        """Hand every part the new config (the others read it from the context)."""
+        self.config = self._ctx.config = config
+        if self._liveness is not None:
+            self._liveness.config = config
+
+    def _fail_delegated(self, child: UUID, name: str) -> None:
+        """Answer the requests waiting on a child that is no longer one."""
+        for tracked in self.tracker.pending():
+            if tracked.message.target == child and tracked.expects_reply:
+                self.tracker.failed(
+                    tracked.message_id,
+                    ErrorCode.TARGET_INACTIVE,
+                    f"{name} is no longer a child of {self.name} (the fleet changed)",
+                )
+
+    def _forget_if_retired(self, child: UUID) -> None:
+        """Forget a child that said RETIRED (`vox fleet retire`), in a task of its own."""
+        entry = self.fleet_view.get(child)
+        if child not in self.config.children or entry is None or entry.error_code != RETIRED:
+            return
+        log.warning("%s: retired: forgets %s (%s)", self.name, self.config.children[child], child)
+
+        async def forget() -> None:
+            await self.update_children(
+                {c: n for c, n in self.config.children.items() if c != child}
+            )
+
+        self._ctx.tasks.spawn(forget(), "retired")
+
+    # --- sending (the outbox) -------------------------------------------------------------
+
+    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
+        """Record, publish and keep re-sending a message until it is acknowledged."""
+        return await self._outbox.send_message(message, expects_reply=expects_reply)
+
+    async def request(
+        self,
+        command: str,
+        params: dict[str, Any] | None = None,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage:
+        """Send a command_request to a child and return its command_result (CommandFailed)."""
+        return await self._outbox.request(command, params, to=to, timeout=timeout)
+
+    async def ask(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage:
+        """Send a message that expects an answer linked by reply_to, and return the answer."""
+        return await self._outbox.ask(type, details, to=to, timeout=timeout)
+
+    async def send(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        reply_to: UUID | None = None,
+        message_source: str | None = None,
+    ) -> TrackedRequest:
+        """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
+        return await self._outbox.send(
+            type, details, to=to, reply_to=reply_to, message_source=message_source
+        )
+
+    async def notify_master(
+        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
+    ) -> TrackedRequest:
+        """Send an event up to this agent's master."""
+        return await self._outbox.notify_master(type, details, message_source=message_source)
+
+    async def reply(
+        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
+    ) -> TrackedRequest:
+        """Answer a message: to its source, with reply_to set."""
+        return await self._outbox.reply(message, type, details)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> VOXAgent:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        private_dir(Path(self.config.state_dir))
+        await self.memory.init_db()
+        self._stack.push_async_callback(self.memory.close)
+        self._liveness = Liveness(
+            self._ctx, fleet_view=self.fleet_view, advertise=self.advertised_commands
+        )
+        # Read before connecting: anything recorded after this is this run's own work.
+        interrupted = await self.memory.interrupted_commands()
+        pending = await self.memory.pending_commands()
+        unsent = await self.memory.pending_outbox()
+        session = Session(
+            self.config.broker,
+            subscriptions=self._subscriptions(),
+            will=self._will,
+            on_connect=self._on_connect,
+        )
+        self._ctx.session = session
+        await self._stack.enter_async_context(session)
+        self.metrics.commands_served.seed(self.router.commands)
+        tasks = self._ctx.tasks
+        tasks.spawn(self._inbound.run(), "inbound")
+        tasks.spawn(self._liveness.run(), "liveness")
+        tasks.spawn(self._resume(session, interrupted, pending, unsent), "resume")
+        for role in self.roles:
+            await role.start()
+            tasks.spawn(role.run(), f"role-{role.name}")
+
+    def _subscriptions(self) -> list[str]:
+        subscriptions = [topics.inbox_filter(self.id)]
+        subscriptions += [topics.status(peer) for peer in sorted(self.config.peers)]
+        if self.config.publish_status:
+            # Our own status too: a late will of an older session landing there is
+            # answered with our birth at once (see Liveness._on_own_status).
+            subscriptions.append(topics.status(self.id))
+        subscriptions += list(self.config.observe)
+        subscriptions += [] if self.config.links is None else self.config.links.topics
+        return subscriptions
+
+    async def _resume(
+        self,
+        session: Session,
+        interrupted: list[dict[str, Any]],
+        pending: list[dict[str, Any]],
+        unsent: list[tuple[str, str, bytes]],
+    ) -> None:
+        """After a restart: re-send the outbox, then settle the commands the ledger left open."""
+        await session.wait_connected(None)
+        self._outbox.redeliver(unsent)
+        await self._runner.resume(interrupted, pending)
+
+    def _will(self) -> Will | None:
+        return self._liveness.will() if self._liveness is not None else None
+
+    async def _on_connect(self) -> None:
+        if self._liveness is not None:
+            await self._liveness.on_connect()
+
+    def _linked(self, inbound: Inbound) -> None:
+        if self._liveness is not None:
+            self._liveness.on_link(inbound)
+
+    async def _observed(
+        self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
+    ) -> None:
+        if self._liveness is not None:
+            await self._liveness.on_observed(inbound, topic)
+        if isinstance(topic, topics.StatusTopic):
+            self._forget_if_retired(topic.agent)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop: refuse new commands, let in-flight ones finish within grace, say SHUTDOWN."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self._runner.drain(grace)
+        for role in self.roles:
+            with contextlib.suppress(Exception):
+                await role.stop()
+        await self._outbox.flush_acks(self.config.broker.publish_timeout)
+        session = self._ctx.session
+        if self._liveness is not None and session is not None and session.connected:
+            with contextlib.suppress(VoxError, TimeoutError):
+                await self._liveness.publish_shutdown()
+        await self._ctx.tasks.cancel_all()
+        await self._stack.aclose()
+
+    async def serve_forever(self) -> None:
+        """Wait until the agent is asked to stop."""
+        await self._stop_requested.wait()
+
+    def request_stop(self) -> None:
+        """Ask serve_forever to return (e.g. from a signal handler)."""
+        self._stop_requested.set()

@@ -1,0 +1,451 @@
+"""An agent's liveness duties: birth, heartbeats, will, shutdown, watching children."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal
+from uuid import UUID
+
+from vox_mqtt._version import __version__
+from vox_mqtt.agent.context import AgentContext
+from vox_mqtt.agent.logonce import Repeats
+from vox_mqtt.agent.outbox import check_size
+from vox_mqtt.agent.warroompost import WarroomPoster
+from vox_mqtt.ledger.witness import HeadWitness
+from vox_mqtt.observe.observer import read_status
+from vox_mqtt.observe.status import (
+    ACTIVE,
+    DEGRADED,
+    INACTIVE,
+    LEDGER_UNAVAILABLE,
+    SHUTDOWN,
+    VM_CONNECTION_LOST,
+    AgentLiveness,
+    EpochCounter,
+    FleetView,
+    host_metrics,
+)
+from vox_mqtt.observe.warroom import CHILD_MISBEHAVING, Incident, Severity, apply_warroom, loss_code
+from vox_mqtt.observe.warroomguard import WarroomGuard
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import LedgerError, VoxError
+from vox_mqtt.protocol.messages import (
+    MSG_AGENT_STATUS,
+    AgentStatus,
+    LedgerHead,
+    VOXMessage,
+    new_message,
+    now_iso,
+    serialize,
+)
+from vox_mqtt.protocol.settings import Will
+from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
+from vox_mqtt.transport.session import Inbound
+
+__all__ = ["CATCH_UP", "Liveness"]
+
+log = logging.getLogger("vox_mqtt.liveness")
+
+# Messages queued in our persistent session arrive within this many seconds of a reconnect.
+CATCH_UP: Final = 2.0
+
+
+_STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
+    ACTIVE: "ACTIVE",
+    DEGRADED: "DEGRADED",
+}
+
+
+class Liveness:
+    """Publish this agent's status and act on the status of the agents it watches."""
+
+    def __init__(
+        self,
+        ctx: AgentContext,
+        *,
+        fleet_view: FleetView,
+        advertise: Callable[[], list[str]],
+    ) -> None:
+        self.ctx = ctx
+        self.config = ctx.config  # a reload hands it a new one (VOXAgent.update_children)
+        self.fleet_view = fleet_view
+        self.advertise = advertise  # the commands this agent offers while ACTIVE
+        self.epoch_counter = EpochCounter(self.config.state_dir)
+        self.epoch = self.epoch_counter.value
+        self.started_at = now_iso()
+        self.connected_at: float | None = None  # monotonic time of the latest birth
+        self._resumed = False  # the broker kept our session: queued old news may follow
+        self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
+        self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
+        self._said = Repeats(log)  # an incident retried at every tick is said once a minute
+        # What this agent posts to the war room: it decides when, the poster posts once.
+        self.posts = WarroomPoster(ctx, epoch=lambda: self.epoch)
+        self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
+        self._advertised: list[str] | None = None
+        self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
+        fleet_view.add_listener(self._queue_change)
+        fleet_view.add_reject_listener(self._queue_reject)
+        # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
+        self._witness = HeadWitness(ctx.ledger)
+        self._published_failure: str | None = None  # the ledger failure our status names
+        # A federated fleet: children behind a lost bridge are one site incident, not many.
+        self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
+
+    # --- own status -----------------------------------------------------------------------
+
+    def _status_message(
+        self,
+        status: str,
+        error_code: str | None,
+        metrics: dict[str, Any] | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+        detail: str | None = None,
+    ) -> VOXMessage:
+        target = self.config.master_id or topics.WARROOM_ID
+        report = AgentStatus(
+            name=self.config.name,
+            status=_STATUS_WORDS.get(status, "INACTIVE"),
+            error_code=error_code,
+            epoch=self.epoch,
+            started_at=self.started_at,
+            heartbeat_interval=self.config.heartbeat_interval,
+            commands=self.advertise() if status == ACTIVE else [],
+            version=__version__,
+            metrics=metrics or {},
+            ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
+            detail=None if detail is None else detail[:300],
+        )
+        return new_message(
+            MSG_AGENT_STATUS,
+            source=self.config.id,
+            target=target,
+            details=report,
+            message_source=self.config.message_source,
+        )
+
+    def will(self) -> Will | None:
+        """Return the will for the next connection, which starts a new epoch."""
+        if not self.config.publish_status:
+            return None
+        self.epoch = self.epoch_counter.next()
+        message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
+        return Will(
+            topic=topics.status(self.config.id),
+            payload=serialize(message),
+            retain=True,
+            user_properties=self.ctx.publish_props.will(MSG_AGENT_STATUS),
+        )
+
+    async def on_connect(self) -> None:
+        """Publish the birth certificate of this connection."""
+        if self.connected_at is not None:
+            self.ctx.metrics.reconnects += 1
+        self.connected_at = time.monotonic()
+        session = self.ctx.session
+        self._resumed = session is not None and session.session_present
+        if self.config.publish_status:
+            await self.publish_status()
+
+    async def publish_status(self, metrics: dict[str, Any] | None = None) -> None:
+        """Publish the retained ACTIVE status (birth, heartbeat, new advertisement)."""
+        session = self.ctx.session
+        if session is None or not self.config.publish_status:
+            return
+        if metrics is None:
+            metrics = self._figures()
+        failure = self.ctx.ledger.write_failure
+        self._published_failure = failure
+        head = await self._ledger_head()
+        if failure is None:
+            message = self._status_message(ACTIVE, None, metrics, head=head)
+        else:
+            # It cannot record, so it accepts nothing: its master routes elsewhere.
+            detail = f"cannot record: {failure}"
+            message = self._status_message(
+                DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
+            )
+        self._advertised = list(message.details.get("commands", []))
+        await session.publish(
+            topics.status(self.config.id),
+            self._checked(message),
+            retain=True,
+            props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+        )
+
+    async def publish_shutdown(self) -> None:
+        """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
+        session = self.ctx.session
+        if session is not None and self.config.publish_status:
+            # The last counts of this process stay readable after it stops, and its ledger's
+            # last head lets its master mark it final (nothing may follow it).
+            head = await self._ledger_head()
+            message = self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head)
+            await session.publish(
+                topics.status(self.config.id),
+                self._checked(message),
+                retain=True,
+                props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+            )
+
+    def _checked(self, message: VOXMessage) -> bytes:
+        """Serialize, refusing (MessageTooLarge) what the broker would drop us for."""
+        check_size(message, payload := serialize(message), self.config.max_message_bytes)
+        return payload
+
+    async def _ledger_head(self) -> tuple[int, str] | None:
+        try:
+            return await self.ctx.ledger.head()
+        except LedgerError as exc:
+            log.warning("%s: ledger head unknown: %s", self.config.name, exc)
+            return None
+
+    async def run(self) -> None:
+        """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
+        interval = self.config.heartbeat_interval
+        tick = max(0.05, min(1.0, interval / 4))
+        next_beat = time.monotonic() + interval
+        while True:
+            change = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(tick):
+                    change = await self._changes.get()
+            if change is not None:  # reacting outside the timeout: never cut short mid-post
+                await self._react(*change)
+                continue
+            self.fleet_view.refresh()
+            if self.ctx.ledger.write_failure != self._published_failure and self._online():
+                await self._safely(self.publish_status())  # DEGRADED now, or ACTIVE again
+            await self._reconcile()
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + interval
+                await self._heartbeat()
+
+    def _figures(self) -> dict[str, Any]:
+        """Return the host figures and this agent's metrics for details.metrics."""
+        figures = host_metrics(self.config.state_dir)
+        snapshot = self.ctx.metrics.snapshot()
+        if snapshot is not None:
+            figures["agent"] = snapshot
+        return figures
+
+    def _advertisement_stale(self) -> bool:
+        """Tell whether our published commands differ from what we would publish now."""
+        wanted = [] if self.ctx.ledger.write_failure is not None else self.advertise()
+        return wanted != self._advertised
+
+    def _online(self) -> bool:
+        # While the session is down a publish would wait for it: the birth covers the gap.
+        session = self.ctx.session
+        return session is not None and session.connected and self.config.publish_status
+
+    async def _heartbeat(self) -> None:
+        if not self._online():
+            return
+        if self.ctx.ledger.write_failure is not None:
+            # Try a write each beat, to learn when the ledger can record again.
+            with contextlib.suppress(LedgerError):
+                await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
+        metrics = self._figures()
+        await self._safely(self.publish_status(metrics))
+        await self._safely(self.posts.check_host(metrics))
+
+    async def _safely(self, action: Awaitable[None]) -> None:
+        try:
+            await action
+        except VoxError as exc:
+            self._said.log(logging.WARNING, f"{self.config.name}: liveness publish skipped: {exc}")
+
+    # --- watching others ------------------------------------------------------------------
+
+    async def _witness_head(self, child: UUID, head: tuple[int, str], *, final: bool) -> None:
+        try:
+            await self._witness.saw(child, head, final=final)
+        except LedgerError as exc:
+            log.warning("%s: a child's ledger head not recorded: %s", self.config.name, exc)
+
+    def on_link(self, inbound: Inbound) -> None:
+        """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
+        change = None if self.links is None else self.links.take(inbound.topic, inbound.payload)
+        if change is not None:
+            link, up = change
+            state = "up" if up else "DOWN"
+            log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
+
+    def _master_of(self, agent_id: UUID) -> UUID | None:
+        """Return an agent's master as this agent knows it (config, then statuses)."""
+        if agent_id == self.config.id:
+            return self.config.master_id
+        if agent_id in self.config.children:
+            return self.config.id
+        entry = self.fleet_view.get(agent_id)
+        return None if entry is None else entry.master_id
+
+    def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
+        self._changes.put_nowait((entry, old, new))
+
+    def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
+        who = entry.name or entry.id
+        log.warning("%s: refused a status of %s: %s", self.config.name, who, reason)
+        # Not a change of state, but the agent now gets no work: react as to one.
+        self._changes.put_nowait((entry, entry.status, entry.status))
+
+    async def on_observed(
+        self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
+    ) -> None:
+        """Take a status or war-room message the session delivered."""
+        if isinstance(topic, topics.WarroomTopic):
+            refused = self._guard.refuse(
+                topic.source, topic.subject, len(inbound.payload), self._master_of
+            )
+            if refused is not None:
+                log.warning("%s: war room: dropped a post: %s", self.config.name, refused)
+                return
+            incident = apply_warroom(self.incidents, inbound, topic)
+            if incident is not None and self.on_incident is not None:
+                self.on_incident(incident)
+            return
+        message = read_status(inbound, topic)
+        if message is None:
+            return
+        if topic.agent == self.config.id:
+            await self._on_own_status(message, retained=inbound.retain)
+        else:
+            self.fleet_view.update(message, retained=inbound.retain)
+            entry = self.fleet_view.get(topic.agent)
+            if topic.agent in self.config.children and entry is not None and entry.ledger_head:
+                final = entry.status == INACTIVE and entry.error_code == SHUTDOWN
+                # Its own commit, off the path that reads the session's messages.
+                self.ctx.tasks.spawn(
+                    self._witness_head(entry.id, entry.ledger_head, final=final), "witness"
+                )
+            if (
+                topic.agent in self.config.children
+                and self._online()
+                and self._advertisement_stale()
+            ):
+                # A child that stays ACTIVE may still gain or lose commands (its own
+                # children came or went): pass that up now, not at the next heartbeat.
+                await self._safely(self.publish_status())
+
+    async def _on_own_status(self, message: VOXMessage, *, retained: bool) -> None:
+        """Put our birth back when a late status of an older session replaced it."""
+        epoch = message.details.get("epoch")
+        # A retained copy at subscribe time is the previous session's last word, before
+        # our birth; only a live one that is older than this session is an intruder.
+        if retained or not isinstance(epoch, int) or epoch >= self.epoch or not self._online():
+            return
+        log.warning(
+            "%s: a status of epoch %d replaced ours (epoch %d): publishing ours again",
+            self.config.name,
+            epoch,
+            self.epoch,
+        )
+        await self._safely(self.publish_status())
+
+    async def _react(self, entry: AgentLiveness, old: str, new: str) -> None:
+        log.info(
+            "%s: %s %s -> %s (epoch %s)",
+            self.config.name,
+            entry.name or entry.id,
+            old,
+            new,
+            entry.epoch,
+        )
+        if entry.id not in self.config.children:
+            return
+        if self._online() and self._advertisement_stale():
+            # A child's commands join or leave this agent's advertisement at once.
+            await self._safely(self.publish_status())
+        await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        """Open an incident per lost child and resolve those that are back (level-triggered)."""
+        if not self._online() or self.connected_at is None:
+            return
+        since_connect = time.monotonic() - self.connected_at
+        posted = self.posts.open_codes  # what the war room holds from us, kept current
+        for child_id in self.config.children:
+            entry = self.fleet_view.get(child_id)
+            if entry is None or not entry.seen:
+                continue
+            code = loss_code(entry)
+            grace = max(
+                self.config.stale_after * entry.heartbeat_interval,
+                self.config.broker.reconnect_max,
+            )
+            if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
+                continue  # the site's one SITE_LINK_LOST incident stands for it
+            name = entry.name or str(child_id)
+            # A status out of bounds is its own incident, even on top of a loss (an
+            # attacker's connection takes the child's session over): say so, once.
+            replace = code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code)
+            if code is not None and (child_id not in posted or replace):
+                # What was retained or queued for us while we were away (e.g. the wills a
+                # broker publishes as it stops) is old news: a child that is fine is reborn
+                # within this grace after our own reconnect, its backoff included.
+                queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
+                if (entry.retained or queued) and since_connect < grace:
+                    continue  # an incident it would replace stays open, still ours to resolve
+                if code == CHILD_MISBEHAVING:
+                    why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
+                    severity: Severity = "ERROR"
+                else:
+                    why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"
+                    severity = "CRITICAL"
+                await self._safely(
+                    self.posts.open_incident(
+                        child_id, code, why, epoch=entry.epoch, severity=severity, replace=replace
+                    )
+                )
+            elif code is None and child_id in posted:
+                state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
+                await self._safely(
+                    self.posts.resolve_incident(
+                        child_id, f"child {name} is {state}, epoch {entry.epoch}"
+                    )
+                )
+        if self.links is not None:
+            await self._reconcile_links(self.links)
+        for subject in list(posted):
+            if self.links is not None and self.links.link(subject) is not None:
+                continue
+            if subject != self.config.id and subject not in self.config.children:
+                await self._safely(self.posts.resolve_incident(subject, "no longer a child"))
+        if self._advertisement_stale():
+            # A child's hold as misbehaving ran out: its commands come back.
+            await self._safely(self.publish_status())
+
+    async def _reconcile_links(self, links: SiteLinkDuty) -> None:
+        """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
+        down = {link.id: link for link in links.owned_down()}
+        for bridge, link in down.items():
+            if bridge not in self.posts.open_codes:
+                description = (
+                    f"site {link.site}: the bridge link is down; "
+                    f"{len(link.behind)} agent(s) behind it unreachable"
+                )
+                await self._safely(self.posts.open_incident(bridge, SITE_LINK_LOST, description))
+        for subject, code in list(self.posts.open_codes.items()):
+            if code == SITE_LINK_LOST and subject not in down and links.known_up(subject):
+                known = links.link(subject)
+                site = known.site if known is not None else str(subject)
+                await self._safely(
+                    self.posts.resolve_incident(subject, f"site {site}: the bridge link is back")
+                )
+
+    # --- the war room (posting is the poster's) --------------------------------------------
+
+    async def raise_own(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Add a cause to this agent's own incident; False if that cause is already open."""
+        return await self.posts.raise_own(error_code, description, severity=severity)
+
+    async def resolve_own(self, error_code: str, description: str) -> bool:
+        """Remove a cause from this agent's own incident; False if it was not open."""
+        return await self.posts.resolve_own(error_code, description)

@@ -1,0 +1,408 @@
+"""The outbox: send, request and reply; re-send until acknowledged; match acks and replies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from vox_mqtt.agent.context import AgentContext
+from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import (
+    CommandFailed,
+    DeliveryFailed,
+    InvalidMessage,
+    MessageTooLarge,
+    VoxError,
+)
+from vox_mqtt.protocol.messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    CommandError,
+    CommandRequest,
+    ErrorCode,
+    MessageAcknowledged,
+    VOXMessage,
+    expiry_seconds,
+    new_message,
+    parse,
+    serialize,
+)
+from vox_mqtt.protocol.settings import AgentConfig
+
+__all__ = ["Outbox", "Outgoing", "check_size"]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outgoing:
+    """A message checked and tracked for sending, its record still to commit (Outbox.prepare)."""
+
+    tracked: TrackedRequest
+    topic: str
+    payload: bytes
+
+
+class Outbox:
+    """Every message this agent sends but an ack is recorded, tracked and re-sent."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+        self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
+
+    # --- sending --------------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        message: VOXMessage,
+        *,
+        expects_reply: bool,
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+    ) -> TrackedRequest:
+        """Record, publish and keep re-sending a message until it is acknowledged.
+
+        `then` rows (message, action, outcome) commit in the same transaction as its "sent" row.
+        """
+        outgoing = self.prepare(message, expects_reply=expects_reply)
+        # Kept until acknowledged: a crash before then re-sends it on restart.
+        await self.ctx.ledger.record_message(
+            message, "sent", outbox=(outgoing.topic, outgoing.payload), then=then
+        )
+        self.dispatch(outgoing)
+        return outgoing.tracked
+
+    def prepare(self, message: VOXMessage, *, expects_reply: bool) -> Outgoing:
+        """Check and track a message to send; its "sent" row and outbox entry are the caller's.
+
+        Once they are durable, dispatch() it; if they cannot be recorded, forget() it.
+        """
+        if message.target not in self.config.peers:
+            raise VoxError(
+                f"{self.config.name} may only talk to its master and children, not {message.target}"
+            )
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
+        tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
+        topic = topics.inbox(message.target, self.config.id)
+        return Outgoing(tracked=tracked, topic=topic, payload=payload)
+
+    def dispatch(self, outgoing: Outgoing) -> None:
+        """Publish a prepared message whose "sent" row is durable, until it is acknowledged."""
+        self.ctx.tasks.spawn(self._deliver(outgoing.tracked), "deliver")
+
+    def forget(self, outgoing: Outgoing) -> None:
+        """Drop a prepared message that was never recorded, so never sent."""
+        self.ctx.tracker.failed(
+            outgoing.tracked.message_id, ErrorCode.LEDGER_UNAVAILABLE, "never recorded, never sent"
+        )
+
+    def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
+        """Re-send what the outbox held at the last stop; nobody awaits these any more."""
+        for _, _, payload in unsent:
+            try:
+                message = parse(payload)
+            except InvalidMessage:
+                continue
+            tracked = self.ctx.tracker.track(message, expects_reply=False)
+            self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
+
+    async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
+        try:
+            await self._deliver_until_acknowledged(tracked, resend)
+        finally:
+            # An acknowledged message left the outbox with its ack's "received" row.
+            if not tracked.acknowledged.is_set():
+                with contextlib.suppress(VoxError):
+                    await self.ctx.ledger.outbox_done(tracked.message_id)
+
+    async def _deliver_until_acknowledged(self, tracked: TrackedRequest, resend: bool) -> None:
+        session = self.ctx.live_session()
+        metrics = self.ctx.metrics
+        tracker = self.ctx.tracker
+        message = tracked.message
+        target = message.target
+        topic = topics.inbox(target, self.config.id)
+        payload = serialize(message)
+        props = self.ctx.publish_props
+        # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
+        fixed = None if _expiry(message) else props.inbox(target, message.type)
+        deadline = time.monotonic() + self.config.request_timeout
+        delay = self.config.resend_initial
+        while not tracked.final and not tracked.acknowledged.is_set():
+            if resend:
+                metrics.resends += 1
+            else:
+                metrics.messages_out.inc(message.type)
+                resend = True
+            try:
+                these = fixed
+                if these is None:
+                    these = props.inbox(target, message.type, expiry=_expiry(message))
+                await session.publish(topic, payload, props=these)
+                tracker.dispatched(message.message_id)
+            except DeliveryFailed as exc:
+                if exc.reason_code is not None and exc.reason_code >= 0x80:
+                    # The broker refused it (ACL): re-sending cannot help.
+                    metrics.delivery_failures += 1
+                    tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
+                    return
+                log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await tracked.acknowledged.wait()
+            if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
+                metrics.delivery_failures += 1
+                tracker.failed(
+                    message.message_id,
+                    ErrorCode.TIMEOUT,
+                    f"no acknowledgement within {self.config.request_timeout:.0f}s",
+                )
+                return
+            delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    async def publish_unrecorded(self, message: VOXMessage) -> None:
+        """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
+        payload = serialize(message)
+        try:
+            check_size(message, payload, self.config.max_message_bytes)
+            await self.ctx.live_session().publish(
+                topics.inbox(message.target, self.config.id), payload
+            )
+        except VoxError as exc:
+            log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
+
+    def ack_soon(self, message: VOXMessage, ack: VOXMessage) -> None:
+        """Publish the ack of a message now, without a task waiting for its PUBACK.
+
+        Its rows are durable already. A failure is only logged: the sender re-sends until
+        acknowledged, and its duplicate gets a new ack. flush_acks waits for it before the
+        agent leaves.
+        """
+        topic = topics.inbox(message.source, self.config.id)
+        props = self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED)
+        try:
+            outcome = self.ctx.live_session().publish_soon(topic, serialize(ack), props=props)
+        except VoxError as exc:
+            log.warning("%s: ack for %s not sent: %s", self.config.name, message.message_id, exc)
+            return
+        if outcome is None:  # no connection up: wait for one in the background
+            outcome = self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
+        else:
+            self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
+            outcome.add_done_callback(functools.partial(self._acked, message.message_id))
+        self._acking.add(outcome)
+        outcome.add_done_callback(self._acking.discard)
+
+    def _acked(self, message_id: UUID, outcome: asyncio.Future[Any]) -> None:
+        if outcome.cancelled():
+            return
+        name = self.config.name
+        if (exc := outcome.exception()) is not None:
+            # The connection dropped (or was closed) first: the sender will re-send.
+            self.ctx.metrics.delivery_failures += 1
+            log.info("%s: ack for %s not confirmed: %s", name, message_id, exc)
+        elif (code := outcome.result()).is_failure:
+            self.ctx.metrics.delivery_failures += 1
+            log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
+
+    async def flush_acks(self, timeout: float) -> None:
+        """Wait (up to timeout) for the acks still on their way to their PUBACK.
+
+        Acks owed go out before the agent leaves, or the peer keeps re-sending what this
+        agent already holds: a one-shot `vox send` would leave the root re-sending its answer.
+        """
+        if self._acking:
+            await asyncio.wait(list(self._acking), timeout=timeout)
+
+    async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
+        """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
+        session = self.ctx.live_session()
+        self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
+        try:
+            await session.publish(
+                topics.inbox(message.source, self.config.id),
+                serialize(ack),
+                props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
+            )
+        except DeliveryFailed as exc:
+            self.ctx.metrics.delivery_failures += 1
+            # The sender re-sends until acknowledged; its duplicate gets a new ack.
+            log.warning(
+                "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
+            )
+
+    async def send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
+        """Answer a message with command_error; a failure to send is only logged by delivery."""
+        message = new_message(
+            MSG_COMMAND_ERROR,
+            source=self.config.id,
+            target=peer,
+            reply_to=reply_to,
+            details=CommandError(code=code, error=reason[:1000]),
+            message_source=self.config.message_source,
+        )
+        with contextlib.suppress(VoxError):
+            await self.send_message(message, expects_reply=False)
+
+    async def await_reply(
+        self,
+        message: VOXMessage,
+        timeout: float | None,
+        *,
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+    ) -> VOXMessage:
+        """Send a message and return its reply; raise CommandFailed on an error or timeout."""
+        started = time.perf_counter()
+        tracked = await self.send_message(message, expects_reply=True, then=then)
+        return await self.reply_to(tracked, timeout, started=started)
+
+    async def reply_to(
+        self, tracked: TrackedRequest, timeout: float | None, *, started: float
+    ) -> VOXMessage:
+        """Return the reply to a sent request; raise CommandFailed on an error or timeout."""
+        message = tracked.message
+        limit = self.config.request_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                await tracked.done.wait()
+        except TimeoutError:
+            self.ctx.tracker.failed(
+                message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
+            )
+        if message.type == MSG_COMMAND_REQUEST:
+            # End to end as the requester sees it, answered or not.
+            self.ctx.metrics.command_roundtrip_seconds.time_since(started)
+        if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
+            return tracked.reply
+        raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
+
+    # --- what comes back: the one place acks and replies are matched ----------------------
+
+    def settle_ack(self, ack: VOXMessage) -> None:
+        """Mark the message an acknowledgement answers as received by its peer."""
+        self.ctx.tracker.acknowledged(ack.payload_as(MessageAcknowledged).in_response_to)
+
+    def settle_reply(self, reply: VOXMessage) -> None:
+        """Complete (or fail, for command_error) the request a reply answers."""
+        assert reply.reply_to is not None
+        if reply.type == MSG_COMMAND_ERROR:
+            error = reply.payload_as(CommandError)
+            self.ctx.tracker.failed(reply.reply_to, error.code, error.error, reply)
+        else:
+            self.ctx.tracker.completed(reply.reply_to, reply)
+
+    # --- the API roles and consoles use ---------------------------------------------------
+
+    async def request(
+        self,
+        command: str,
+        params: dict[str, Any] | None = None,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage:
+        """Send a command_request to a child and return its command_result (CommandFailed)."""
+        message = new_message(
+            MSG_COMMAND_REQUEST,
+            source=self.config.id,
+            target=to,
+            details=CommandRequest(command=command, params=params or {}),
+            message_source=self.config.message_source,
+        )
+        return await self.await_reply(message, timeout)
+
+    async def ask(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage:
+        """Send a message that expects an answer linked by reply_to, and return the answer."""
+        message = new_message(
+            type,
+            source=self.config.id,
+            target=to,
+            details=details,
+            message_source=self.config.message_source,
+        )
+        return await self.await_reply(message, timeout)
+
+    async def send(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        reply_to: UUID | None = None,
+        message_source: str | None = None,
+    ) -> TrackedRequest:
+        """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
+        message = new_message(
+            type,
+            source=self.config.id,
+            target=to,
+            details=details,
+            reply_to=reply_to,
+            message_source=message_source or self.config.message_source,
+        )
+        return await self.send_message(message, expects_reply=False)
+
+    async def notify_master(
+        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
+    ) -> TrackedRequest:
+        """Send an event up to this agent's master."""
+        if self.config.master_id is None:
+            raise VoxError(f"{self.config.name} has no master")
+        return await self.send(
+            type, details, to=self.config.master_id, message_source=message_source
+        )
+
+    async def reply(
+        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
+    ) -> TrackedRequest:
+        """Answer a message: to its source, with reply_to set."""
+        return await self.send_message(
+            message.reply(type, details, message_source=self.config.message_source),
+            expects_reply=False,
+        )
+
+
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
+        )
+
+
+def _expiry(message: VOXMessage) -> int | None:
+    """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return None
+    return expiry_seconds(deadline)

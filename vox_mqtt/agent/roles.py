@@ -1,0 +1,259 @@
+"""Roles: groups of `@command` handlers and `on(event)` handlers an agent serves."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
+from uuid import UUID
+
+from pydantic import BaseModel, ValidationError, validate_call
+
+from vox_mqtt.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vox_mqtt.agent.tracking import TrackedRequest
+    from vox_mqtt.ledger.store import VOXAgentMemory
+    from vox_mqtt.protocol.messages import VOXMessage
+    from vox_mqtt.protocol.settings import AgentConfig
+
+__all__ = ["AgentHandle", "Handler", "Role", "command", "load_role", "on"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+EventHandler = Callable[["VOXMessage"], Awaitable[Any]]
+Handler = Callable[..., Awaitable[Any]]
+
+
+class AgentHandle(Protocol):
+    """What a role may use of the agent it is mounted on: its identity, ledger and mail."""
+
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def ledger(self) -> VOXAgentMemory: ...
+    @property
+    def memory(self) -> VOXAgentMemory: ...
+
+    async def send(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        reply_to: UUID | None = None,
+        message_source: str | None = None,
+    ) -> TrackedRequest: ...
+    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest: ...
+    async def request(
+        self,
+        command: str,
+        params: dict[str, Any] | None = None,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage: ...
+    async def ask(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        to: UUID,
+        timeout: float | None = None,
+    ) -> VOXMessage: ...
+    async def reply(
+        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
+    ) -> TrackedRequest: ...
+    async def notify_master(
+        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
+    ) -> TrackedRequest: ...
+    async def raise_incident(
+        self,
+        error_code: str,
+        description: str,
+        *,
+        severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"] = "ERROR",
+    ) -> bool: ...
+    async def resolve_incident(self, error_code: str, description: str) -> bool: ...
+
+
+_COMMAND_MARK = "__vox_command__"
+_EVENT_MARK = "__vox_events__"
+
+
+@overload
+def command(name: F) -> F: ...
+@overload
+def command(name: str | None = None) -> Callable[[F], F]: ...
+def command(name: str | F | None = None) -> F | Callable[[F], F]:
+    """Mark a role method as a command, named after the method or explicitly."""
+
+    def mark(func: F, command_name: str | None) -> F:
+        if not inspect.iscoroutinefunction(func) and not inspect.isfunction(func):
+            raise TypeError(f"@command needs a function, not {func!r}")
+        setattr(func, _COMMAND_MARK, command_name or func.__name__)
+        return func
+
+    if callable(name):
+        return mark(name, None)
+    return lambda func: mark(func, name)
+
+
+def on(event: str) -> Callable[[F], F]:
+    """Mark a role method as the handler of an event type (e.g. "job_detected")."""
+
+    def mark(func: F) -> F:
+        events: tuple[str, ...] = getattr(func, _EVENT_MARK, ())
+        setattr(func, _EVENT_MARK, (*events, event))
+        return func
+
+    return mark
+
+
+class Role:
+    """A set of commands and event handlers, mounted on an agent by the daemon."""
+
+    # Commands and events declared in the class body, by name -> method name.
+    _declared_commands: ClassVar[dict[str, str]] = {}
+    _declared_events: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        commands: dict[str, str] = {}
+        events: dict[str, tuple[str, ...]] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                name = getattr(value, _COMMAND_MARK, None)
+                if name is not None:
+                    commands[name] = attr
+                for event in getattr(value, _EVENT_MARK, ()):
+                    events[event] = (*events.get(event, ()), attr)
+        cls._declared_commands = commands
+        cls._declared_events = events
+
+    def __init__(self, *, settings: Mapping[str, Any] | None = None) -> None:
+        self.settings: Mapping[str, Any] = settings or {}
+        self._agent: AgentHandle | None = None
+        # Set by the router that mounted this role: told of every route added later.
+        self._route_added: Callable[[Role, str], None] | None = None
+        # The seed's router contract: every route (command or event) -> handler.
+        self._handlers: dict[str, list[Handler]] = {}
+        self._commands: dict[str, Handler] = {}
+        for name, attr in self._declared_commands.items():
+            handler = _validated(getattr(self, attr), f"{type(self).__name__}.{attr}")
+            self._commands[name] = handler
+            self._handlers[name] = [handler]
+        for event, attrs in self._declared_events.items():
+            for attr in attrs:
+                self._handlers.setdefault(event, []).append(getattr(self, attr))
+
+    @property
+    def name(self) -> str:
+        """Return the role's name (its class name)."""
+        return type(self).__name__
+
+    @property
+    def agent(self) -> AgentHandle:
+        """Return the agent this role is mounted on."""
+        if self._agent is None:
+            raise RuntimeError(f"role {self.name} is not mounted on an agent yet")
+        return self._agent
+
+    def bind(self, agent: AgentHandle) -> None:
+        """Mount the role on an agent (called by the agent)."""
+        self._agent = agent
+
+    def get_commands(self) -> dict[str, Handler]:
+        """Return the commands this role serves, by name."""
+        return dict(self._commands)
+
+    def routes(self) -> list[str]:
+        """Return every route (command or event) this role has a handler for."""
+        return list(self._handlers)
+
+    def handlers_for(self, route: str) -> list[Handler]:
+        """Return the handlers of one route, in registration order."""
+        return list(self._handlers.get(route, ()))
+
+    def on(self, event: str) -> Callable[[EventHandler], EventHandler]:
+        """Register a function as a handler of an event type on this role instance.
+
+        Before or after mounting: once mounted, the agent routes the event at once.
+        """
+        if event in self._commands:
+            raise ValueError(f"{event!r} is a command of role {self.name}, not an event")
+
+        def register(func: EventHandler) -> EventHandler:
+            self._handlers.setdefault(event, []).append(func)
+            if self._route_added is not None:
+                self._route_added(self, event)
+            return func
+
+        return register
+
+    def watch_routes(self, added: Callable[[Role, str], None]) -> None:
+        """Be told of each route this role gains after mounting (called by the router)."""
+        self._route_added = added
+
+    async def start(self) -> None:
+        """Run when the agent has connected; override to start work."""
+
+    async def run(self) -> None:
+        """Run in the background for the agent's lifetime; override for watchers."""
+
+    async def stop(self) -> None:
+        """Run when the agent stops; override to release resources."""
+
+
+def _validated(method: Callable[..., Any], label: str) -> Callable[..., Awaitable[Any]]:
+    """Wrap a command so its keyword params are validated against its signature."""
+    checked = validate_call(method)
+
+    async def call(**params: Any) -> Any:
+        # For coroutine functions pydantic validates when the coroutine starts, so
+        # both the call and the await can raise the validation error.
+        try:
+            outcome = checked(**params)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+        except ValidationError as exc:
+            if exc.title != getattr(method, "__qualname__", exc.title):
+                raise  # a model validated inside the handler: a handler error, not bad params
+            raise ParamsError(label, exc) from None
+        return outcome
+
+    call.__name__ = getattr(method, "__name__", label)
+    return call
+
+
+class ParamsError(Exception):
+    """A command's params do not fit its handler's signature."""
+
+    def __init__(self, label: str, exc: ValidationError) -> None:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
+            for e in exc.errors(include_url=False)[:5]
+        )
+        super().__init__(f"params do not fit {label}: {problems}")
+
+
+def load_role(spec: str, settings: Mapping[str, Any] | None = None) -> Role:
+    """Import `module:Class` and instantiate the role; raise ConfigError on any problem."""
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise ConfigError([f"role {spec!r}: write it as 'module:Class'"])
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError([f"role {spec!r}: cannot import {module_name!r}: {exc}"]) from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Role)):
+        raise ConfigError([f"role {spec!r}: {module_name}.{class_name} is not a vox_mqtt Role"])
+    try:
+        return cls(settings=settings or {})
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError([f"role {spec!r}: invalid settings: {exc}"]) from None

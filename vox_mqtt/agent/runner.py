@@ -1,0 +1,549 @@
+"""The command runner: serve commands here or delegate them down; drain on stop; resume."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from vox_mqtt.agent.context import AgentContext
+from vox_mqtt.agent.outbox import Outbox, Outgoing
+from vox_mqtt.agent.roles import Handler, ParamsError
+from vox_mqtt.agent.router import Router
+from vox_mqtt.agent.rules import choose_child
+from vox_mqtt.agent.tracking import TrackedRequest
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
+    CommandError,
+    CommandRequest,
+    CommandResult,
+    ErrorCode,
+    VOXMessage,
+    new_message,
+    parse_timestamp,
+)
+from vox_mqtt.protocol.settings import AgentConfig
+
+__all__ = ["Answer", "CommandRunner", "Delegation"]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delegation:
+    """A command bound for a child, its downstream request prepared (delegates_at_once)."""
+
+    child: UUID
+    payload: CommandRequest
+    outgoing: Outgoing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A delegated command's answer upstream, prepared with the child's (answers_at_once)."""
+
+    request: VOXMessage
+    outgoing: Outgoing
+    end: str  # the command's row: "completed" or "failed"
+    code: str | None  # the error code of a command_error
+    recorded: asyncio.Future[bool]  # whether its commit reached the disk
+
+
+def _refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
+    """Tell whether a child refused the work because it could not record it (did nothing)."""
+    return isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
+
+
+class CommandRunner:
+    """Answer every command_request: run it locally or delegate it to a healthy child."""
+
+    def __init__(
+        self, ctx: AgentContext, *, outbox: Outbox, router: Router, fleet_view: FleetView
+    ) -> None:
+        self.ctx = ctx
+        self.outbox = outbox
+        self.router = router
+        self.fleet_view = fleet_view
+        self.stopping = False  # new commands are answered SHUTTING_DOWN
+        self._handler_slots = asyncio.Semaphore(ctx.config.max_concurrency)
+        self._delegated: dict[UUID, int] = {}  # child id -> requests in flight
+        self._running = 0
+        self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
+        # Commands whose "started" row committed with their "received" one, a handler slot
+        # already taken for each (see starts_at_once).
+        self._started_at_once: set[UUID] = set()
+        # Commands whose "delegated" row and downstream request committed with their
+        # "received" row (see delegates_at_once), by request id.
+        self._delegated_at_once: dict[UUID, Delegation] = {}
+        # Downstream request id -> (the command it serves, its name), while its answer is due.
+        self._awaiting_child: dict[UUID, tuple[VOXMessage, str]] = {}
+        # Commands whose answer committed with the child's answer (see answers_at_once).
+        self._answered_at_once: dict[UUID, Answer] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        ctx.metrics.gauge("inflight_commands", lambda: self._running)
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now: a reload may change its children."""
+        return self.ctx.config
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many commands this agent is answering right now."""
+        return self._running
+
+    def begin(self, request: VOXMessage) -> None:
+        """Start answering a recorded and acknowledged command_request."""
+        self._running += 1
+        self._idle.clear()
+        self.ctx.tasks.spawn(self._serve(request), "command")
+
+    async def starts_at_once(self, request: VOXMessage) -> bool:
+        """Take a handler slot for a local command that can start now; False for anything else.
+
+        True means its "started" row goes into the same commit as its "received" row
+        (docs/ledger.md); if that commit fails, call cancel_start.
+        """
+        if request.type != MSG_COMMAND_REQUEST or self.stopping or self._handler_slots.locked():
+            return False
+        try:
+            name = request.payload_as(CommandRequest).command
+        except ValueError:
+            return False
+        if self.router.command_handler(name) is None:
+            return False
+        await self._handler_slots.acquire()  # free, as just checked: returns at once
+        self._started_at_once.add(request.message_id)
+        return True
+
+    def cancel_start(self, request: VOXMessage) -> None:
+        """Give back the slot starts_at_once took: the commit with the started row failed."""
+        if request.message_id in self._started_at_once:
+            self._started_at_once.discard(request.message_id)
+            self._handler_slots.release()
+
+    def delegates_at_once(self, request: VOXMessage) -> Delegation | None:
+        """Prepare a command no local handler serves for a child that can take it now.
+
+        The downstream request, its outbox entry and the "delegated" row then commit with the
+        request's "received" row (docs/ledger.md); if that commit fails, call
+        cancel_delegation. None: it starts here, waits, or has nowhere to go (then it takes
+        the ordinary path, which answers why).
+        """
+        if request.type != MSG_COMMAND_REQUEST or self.stopping:
+            return None
+        try:
+            payload = request.payload_as(CommandRequest)
+        except ValueError:
+            return None
+        if self.router.command_handler(payload.command) is not None:
+            return None
+        child, _ = self.choose_child(payload.command)
+        if child is None:
+            return None
+        downstream = self._downstream(request, payload, child)
+        try:
+            outgoing = self.outbox.prepare(downstream, expects_reply=True)
+        except VoxError:
+            return None  # too large or not a peer: the ordinary path says so
+        self._load(child, +1)
+        delegation = Delegation(child=child, payload=payload, outgoing=outgoing)
+        self._delegated_at_once[request.message_id] = delegation
+        return delegation
+
+    def cancel_delegation(self, request: VOXMessage) -> None:
+        """Undo delegates_at_once: the commit with its rows failed, nothing was sent."""
+        delegation = self._delegated_at_once.pop(request.message_id, None)
+        if delegation is not None:
+            self._load(delegation.child, -1)
+            self.outbox.forget(delegation.outgoing)
+
+    def answers_at_once(self, reply: VOXMessage) -> Answer | None:
+        """Prepare the answer upstream to a child's answer of a command delegated from here.
+
+        Its "sent" row (whole in the outbox) and the command's "completed" or "failed" row
+        then commit with the child answer's "received" row (docs/ledger.md); call
+        answer_recorded with the outcome of that commit. None: take the ordinary path.
+        """
+        if reply.reply_to is None or reply.type not in (MSG_COMMAND_RESULT, MSG_COMMAND_ERROR):
+            return None
+        waiting = self._awaiting_child.get(reply.reply_to)
+        downstream = self.ctx.tracker.get(reply.reply_to)
+        if waiting is None or downstream is None or downstream.final:
+            return None
+        request, name = waiting
+        if request.message_id not in self._serving or request.message_id in self._answered_at_once:
+            return None
+        details: CommandResult | CommandError
+        try:
+            if reply.type == MSG_COMMAND_RESULT:
+                result = reply.payload_as(CommandResult)
+                details = CommandResult(
+                    command=name,
+                    result=result.result,
+                    summary=result.summary,
+                    handled_by=self.config.id,
+                )
+            else:
+                error = reply.payload_as(CommandError)
+                if error.code == ErrorCode.LEDGER_UNAVAILABLE:
+                    return None  # another child may take it (_delegate)
+                details = CommandError(code=error.code, error=error.error, command=name)
+            kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+            outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
+        except (ValueError, VoxError):
+            return None  # the ordinary path answers it (too large, malformed)
+        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
+        # Out of _serving: a stop's SHUTTING_DOWN answer must not race this one.
+        del self._serving[request.message_id]
+        answer = Answer(
+            request=request,
+            outgoing=outgoing,
+            end=end,
+            code=None if isinstance(details, CommandResult) else details.code,
+            recorded=asyncio.get_running_loop().create_future(),
+        )
+        self._answered_at_once[request.message_id] = answer
+        return answer
+
+    def answer_recorded(self, answer: Answer, recorded: bool) -> None:
+        """Say whether the commit holding an answers_at_once answer reached the disk."""
+        if not recorded:
+            self.outbox.forget(answer.outgoing)
+            del self._answered_at_once[answer.request.message_id]
+            self._serving[answer.request.message_id] = answer.request
+        if not answer.recorded.done():
+            answer.recorded.set_result(recorded)
+
+    def _load(self, child: UUID, change: int) -> None:
+        self._delegated[child] = self._delegated.get(child, 0) + change
+
+    def choose_child(
+        self, command: str, *, avoid: Iterable[UUID] = ()
+    ) -> tuple[UUID | None, ErrorCode | None]:
+        """Pick a child for a command: healthy first, then least busy; else an error code."""
+        skip = set(avoid)
+        entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
+        return choose_child(command, entries, load=self._delegated)
+
+    # --- stopping -------------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new commands; let running ones finish within grace, then answer the rest."""
+        self.stopping = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
+        if not self._idle.is_set():
+            await self._answer_unfinished_shutting_down()
+
+    async def _answer_unfinished_shutting_down(self) -> None:
+        """Answer every command still running after the grace period, then let it be cut."""
+        answers = []
+        for request in list(self._serving.values()):
+            self._serving.pop(request.message_id, None)
+            name = str(request.details.get("command", ""))
+            error = CommandError(
+                code=ErrorCode.SHUTTING_DOWN,
+                error=f"{self.config.name} is stopping and {name!r} did not finish in time",
+                command=name or None,
+            )
+            self.ctx.metrics.commands_failed.inc(ErrorCode.SHUTTING_DOWN)
+            with contextlib.suppress(VoxError):
+                answers.append(
+                    await self.outbox.send_message(
+                        request.reply(MSG_COMMAND_ERROR, error), expects_reply=False
+                    )
+                )
+        # A moment for the answers to be acknowledged; unacknowledged ones stay in the
+        # outbox and go out after the next start.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                for tracked in answers:
+                    await tracked.acknowledged.wait()
+
+    # --- serving --------------------------------------------------------------------------
+
+    async def _serve(self, request: VOXMessage) -> None:
+        self._serving[request.message_id] = request
+        try:
+            details = await self._answer(request)
+        except Exception as exc:  # the last line of defence: answer, never crash
+            log.exception("%s: command failed", self.config.name)
+            details = CommandError(code=ErrorCode.HANDLER_ERROR, error=f"{type(exc).__name__}")
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+        answer = self._answered_at_once.get(request.message_id)
+        if answer is not None and await answer.recorded:
+            # Recorded with the child's answer: publish it, whatever the wait said since.
+            del self._answered_at_once[request.message_id]
+            if answer.code is not None:
+                self.ctx.metrics.commands_failed.inc(answer.code)
+            self.outbox.dispatch(answer.outgoing)
+            return
+        if self._serving.pop(request.message_id, None) is None:
+            return  # already answered SHUTTING_DOWN when the grace period ran out
+        if isinstance(details, CommandResult):
+            kind = MSG_COMMAND_RESULT
+        else:
+            kind = MSG_COMMAND_ERROR
+            self.ctx.metrics.commands_failed.inc(details.code)
+        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
+        with contextlib.suppress(VoxError):
+            # The reply's "sent" row (with the reply in the outbox) is what marks the
+            # command finished: from then on a restart re-sends the answer, never re-runs.
+            # The "completed" or "failed" row commits in the same transaction.
+            try:
+                await self.outbox.send_message(
+                    request.reply(kind, details), expects_reply=False, then=[(request, end, None)]
+                )
+            except MessageTooLarge as exc:
+                kind, name = MSG_COMMAND_ERROR, str(request.details.get("command", ""))
+                log.warning("%s: %s: %s", self.config.name, name, exc)
+                too_large = CommandError(
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
+                    error=f"the result of {name!r} is too large to send: {exc}",
+                    command=name or None,
+                )
+                await self.outbox.send_message(
+                    request.reply(kind, too_large),
+                    expects_reply=False,
+                    then=[(request, "failed", None)],
+                )
+            except LedgerError:
+                # It cannot be recorded (the disk is full): answer anyway, once.
+                await self.outbox.publish_unrecorded(request.reply(kind, details))
+                return
+
+    async def _answer(self, request: VOXMessage) -> CommandResult | CommandError:
+        payload = request.payload_as(CommandRequest)
+        name = payload.command
+        delegation = self._delegated_at_once.pop(request.message_id, None)
+        if delegation is not None:
+            # Its downstream request committed with its "received" row: send it now.
+            self.outbox.dispatch(delegation.outgoing)
+            timeout = self._timeout_of(payload)
+            outcome = await self._delegation_outcome(
+                request, delegation.child, delegation.outgoing.tracked, timeout
+            )
+            if _refused_unrecorded(outcome):
+                return await self._delegate(
+                    request, payload, timeout, refused={delegation.child}, outcome=outcome
+                )
+            return outcome
+        if request.message_id in self._started_at_once:
+            # Its "started" row committed with its "received" one, its slot taken then.
+            self._started_at_once.discard(request.message_id)
+            handler = self.router.command_handler(name)
+            assert handler is not None  # starts_at_once found it
+            try:
+                return await self._run(handler, name, payload, self._timeout_of(payload))
+            finally:
+                self._handler_slots.release()
+        if self.stopping:
+            return CommandError(
+                code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
+            )
+        timeout = self._timeout_of(payload)
+        handler = self.router.command_handler(name)
+        if handler is not None:
+            async with self._handler_slots:
+                await self.ctx.ledger.record_message(request, "started")
+                return await self._run(handler, name, payload, timeout)
+        return await self._delegate(request, payload, timeout)
+
+    async def _run(
+        self, handler: Handler, name: str, payload: CommandRequest, timeout: float
+    ) -> CommandResult | CommandError:
+        metrics = self.ctx.metrics
+        metrics.commands_served.inc(name)
+        started = time.perf_counter()
+        try:
+            return await self._call(handler, name, payload.params, timeout)
+        finally:
+            metrics.command_handler_seconds.time_since(started)
+
+    def _timeout_of(self, payload: CommandRequest) -> float:
+        timeout = self.config.request_timeout
+        if payload.deadline is not None:
+            remaining = parse_timestamp(payload.deadline).timestamp() - time.time()
+            timeout = max(0.0, min(timeout, remaining))
+        return timeout
+
+    async def _call(
+        self, handler: Handler, name: str, params: dict[str, Any], timeout: float
+    ) -> CommandResult | CommandError:
+        try:
+            async with asyncio.timeout(timeout):
+                result = await handler(**params)
+            result = to_jsonable_python(result)
+        except ParamsError as exc:
+            return CommandError(code=ErrorCode.INVALID_MESSAGE, error=str(exc), command=name)
+        except TimeoutError:
+            return CommandError(
+                code=ErrorCode.TIMEOUT, error=f"{name} took over {timeout:.1f}s", command=name
+            )
+        except PydanticSerializationError as exc:
+            return CommandError(
+                code=ErrorCode.HANDLER_ERROR,
+                error=f"{name} returned a result that is not JSON: {exc}",
+                command=name,
+            )
+        except Exception as exc:
+            log.exception("%s: command %s raised", self.config.name, name)
+            return CommandError(
+                code=ErrorCode.HANDLER_ERROR,
+                error=f"{name} failed: {type(exc).__name__}: {exc}"[:500],
+                command=name,
+            )
+        return CommandResult(command=name, result=result, handled_by=self.config.id)
+
+    async def _delegate(
+        self,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+        *,
+        refused: set[UUID] | None = None,
+        outcome: CommandResult | CommandError | None = None,
+    ) -> CommandResult | CommandError:
+        """Delegate to one child after another while they refuse it unrecorded.
+
+        refused: the children that already did, outcome: the last one's refusal.
+        """
+        name = payload.command
+        refused = set() if refused is None else refused
+        while True:
+            child, code = self.choose_child(name, avoid=refused)
+            if child is None and outcome is not None:
+                return outcome  # every child that could have served it refused it unrecorded
+            outcome = await self._delegate_to(child, code, request, payload, timeout)
+            if not _refused_unrecorded(outcome):
+                return outcome
+            # That child cannot record and did nothing: the work goes to another, if any.
+            assert child is not None
+            refused.add(child)
+
+    async def _delegate_to(
+        self,
+        child: UUID | None,
+        code: ErrorCode | None,
+        request: VOXMessage,
+        payload: CommandRequest,
+        timeout: float,
+    ) -> CommandResult | CommandError:
+        name = payload.command
+        if child is None:
+            if code == ErrorCode.TARGET_INACTIVE:
+                reason = f"no child that serves {name!r} is healthy"
+            else:
+                # Say what does exist: a typo is then one look away from its fix.
+                serves = sorted(
+                    self.router.commands | self.fleet_view.commands_of(self.config.children)
+                )
+                reason = (
+                    f"{self.config.name} cannot route {name!r}: neither it nor a child serves "
+                    f"it; it serves: {', '.join(serves) or 'nothing'}"
+                )
+            return CommandError(code=code or ErrorCode.NO_ROUTE, error=reason, command=name)
+        downstream = self._downstream(request, payload, child)
+        started = time.perf_counter()
+        self._load(child, +1)
+        try:
+            # The "delegated" row commits with the downstream request's "sent" row.
+            then = [(request, "delegated", str(child))]
+            tracked = await self.outbox.send_message(downstream, expects_reply=True, then=then)
+        except BaseException:
+            self._load(child, -1)
+            raise
+        return await self._delegation_outcome(request, child, tracked, timeout, started=started)
+
+    def _downstream(self, request: VOXMessage, payload: CommandRequest, child: UUID) -> VOXMessage:
+        return new_message(
+            MSG_COMMAND_REQUEST,
+            source=self.config.id,
+            target=child,
+            details=payload,
+            reply_to=request.message_id,
+            message_source=self.config.message_source,
+        )
+
+    async def _delegation_outcome(
+        self,
+        request: VOXMessage,
+        child: UUID,
+        tracked: TrackedRequest,
+        timeout: float,
+        *,
+        started: float | None = None,
+    ) -> CommandResult | CommandError:
+        """Wait for a sent downstream request's reply and answer for it as this agent."""
+        name = str(request.details.get("command", ""))
+        self.ctx.metrics.commands_delegated.inc(name)
+        self._awaiting_child[tracked.message_id] = (request, name)
+        try:
+            reply = await self.outbox.reply_to(
+                tracked, timeout, started=time.perf_counter() if started is None else started
+            )
+        except CommandFailed as exc:
+            return CommandError(code=exc.code, error=exc.error, command=name)
+        finally:
+            del self._awaiting_child[tracked.message_id]
+            self._load(child, -1)
+        result = reply.payload_as(CommandResult)
+        # The master answers for the work: upstream never learns the child exists.
+        return CommandResult(
+            command=name, result=result.result, summary=result.summary, handled_by=self.config.id
+        )
+
+    # --- restart --------------------------------------------------------------------------
+
+    async def resume(
+        self, interrupted: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """After a restart: report interrupted commands, run acknowledged but unstarted ones."""
+        for row in interrupted:
+            self.ctx.metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
+            await self.outbox.send_error_to(
+                UUID(row["source"]),
+                UUID(row["message_id"]),
+                ErrorCode.HANDLER_ERROR,
+                "the agent restarted while running this command; it is not run twice",
+            )
+        for row in pending:
+            request = _request_from_row(row)
+            if request is not None and request.source in self.config.peers:
+                self.begin(request)
+
+
+def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
+    """Rebuild an acknowledged command_request from its ledger row."""
+    details = row.get("details") or {}
+    try:
+        return VOXMessage(
+            message_id=UUID(row["message_id"]),
+            message_source=details.get("message_source") or "vox-mqtt",
+            emitted_at=row["emitted_at"],
+            source=UUID(row["source"]),
+            target=UUID(row["target"]),
+            type=MSG_COMMAND_REQUEST,
+            details={"command": details["command"], "params": details.get("params") or {}},
+            reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        log.warning("cannot resume command from ledger row %r", row)
+        return None

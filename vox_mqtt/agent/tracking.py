@@ -1,0 +1,133 @@
+"""Track every message an agent sends: queued, dispatched, acknowledged, completed or failed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from uuid import UUID
+
+from vox_mqtt.protocol.messages import VOXMessage
+
+__all__ = ["RequestState", "RequestTracker", "TrackedRequest"]
+
+
+class RequestState(StrEnum):
+    """Where a sent message stands."""
+
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"  # the broker PUBACKed it
+    ACKNOWLEDGED = "acknowledged"  # the peer recorded it (message_acknowledged)
+    COMPLETED = "completed"  # its reply arrived (or it needed none)
+    FAILED = "failed"  # error reply, timeout or broker refusal
+
+
+_FINAL = frozenset({RequestState.COMPLETED, RequestState.FAILED})
+
+
+@dataclass(kw_only=True, eq=False)
+class TrackedRequest:
+    """One sent message and its progress."""
+
+    message: VOXMessage
+    expects_reply: bool
+    state: RequestState = RequestState.QUEUED
+    reply: VOXMessage | None = None
+    error: str | None = None
+    error_code: str | None = None
+    history: list[tuple[RequestState, float]] = field(default_factory=list)
+    acknowledged: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def message_id(self) -> UUID:
+        """Return the id of the tracked message."""
+        return self.message.message_id
+
+    @property
+    def final(self) -> bool:
+        """Return whether the request has completed or failed."""
+        return self.state in _FINAL
+
+
+StatusHook = Callable[[TrackedRequest, RequestState, RequestState], None]
+
+
+class RequestTracker:
+    """Keep sent messages by id, move them through their states and tell a hook."""
+
+    def __init__(self, *, on_change: StatusHook | None = None, keep_finished: int = 10_000) -> None:
+        self._requests: dict[UUID, TrackedRequest] = {}
+        self._finished: deque[UUID] = deque()
+        self._keep_finished = keep_finished
+        self.on_change = on_change
+
+    def track(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
+        """Start tracking a message about to be sent."""
+        request = TrackedRequest(message=message, expects_reply=expects_reply)
+        request.history.append((RequestState.QUEUED, time.monotonic()))
+        self._requests[message.message_id] = request
+        return request
+
+    def get(self, message_id: UUID) -> TrackedRequest | None:
+        """Return the tracked request with this id, if any."""
+        return self._requests.get(message_id)
+
+    def pending(self) -> list[TrackedRequest]:
+        """Return the requests that are not final yet."""
+        return [r for r in self._requests.values() if not r.final]
+
+    def dispatched(self, message_id: UUID) -> None:
+        """Record the broker's PUBACK."""
+        request = self._requests.get(message_id)
+        if request is not None and request.state is RequestState.QUEUED:
+            self._move(request, RequestState.DISPATCHED)
+
+    def acknowledged(self, message_id: UUID) -> TrackedRequest | None:
+        """Record the peer's message_acknowledged; complete messages that need no reply."""
+        request = self._requests.get(message_id)
+        if request is None or request.final:
+            return request
+        # An ack may overtake our own PUBACK bookkeeping: it implies dispatch.
+        if request.state is not RequestState.ACKNOWLEDGED:
+            self._move(request, RequestState.ACKNOWLEDGED)
+        request.acknowledged.set()
+        if not request.expects_reply:
+            self._move(request, RequestState.COMPLETED)
+        return request
+
+    def completed(self, message_id: UUID, reply: VOXMessage) -> TrackedRequest | None:
+        """Record the reply that completes a request."""
+        request = self._requests.get(message_id)
+        if request is None or request.final:
+            return request
+        request.reply = reply
+        request.acknowledged.set()  # a reply proves receipt even if its ack was lost
+        self._move(request, RequestState.COMPLETED)
+        return request
+
+    def failed(
+        self, message_id: UUID, code: str, error: str, reply: VOXMessage | None = None
+    ) -> None:
+        """Record a failure (error reply, timeout, broker refusal)."""
+        request = self._requests.get(message_id)
+        if request is None or request.final:
+            return
+        request.error_code, request.error, request.reply = code, error, reply
+        request.acknowledged.set()
+        self._move(request, RequestState.FAILED)
+
+    def _move(self, request: TrackedRequest, new: RequestState) -> None:
+        old = request.state
+        request.state = new
+        request.history.append((new, time.monotonic()))
+        if new in _FINAL:
+            request.done.set()
+            self._finished.append(request.message_id)
+            if len(self._finished) > self._keep_finished:
+                self._requests.pop(self._finished.popleft(), None)
+        if self.on_change is not None:
+            self.on_change(request, old, new)

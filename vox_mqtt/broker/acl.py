@@ -1,0 +1,569 @@
+"""Broker security generated from the tree: who may read and write which VOX topic.
+
+One rule set per identity (each agent, the operator and the optional explorer),
+rendered either as a Mosquitto `acl_file` or as the dynamic-security plugin's
+`dynsec.json`, plus a parser that accepts exactly what Mosquitto 2.0 accepts,
+because a file Mosquitto cannot parse on SIGHUP turns every ACL check off.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+from uuid import UUID, uuid5
+
+from vox_mqtt.broker.passwd import PasswordHash, decode_hash
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import Fleet
+
+__all__ = [
+    "ADMIN_NAME",
+    "CANARY_NAME",
+    "DYNSEC_CONTROL",
+    "EXPLORER_NAME",
+    "LOOK_PURPOSES",
+    "AclEntry",
+    "AclFile",
+    "Identity",
+    "Kind",
+    "Rule",
+    "admin_identity",
+    "canary_forbidden_topic",
+    "canary_identity",
+    "canary_topic",
+    "check_dynsec",
+    "dynsec_hashes",
+    "explorer_id",
+    "fleet_identities",
+    "look_name",
+    "parse_acl_file",
+    "render_acl_file",
+    "render_dynsec",
+    "sub_topic_problem",
+    "topic_matches",
+]
+
+EXPLORER_NAME: Final = "explorer"
+# Agent names start with a letter or digit, so no agent can ever be called this.
+CANARY_NAME: Final = "_canary"
+_EXPLORER_NS: Final = "vox-mqtt read-only explorer"
+_CANARY_NS: Final = "vox-mqtt reload canary"
+# The operator's read-only looks, one identity each: with client ids locked to
+# usernames, `vox status` beside `vox watch` or the long-running `vox exporter` would
+# otherwise kick one another (and the operator's own session, which holds its queued
+# notifications).
+LOOK_PURPOSES: Final = ("watch", "status", "exporter")
+_LOOK_NS: Final = "vox-mqtt operator look"
+ADMIN_NAME: Final = "_admin"
+_ADMIN_NS: Final = "vox-mqtt dynamic-security admin"
+DYNSEC_CONTROL: Final = "$CONTROL/dynamic-security/v1"
+# topics.py builds per-agent topics; these two filters exist only for the broker.
+_EVERYTHING: Final = f"{topics.PREFIX}/#"
+# Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
+_C_SPACE: Final = " \t\n\v\f\r"
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_ACCESS: Final = {"read": (True, False), "write": (False, True), "readwrite": (True, True)}
+_DYNSEC_ACLTYPES: Final = frozenset(
+    {
+        "publishClientSend",
+        "publishClientReceive",
+        "subscribeLiteral",
+        "subscribePattern",
+        "unsubscribeLiteral",
+        "unsubscribePattern",
+    }
+)
+
+
+class Kind(StrEnum):
+    """What an identity is."""
+
+    AGENT = "agent"
+    OPERATOR = "operator"
+    EXPLORER = "explorer"
+    LOOK = "look"
+    CANARY = "canary"
+    ADMIN = "admin"
+    BRIDGE = "bridge"  # a site broker's link upstream (docs/federation.md)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """Read and/or write access to one topic filter."""
+
+    topic: str
+    read: bool = False
+    write: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """One broker account: MQTT username = client id = the identity's UUID."""
+
+    name: str
+    id: UUID
+    kind: Kind
+    rules: tuple[Rule, ...]
+
+    @property
+    def username(self) -> str:
+        """Return the MQTT username (and client id)."""
+        return str(self.id)
+
+    def may_read(self, topic: str) -> bool:
+        """Return whether this identity receives messages published on topic."""
+        return any(rule.read and topic_matches(rule.topic, topic) for rule in self.rules)
+
+    def may_write(self, topic: str) -> bool:
+        """Return whether this identity may publish on topic (wills and retained included)."""
+        return any(rule.write and topic_matches(rule.topic, topic) for rule in self.rules)
+
+
+def explorer_id(fleet: Fleet) -> UUID:
+    """Return the explorer's id: stable per fleet, so certificates and secrets survive."""
+    return uuid5(fleet.operator_id, _EXPLORER_NS)
+
+
+def canary_topic(nonce: str) -> str:
+    """Return the one topic the reload canary may publish on for this rendering."""
+    return f"{topics.PREFIX}/canary/{nonce}"
+
+
+def canary_forbidden_topic() -> str:
+    """Return a topic no identity may publish on: the canary's publish there must fail."""
+    return f"{topics.PREFIX}/canary/forbidden"
+
+
+def canary_identity(fleet: Fleet, nonce: str) -> Identity:
+    """Return the canary: it may publish only on its rendering's topic, and read nothing.
+
+    `vox broker reload` logs in as it after SIGHUP: an allowed publish proves the new
+    rules are loaded, a refused one proves an ACL is in force at all (docs/broker.md).
+    """
+    return Identity(
+        name=CANARY_NAME,
+        id=uuid5(fleet.operator_id, _CANARY_NS),
+        kind=Kind.CANARY,
+        rules=(Rule(topic=canary_topic(nonce), write=True),),
+    )
+
+
+def admin_identity(fleet: Fleet) -> Identity:
+    """Return the dynamic-security admin: it alone may change the broker's rules live.
+
+    Its credentials stay in the broker directory; it has no certificate, so with TLS it
+    can log in only on the plain listener, which then listens on loopback only.
+    """
+    return Identity(
+        name=ADMIN_NAME,
+        id=uuid5(fleet.operator_id, _ADMIN_NS),
+        kind=Kind.ADMIN,
+        rules=(
+            Rule(topic=DYNSEC_CONTROL, write=True),
+            Rule(topic=f"{DYNSEC_CONTROL}/response", read=True),
+        ),
+    )
+
+
+def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
+    master = fleet.master_of(agent_id)
+    children = [child.id for child in fleet.children_of(agent_id)]
+    rules = [
+        Rule(topic=topics.inbox_filter(agent_id), read=True),
+        Rule(topic=topics.inbox(master, agent_id), write=True),
+        *(Rule(topic=topics.inbox(child, agent_id), write=True) for child in children),
+        # Written by the agent and by its will; read back to resume its epoch.
+        Rule(topic=topics.status(agent_id), read=True, write=True),
+        Rule(topic=topics.status(master), read=True),
+        *(Rule(topic=topics.status(child), read=True) for child in children),
+        # Posts about itself and its own children only: a forged incident about the
+        # root or another branch is refused at the broker (docs/broker.md).
+        Rule(topic=topics.warroom(agent_id, agent_id), write=True),
+        *(Rule(topic=topics.warroom(agent_id, child), write=True) for child in children),
+    ]
+    if agent_id == fleet.root.id:
+        rules.append(Rule(topic=topics.WARROOM_FILTER, read=True))
+    return tuple(rules)
+
+
+def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
+    operator = fleet.operator_id
+    return (
+        Rule(topic=topics.inbox_filter(operator), read=True),
+        Rule(topic=topics.inbox(fleet.root.id, operator), write=True),
+        Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.WARROOM_FILTER, read=True),
+    )
+
+
+def look_name(purpose: str) -> str:
+    """Return the identity name of one of the operator's looks (no agent can be called so)."""
+    return f"_{purpose}"
+
+
+def _looks(fleet: Fleet) -> list[Identity]:
+    rules = (
+        Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.WARROOM_FILTER, read=True),
+    )
+    return [
+        Identity(
+            name=look_name(purpose),
+            id=uuid5(fleet.operator_id, f"{_LOOK_NS} {purpose}"),
+            kind=Kind.LOOK,
+            rules=rules,
+        )
+        for purpose in LOOK_PURPOSES
+    ]
+
+
+def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity, ...]:
+    """Return every broker identity of the fleet with its rules: operator, its looks, agents."""
+    names = {agent.name for agent in fleet}
+    clashes = [n for n in (fleet.operator_name, EXPLORER_NAME if explorer else None) if n in names]
+    if clashes:
+        raise ConfigError(
+            [
+                f"fleet: {n!r} names an agent and a broker identity; rename the agent"
+                for n in clashes
+            ]
+        )
+    result = [
+        Identity(
+            name=fleet.operator_name,
+            id=fleet.operator_id,
+            kind=Kind.OPERATOR,
+            rules=_operator_rules(fleet),
+        ),
+        *_looks(fleet),
+    ]
+    result += [
+        Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a.id))
+        for a in fleet
+    ]
+    if explorer:
+        result.append(
+            Identity(
+                name=EXPLORER_NAME,
+                id=explorer_id(fleet),
+                kind=Kind.EXPLORER,
+                rules=(Rule(topic=_EVERYTHING, read=True),),
+            )
+        )
+    return tuple(result)
+
+
+def topic_matches(filter_: str, topic: str) -> bool:
+    """Return whether a topic filter matches a topic, as Mosquitto decides it."""
+    if filter_.startswith("$") != topic.startswith("$"):
+        return False
+    levels, parts = filter_.split("/"), topic.split("/")
+    for index, level in enumerate(levels):
+        if level == "#":
+            return True
+        if index >= len(parts) or (level != "+" and level != parts[index]):
+            return False
+    return len(levels) == len(parts)
+
+
+def sub_topic_problem(topic: str) -> str | None:
+    """Return why Mosquitto rejects a topic filter (mosquitto_sub_topic_check), or None."""
+    if len(topic) > 16383 and len(topic.encode("utf-8", "surrogateescape")) > 65535:
+        return "longer than 65535 bytes"
+    if "+" not in topic and "#" not in topic:
+        return None
+    previous = ""
+    for index, char in enumerate(topic):
+        following = topic[index + 1] if index + 1 < len(topic) else ""
+        if char == "+" and (previous not in ("", "/") or following not in ("", "/")):
+            return "'+' must fill a whole topic level"
+        if char == "#" and (previous not in ("", "/") or following != ""):
+            return "'#' must be the whole last topic level"
+        previous = char
+    return None
+
+
+def _access_word(rule: Rule) -> str:
+    if rule.read and rule.write:
+        return "readwrite"
+    return "read" if rule.read else "write"
+
+
+def render_acl_file(identities: Iterable[Identity], *, header: Iterable[str] = ()) -> str:
+    """Return a Mosquitto acl_file: one `user` block of `topic` lines per identity."""
+    out = [f"# {line}" for line in header]
+    # No line before the first `user`: those would apply to anonymous clients.
+    for identity in identities:
+        out.append(f"# {identity.kind.value} {identity.name}")
+        out.append(f"user {identity.username}")
+        out.extend(f"topic {_access_word(rule)} {rule.topic}" for rule in identity.rules)
+    return "\n".join(out) + "\n"
+
+
+def _dynsec_acls(rule: Rule) -> list[dict[str, Any]]:
+    acls: list[dict[str, Any]] = []
+    if rule.read:
+        # Subscribing and receiving are two separate checks in dynsec.
+        acls.append({"acltype": "subscribePattern", "topic": rule.topic, "allow": True})
+        acls.append({"acltype": "publishClientReceive", "topic": rule.topic, "allow": True})
+    if rule.write:
+        acls.append({"acltype": "publishClientSend", "topic": rule.topic, "allow": True})
+    return acls
+
+
+def role_name(identity: Identity) -> str:
+    """Return the dynsec role that carries one identity's rules."""
+    return f"vox-{identity.username}"
+
+
+def render_dynsec(identities: Iterable[Identity], hashes: Mapping[UUID, PasswordHash]) -> str:
+    """Return dynsec.json: deny by default, one client and one role per identity."""
+    clients: list[dict[str, Any]] = []
+    roles: list[dict[str, Any]] = []
+    for identity in identities:
+        pw = hashes[identity.id]
+        clients.append(
+            {
+                "username": identity.username,
+                "textName": f"{identity.kind.value} {identity.name}",
+                "password": pw.digest_b64,
+                "salt": pw.salt_b64,
+                "iterations": pw.iterations,
+                "roles": [{"rolename": role_name(identity)}],
+            }
+        )
+        acls = [acl for rule in identity.rules for acl in _dynsec_acls(rule)]
+        roles.append({"rolename": role_name(identity), "acls": acls})
+    document = {
+        # Receive defaults to allowed in dynsec; deny it so delivery is fenced too.
+        "defaultACLAccess": {
+            "publishClientSend": False,
+            "publishClientReceive": False,
+            "subscribe": False,
+            "unsubscribe": True,
+        },
+        "clients": clients,
+        "groups": [],
+        "roles": roles,
+    }
+    return json.dumps(document, indent=1) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclEntry:
+    """One `topic` or `pattern` line of an acl_file."""
+
+    line: int
+    user: str | None
+    pattern: bool
+    read: bool
+    write: bool
+    deny: bool
+    topic: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclFile:
+    """An acl_file as Mosquitto loads it, plus lines that parse but are likely mistakes."""
+
+    entries: tuple[AclEntry, ...]
+    warnings: tuple[str, ...] = ()
+    users: frozenset[str] = field(default_factory=frozenset)
+
+    def rules_of(self, username: str) -> list[AclEntry]:
+        """Return the `topic` entries of one user's block."""
+        return [e for e in self.entries if not e.pattern and e.user == username]
+
+
+def _token(text: str, pos: int) -> tuple[str | None, int]:
+    """Return the next space-delimited token from pos, as strtok_r(..., " ") does."""
+    while pos < len(text) and text[pos] == " ":
+        pos += 1
+    if pos >= len(text):
+        return None, pos
+    end = text.find(" ", pos)
+    if end == -1:
+        return text[pos:], len(text)
+    return text[pos:end], end + 1
+
+
+def _rest(text: str, pos: int) -> str | None:
+    """Return the rest of the line, as strtok_r(..., "") does, trimmed like Mosquitto."""
+    if pos >= len(text):
+        return None
+    return text[pos:].strip(_C_SPACE)
+
+
+def parse_acl_file(text: str, *, source: str = "acl") -> AclFile:
+    """Parse acl_file text with Mosquitto 2.0's rules; raise ConfigError naming each bad line."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    entries: list[AclEntry] = []
+    users: set[str] = set()
+    user: str | None = None
+    for number, raw in enumerate(text.split("\n"), start=1):
+        where = f"{source}:{number}"
+        # fgets + strlen: a NUL ends the line early; then trailing whitespace goes.
+        line = raw.split("\0", 1)[0].rstrip(_C_SPACE)
+        if line.startswith("#"):
+            continue
+        keyword, pos = _token(line, 0)
+        if keyword is None:
+            continue
+        if keyword == "user":
+            name = _rest(line, pos)
+            if not name:
+                problems.append(f"{where}: `user` without a username")
+                continue
+            user = name
+            users.add(name)
+            continue
+        if keyword not in ("topic", "pattern"):
+            shown = line.replace("\t", "<TAB>")
+            hint = " (tabs are not separators: use single spaces)" if "\t" in line else ""
+            problems.append(f"{where}: not a `user`, `topic` or `pattern` line: {shown!r}{hint}")
+            continue
+        access, pos = _token(line, pos)
+        if access is None:
+            problems.append(f"{where}: `{keyword}` without a topic")
+            continue
+        topic = _rest(line, pos)
+        if topic is None:
+            topic, access = access, None
+            if topic in _ACCESS or topic == "deny":
+                warnings.append(
+                    f"{where}: `{keyword} {topic}` grants readwrite on a topic named {topic!r}"
+                )
+        elif access not in _ACCESS and access != "deny":
+            shown = access.replace("\t", "<TAB>")
+            problems.append(
+                f"{where}: access must be read, write, readwrite or deny, not {shown!r}"
+            )
+            continue
+        reason = sub_topic_problem(topic)
+        if reason is not None:
+            problems.append(f"{where}: invalid topic {topic!r}: {reason}")
+            continue
+        if _CONTROL.search(topic):
+            warnings.append(f"{where}: topic {topic!r} contains control characters or tabs")
+        if keyword == "pattern" and "%c" not in topic and "%u" not in topic:
+            warnings.append(f"{where}: pattern {topic!r} has neither %c nor %u")
+        if keyword == "topic" and user is None:
+            warnings.append(f"{where}: rule before any `user` line applies to anonymous clients")
+        read, write = _ACCESS.get(access or "readwrite", (False, False))
+        entries.append(
+            AclEntry(
+                line=number,
+                user=None if keyword == "pattern" else user,
+                pattern=keyword == "pattern",
+                read=read,
+                write=write,
+                deny=access == "deny",
+                topic=topic,
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return AclFile(entries=tuple(entries), warnings=tuple(warnings), users=frozenset(users))
+
+
+def _b64_len(value: Any) -> int | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return len(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _check_dynsec_client(
+    client: Any, where: str, role_names: set[str], problems: list[str]
+) -> str | None:
+    if not isinstance(client, dict) or not isinstance(client.get("username"), str):
+        problems.append(f"{where}: a client needs a string `username`")
+        return None
+    username: str = client["username"]
+    where = f"{where}: client {username!r}"
+    if _b64_len(client.get("salt")) != 12 or _b64_len(client.get("password")) != 64:
+        problems.append(f"{where}: password and salt must be base64 of 64 and 12 bytes")
+    iterations = client.get("iterations")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        problems.append(f"{where}: iterations must be a positive integer")
+    for role in client.get("roles", []):
+        name = role.get("rolename") if isinstance(role, dict) else None
+        if name not in role_names:
+            problems.append(f"{where}: unknown role {name!r}")
+    return username
+
+
+def _check_dynsec_role(role: Any, where: str, problems: list[str]) -> str | None:
+    if not isinstance(role, dict) or not isinstance(role.get("rolename"), str):
+        problems.append(f"{where}: a role needs a string `rolename`")
+        return None
+    name: str = role["rolename"]
+    for acl in role.get("acls", []):
+        if not isinstance(acl, dict) or acl.get("acltype") not in _DYNSEC_ACLTYPES:
+            problems.append(f"{where}: role {name!r}: unknown acltype in {acl!r}")
+            continue
+        topic = acl.get("topic")
+        reason = "not a string" if not isinstance(topic, str) else sub_topic_problem(topic)
+        if reason is not None or not isinstance(acl.get("allow"), bool):
+            problems.append(f"{where}: role {name!r}: bad acl {acl!r} ({reason or 'allow'})")
+    return name
+
+
+def dynsec_hashes(text: str) -> dict[str, PasswordHash]:
+    """Return username -> password hash of the clients of a dynsec.json (empty if unreadable)."""
+    hashes: dict[str, PasswordHash] = {}
+    try:
+        for client in json.loads(text).get("clients", []):
+            pw = decode_hash(
+                salt_b64=client["salt"],
+                digest_b64=client["password"],
+                iterations=int(client["iterations"]),
+            )
+            if pw is not None:
+                hashes[client["username"]] = pw
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return hashes
+
+
+def check_dynsec(text: str, *, source: str = "dynsec.json") -> None:
+    """Check dynsec.json against the schema the plugin loads; raise ConfigError if it is off."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError([f"{source}: not valid JSON: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: the top level must be an object"])
+    problems: list[str] = []
+    defaults = data.get("defaultACLAccess")
+    if not isinstance(defaults, dict) or not all(isinstance(v, bool) for v in defaults.values()):
+        problems.append(f"{source}: defaultACLAccess must map access types to true/false")
+    sections = {key: data.get(key, []) for key in ("clients", "roles", "groups")}
+    for key, value in sections.items():
+        if not isinstance(value, list):
+            problems.append(f"{source}: `{key}` must be a list")
+            sections[key] = []
+    role_names: set[str] = set()
+    for role in sections["roles"]:
+        name = _check_dynsec_role(role, source, problems)
+        if name is not None and name in role_names:
+            problems.append(f"{source}: role {name!r} is defined twice")
+        role_names.add(name or "")
+    usernames: set[str] = set()
+    for client in sections["clients"]:
+        username = _check_dynsec_client(client, source, role_names, problems)
+        if username is not None and username in usernames:
+            problems.append(f"{source}: client {username!r} is defined twice")
+        usernames.add(username or "")
+    if problems:
+        raise ConfigError(problems)

@@ -1,0 +1,153 @@
+"""A private Mosquitto on loopback, for tests, `vox demo` and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from vox_mqtt.protocol.errors import BrokerUnavailable
+
+__all__ = ["LocalBroker", "find_mosquitto", "free_port", "wait_for_port"]
+
+
+def find_mosquitto() -> str:
+    """Return the path of the mosquitto binary; raise BrokerUnavailable saying how to get it."""
+    for candidate in (
+        shutil.which("mosquitto"),
+        "/usr/sbin/mosquitto",
+        "/usr/local/sbin/mosquitto",
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise BrokerUnavailable(
+        "mosquitto is not installed: run `apt-get install mosquitto mosquitto-clients` "
+        "(as root), or `make test`, which does it for you"
+    )
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(host: str, port: int, timeout: float) -> bool:
+    """Return True once host:port accepts a TCP connection, False after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+class LocalBroker:
+    """Own one Mosquitto process started from a rendered config directory."""
+
+    def __init__(self, conf_path: Path, *, port: int, host: str = "127.0.0.1") -> None:
+        self.conf_path = Path(conf_path)
+        self.port = port
+        self.host = host
+        self.log_path = self.conf_path.parent / "mosquitto.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """Return the broker's process id."""
+        if self._process is None:
+            raise BrokerUnavailable("the broker is not running")
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        """Return whether the broker process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start mosquitto and wait until it accepts connections."""
+        binary = find_mosquitto()
+        log = self.log_path.open("ab")
+        try:
+            self._process = subprocess.Popen(
+                [binary, "-c", str(self.conf_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise BrokerUnavailable(
+                    f"mosquitto exited with code {self._process.returncode}:\n{self.log_tail()}"
+                )
+            if wait_for_port(self.host, self.port, 0.1):
+                return
+        self.stop()
+        raise BrokerUnavailable(
+            f"mosquitto did not listen on {self.host}:{self.port} within {timeout}s:\n"
+            f"{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop mosquitto (SIGTERM, then SIGKILL) and reap it."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+    def kill(self) -> None:
+        """Kill mosquitto with SIGKILL, as a crash would."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(10)
+            self._process = None
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Stop and start the broker on the same port, keeping its persistence."""
+        self.stop()
+        self.start(timeout)
+
+    def reload(self) -> None:
+        """Send SIGHUP so mosquitto re-reads its password and ACL files."""
+        os.kill(self.pid, signal.SIGHUP)
+
+    def log_text(self) -> str:
+        """Return everything the broker has logged so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        """Return the last lines of the broker's log."""
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

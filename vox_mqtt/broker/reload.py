@@ -1,0 +1,307 @@
+"""`vox broker reload`: install only what render wrote, signal, prove it, or go back.
+
+The procedure (docs/broker.md):
+1. the files must be the bytes `vox broker render` wrote (render.json's digests),
+   unless the operator accepts a hand edit explicitly;
+2. they must be bytes Mosquitto reads exactly as we do, and parse as it parses them;
+3. SIGHUP, then the canary proves the broker is alive and enforcing these rules;
+4. if not, the previous files go back, the broker is signalled again, and the
+   reload fails loudly.
+With the dynamic-security plugin there is no signal at all: see dynsecapply.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from vox_mqtt.broker.acl import CANARY_NAME, AclFile, canary_forbidden_topic, parse_acl_file
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.lastgood import keep_last_good, restore_last_good
+from vox_mqtt.broker.manifest import Manifest, file_digest, load_manifest, write_manifest
+from vox_mqtt.broker.passwd import Credentials, atomic_write, parse_passwd
+from vox_mqtt.broker.probe import ProbeResult, alive, probe_rules
+from vox_mqtt.broker.text import broker_file_text
+from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
+
+__all__ = [
+    "ReloadFailed",
+    "ReloadReport",
+    "broker_settings",
+    "check_is_mosquitto",
+    "reload_broker",
+]
+
+CONF_NAME: Final = "mosquitto.conf"
+DEFAULT_USER: Final = "mosquitto"
+VERIFY_TIMEOUT: Final = 10.0
+# Mosquitto acts on SIGHUP at the end of its current loop turn: give it that turn.
+_SIGNAL_SETTLE: Final = 0.2
+
+
+class ReloadFailed(VoxError):
+    """The broker did not prove the new rules; the previous files were put back."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReloadReport:
+    """What reload_broker checked, installed, signalled and proved."""
+
+    acl: Path
+    rules: int
+    replaced: bool
+    warnings: tuple[str, ...]
+    proof: str = ""
+    accepted_edits: tuple[str, ...] = ()
+
+
+def broker_settings(root: Path) -> dict[str, str]:
+    """Return the first value of each directive of the rendered mosquitto.conf."""
+    conf = root / CONF_NAME
+    try:
+        text = conf.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{conf}: cannot read the broker config: {exc.strerror}"]) from None
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key and not key.startswith("#"):
+            settings.setdefault(key, value.strip())
+    return settings
+
+
+def _readable_by(path: Path, user: str) -> bool:
+    """Return whether `user` may read path (owner, group or other bits)."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return True  # cannot judge here; the broker host is elsewhere
+    if entry.pw_uid == 0:
+        return True
+    st = path.stat()
+    if st.st_uid == entry.pw_uid:
+        return bool(st.st_mode & 0o400)
+    groups = set(os.getgrouplist(user, entry.pw_gid))
+    if st.st_gid in groups:
+        return bool(st.st_mode & 0o040)
+    return bool(st.st_mode & 0o004)
+
+
+def check_is_mosquitto(pid: int) -> None:
+    """Refuse to signal anything but a running mosquitto."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        raise BrokerUnavailable(f"no process with pid {pid}: is the broker running?") from None
+    except OSError:
+        return  # no /proc here: trust the caller
+    if comm != "mosquitto":
+        raise ConfigError([f"pid {pid} is {comm!r}, not mosquitto: refusing to signal it"])
+
+
+def _signal_as_owner(pid: int) -> bool:
+    """Send SIGHUP from a child that became the broker's user; return whether it could."""
+    # Under the broker unit's capability bounds root has CAP_SETUID but not CAP_KILL:
+    # a process may always signal its own user's processes.
+    st = Path(f"/proc/{pid}").stat()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(st.st_gid)
+            os.setuid(st.st_uid)
+            os.kill(pid, signal.SIGHUP)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _signal(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGHUP)
+        return
+    except ProcessLookupError:
+        raise BrokerUnavailable(f"no process with pid {pid}: is the broker running?") from None
+    except PermissionError:
+        if os.geteuid() == 0 and _signal_as_owner(pid):
+            return
+    raise BrokerUnavailable(f"not allowed to signal pid {pid}: run as root or as the broker's user")
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the {what}: {exc.strerror}"]) from None
+
+
+def _check_digests(
+    manifest: Manifest | None,
+    root: Path,
+    data: dict[str, bytes],
+    sources: dict[str, Path],
+    accept_edit: bool,
+) -> list[str]:
+    """Return the files that differ from what render wrote; refuse them unless accepted."""
+    if manifest is None:
+        if accept_edit:
+            return sorted(data)
+        raise ConfigError(
+            [
+                f"{root}: no render.json: render this directory with `vox broker render` first "
+                "(or pass --accept-edit to install files render did not write)"
+            ]
+        )
+    edited = [n for n, d in sorted(data.items()) if manifest.files.get(n) != file_digest(d)]
+    if edited and not accept_edit:
+        raise ConfigError(
+            [
+                f"{sources[n]}: not the {n} `vox broker render` wrote (its digest differs from "
+                "render.json): re-render, or pass --accept-edit to install a hand edit"
+                for n in edited
+            ]
+        )
+    return edited
+
+
+def _canary_topic(parsed: AclFile, canary: Credentials, source: Path) -> str:
+    topics = [e.topic for e in parsed.rules_of(canary.username) if e.write and not e.deny]
+    if len(topics) != 1 or "+" in topics[0] or "#" in topics[0]:
+        raise ConfigError(
+            [
+                f"{source}: no single literal topic for the canary `{CANARY_NAME}` "
+                f"({canary.username}): the reload could not be proven; re-render the ACL"
+            ]
+        )
+    return topics[0]
+
+
+def _canary(root: Path) -> Credentials:
+    return CredentialStore(root).get(CANARY_NAME)
+
+
+def _parse(data: dict[str, bytes], sources: dict[str, Path]) -> tuple[AclFile, list[str]]:
+    problems: list[str] = []
+    try:
+        acl_text = broker_file_text(data["acl"], source=str(sources["acl"]))
+        parsed = parse_acl_file(acl_text, source=str(sources["acl"]))
+    except ConfigError as exc:
+        raise ConfigError(
+            [
+                *exc.problems,
+                f"refusing to reload: Mosquitto would run with NO ACL ({sources['acl']})",
+            ]
+        ) from None
+    if not parsed.entries:
+        raise ConfigError([f"{sources['acl']}: no rules at all: refusing to reload"])
+    try:
+        pw_text = broker_file_text(data["passwd"], source=str(sources["passwd"]))
+        _, pw_problems = parse_passwd(pw_text)
+        problems += [f"{sources['passwd']}: {p} (Mosquitto would drop it)" for p in pw_problems]
+    except ConfigError as exc:
+        problems += exc.problems
+    return parsed, problems
+
+
+def reload_broker(
+    out_dir: str | Path,
+    *,
+    pid: int,
+    acl_source: str | Path | None = None,
+    accept_edit: bool = False,
+    verify_timeout: float = VERIFY_TIMEOUT,
+) -> ReloadReport:
+    """Check, install, SIGHUP and prove the broker's ACL and passwd; raise ReloadFailed if not."""
+    # Nothing is replaced or signalled unless every check passes: the broker keeps
+    # enforcing the rules it holds in memory.
+    root = Path(out_dir).absolute()
+    settings = broker_settings(root)
+    if "acl_file" not in settings:
+        raise ConfigError(
+            [
+                f"{root / CONF_NAME} uses the dynamic-security plugin: `vox broker reload` "
+                "applies it live, without a signal (docs/broker.md)"
+            ]
+        )
+    acl_path = Path(settings["acl_file"])
+    passwd_path = Path(settings.get("password_file", root / "passwd"))
+    user = settings.get("user", DEFAULT_USER)
+    sources = {"acl": Path(acl_source) if acl_source else acl_path, "passwd": passwd_path}
+    data = {name: _read(path, name) for name, path in sources.items()}
+    manifest = load_manifest(root)
+    edited = _check_digests(manifest, root, data, sources, accept_edit)
+    parsed, problems = _parse(data, sources)
+    canary = _canary(root)
+    allowed = _canary_topic(parsed, canary, sources["acl"])
+    for path in (acl_path, passwd_path):
+        if path.exists() and not _readable_by(path, user):
+            problems.append(f"{path}: not readable by the broker's user `{user}` (chown it)")
+    if problems:
+        raise ConfigError(problems)
+    check_is_mosquitto(pid)
+    replaced = acl_source is not None
+    if replaced:
+        st = acl_path.stat() if acl_path.exists() else None
+        owner = None if st is None or os.geteuid() != 0 else (st.st_uid, st.st_gid)
+        mode = 0o600 if st is None else st.st_mode & 0o777
+        atomic_write(acl_path, data["acl"], mode=mode, owner=owner)
+    _signal(pid)
+    time.sleep(_SIGNAL_SETTLE)
+    proof = probe_rules(
+        canary, allowed=allowed, forbidden=canary_forbidden_topic(), pid=pid, timeout=verify_timeout
+    )
+    if not proof.ok:
+        raise ReloadFailed(_go_back(root, pid, canary, proof, verify_timeout))
+    keep_last_good(root, ("acl", "passwd"))
+    if edited and manifest is not None:
+        files = {**manifest.files, **{n: file_digest(data[n]) for n in edited}}
+        accepted = (*manifest.accepted_edits, *edited)
+        write_manifest(root, dataclasses.replace(manifest, files=files, accepted_edits=accepted))
+    return ReloadReport(
+        acl=acl_path,
+        rules=len(parsed.entries),
+        replaced=replaced,
+        warnings=parsed.warnings,
+        proof=proof.reason,
+        accepted_edits=tuple(edited),
+    )
+
+
+def _go_back(root: Path, pid: int, canary: Credentials, proof: ProbeResult, timeout: float) -> str:
+    """Restore the previous files, signal again and return the one loud line to print."""
+    failed = f"RELOAD FAILED: {proof.reason}"
+    restored = restore_last_good(root, ("acl", "passwd"))
+    if not restored:
+        return f"{failed}; no previous files were kept: the new ones stay, fix the broker now"
+    what = " and ".join(restored)
+    if not alive(pid):
+        return (
+            f"{failed}; restored the previous {what}: the broker (pid {pid}) is gone and will "
+            "load them when it restarts (systemd: Restart=on-failure)"
+        )
+    _signal(pid)
+    time.sleep(_SIGNAL_SETTLE)
+    try:
+        old = parse_acl_file(
+            broker_file_text((root / "acl").read_bytes(), source="restored acl"),
+            source="restored acl",
+        )
+        allowed = _canary_topic(old, canary, root / "acl")
+    except (ConfigError, OSError):
+        return f"{failed}; restored the previous {what} and signalled again (not provable)"
+    back = probe_rules(
+        canary, allowed=allowed, forbidden=canary_forbidden_topic(), pid=pid, timeout=timeout
+    )
+    state = "the previous rules are in force"
+    if not back.ok:
+        state = f"AND THE RESTORE FAILED TOO: {back.reason}"
+    return f"{failed}; restored the previous {what} and signalled again: {state}"

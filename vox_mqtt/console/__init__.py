@@ -1,0 +1,1 @@
+"""The operator's side: the operator console client and the Prometheus exporter."""

@@ -1,0 +1,125 @@
+"""The operator's client: the root's master, for sending commands and watching the fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.fleet.config import ConsoleFile, load_console_config
+from vox_mqtt.ledger.peernames import write_names
+from vox_mqtt.ledger.privatefs import private_dir
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
+
+__all__ = ["ALL_STATUS", "OperatorConsole"]
+
+ALL_STATUS = STATUS_FILTER  # the filter of every agent's status, under its old name
+_NOT_NOTIFICATIONS = frozenset({MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST})
+
+
+class OperatorConsole:
+    """Connect as the operator for one `async with` block."""
+
+    def __init__(
+        self,
+        config: ConsoleFile | str | Path,
+        *,
+        base: Path | None = None,
+        persistent: bool = True,
+        observe: Sequence[str] = (),
+    ) -> None:
+        if not isinstance(config, ConsoleFile):
+            path = Path(config)
+            base = path.parent if base is None else base
+            config = load_console_config(path)
+        self.file = config
+        base = base or Path.cwd()
+        # Only the persistent session uses the operator's own client id: a second,
+        # read-only console (status, watch) must not take that session over.
+        op = config.operator
+        client_id = str(op.id) if persistent else f"{op.id}-{secrets.token_hex(4)}"
+        agent_config = config.agent_config(base, client_id=client_id, observe=observe)
+        self.inbox_path = agent_config.state_dir / "inbox.jsonl"
+        self.agent = VOXAgent(agent_config)
+        self.agent.listeners.append(self._keep_notification)
+
+    @property
+    def root_id(self) -> Any:
+        """Return the root agent's id."""
+        return self.file.operator.root_id
+
+    @property
+    def view(self) -> FleetView:
+        """Return the liveness of every agent this console has seen."""
+        return self.agent.fleet_view
+
+    async def __aenter__(self) -> OperatorConsole:
+        state_dir = self.inbox_path.parent
+        if state_dir.exists() and not state_dir.is_dir():
+            raise ConfigError(
+                [f"state dir {state_dir}: it is a file, not a folder — move the file away or "
+                 "point operator.state_dir elsewhere"]
+            )  # fmt: skip
+        await self.agent.__aenter__()
+        op = self.file.operator
+        write_names(state_dir, {op.id: op.name, op.root_id: op.root_name})
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.agent.__aexit__(exc_type, exc, tb)
+
+    async def send_command(
+        self, command: str, params: dict[str, Any] | None = None, *, wait: float | None = None
+    ) -> VOXMessage:
+        """Send a command_request to the root and return the command_result."""
+        return await self.agent.request(command, params, to=self.root_id, timeout=wait)
+
+    def _keep_notification(self, message: VOXMessage) -> None:
+        """Keep what the root reports to the human (note_to_human included) in the inbox file."""
+        if message.type in _NOT_NOTIFICATIONS or message.reply_to is not None:
+            return
+        entry = {
+            "received_at": time.time(),
+            "message_id": str(message.message_id),
+            "emitted_at": message.emitted_at,
+            "type": message.type,
+            "source": str(message.source),
+            "message_source": message.message_source,
+            "details": message.details,
+        }
+        private_dir(self.inbox_path.parent)
+        with self.inbox_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """Return every notification kept so far, oldest first."""
+        try:
+            lines = self.inbox_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line after a crash
+        return entries
+
+
+WATCH_FILTERS = (ALL_STATUS, WARROOM_FILTER)

@@ -1,0 +1,1 @@
+"""The fleet file's consequences: config files, per-agent bundles, diffs, plans, retirement."""

@@ -1,0 +1,344 @@
+"""Render one agent's daemon config (or the operator's console config) from the fleet file."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_id
+from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.passwd import Credentials, LookLogin, atomic_write, render_credentials
+from vox_mqtt.fleet.config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
+from vox_mqtt.fleet.explorer import ExplorerFile
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
+
+__all__ = [
+    "DEFAULT_STATE_ROOT",
+    "RenderedConfig",
+    "fleet_agent_config",
+    "fleet_operator_config",
+    "render_agent_config",
+]
+
+# Where the unit's StateDirectory=vox/%i puts each agent's ledger and epoch.
+DEFAULT_STATE_ROOT = Path("/var/lib/vox")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedConfig:
+    """The files one render wrote: the config and the secrets it points at."""
+
+    config: Path
+    kind: str  # "agent", "operator" or "explorer"
+    name: str
+    secrets: tuple[Path, ...]
+
+
+def render_agent_config(
+    fleet: Fleet | str | Path,
+    name: str,
+    broker_dir: str | Path,
+    out: str | Path,
+    state_dir: str | Path | None = None,
+    *,
+    keepalive: int = 30,
+    shutdown_grace: float = 10.0,
+) -> RenderedConfig:
+    """Write the daemon config of agent `name` (or the operator's or explorer's config)."""
+    if not isinstance(fleet, Fleet):
+        fleet = load_fleet(fleet)
+    out = Path(out)
+    kind, identity, ident_id = _identity(fleet, name)
+    store = CredentialStore(broker_dir)
+    source = store.path
+    if not store.has(identity):
+        raise ConfigError(
+            [f"{source}: no credentials for {identity!r}: run `vox broker render` for this fleet"]
+        )
+    creds = store.get(identity)
+    if creds.username != str(ident_id):
+        raise ConfigError(
+            [f"{source}: the credentials are for {creds.username}, not {identity} ({ident_id})"]
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError([f"--out {out}: cannot create its folder: {exc.strerror}"]) from None
+    secrets, broker = _copy_secrets(creds, out, identity, keepalive)
+    if kind == "operator":
+        state = Path(state_dir) if state_dir is not None else Path(f"{identity}-state")
+        text = _operator_text(fleet, state, broker)
+        _check(text, ConsoleFile, out)
+    elif kind == "explorer":
+        text = _explorer_text(fleet, ident_id, broker)
+        _check(text, ExplorerFile, out)
+    else:
+        state = Path(state_dir) if state_dir is not None else DEFAULT_STATE_ROOT / identity
+        text = _agent_text(fleet, ident_id, state, broker, shutdown_grace)
+        _check(text, DaemonFile, out)
+    atomic_write(out, text, mode=0o640)
+    return RenderedConfig(config=out, kind=kind, name=identity, secrets=secrets)
+
+
+def _identity(fleet: Fleet, name: str) -> tuple[str, str, Any]:
+    """Return (kind, name, id) of the agent or operator `name` designates."""
+    try:
+        agent = fleet.agent(name)
+    except KeyError:
+        if name in ("operator", fleet.operator_name, str(fleet.operator_id)):
+            return "operator", fleet.operator_name, fleet.operator_id
+        if name == EXPLORER_NAME:
+            return "explorer", EXPLORER_NAME, explorer_id(fleet)
+        known = ", ".join(sorted(a.name for a in fleet))
+        raise ConfigError(
+            [f"no agent {name!r} in the fleet (agents: {known}; or `operator`, `explorer`)"]
+        ) from None
+    return "agent", agent.name, agent.id
+
+
+def _copy_secrets(
+    creds: Credentials, out: Path, identity: str, keepalive: int
+) -> tuple[tuple[Path, ...], dict[str, Any]]:
+    """Copy the credentials (and TLS files) next to out; return them and the [broker] table."""
+    folder = out.parent
+    broker: dict[str, Any] = {
+        "host": creds.host,
+        "port": creds.port,
+        "username": creds.username,
+        "password_file": f"{identity}.credentials.toml",
+        "keepalive": keepalive,
+    }
+    written: list[Path] = []
+    local = creds
+    if creds.tls:
+        tls_dir = folder / f"{identity}.tls"
+        tls_dir.mkdir(mode=0o700, exist_ok=True)
+        files = {"ca_file": creds.ca_file, "cert_file": creds.cert_file, "key_file": creds.key_file}
+        names = {"ca_file": "ca.crt", "cert_file": "client.crt", "key_file": "client.key"}
+        for key, path in files.items():
+            assert path is not None
+            target = tls_dir / names[key]
+            try:
+                atomic_write(target, path.read_bytes(), mode=0o600)
+            except OSError as exc:
+                raise ConfigError([f"{path}: cannot copy the TLS file: {exc.strerror}"]) from None
+            # Relative to the config file, as config.py resolves them: the folder can move.
+            broker[key] = f"{identity}.tls/{names[key]}"
+            written.append(target)
+        local = replace(
+            creds,
+            ca_file=Path(broker["ca_file"]),
+            cert_file=Path(broker["cert_file"]),
+            key_file=Path(broker["key_file"]),
+            looks=tuple(_copy_look(look, tls_dir, identity, written) for look in creds.looks),
+        )
+    secret = folder / broker["password_file"]
+    lock = (
+        "MQTT client id = username: the broker enforces it (use_username_as_clientid)."
+        if creds.client_id_locked
+        else "MQTT client id should be the username; this broker does NOT enforce it "
+        "(rendered with --no-lock-client-ids): another identity can take over this session."
+    )
+    header = [
+        f"vox-mqtt broker credentials of {identity!r}: keep them 0600 on its host only.",
+        lock,
+    ]
+    atomic_write(secret, render_credentials(local, comment_lines=header), mode=0o600)
+    return (secret, *written), broker
+
+
+def _copy_look(look: LookLogin, tls_dir: Path, identity: str, written: list[Path]) -> LookLogin:
+    """Copy one look's certificate and key beside the operator's; return it pointing there."""
+    if look.cert_file is None or look.key_file is None:
+        return look
+    paths = {}
+    for suffix, path in (("crt", look.cert_file), ("key", look.key_file)):
+        target = tls_dir / f"{look.purpose}.{suffix}"
+        try:
+            atomic_write(target, path.read_bytes(), mode=0o600)
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot copy the TLS file: {exc.strerror}"]) from None
+        written.append(target)
+        paths[suffix] = Path(f"{identity}.tls/{target.name}")
+    return replace(look, cert_file=paths["crt"], key_file=paths["key"])
+
+
+def _agent_section(fleet: Fleet, agent_id: Any, state: Path, grace: float) -> dict[str, Any]:
+    """Return the [agent] table of one agent's daemon config (children apart)."""
+    view = fleet.view_of(agent_id)
+    agent = view.agent
+    heartbeat = agent.heartbeat_interval if agent.heartbeat_interval is not None else 15.0
+    return {
+        "name": agent.name,
+        "id": str(agent.id),
+        "master_id": str(view.master_id),
+        "master_name": view.master_name,
+        "roles": list(agent.roles),
+        "state_dir": str(state),
+        "heartbeat_interval": float(heartbeat),
+        "stale_after": 3.0,
+        "request_timeout": 30.0,
+        "max_concurrency": 32,
+        "shutdown_grace": float(grace),
+        "disk_alert_percent": 95.0,
+        "memory_alert_percent": 95.0,
+        # The broker lets only the root read the war room.
+        "watch_warroom": agent.id == fleet.root.id,
+    }
+
+
+def _operator_section(fleet: Fleet, state: Path) -> dict[str, Any]:
+    """Return the [operator] table of the console's config."""
+    return {
+        "name": fleet.operator_name,
+        "id": str(fleet.operator_id),
+        "root_id": str(fleet.root.id),
+        "root_name": fleet.root.name,
+        "state_dir": str(state),
+    }
+
+
+def fleet_agent_config(
+    fleet: Fleet, name: str, *, broker: BrokerSettings, state_dir: Path, **overrides: Any
+) -> AgentConfig:
+    """Return the AgentConfig a rendered daemon config of `name` would load, in memory."""
+    agent = fleet.agent(name)
+    section = _agent_section(fleet, agent.id, state_dir, 10.0)
+    section["children"] = {str(c.id): c.name for c in fleet.view_of(agent.id).children}
+    config = AgentSection.model_validate(section).agent_config(broker, base=Path.cwd())
+    return replace(config, **overrides)
+
+
+def fleet_operator_config(
+    fleet: Fleet,
+    *,
+    broker: BrokerSettings,
+    state_dir: Path,
+    observe: Sequence[str] = (),
+    **overrides: Any,
+) -> AgentConfig:
+    """Return the AgentConfig the operator's rendered console config would load, in memory."""
+    section = OperatorSection.model_validate(_operator_section(fleet, state_dir))
+    return replace(section.agent_config(broker, base=Path.cwd(), observe=observe), **overrides)
+
+
+def _agent_text(
+    fleet: Fleet, agent_id: Any, state: Path, broker: dict[str, Any], grace: float
+) -> str:
+    view = fleet.view_of(agent_id)
+    agent = view.agent
+    section = _agent_section(fleet, agent_id, state, grace)
+    lines = [
+        f"# vox-agent config of {agent.name!r}, rendered by `vox agent render` from the fleet",
+        "# file. It names only this agent, its master and its direct children.",
+        'kind = "agent"',
+        "",
+        "[agent]",
+        *_assignments(section),
+        "",
+        "[agent.children]  # id = name",
+        *(f"{_key(str(c.id))} = {_value(c.name)}" for c in view.children),
+        "",
+        "[agent.settings]  # handed to every role",
+        *_assignments(dict(agent.settings)),
+        "",
+        "[broker]",
+        *_assignments(broker),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _operator_text(fleet: Fleet, state: Path, broker: dict[str, Any]) -> str:
+    section = _operator_section(fleet, state)
+    lines = [
+        "# vox console config of the operator, rendered by `vox agent render FLEET operator`.",
+        'kind = "operator"',
+        "",
+        "[operator]",
+        *_assignments(section),
+        "",
+        "[broker]",
+        *_assignments(broker),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _explorer_text(fleet: Fleet, ident_id: Any, broker: dict[str, Any]) -> str:
+    section = {
+        "name": EXPLORER_NAME,
+        "id": str(ident_id),
+        "operator_id": str(fleet.operator_id),
+        "operator_name": fleet.operator_name,
+    }
+    lines = [
+        "# vox config of the read-only explorer, rendered by `vox agent render FLEET explorer`",
+        "# (the broker lets it read vox/# and write nothing): for vox status and vox exporter.",
+        'kind = "explorer"',
+        "",
+        "[explorer]",
+        *_assignments(section),
+        "",
+        "[broker]",
+        *_assignments(broker),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _check(
+    text: str, model: type[DaemonFile] | type[ConsoleFile] | type[ExplorerFile], out: Path
+) -> None:
+    """Refuse to write a config its reader would reject (e.g. a bad role or name)."""
+    try:
+        model.model_validate(tomllib.loads(text))
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ConfigError([f"{out}: the rendered config does not validate: {exc}"]) from None
+
+
+# --- a small TOML writer: the settings tables of a fleet file can hold any TOML value ----------
+
+
+def _assignments(table: dict[str, Any]) -> list[str]:
+    return [f"{_key(key)} = {_value(value)}" for key, value in table.items()]
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _string(key)
+
+
+def _string(text: str) -> str:
+    # A JSON string is a TOML basic string once DEL is escaped too.
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(str(k))} = {_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError([f"cannot write {value!r} ({type(value).__name__}) into a TOML config"])

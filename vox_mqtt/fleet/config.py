@@ -1,0 +1,238 @@
+"""The per-host config files: one agent daemon's, or the operator console's (TOML)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.messages import MAX_HEARTBEAT_INTERVAL
+from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
+from vox_mqtt.protocol.topics import WARROOM_FILTER
+
+__all__ = [
+    "BrokerSection",
+    "ConsoleFile",
+    "DaemonFile",
+    "load_console_config",
+    "load_daemon_config",
+]
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BrokerSection(_Section):
+    """How to reach the fleet broker, and as whom."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 1883
+    username: str
+    password: str | None = None
+    password_file: Path | None = None  # a credentials file rendered by `vox broker render`
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    keepalive: Annotated[int, Field(ge=2, le=65535)] = 30
+    session_expiry: Annotated[int, Field(ge=0)] = 3600
+
+    def settings(self, client_id: str, *, base: Path) -> BrokerSettings:
+        """Return the transport settings, reading the password file if one is named."""
+        password = self.password
+        if password is None and self.password_file is not None:
+            path = _resolve_path(base, self.password_file)
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ConfigError([f"{path}: cannot read the broker credentials: {exc}"]) from None
+            password = data.get("password")
+            if not isinstance(password, str):
+                raise ConfigError([f"{path}: no password in the credentials file"])
+        return BrokerSettings(
+            host=self.host,
+            port=self.port,
+            username=self.username,
+            password=password,
+            client_id=client_id,
+            ca_file=_resolve(base, self.ca_file),
+            cert_file=_resolve(base, self.cert_file),
+            key_file=_resolve(base, self.key_file),
+            keepalive=self.keepalive,
+            session_expiry=self.session_expiry,
+        )
+
+
+class AgentSection(_Section):
+    """One agent: itself, its master and its direct children, and nothing else of the tree."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+    id: UUID
+    master_id: UUID
+    master_name: str = "master"
+    children: dict[UUID, str] = Field(default_factory=dict)
+    roles: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]] = Field(
+        default_factory=list
+    )
+    settings: dict[str, Any] = Field(default_factory=dict)
+    state_dir: Path
+    message_source: str = "vox-mqtt"
+    # Keep message_source in clear in the ledger (a keyed digest otherwise: docs/ledger.md).
+    ledger_clear_sources: bool = False
+    # Bounded like any status a master believes (docs/liveness.md).
+    heartbeat_interval: Annotated[float, Field(gt=0, le=MAX_HEARTBEAT_INTERVAL)] = 15.0
+    stale_after: Annotated[float, Field(ge=1)] = 3.0
+    request_timeout: Seconds = 30.0
+    max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 32
+    shutdown_grace: Seconds = 10.0
+    disk_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
+    memory_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
+    watch_warroom: bool = False  # only the root may read the war room
+    ledger_sync: Literal["full", "normal"] = "full"  # see docs/ledger.md
+
+    def agent_config(self, broker: BrokerSettings, *, base: Path) -> AgentConfig:
+        """Return the runtime config of this agent (the one place a section becomes one)."""
+        return AgentConfig(
+            id=self.id,
+            name=self.name,
+            master_id=self.master_id,
+            master_name=self.master_name,
+            children=dict(self.children),
+            state_dir=_resolve_path(base, self.state_dir),
+            broker=broker,
+            message_source=self.message_source,
+            ledger_clear_sources=self.ledger_clear_sources,
+            heartbeat_interval=self.heartbeat_interval,
+            stale_after=self.stale_after,
+            request_timeout=self.request_timeout,
+            max_concurrency=self.max_concurrency,
+            disk_alert_percent=self.disk_alert_percent,
+            memory_alert_percent=self.memory_alert_percent,
+            observe=(WARROOM_FILTER,) if self.watch_warroom else (),
+            ledger_sync=self.ledger_sync,
+        )
+
+
+class OperatorSection(_Section):
+    """The human's console: the root's master."""
+
+    name: str = "operator"
+    id: UUID
+    root_id: UUID
+    root_name: str = "root"
+    state_dir: Path
+    request_timeout: Seconds = 30.0
+
+    def agent_config(
+        self, broker: BrokerSettings, *, base: Path, observe: Sequence[str] = ()
+    ) -> AgentConfig:
+        """Return the console's runtime config: the root's master, publishing no status."""
+        return AgentConfig(
+            id=self.id,
+            name=self.name,
+            master_id=None,
+            children={self.root_id: self.root_name},
+            state_dir=_resolve_path(base, self.state_dir),
+            broker=broker,
+            publish_status=False,
+            request_timeout=self.request_timeout,
+            observe=tuple(observe),
+        )
+
+
+class DaemonFile(_Section):
+    """A daemon config file: `[agent]` and `[broker]`."""
+
+    kind: Literal["agent"] = "agent"
+    agent: AgentSection
+    broker: BrokerSection
+
+    def agent_config(self, base: Path) -> AgentConfig:
+        """Return the runtime config of this agent."""
+        broker = self.broker.settings(str(self.agent.id), base=base)
+        return self.agent.agent_config(broker, base=base)
+
+
+class ConsoleFile(_Section):
+    """The operator console's config file: `[operator]` and `[broker]`."""
+
+    kind: Literal["operator"] = "operator"
+    operator: OperatorSection
+    broker: BrokerSection
+
+    def agent_config(
+        self, base: Path, *, client_id: str | None = None, observe: Sequence[str] = ()
+    ) -> AgentConfig:
+        """Return the runtime config of the console: the root's master, publishing no status."""
+        op = self.operator
+        broker = self.broker.settings(client_id or str(op.id), base=base)
+        if client_id is not None and client_id != str(op.id):
+            # A second, read-only console keeps no session behind it.
+            broker = replace(broker, session_expiry=0)
+        return op.agent_config(broker, base=base, observe=observe)
+
+
+def _resolve_path(base: Path, path: Path) -> Path:
+    """Resolve a path relative to the config file's folder, so a rendered dir can move."""
+    path = path.expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _resolve(base: Path, path: Path | None) -> Path | None:
+    return None if path is None else _resolve_path(base, path)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such config file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read the config file: {exc}"]) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+
+
+def _problems(path: Path, exc: ValidationError) -> ConfigError:
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        lines.append(f"{path}: {where}: {message}")
+    return ConfigError(lines)
+
+
+def load_daemon_config(path: str | Path) -> DaemonFile:
+    """Read and validate a daemon config; raise ConfigError with one line per problem."""
+    path = Path(path)
+    data = _read(path)
+    if data.get("kind", "agent") != "agent":
+        raise ConfigError([f"{path}: this is a {data.get('kind')!r} config, not an agent's"])
+    try:
+        return DaemonFile.model_validate(data)
+    except ValidationError as exc:
+        raise _problems(path, exc) from None
+
+
+def load_console_config(path: str | Path) -> ConsoleFile:
+    """Read and validate the operator console's config; raise ConfigError per problem."""
+    path = Path(path)
+    data = _read(path)
+    if data.get("kind") != "operator":
+        raise ConfigError(
+            [f"{path}: not an operator config (render one with `vox agent render FLEET operator`)"]
+        )
+    try:
+        return ConsoleFile.model_validate(data)
+    except ValidationError as exc:
+        raise _problems(path, exc) from None

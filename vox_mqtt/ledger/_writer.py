@@ -1,0 +1,213 @@
+"""The ledger's writer thread: its own sqlite3 connection, one hand-off per batch of records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+from vox_mqtt.ledger._schema import (
+    _ALL,
+    _COLUMNS,
+    _HEAD,
+    _SCHEMA,
+    _TRIGGERS_VERSION,
+    _UPGRADE,
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    _chain_hash,
+)
+from vox_mqtt.protocol.errors import LedgerError
+
+__all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "open_writer", "rechain", "write_batch"]
+
+LedgerSync = Literal["full", "normal"]
+# What each ledger_sync value survives is in docs/ledger.md ("Durable before acknowledged").
+SYNC_MODES: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL"}
+
+Head = tuple[int, str]  # (last row id, its hash)
+Row = tuple[Any, ...]  # _COLUMNS, then prev_hash and hash
+Settle = Callable[[bool, Any], None]
+T = TypeVar("T")
+
+
+class WriterThread:
+    """Run jobs on one thread that owns a sqlite3 connection; report each back to the loop.
+
+    A job is a plain function of the connection. The caller's callback runs on the event loop
+    through a single call_soon_threadsafe, so a whole batch of records costs one wake-up of
+    this thread and one of the loop, whatever the number of statements in it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.db: sqlite3.Connection | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Settle, Any] | None] = (
+            queue.SimpleQueue()
+        )
+        # A daemon, so a program that never closes its ledger still exits; sqlite's WAL
+        # makes an interrupted transaction invisible, as a crash would.
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        self._thread.start()
+
+    def submit(self, job: Callable[[], Any], settle: Settle) -> None:
+        """Run job() on the thread, then settle(ok, result or exception) on the running loop."""
+        if self._stopped:
+            raise RuntimeError("the ledger writer has stopped")
+        self._jobs.put((job, settle, asyncio.get_running_loop()))
+
+    async def call(self, job: Callable[[], Any]) -> Any:
+        """Run job() on the thread and return its result (for the rare, non-batched work)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def settle(ok: bool, result: Any) -> None:
+            if not future.done():
+                (future.set_result if ok else future.set_exception)(result)
+
+        self.submit(job, settle)
+        return await future
+
+    async def close(self) -> None:
+        """Close the connection on the thread (after the jobs queued before), then stop it."""
+        with contextlib.suppress(Exception):
+            await self.call(self._close_db)
+        self.stop()
+
+    def _close_db(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    def stop(self) -> None:
+        """Ask the thread to end once the queued jobs are done, closing its connection."""
+        if not self._stopped:
+            self._stopped = True
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, settle, loop = item
+            try:
+                outcome: tuple[bool, Any] = (True, job())
+            except BaseException as exc:  # reported to the caller, never lost in the thread
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+                loop.call_soon_threadsafe(settle, *outcome)
+        self._close_db()  # stopped without a closing job: the loop went away
+
+
+_PER_INSERT = 500  # rows per INSERT statement, at most (SQLite's variable limit may say fewer)
+_ROW_MARKS = "(" + ", ".join("?" * (len(_COLUMNS) + 2)) + ")"
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(count: int) -> str:
+    return f"INSERT INTO logs ({_ALL}) VALUES " + ", ".join([_ROW_MARKS] * count)
+
+
+def _insert(db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Insert rows with few statements: after each step the thread waits for the GIL again."""
+    width = len(_COLUMNS) + 2
+    per = max(1, min(_PER_INSERT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        db.execute(_insert_sql(len(chunk)), [value for row in chunk for value in row])
+
+
+def rechain(rows: Sequence[Row], head: Head) -> list[Row]:
+    """Give rows chained onto a stale head new ids and hashes onto the real one."""
+    last_id, prev = head
+    out = []
+    for row in rows:
+        content = (last_id := last_id + 1, *row[1:-2])
+        digest = _chain_hash(prev, content)
+        out.append((*content, prev, digest))
+        prev = digest
+    return out
+
+
+def open_writer(
+    thread: WriterThread, path: Path, synchronous: str, load: Callable[[sqlite3.Connection], T]
+) -> tuple[Head, T]:
+    """Open the writing connection (on the writer thread); return the head and load(db)."""
+    db = thread.db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA busy_timeout = 10000")
+    try:
+        found = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        tables = {row[0] for row in found}
+        if not {"logs", "ledger_meta"} <= tables:
+            if tables:
+                listed = ", ".join(sorted(tables))
+                raise LedgerError(f"ledger {path}: not a vox ledger (its tables: {listed})")
+            db.executescript(_SCHEMA)
+        elif not db.execute(_TRIGGERS_VERSION).fetchall():
+            # A ledger from before the insert triggers: add them, once. A trigger dropped
+            # from a newer file is never put back here; verify() reports it.
+            db.executescript(_UPGRADE)
+        meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"ledger {path}: not a vox ledger: {exc}") from None
+    if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
+        raise LedgerError(f"{path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+    # Freed pages are zeroed, so an outbox entry gone is gone from the file too (some SQLite
+    # builds default to it; the ledger does not rely on that).
+    db.execute("PRAGMA secure_delete = ON")
+    # WAL lets readers run beside the writer; FULL also syncs the WAL at every commit.
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
+    return read_head(db), load(db)
+
+
+def read_head(db: sqlite3.Connection) -> Head:
+    """Return the ledger's last row id and hash (0 and the genesis hash when empty)."""
+    found = db.execute(_HEAD).fetchone()
+    return (0, GENESIS_HASH) if found is None else (int(found[0]), str(found[1]))
+
+
+def write_batch(
+    db: sqlite3.Connection,
+    rows: list[Row],
+    added: list[tuple[str, str, bytes]],
+    removed: list[tuple[str]],
+    chained: bool,
+) -> tuple[list[Row], Head | None]:
+    """Append rows and change the outbox in one transaction; return the rows as written.
+
+    Rows arrive chained onto the head this writer last committed (chained=True). If another
+    connection appended meanwhile, the first id collides (ids are explicit and contiguous):
+    the batch is then re-chained onto the real head, read inside the write lock.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not chained and rows:
+            rows = rechain(rows, read_head(db))
+        try:
+            if rows:
+                _insert(db, rows)
+        except sqlite3.IntegrityError:
+            if not chained or not rows:
+                raise
+            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            rows = rechain(rows, read_head(db))
+            _insert(db, rows)
+        if added:
+            db.executemany("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)", added)
+        if removed:
+            db.executemany("DELETE FROM outbox WHERE message_id = ?", removed)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    head = (int(rows[-1][0]), str(rows[-1][-1])) if rows else None
+    return rows, head

@@ -1,0 +1,597 @@
+"""The ledger: an agent's append-only, hash-chained SQLite record (VOXAgentMemory, seed 003)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+from uuid import UUID
+
+import aiosqlite
+
+from vox_mqtt.ledger._index import ReceivedIndex
+from vox_mqtt.ledger._queries import VerifyReport, trace_chain, verify_chain
+from vox_mqtt.ledger._rows import Received, Values, make_row, message_row
+from vox_mqtt.ledger._schema import (
+    _ALL,
+    _HEAD,
+    _INTERRUPTED,
+    _PENDING,
+    _PROMOTED,
+    _SCHEMA,
+    _TRIGGERS_VERSION,
+    _UPGRADE,
+    APPEND_ONLY,
+    DONE_ACTIONS,
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    STARTED_ACTIONS,
+    WITNESS_ACTION,
+    WITNESS_EVENT,
+    _chain_hash,
+    _id_text,
+    _load_key,
+    _outbox_payload,
+    _row_dict,
+    _scrub,
+    _source_digest,
+)
+from vox_mqtt.ledger._writer import (
+    SYNC_MODES,
+    Head,
+    LedgerSync,
+    WriterThread,
+    open_writer,
+    write_batch,
+)
+from vox_mqtt.ledger.privatefs import private_file
+from vox_mqtt.protocol.errors import LedgerError
+from vox_mqtt.protocol.messages import VOXMessage
+
+__all__ = [
+    "DONE_ACTIONS",
+    "GENESIS_HASH",
+    "STARTED_ACTIONS",
+    "LedgerSync",
+    "VOXAgentMemory",
+    "VerifyReport",
+]
+
+
+# Rows nothing waits for (an ack's "received") wait this long for a batch to join.
+_LATER = 0.02
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Rows (none, for an outbox removal alone) that commit together, and who waits for them."""
+
+    rows: list[Values]
+    future: asyncio.Future[int]  # the first row's id (0 without rows)
+    # The outbox is the one mutable table: a sent message waits there, whole, until it is
+    # acknowledged, so a restart can re-send it. It commits with its "sent" row.
+    outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
+    outbox_done: str | None = None  # message_id to remove
+    received: list[Received] | None = None  # for the dedupe index, once committed
+
+
+class VOXAgentMemory:
+    """An agent's ledger of message-flow events: durable, append-only, tamper-evident."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        commit_window: float = 0.002,
+        max_batch: int = 1000,
+        read_only: bool = False,
+        sync: LedgerSync = "full",
+        clear_sources: bool = False,
+        source_key: bytes | None = None,
+    ) -> None:
+        if max_batch < 1 or commit_window < 0:
+            raise ValueError("max_batch must be >= 1 and commit_window >= 0")
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
+        self.path = Path(path)
+        self.read_only = read_only
+        self.sync = sync
+        self._window = commit_window
+        self._max_batch = max_batch
+        self._thread: WriterThread | None = None  # owns the writing connection
+        self._reader: aiosqlite.Connection | None = None
+        self._guard: asyncio.Task[None] | None = None
+        self._init_lock = asyncio.Lock()
+        self._closed = False
+        self._commits = 0
+        # Records wait here, on the event loop, while the previous batch commits: one batch
+        # in flight at a time is what groups commits (see _flush).
+        self._buffer: list[_Pending] = []
+        self._in_flight = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._flush_later = False  # the handle is the timer of rows nothing waits for
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # (last row id, its hash) as this writer's last commit left them: the next batch is
+        # chained onto it on the loop, so the thread only executes and commits.
+        self._head: Head | None = None
+        self._received = ReceivedIndex()  # answers has_message(..., emitted_at=...)
+        # Told (records written, seconds) after each commit: the agent's metrics.
+        self.on_commit: Callable[[int, float], None] | None = None
+        # Why the last commit failed, while the file cannot take writes; None once one works.
+        self.write_failure: str | None = None
+        # message_source may name a client: kept as a keyed digest unless asked for in clear.
+        self.clear_sources = clear_sources
+        self._source_key = source_key
+        self._stored_sources: dict[str, str] = {}  # message_source -> as stored (few of them)
+
+    @property
+    def commit_count(self) -> int:
+        """Return how many transactions have been committed by this instance."""
+        return self._commits
+
+    async def init_db(self) -> None:
+        """Open the ledger, creating the schema on first use; safe to call twice."""
+        async with self._init_lock:
+            if self._closed:
+                raise LedgerError(f"ledger {self.path} is closed")
+            if self._reader is not None:
+                return
+            try:
+                await self._open()
+            except BaseException:
+                await self._close_connections()
+                raise
+
+    async def _open(self) -> None:
+        if self.path.is_dir() or not self.path.parent.is_dir():
+            raise LedgerError(f"ledger {self.path}: not a file in an existing directory")
+        if self.read_only and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}")
+        # mode=rw never creates a missing file (and falls back to reading a write-protected
+        # one); unlike mode=ro it lets the last connection fold the WAL back on close.
+        if self.read_only:
+            where = self.path.resolve().as_uri() + "?mode=rw"
+            with self._errors("cannot open"):
+                db = await aiosqlite.connect(where, uri=True, isolation_level=None)
+                self._reader = db
+                await db.execute("PRAGMA busy_timeout = 10000")
+                await db.execute("PRAGMA query_only = ON")
+            return await self._check_schema(db, create=False)
+        try:
+            # SQLite gives the -wal and -shm files the database file's own mode.
+            private_file(self.path)
+        except OSError as exc:
+            raise LedgerError(f"ledger {self.path}: cannot open: {exc.strerror}") from None
+        self._thread = WriterThread(f"ledger {self.path.name}")
+        self._thread.start()
+        thread = self._thread
+        with self._errors("cannot open"):
+            self._head, received = await thread.call(
+                lambda: open_writer(thread, self.path, SYNC_MODES[self.sync], self._received.load)
+            )
+            self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._reader.execute("PRAGMA query_only = ON")
+        if not self.clear_sources and self._source_key is None:
+            try:
+                self._source_key = _load_key(self.path.with_suffix(".key"))
+            except (OSError, ValueError) as exc:
+                raise LedgerError(f"ledger {self.path}: digest key: {exc}") from None
+        for message_id, emitted in received:
+            self._received.add(message_id, emitted)
+        self._guard = asyncio.create_task(self._watch(), name=f"ledger {self.path}")
+
+    async def _watch(self) -> None:
+        """Wait to be cancelled: if asyncio.run ends without close(), release the ledger."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            if not self._closed:
+                self._closed = True
+                await self._close_connections()
+            raise
+
+    async def _check_schema(self, db: aiosqlite.Connection, *, create: bool) -> None:
+        with self._errors("not a vox ledger"):
+            found = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+            tables = {row[0] for row in found}
+            if not {"logs", "ledger_meta"} <= tables:
+                if tables or not create:
+                    found_text = f"its tables: {', '.join(sorted(tables))}" if tables else "empty"
+                    raise LedgerError(f"ledger {self.path}: not a vox ledger ({found_text})")
+                await db.executescript(_SCHEMA)
+            elif create and not await db.execute_fetchall(_TRIGGERS_VERSION):
+                # A ledger from before the insert triggers: add them, once. A trigger dropped
+                # from a newer file is never put back here; verify() reports it.
+                await db.executescript(_UPGRADE)
+            meta = await db.execute_fetchall("SELECT value FROM ledger_meta WHERE key='schema'")
+        if (version := next((row[0] for row in meta), None)) != SCHEMA_VERSION:
+            raise LedgerError(f"{self.path} has ledger schema {version!r}, not {SCHEMA_VERSION!r}")
+
+    async def close(self) -> None:
+        """Write every queued record, then close the database."""
+        async with self._init_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                await self._drain()
+            finally:
+                await self._close_connections()
+                if self._guard is not None:
+                    self._guard.cancel()
+
+    async def _drain(self) -> None:
+        """Wait until every queued record is committed (or has failed)."""
+        while self._thread is not None and (self._in_flight or self._buffer):
+            if not self._in_flight:
+                self._flush()
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    async def _close_connections(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await thread.close()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with self._errors("cannot close"):
+                await reader.close()
+
+    async def __aenter__(self) -> Self:
+        await self.init_db()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def record(
+        self,
+        event_type: str,
+        action: str,
+        source: UUID | str | None,
+        target: UUID | str | None,
+        details: dict[str, Any],
+    ) -> int:
+        """Append one event (the seed 003 call) and return its row id once it is durable."""
+        if not isinstance(details, Mapping):
+            raise LedgerError(f"details must be a dict, not {type(details).__name__}")
+        clean = _scrub(details)
+        # Well-known keys also fill their indexed columns, so the seed call is findable.
+        meta = {
+            column: _id_text(value)
+            for key, column in _PROMOTED.items()
+            if isinstance(value := clean.get(key), str | UUID)
+        }
+        return await self._submit([make_row(event_type, action, source, target, clean, meta)])
+
+    async def record_message(
+        self,
+        message: VOXMessage,
+        action: str,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        topic: str | None = None,
+        outbox: tuple[str, bytes] | None = None,
+        outbox_for: VOXMessage | None = None,
+        outbox_done: UUID | None = None,
+        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+    ) -> int:
+        """Record a message's metadata (never its free text) under an action such as received.
+
+        With outbox=(topic, payload), also keep the whole message (or outbox_for, one of the
+        `then` messages) until outbox_done(); with outbox_done=ID, forget that sent message in
+        the same transaction. `then` rows, as (message, action, outcome), commit in that same
+        transaction after this one (what each such grouping still lets a restart prove is in
+        docs/ledger.md). Returns the first id.
+        """
+        if self._reader is None:
+            await self.init_db()  # the digest key is read when the ledger opens
+        source = self.stored_source(message.message_source)
+        rows = [message_row(message, source, action, outcome, reason, topic)]
+        rows += [
+            message_row(other, self.stored_source(other.message_source), what, result, None, None)
+            for other, what, result in then
+        ]
+        kept = None
+        if outbox is not None:
+            keep = message if outbox_for is None else outbox_for
+            stored = source if outbox_for is None else self.stored_source(keep.message_source)
+            payload = _outbox_payload(outbox[1], keep.message_source, stored)
+            kept = (str(keep.message_id), outbox[0], payload)
+        done = None if outbox_done is None else str(outbox_done)
+        return await self._submit(rows, outbox=kept, outbox_done=done)
+
+    def stored_source(self, message_source: str) -> str:
+        """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
+        if self.clear_sources:
+            return message_source[:200]
+        known = self._stored_sources.get(message_source)
+        if known is None:
+            if self._source_key is None:
+                raise LedgerError(f"ledger {self.path} is not open")
+            if len(self._stored_sources) >= 256:  # a few senders; never grow without bound
+                self._stored_sources.clear()
+            known = _source_digest(self._source_key, message_source)
+            self._stored_sources[message_source] = known
+        return known
+
+    def record_received_later(
+        self, message: VOXMessage, *, topic: str | None, outbox_done: UUID | None
+    ) -> asyncio.Future[int]:
+        """Queue a "received" row that nothing waits for (an ack's) without forcing a commit.
+
+        It commits with the next batch, or after _LATER seconds if none comes; the returned
+        future says when. The ledger must be open.
+        """
+        if self._thread is None or self._closed or self.read_only:
+            raise LedgerError(f"ledger {self.path} is not open for writing")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        source = self.stored_source(message.message_source)
+        values, received = message_row(message, source, "received", None, None, topic)
+        done = None if outbox_done is None else str(outbox_done)
+        pending = _Pending([values], future, None, done, None if received is None else [received])
+        self._enqueue(pending, urgent=False)
+        return future
+
+    async def outbox_done(self, message_id: UUID) -> None:
+        """Forget a sent message once it is acknowledged (or given up on)."""
+        if not self._closed and self._thread is not None:
+            await self._submit([], outbox_done=str(message_id))
+
+    async def pending_outbox(self) -> list[tuple[str, str, bytes]]:
+        """Return the sent messages never acknowledged: (message_id, topic, payload)."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            rows = await self._reader.execute_fetchall(
+                "SELECT message_id, topic, payload FROM outbox ORDER BY rowid"
+            )
+        return [(str(r[0]), str(r[1]), bytes(r[2])) for r in rows]
+
+    async def record_rejected(
+        self,
+        raw: bytes,
+        reason: str,
+        *,
+        topic: str | None,
+        source: UUID | None,
+        message_id: UUID | None,
+    ) -> int:
+        """Record input that did not parse or verify by its size and digest, never its bytes."""
+        details = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "topic": topic}
+        meta = {"message_id": _id_text(message_id), "outcome": "rejected", "reason": reason}
+        return await self._submit([make_row("message", "rejected", source, None, details, meta)])
+
+    async def _submit(
+        self,
+        rows: list[tuple[Values, Received | None]],
+        *,
+        outbox: tuple[str, str, bytes] | None = None,
+        outbox_done: str | None = None,
+    ) -> int:
+        """Queue rows that commit together; return the first one's id once they are durable."""
+        if self._reader is None:  # set once the writer is open too
+            await self.init_db()
+        if self.read_only:
+            raise LedgerError(f"ledger {self.path} is open read-only")
+        # No await between init_db's closed check and here: close() cannot slip in between.
+        if self._closed:
+            raise LedgerError(f"ledger {self.path} is closed")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        received = [seen for _, seen in rows if seen is not None] or None
+        values = [row for row, _ in rows]
+        self._enqueue(_Pending(values, future, outbox, outbox_done, received))
+        return await future
+
+    def _enqueue(self, pending: _Pending, *, urgent: bool = True) -> None:
+        self._buffer.append(pending)
+        if self._in_flight:
+            return  # _written hands the buffer over when the commit in flight ends
+        if len(self._buffer) >= self._max_batch:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()
+            return
+        if self._flush_handle is not None:
+            if not (urgent and self._flush_later):
+                return
+            self._flush_handle.cancel()  # an urgent record takes the waiting ones along
+        loop = asyncio.get_running_loop()
+        self._flush_later = not urgent
+        if not urgent:
+            self._flush_handle = loop.call_later(_LATER, self._flush)
+        elif self._window > 0:
+            self._flush_handle = loop.call_later(self._window, self._flush)
+        else:
+            # call_soon still collects every record made in this turn of the loop.
+            self._flush_handle = loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Chain the next batch onto the cached head and hand it to the writer thread at once."""
+        self._flush_handle = None
+        if self._in_flight or not self._buffer or self._thread is None:
+            return
+        batch = self._buffer[: self._max_batch]
+        del self._buffer[: self._max_batch]
+        rows, added, removed = [], [], []
+        last_id, prev = self._head or (0, GENESIS_HASH)
+        for pending in batch:
+            for values in pending.rows:
+                content = (last_id := last_id + 1, *values)
+                digest = _chain_hash(prev, content)
+                rows.append((*content, prev, digest))
+                prev = digest
+            if pending.outbox is not None:
+                added.append(pending.outbox)
+            if pending.outbox_done is not None:
+                removed.append((pending.outbox_done,))
+        thread = self._thread
+        chained = self._head is not None
+
+        def job() -> tuple[list[tuple[Any, ...]], Head | None]:
+            assert thread.db is not None
+            return write_batch(thread.db, rows, added, removed, chained)
+
+        self._in_flight = True
+        thread.submit(job, functools.partial(self._written, batch, time.perf_counter()))
+
+    def _written(self, batch: list[_Pending], started: float, ok: bool, outcome: Any) -> None:
+        """Settle a batch's callers (on the loop), then hand over what queued meanwhile."""
+        self._in_flight = False
+        if ok:
+            rows, head = outcome
+            if head is not None:
+                self._head = head
+            self._commits += 1
+            if self.on_commit is not None:
+                self.on_commit(len(rows), time.perf_counter() - started)
+            self.write_failure = None
+            at = 0
+            for pending in batch:
+                row_id = rows[at][0] if pending.rows else 0
+                at += len(pending.rows)
+                for seen in pending.received or ():
+                    self._received.add(*seen)
+                if not pending.future.done():
+                    pending.future.set_result(row_id)
+        else:
+            self._head = None  # re-read inside the next transaction
+            error = self._error(outcome, "cannot write")
+            if isinstance(outcome, sqlite3.OperationalError | OSError):
+                self.write_failure = str(error)  # the file cannot take writes (disk full ...)
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+        if self._buffer:
+            self._flush()
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(sql, tuple(params))
+        return [_row_dict(row) for row in found]
+
+    async def get_recent(self, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the newest rows first, as dicts."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise LedgerError(f"limit must be a non-negative integer, not {limit!r}")
+        return await self._read(f"SELECT {_ALL} FROM logs ORDER BY id DESC LIMIT ?", (limit,))
+
+    async def has_message(
+        self, message_id: UUID, action: str = "received", *, emitted_at: str | None = None
+    ) -> bool:
+        """Tell whether a message id was already recorded under an action (dedupe).
+
+        Given the message's emitted_at, a "received" check is answered from memory: every
+        copy of a message carries the same emitted_at, and the index holds every id received
+        with an emission time after its floor (loaded at open, kept up at each commit). Older
+        messages, other actions and read-only ledgers are looked up in the database.
+        """
+        key = _id_text(message_id) or ""
+        if (
+            action == "received"
+            and emitted_at is not None
+            and self._thread is not None
+            and self._received.knows(emitted_at)
+        ):
+            return key in self._received
+        sql = "SELECT 1 FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(sql, (key, action))
+        return bool(found)
+
+    async def find(self, message_id: UUID) -> list[dict[str, Any]]:
+        """Return every row about a message id, oldest first."""
+        sql = f"SELECT {_ALL} FROM logs WHERE message_id = ? ORDER BY id"
+        return await self._read(sql, (_id_text(message_id),))
+
+    async def pending_commands(self) -> list[dict[str, Any]]:
+        """Return received command_requests that were never started, finished nor answered."""
+        return await self._read(_PENDING)
+
+    async def interrupted_commands(self) -> list[dict[str, Any]]:
+        """Return commands started or delegated but neither finished nor answered."""
+        return await self._read(_INTERRUPTED)
+
+    async def trace(self, message_id: UUID) -> list[dict[str, Any]]:
+        """Rebuild the reply_to chain around a message: one row per message, in ledger order."""
+        return await trace_chain(self._read, message_id)
+
+    async def head(self) -> tuple[int, str]:
+        """Return the newest row's id and hash ((0, the genesis hash) when empty)."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            found = await self._reader.execute_fetchall(_HEAD)
+        return next(((int(r[0]), str(r[1])) for r in found), (0, GENESIS_HASH))
+
+    async def row_hashes(self, ids: Iterable[int]) -> dict[int, str]:
+        """Return the stored hash of each of these rows that exists."""
+        await self.init_db()
+        assert self._reader is not None
+        wanted = sorted(set(ids))
+        found: dict[int, str] = {}
+        with self._errors("cannot read"):
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
+                found.update(
+                    (int(r[0]), str(r[1])) for r in await self._reader.execute_fetchall(sql, chunk)
+                )
+        return found
+
+    async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
+        """Record a child's ledger head (row id, hash) as its status reported it.
+
+        final: the child said it stopped, so nothing may follow this head.
+        """
+        details = {"row": head[0], "hash": head[1], "final": final}
+        return await self.record(WITNESS_EVENT, WITNESS_ACTION, child, None, details)
+
+    async def witnessed_heads(self, child: UUID | None = None) -> list[dict[str, Any]]:
+        """Return the ledger heads this ledger witnessed, oldest first (of one child if named)."""
+        sql = f"SELECT {_ALL} FROM logs WHERE event_type = ? AND action = ?"
+        params: list[Any] = [WITNESS_EVENT, WITNESS_ACTION]
+        if child is not None:
+            sql += " AND source = ?"
+            params.append(_id_text(child))
+        return await self._read(sql + " ORDER BY id", params)
+
+    async def verify(self) -> VerifyReport:
+        """Recompute the hash chain and report the first row that does not match."""
+        await self.init_db()
+        assert self._reader is not None
+        with self._errors("cannot verify"):
+            return await verify_chain(self._reader)
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Turn sqlite's errors into LedgerError naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._error(exc, doing) from None
+
+    def _error(self, exc: BaseException, doing: str) -> LedgerError:
+        if isinstance(exc, LedgerError):
+            return exc
+        if APPEND_ONLY in str(exc):
+            return LedgerError(f"ledger {self.path} is append-only: {exc}")
+        return LedgerError(f"ledger {self.path}: {doing}: {exc}")

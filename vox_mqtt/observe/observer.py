@@ -1,0 +1,68 @@
+"""A read-only view of the fleet: every status and war-room post one identity may read."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from uuid import UUID
+
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.warroom import Incident, apply_warroom
+from vox_mqtt.observe.warroomguard import WarroomGuard
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import InvalidMessage, TopicError
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, parse
+from vox_mqtt.transport.session import Inbound
+
+__all__ = ["FleetObserver", "read_status"]
+
+log = logging.getLogger("vox_mqtt.liveness")
+
+
+def read_status(inbound: Inbound, topic: topics.StatusTopic) -> VOXMessage | None:
+    """Return the agent_status message on a status topic, or None (cleared, bad, forged)."""
+    if not inbound.payload:
+        return None
+    try:
+        message = parse(inbound.payload)
+    except InvalidMessage as exc:
+        log.warning("bad status on %s: %s", inbound.topic, exc.reason)
+        return None
+    if message.source != topic.agent or message.type != MSG_AGENT_STATUS:
+        log.warning("status on %s claims source %s", inbound.topic, message.source)
+        return None
+    return message
+
+
+def _unknown(_agent: UUID) -> UUID | None:
+    return None
+
+
+class FleetObserver:
+    """A read-only view of what one identity may read: statuses and war-room posts."""
+
+    def __init__(self, *, stale_after: float = 3.0) -> None:
+        self.view = FleetView(stale_after=stale_after)
+        self.incidents: dict[tuple[UUID, UUID], Incident] = {}
+        self.on_incident: Callable[[Incident], None] | None = None
+        self.messages = 0  # status and war-room messages taken so far
+        self._guard = WarroomGuard()
+
+    def take(self, inbound: Inbound) -> None:
+        """Apply one message of the observer's subscriptions."""
+        try:
+            topic = topics.parse_topic(inbound.topic)
+        except TopicError:
+            return
+        self.messages += 1
+        if isinstance(topic, topics.WarroomTopic):
+            # Size and rate only: a look shows rule-breaking posts, marked (docs/broker.md).
+            if self._guard.refuse(topic.source, topic.subject, len(inbound.payload), _unknown):
+                return
+            incident = apply_warroom(self.incidents, inbound, topic)
+            if incident is not None and self.on_incident is not None:
+                self.on_incident(incident)
+        elif isinstance(topic, topics.StatusTopic):
+            message = read_status(inbound, topic)
+            if message is not None:
+                self.view.update(message, retained=inbound.retain)

@@ -1,0 +1,400 @@
+"""Liveness: the retained status an agent publishes and the view an observer keeps of it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+import psutil
+from pydantic import ValidationError
+
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
+
+__all__ = [
+    "ACTIVE",
+    "DEGRADED",
+    "INACTIVE",
+    "LEDGER_UNAVAILABLE",
+    "MAX_CLOCK_AHEAD",
+    "MAX_EPOCH_JUMP",
+    "MISBEHAVING_HOLD",
+    "RETIRED",
+    "SHUTDOWN",
+    "STALE",
+    "UNKNOWN",
+    "VM_CONNECTION_LOST",
+    "AgentLiveness",
+    "EpochCounter",
+    "FleetView",
+    "StatusChange",
+    "host_metrics",
+]
+
+log = logging.getLogger("vox_mqtt.liveness")
+
+ACTIVE: Final = "ACTIVE"
+INACTIVE: Final = "INACTIVE"
+DEGRADED: Final = "DEGRADED"  # connected, but refusing work it could not record
+STALE: Final = "STALE"
+UNKNOWN: Final = "UNKNOWN"
+VM_CONNECTION_LOST: Final = "VM_CONNECTION_LOST"
+SHUTDOWN: Final = "SHUTDOWN"
+# The last status an agent ever has, said by `vox fleet retire`: it left the fleet for good.
+RETIRED: Final = "RETIRED"
+LEDGER_UNAVAILABLE: Final = "LEDGER_UNAVAILABLE"
+# Bounds a status must keep beyond its own model's (docs/liveness.md): an epoch moves up
+# by one per connection, and no host's clock runs this far ahead of ours.
+MAX_EPOCH_JUMP: Final = 1000
+MAX_CLOCK_AHEAD: Final = 300.0
+# An agent whose status broke a bound gets no work and keeps its incident this long.
+MISBEHAVING_HOLD: Final = 60.0
+
+
+_PROCESS_STARTED = time.time()
+_PROCESS = psutil.Process()
+# CPU figures are "since the previous call": two calls a few ms apart (a birth and an
+# advertisement update) would read 0 or 100. Samples closer than this reuse the last.
+_CPU_MIN_WINDOW = 1.0
+_cpu_sample: dict[str, float] = {"at": 0.0, "host": 0.0, "process": 0.0}
+
+
+def _cpu() -> tuple[float, float]:
+    now = time.monotonic()
+    if now - _cpu_sample["at"] >= _CPU_MIN_WINDOW:
+        _cpu_sample.update(
+            at=now,
+            host=psutil.cpu_percent(interval=None),
+            process=_PROCESS.cpu_percent(interval=None),
+        )
+    return _cpu_sample["host"], _cpu_sample["process"]
+
+
+def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
+    """Return this host's and process's health figures (psutil), cheap enough per heartbeat."""
+    memory = psutil.virtual_memory()
+    try:
+        disk = psutil.disk_usage(str(state_dir)).percent
+    except OSError:
+        disk = 0.0
+    load1, _, _ = os.getloadavg()
+    process = _PROCESS
+    host_cpu, process_cpu = _cpu()
+    return {
+        # Since the previous call: the heartbeat interval is the sampling window.
+        "cpu_percent": host_cpu,
+        "memory_percent": memory.percent,
+        "disk_percent": disk,
+        "load_1m": round(load1, 2),
+        "process_rss_bytes": process.memory_info().rss,
+        "process_cpu_percent": process_cpu,
+        "uptime_s": round(time.time() - psutil.boot_time()),
+        "process_uptime_s": round(time.time() - _PROCESS_STARTED, 1),
+    }
+
+
+class EpochCounter:
+    """A per-connection counter persisted in the state dir (Sparkplug's bdSeq, for VOX)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / "epoch"
+        self.value = self._read()
+
+    def _read(self) -> int:
+        try:
+            return max(0, int(self.path.read_text().strip()))
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def next(self) -> int:
+        """Advance the counter durably and return the new epoch."""
+        self.value = max(self.value, self._read()) + 1
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            with tmp.open("w") as handle:
+                handle.write(f"{self.value}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # A full disk must not keep the agent off the broker: this run counts on in
+            # memory, and the next write that succeeds carries the count on.
+            log.warning("epoch %d kept in memory only: cannot write %s: %s", self.value, tmp, exc)
+        return self.value
+
+
+@dataclass(kw_only=True)
+class AgentLiveness:
+    """What an observer knows of one agent's liveness."""
+
+    id: UUID
+    name: str = ""
+    master_id: UUID | None = None  # whom its status reports to (the operator for the root)
+    status: str = UNKNOWN
+    error_code: str | None = None
+    epoch: int = -1
+    started_at: str = ""
+    heartbeat_interval: float = 0.0
+    commands: tuple[str, ...] = ()
+    metrics: dict[str, Any] | None = None
+    version: str = ""
+    last_heartbeat: str = ""  # emitted_at of the last status message, as the sender wrote it
+    retained: bool = False  # the last status was a retained copy found at subscribe time
+    # On the observer's monotonic clock; may be below zero for an old retained status.
+    received_at: float = 0.0
+    ledger_head: tuple[int, str] | None = None  # the newest its status reported
+    # The last status refused as out of bounds: why, and until when (monotonic) the agent
+    # counts as misbehaving and gets no work.
+    rejected: str | None = None
+    misbehaving_until: float = 0.0
+
+    def misbehaving(self, now: float | None = None) -> bool:
+        """Return whether a status of this agent was refused within the hold time."""
+        return (time.monotonic() if now is None else now) < self.misbehaving_until
+
+    @property
+    def seen(self) -> bool:
+        """Return whether any status of this agent has arrived."""
+        return bool(self.last_heartbeat)
+
+    def heartbeat_age(self, now: float | None = None) -> float | None:
+        """Return seconds since the last status message, on the observer's clock."""
+        if not self.seen:
+            return None
+        return max(0.0, (time.monotonic() if now is None else now) - self.received_at)
+
+    @property
+    def healthy(self) -> bool:
+        """Return whether the agent is ACTIVE, its heartbeat fresh, its statuses believable."""
+        return self.status == ACTIVE and not self.misbehaving()
+
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """Return a JSON-ready snapshot."""
+        age = self.heartbeat_age(now)
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "master_id": None if self.master_id is None else str(self.master_id),
+            "status": self.status,
+            "healthy": self.healthy,
+            "error_code": self.error_code,
+            "epoch": self.epoch,
+            "started_at": self.started_at,
+            "heartbeat_interval": self.heartbeat_interval,
+            "heartbeat_age_s": None if age is None else round(age, 3),
+            "last_heartbeat": self.last_heartbeat,
+            "commands": list(self.commands),
+            "metrics": self.metrics or {},
+            "version": self.version,
+            "rejected": self.rejected if self.misbehaving(now) else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusChange:
+    """An agent moved from one liveness state to another."""
+
+    agent: AgentLiveness
+    old: str
+    new: str
+
+
+StatusHook = Callable[[AgentLiveness, str, str], None]
+RejectHook = Callable[[AgentLiveness, str], None]
+
+
+def _describe(exc: ValidationError) -> str:
+    """Say in one line which fields of a status broke which rule."""
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'status'}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:3]
+    ]
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems)[:500] + (f" (and {more} more)" if more > 0 else "")
+
+
+class FleetView:
+    """Keep the liveness of a set of agents from their retained status messages."""
+
+    def __init__(
+        self,
+        *,
+        stale_after: float = 3.0,
+        on_status_change: StatusHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._agents: dict[UUID, AgentLiveness] = {}
+        self._forgotten: set[UUID] = set()  # former children: what still comes of them is old
+        self.stale_after = stale_after  # in heartbeat intervals
+        # Each is told of every change (liveness reacts, a console may draw it).
+        self.listeners: list[StatusHook] = []
+        if on_status_change is not None:
+            self.listeners.append(on_status_change)
+        self.reject_listeners: list[RejectHook] = []
+        self._clock = clock
+
+    def add_reject_listener(self, hook: RejectHook) -> None:
+        """Tell hook of every status refused as out of bounds, with the reason."""
+        self.reject_listeners.append(hook)
+
+    def add_listener(self, hook: StatusHook) -> None:
+        """Tell hook of every status change from now on."""
+        self.listeners.append(hook)
+
+    def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
+        """Start knowing an agent, UNKNOWN until its status arrives."""
+        self._forgotten.discard(agent_id)
+        entry = self._agents.get(agent_id)
+        if entry is None:
+            entry = self._agents[agent_id] = AgentLiveness(id=agent_id, name=name)
+        elif name and not entry.name:
+            entry.name = name
+        return entry
+
+    def forget(self, agent_id: UUID) -> None:
+        """Stop knowing an agent (no longer a child); its statuses are ignored until watched."""
+        self._agents.pop(agent_id, None)
+        self._forgotten.add(agent_id)
+
+    def get(self, agent_id: UUID) -> AgentLiveness | None:
+        """Return what is known of an agent."""
+        return self._agents.get(agent_id)
+
+    def agents(self) -> list[AgentLiveness]:
+        """Return every watched agent."""
+        return list(self._agents.values())
+
+    def get_children(self, agent_id: UUID) -> list[AgentLiveness]:
+        """Return the agents whose status says they report to agent_id."""
+        return [a for a in self._agents.values() if a.master_id == agent_id]
+
+    def liveness_snapshot(self) -> dict[str, dict[str, Any]]:
+        """Return every agent's liveness as JSON-ready data, by id."""
+        now = self._clock()
+        return {str(a.id): a.as_dict(now) for a in self._agents.values()}
+
+    def update(self, message: VOXMessage, *, retained: bool = False) -> StatusChange | None:
+        """Apply a status message; return the change it made, if any."""
+        if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
+            return None
+        try:
+            report = AgentStatus.model_validate(message.details)
+        except ValidationError as exc:
+            self._reject(message.source, _describe(exc))
+            return None
+        entry = self.watch(message.source, report.name)
+        problem = self._out_of_bounds(entry, report, message.emitted_at)
+        if problem is not None:
+            self._reject(message.source, problem)
+            return None
+        if not self._supersedes(entry, report):
+            return None
+        now = self._clock()
+        received_at = now
+        if retained:
+            # A retained status found at subscribe time is as old as its emitted_at says;
+            # afterwards only our own clock counts (hosts' clocks drift).
+            try:
+                sent = parse_timestamp(message.emitted_at)
+                received_at = now - max(0.0, (datetime.now(UTC) - sent).total_seconds())
+            except ValueError:
+                pass
+        entry.name = report.name
+        entry.master_id = message.target
+        entry.error_code = report.error_code
+        entry.epoch = report.epoch
+        entry.started_at = report.started_at
+        entry.heartbeat_interval = report.heartbeat_interval
+        entry.commands = tuple(report.commands) if report.status == ACTIVE else ()
+        entry.metrics = report.metrics or entry.metrics
+        entry.version = report.version
+        entry.last_heartbeat = message.emitted_at
+        entry.received_at = received_at
+        entry.retained = retained
+        head = report.ledger_head
+        entry.ledger_head = None if head is None else (head.row, head.hash)
+        new_status: str = report.status
+        if new_status == ACTIVE and self._is_stale(entry, now):
+            new_status = STALE
+        return self._set_status(entry, new_status)
+
+    def _out_of_bounds(
+        self, entry: AgentLiveness, report: AgentStatus, emitted_at: str
+    ) -> str | None:
+        """Return why a well-formed status is still not to be believed, or None."""
+        if entry.epoch >= 0 and report.epoch > entry.epoch + MAX_EPOCH_JUMP:
+            return (
+                f"epoch jumps from {entry.epoch} to {report.epoch}"
+                f" (more than {MAX_EPOCH_JUMP} connections at once)"
+            )
+        now = datetime.now(UTC)
+        for field, value in (("started_at", report.started_at), ("emitted_at", emitted_at)):
+            try:
+                ahead = (parse_timestamp(value) - now).total_seconds()
+            except ValueError:
+                return f"{field} {value[:40]!r} is not a timestamp"
+            if ahead > MAX_CLOCK_AHEAD:
+                return f"{field} {value} is {ahead:.0f}s ahead of this host's clock"
+        return None
+
+    def _reject(self, agent_id: UUID, reason: str) -> None:
+        """Refuse a status: the agent gets no work for a while and listeners are told."""
+        entry = self.watch(agent_id)
+        entry.rejected = reason
+        entry.misbehaving_until = time.monotonic() + MISBEHAVING_HOLD
+        for hook in self.reject_listeners:
+            hook(entry, reason)
+
+    def _supersedes(self, entry: AgentLiveness, report: AgentStatus) -> bool:
+        if report.epoch > entry.epoch:
+            return True
+        if report.epoch == entry.epoch:
+            # Same session: a will or shutdown after its own heartbeats is news;
+            # an ACTIVE after that session's INACTIVE is a reordered leftover.
+            return not (entry.status == INACTIVE and report.status == ACTIVE)
+        # An older epoch is a delayed will of a superseded session, unless the agent's
+        # state dir was wiped: then a later start on the same host's clock wins.
+        return report.status == ACTIVE and report.started_at > entry.started_at
+
+    def _is_stale(self, entry: AgentLiveness, now: float) -> bool:
+        age = entry.heartbeat_age(now)
+        return (
+            entry.heartbeat_interval > 0
+            and age is not None
+            and age > self.stale_after * entry.heartbeat_interval
+        )
+
+    def refresh(self) -> list[StatusChange]:
+        """Mark agents whose heartbeat is too old as STALE; return the changes."""
+        now = self._clock()
+        changes = []
+        for entry in self._agents.values():
+            if entry.status == ACTIVE and self._is_stale(entry, now):
+                change = self._set_status(entry, STALE)
+                if change is not None:
+                    changes.append(change)
+        return changes
+
+    def _set_status(self, entry: AgentLiveness, new: str) -> StatusChange | None:
+        old = entry.status
+        entry.status = new
+        if old == new:
+            return None
+        for hook in list(self.listeners):
+            hook(entry, old, new)
+        return StatusChange(agent=entry, old=old, new=new)
+
+    def commands_of(self, agent_ids: Iterable[UUID]) -> set[str]:
+        """Return the commands advertised by the healthy agents among these."""
+        commands: set[str] = set()
+        for agent_id in agent_ids:
+            entry = self._agents.get(agent_id)
+            if entry is not None and entry.healthy:
+                commands.update(entry.commands)
+        return commands

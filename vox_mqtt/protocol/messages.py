@@ -1,0 +1,589 @@
+"""The VOX envelope, its message types and payload models, and the one parser from bytes."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal, Self, TypeVar
+from uuid import UUID
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
+from vox_mqtt.protocol.errors import InvalidMessage
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+__all__ = [
+    "CONTENT_TYPE",
+    "ERROR_CODES",
+    "MAX_ADVERTISED_COMMANDS",
+    "MAX_COMMAND_NAME",
+    "MAX_DEADLINE_SECONDS",
+    "MAX_EPOCH",
+    "MAX_EXPIRY_SECONDS",
+    "MAX_HEARTBEAT_INTERVAL",
+    "MAX_MESSAGE_BYTES",
+    "MSG_ACKNOWLEDGED",
+    "MSG_AGENT_STATUS",
+    "MSG_COMMAND_ERROR",
+    "MSG_COMMAND_REQUEST",
+    "MSG_COMMAND_RESULT",
+    "MSG_DATA_REQUEST",
+    "MSG_DATA_RESPONSE",
+    "MSG_JOB_DETECTED",
+    "MSG_SYSTEM_FAILURE",
+    "PAYLOAD_MODELS",
+    "AgentStatus",
+    "CommandError",
+    "CommandRequest",
+    "CommandResult",
+    "DataRequest",
+    "DataResponse",
+    "ErrorCode",
+    "FrozenDict",
+    "FrozenList",
+    "JobDetected",
+    "LedgerHead",
+    "MessageAcknowledged",
+    "Price",
+    "SystemFailure",
+    "Uuid",
+    "VOXMessage",
+    "expiry_seconds",
+    "new_message",
+    "now_iso",
+    "parse",
+    "parse_timestamp",
+    "serialize",
+    "thaw_json",
+]
+
+# Envelope-level types of seed 000.
+MSG_COMMAND_REQUEST: Final = "command_request"
+MSG_ACKNOWLEDGED: Final = "message_acknowledged"
+MSG_COMMAND_RESULT: Final = "command_result"
+MSG_COMMAND_ERROR: Final = "command_error"
+# Domain types of contract v1 (seed 003).
+MSG_JOB_DETECTED: Final = "job_detected"
+MSG_DATA_REQUEST: Final = "data_request"
+MSG_DATA_RESPONSE: Final = "data_response"
+MSG_SYSTEM_FAILURE: Final = "system_failure"
+# Liveness (the retained status of docs/liveness.md).
+MSG_AGENT_STATUS: Final = "agent_status"
+
+MAX_MESSAGE_BYTES: Final = 256 * 1024
+# The furthest a command deadline may lie ahead. MQTT's message expiry is a 32-bit count of
+# seconds (about 136 years); a deadline beyond any real job's is a mistake or an attack.
+MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600
+MAX_EXPIRY_SECONDS: Final = 2**32 - 1
+# The MQTT v5 content-type property of every VOX publish.
+CONTENT_TYPE: Final = "application/json"
+
+
+class ErrorCode(StrEnum):
+    """The codes a command_error carries."""
+
+    NO_ROUTE = "NO_ROUTE"
+    TARGET_INACTIVE = "TARGET_INACTIVE"
+    TIMEOUT = "TIMEOUT"
+    HANDLER_ERROR = "HANDLER_ERROR"
+    INVALID_MESSAGE = "INVALID_MESSAGE"
+    UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
+    DELIVERY_FAILED = "DELIVERY_FAILED"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    # The answer, as a message, would be over the size limit: it is never published.
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    # The agent cannot record (its disk is full): it accepts nothing it could not keep.
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
+
+
+ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an ISO-8601 timestamp, refusing one without a timezone."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO-8601 datetime") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"{value!r} has no timezone (write e.g. 2026-01-11T08:00:00-03:00)")
+    return parsed
+
+
+def expiry_seconds(deadline: str, *, now: float | None = None) -> int:
+    """Return the MQTT message expiry for a deadline: the seconds left, within 1..2**32-1."""
+    left = parse_timestamp(deadline).timestamp() - (time.time() if now is None else now)
+    return int(min(MAX_EXPIRY_SECONDS, max(1.0, left)))
+
+
+def _check_timestamp(value: str) -> str:
+    parse_timestamp(value)
+    # Kept as the sender wrote it, so a message re-serializes byte for byte.
+    return value
+
+
+IsoTimestamp = Annotated[StrictStr, AfterValidator(_check_timestamp)]
+
+_UUID_FORM = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def _check_uuid_text(value: object) -> object:
+    # pydantic alone also takes hex without dashes, braces and urn:uuid:, which would
+    # re-serialize differently from what the sender wrote (and signed, one day).
+    if isinstance(value, str) and not _UUID_FORM.fullmatch(value):
+        raise ValueError(f"{value[:60]!r} is not a UUID (8-4-4-4-12 hex digits)")
+    return value
+
+
+Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
+"""A UUID field that accepts only the 8-4-4-4-12 text form."""
+
+
+def _freeze_details(details: dict[str, Any]) -> dict[str, Any]:
+    # Frozen all the way down: a message is immutable, so what was validated is what is sent.
+    frozen: dict[str, Any] = freeze_json(details)
+    return frozen
+
+
+def now_iso() -> str:
+    """Return the current time as ISO-8601 UTC with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class VOXMessage(BaseModel):
+    """The universal, immutable VOX envelope of seed 000."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: Uuid
+    message_source: Annotated[StrictStr, Field(min_length=1)]
+    emitted_at: IsoTimestamp
+    source: Uuid
+    target: Uuid
+    type: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
+    details: Annotated[dict[str, Any], AfterValidator(_freeze_details)]
+    reply_to: Uuid | None = None
+    # Worked out once per message, not at every use: the envelope is immutable.
+    _payload: BaseModel | None = PrivateAttr(default=None)
+    _json: bytes | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # The fields only: pydantic would also compare what was worked out and cached.
+        if not isinstance(other, VOXMessage):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = BaseModel.__hash__
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Return a copy with `update` applied, validated like any new message."""
+        if not update:
+            return self  # immutable all the way down: the copy would be the same message
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        try:
+            copy = self.model_validate({**fields, **update})
+        except ValidationError as exc:
+            raise InvalidMessage(_describe(exc)) from None
+        _validate_payload(copy)
+        return copy
+
+    def payload(self) -> BaseModel | None:
+        """Return details as this type's payload model, or None if the type is unknown."""
+        # The private dict directly: pydantic's __getattr__ for private names is slow.
+        cache = self.__pydantic_private__
+        assert cache is not None
+        known: BaseModel | None = cache["_payload"]
+        if known is None:
+            model = PAYLOAD_MODELS.get(self.type)
+            if model is None:
+                return None
+            known = cache["_payload"] = model.model_validate(self.details)
+        return known
+
+    def payload_as(self, model: builtins.type[_Model]) -> _Model:
+        """Return details as the given payload model (validated once per message and model)."""
+        known = self.payload() if PAYLOAD_MODELS.get(self.type) is model else None
+        return known if isinstance(known, model) else model.model_validate(self.details)
+
+    def reply(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        *,
+        message_source: str | None = None,
+    ) -> VOXMessage:
+        """Build the answer to this message: source and target swapped, reply_to set."""
+        return new_message(
+            type,
+            source=self.target,
+            target=self.source,
+            details=details,
+            reply_to=self.message_id,
+            message_source=self.message_source if message_source is None else message_source,
+        )
+
+    def acknowledgement(self, *, message_source: str | None = None) -> VOXMessage:
+        """Build the message_acknowledged for this message."""
+        return self.reply(
+            MSG_ACKNOWLEDGED,
+            MessageAcknowledged(in_response_to=self.message_id),
+            message_source=message_source,
+        )
+
+
+def new_message(
+    type: str,
+    *,
+    source: UUID,
+    target: UUID,
+    details: dict[str, Any] | BaseModel,
+    message_source: str = "vox-mqtt",
+    reply_to: UUID | None = None,
+) -> VOXMessage:
+    """Build a fresh, validated message with a new id and the current time."""
+    if isinstance(details, BaseModel):
+        details = details.model_dump(mode="json", exclude_none=True)
+    try:
+        message = VOXMessage(
+            message_id=_new_id(),
+            message_source=message_source,
+            emitted_at=now_iso(),
+            source=source,
+            target=target,
+            type=type,
+            details=details,
+            reply_to=reply_to,
+        )
+    except ValidationError as exc:
+        raise InvalidMessage(_describe(exc)) from None
+    _validate_payload(message)
+    return message
+
+
+_RANDOM = bytearray()
+os.register_at_fork(after_in_child=_RANDOM.clear)  # a child never reuses its parent's ids
+
+
+def _new_id() -> UUID:
+    """Return a random (version 4) UUID, reading the OS's randomness 256 ids at a time."""
+    if not _RANDOM:
+        _RANDOM.extend(os.urandom(16 * 256))
+    chunk = bytes(_RANDOM[-16:])
+    del _RANDOM[-16:]
+    return UUID(bytes=chunk, version=4)
+
+
+def serialize(message: VOXMessage) -> bytes:
+    """Encode a message as compact UTF-8 JSON, in field order, omitting an absent reply_to."""
+    cache = message.__pydantic_private__
+    assert cache is not None
+    known: bytes | None = cache["_json"]
+    if known is None:
+        known = cache["_json"] = message.model_dump_json(exclude_none=True).encode()
+    return known
+
+
+def parse(
+    data: bytes | bytearray | memoryview | str, *, max_bytes: int = MAX_MESSAGE_BYTES
+) -> VOXMessage:
+    """Decode and validate one message; raise InvalidMessage with the reason for anything else."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if len(raw) > max_bytes:
+        raise InvalidMessage(
+            f"message is {len(raw)} bytes, over the {max_bytes}-byte limit",
+            **_peek_identity(raw, whole=False),
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidMessage(f"message is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        message = VOXMessage.model_validate_json(text)
+    except ValidationError as exc:
+        raise InvalidMessage(_describe(exc), **_peek_identity(raw)) from None
+    except (ValueError, RecursionError) as exc:  # pragma: no cover - pydantic wraps these today
+        raise InvalidMessage(f"message is not valid JSON: {exc}") from None
+    _validate_payload(message)
+    return message
+
+
+def _validate_payload(message: VOXMessage) -> None:
+    try:
+        message.payload()
+    except ValidationError as exc:
+        raise InvalidMessage(
+            f"{message.type}: {_describe(exc, within='details')}",
+            message_id=message.message_id,
+            source=message.source,
+        ) from None
+
+
+_PLAIN_REASONS = {
+    "missing": "missing (required)",
+    "extra_forbidden": "unexpected field (the envelope is fixed; payload goes in details)",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+}
+
+
+def _describe(exc: ValidationError, *, within: str = "") -> str:
+    """Turn pydantic's errors into one line a person can act on."""
+    problems = []
+    for error in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(part) for part in (within, *error["loc"]) if part != "")
+        kind = error["type"]
+        if kind == "json_invalid":
+            problems.append(f"not valid JSON ({error['msg'].removeprefix('Invalid JSON: ')})")
+            continue
+        if kind == "value_error":
+            reason = str(error.get("ctx", {}).get("error", error["msg"]))
+        else:
+            reason = _PLAIN_REASONS.get(kind, error["msg"])
+        if not where:
+            problems.append("message " + reason if kind in _PLAIN_REASONS else reason)
+        else:
+            problems.append(f"{where}: {reason}")
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _peek_identity(raw: bytes, *, whole: bool = True) -> dict[str, UUID | None]:
+    """Find message_id and source in a broken message, if they can be read at all."""
+    found: dict[str, UUID | None] = {"message_id": None, "source": None}
+    if whole:
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            return found
+        values = obj if isinstance(obj, dict) else {}
+    else:
+        # Too big to decode: look for the fields near the start, where senders put them.
+        values = {}
+        for key in found:
+            match = re.search(rb'"%s"\s*:\s*"([^"]{36})"' % key.encode(), raw[:4096])
+            if match is not None:
+                values[key] = match.group(1).decode("utf-8", "replace")
+    for key in found:
+        value = values.get(key)
+        if isinstance(value, str) and _UUID_FORM.fullmatch(value):
+            found[key] = UUID(value)
+    return found
+
+
+# --- payload models -------------------------------------------------------------------------
+
+
+class _Payload(BaseModel):
+    # Payloads may grow new fields (contract v1 "new types may be added"); keep them.
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+def _check_currency(value: str) -> str:
+    if not re.fullmatch(r"[A-Z]{3}", value):
+        raise ValueError(f"{value[:20]!r} is not an ISO-4217 currency code (e.g. USD, EUR, BRL)")
+    return value
+
+
+class Price(BaseModel):
+    """An amount of money in whole units of an ISO-4217 currency."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    currency: Annotated[StrictStr, AfterValidator(_check_currency)]
+    value: Annotated[StrictInt, Field(ge=0)]
+
+
+class CommandRequest(_Payload):
+    """Ask the target to run a named command."""
+
+    command: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    params: dict[str, Any] = Field(default_factory=dict)
+    # Optional deadline; it becomes the MQTT message expiry and bounds the re-sends.
+    deadline: IsoTimestamp | None = None
+
+    @model_validator(mode="after")
+    def _deadline_in_reach(self) -> CommandRequest:
+        if self.deadline is None:
+            return self
+        try:
+            ahead = parse_timestamp(self.deadline).timestamp() - time.time()
+        except (OverflowError, OSError, ValueError):
+            ahead = math.inf  # beyond what the platform's clock can even represent
+        if ahead > MAX_DEADLINE_SECONDS:
+            raise ValueError(
+                f"deadline {self.deadline} is more than {MAX_DEADLINE_SECONDS // 86400} days"
+                " away; give one within that"
+            )
+        return self
+
+
+class MessageAcknowledged(_Payload):
+    """Confirm receipt and logging of a message (not approval)."""
+
+    in_response_to: Uuid
+
+
+class CommandResult(_Payload):
+    """The successful outcome of a command_request."""
+
+    command: StrictStr | None = None
+    result: Any = None
+    summary: StrictStr | None = None
+    # The agent that answers for the work: a master reports itself, never its child.
+    handled_by: Uuid | None = None
+
+
+class CommandError(_Payload):
+    """A delivery or execution failure of a command_request."""
+
+    code: Annotated[StrictStr, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]
+    error: StrictStr
+    command: StrictStr | None = None
+
+
+class SystemFailure(_Payload):
+    """An alert for the war room."""
+
+    error_code: Annotated[StrictStr, Field(min_length=1)]
+    severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
+    description: StrictStr
+    subject: Uuid | None = None
+    epoch: StrictInt | None = None
+    resolved: StrictBool = False
+
+
+def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> None:
+    """Refuse a (name, time) range whose end comes before its start."""
+    (start_name, start_at), (end_name, end_at) = start, end
+    if start_at is None or end_at is None:
+        return
+    if parse_timestamp(end_at) < parse_timestamp(start_at):
+        raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
+
+
+# A status is believed and repeated up the tree only within these bounds
+# (docs/liveness.md, "What a status may say"): no child can push its master past a limit.
+MAX_ADVERTISED_COMMANDS: Final = 256
+MAX_COMMAND_NAME: Final = 128
+MAX_HEARTBEAT_INTERVAL: Final = 3600.0
+MAX_EPOCH: Final = 2**53 - 1
+CommandName = Annotated[StrictStr, Field(min_length=1, max_length=MAX_COMMAND_NAME)]
+
+
+class LedgerHead(BaseModel):
+    """The newest row of an agent's ledger, as its status reports it to its master."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row: Annotated[StrictInt, Field(ge=0)]
+    hash: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class AgentStatus(BaseModel):
+    """The details of a retained `agent_status` message (birth, heartbeat, will, shutdown)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    # DEGRADED: connected but refusing work it could not record (its reason in error_code).
+    status: Literal["ACTIVE", "INACTIVE", "DEGRADED"]
+    error_code: Annotated[StrictStr, Field(max_length=64)] | None = None
+    epoch: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH)]
+    started_at: IsoTimestamp
+    heartbeat_interval: Annotated[float, Field(gt=0, le=MAX_HEARTBEAT_INTERVAL)]
+    commands: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = Field(
+        default_factory=list
+    )
+    version: Annotated[StrictStr, Field(max_length=64)] = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    ledger_head: LedgerHead | None = None
+    # Why it is DEGRADED (or what its error_code means), for a person.
+    detail: Annotated[StrictStr, Field(max_length=300)] | None = None
+
+
+class JobDetected(_Payload):
+    """A potential job a specialist found (seed 003)."""
+
+    start_time: IsoTimestamp
+    end_time: IsoTimestamp
+    estimated_effort_minutes: Annotated[StrictInt, Field(ge=0)]
+    price: Price
+    # Never parsed by agents: only the root shows it to the human.
+    note_to_human: StrictStr = ""
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> JobDetected:
+        _check_order(("start_time", self.start_time), ("end_time", self.end_time))
+        return self
+
+
+class DataRequest(_Payload):
+    """The root asks for administrative data (seed 003)."""
+
+    subject: Annotated[StrictStr, Field(min_length=1)]
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _dates_with_timezone(self) -> DataRequest:
+        # Subjects define their own parameters; the seed's date range is checked if present.
+        dates: dict[str, str] = {}
+        for key in ("start_date", "end_date"):
+            value = self.parameters.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise ValueError(f"parameters.{key} must be an ISO-8601 string")
+            try:
+                parse_timestamp(value)
+            except ValueError as exc:
+                raise ValueError(f"parameters.{key}: {exc}") from None
+            dates[key] = value
+        _check_order(
+            ("parameters.start_date", dates.get("start_date")),
+            ("parameters.end_date", dates.get("end_date")),
+        )
+        return self
+
+
+class DataResponse(_Payload):
+    """The answer to a data_request (seed 003)."""
+
+    request_id: Uuid
+    total: Price | None = None
+    attachments: list[StrictStr] = Field(default_factory=list)
+
+
+PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {
+    MSG_COMMAND_REQUEST: CommandRequest,
+    MSG_ACKNOWLEDGED: MessageAcknowledged,
+    MSG_COMMAND_RESULT: CommandResult,
+    MSG_COMMAND_ERROR: CommandError,
+    MSG_SYSTEM_FAILURE: SystemFailure,
+    MSG_JOB_DETECTED: JobDetected,
+    MSG_DATA_REQUEST: DataRequest,
+    MSG_DATA_RESPONSE: DataResponse,
+}

@@ -1,0 +1,130 @@
+"""The only place VOX topic strings and filters are built or parsed (docs/topics.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+from uuid import UUID
+
+from vox_mqtt.protocol.errors import TopicError
+
+__all__ = [
+    "LINK_FILTER",
+    "PREFIX",
+    "STATUS_FILTER",
+    "WARROOM_FILTER",
+    "WARROOM_ID",
+    "InboxTopic",
+    "StatusTopic",
+    "WarroomTopic",
+    "inbox",
+    "inbox_filter",
+    "link",
+    "parse_topic",
+    "status",
+    "warroom",
+    "warroom_filter",
+]
+
+PREFIX: Final = "vox"
+# The war room is no agent: its posts carry this fixed id as `target`, so that an
+# agent never needs to know who reads them (root and operator do).
+WARROOM_ID: Final = UUID("00000000-0000-4000-8000-000000000911")
+WARROOM_FILTER: Final = f"{PREFIX}/warroom/#"
+# Every agent's retained status: what the operator's console and observers read.
+STATUS_FILTER: Final = f"{PREFIX}/+/status"
+# A site broker's bridge keeps its state ("1" up, "0" down) here (docs/federation.md).
+LINK_FILTER: Final = f"{PREFIX}/link/+"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxTopic:
+    """`vox/<target>/inbox/<source>`: a message from source to target."""
+
+    target: UUID
+    source: UUID
+
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return inbox(self.target, self.source)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusTopic:
+    """`vox/<agent>/status`: the agent's retained liveness."""
+
+    agent: UUID
+
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return status(self.agent)
+
+
+@dataclass(frozen=True, slots=True)
+class WarroomTopic:
+    """`vox/warroom/<source>/<subject>`: one open incident, retained until resolved."""
+
+    source: UUID
+    subject: UUID
+
+    @property
+    def topic(self) -> str:
+        """Return the topic string."""
+        return warroom(self.source, self.subject)
+
+
+def inbox(target: UUID, source: UUID) -> str:
+    """Return the topic on which source writes to target."""
+    return f"{PREFIX}/{target}/inbox/{source}"
+
+
+def inbox_filter(agent: UUID) -> str:
+    """Return the filter an agent subscribes to for its whole inbox."""
+    return f"{PREFIX}/{agent}/inbox/+"
+
+
+def status(agent: UUID) -> str:
+    """Return the agent's retained status topic."""
+    return f"{PREFIX}/{agent}/status"
+
+
+def warroom(source: UUID, subject: UUID) -> str:
+    """Return the war-room topic of source's incident about subject."""
+    return f"{PREFIX}/warroom/{source}/{subject}"
+
+
+def warroom_filter(source: UUID | None = None) -> str:
+    """Return the filter for the whole war room, or for one source's incidents."""
+    return WARROOM_FILTER if source is None else f"{PREFIX}/warroom/{source}/+"
+
+
+def link(bridge: UUID) -> str:
+    """Return the retained topic of a bridge's state, its notification topic."""
+    return f"{PREFIX}/link/{bridge}"
+
+
+def _uuid(level: str, topic: str) -> UUID:
+    try:
+        value = UUID(level)
+    except ValueError:
+        raise TopicError(f"{topic!r}: {level!r} is not a UUID") from None
+    if str(value) != level:
+        # Only the canonical spelling: the ACL matches topic strings literally.
+        raise TopicError(f"{topic!r}: {level!r} is not a canonical lower-case UUID")
+    return value
+
+
+def parse_topic(topic: str) -> InboxTopic | StatusTopic | WarroomTopic:
+    """Parse a VOX topic; raise TopicError for anything outside the scheme."""
+    levels = topic.split("/")
+    if len(levels) < 3 or levels[0] != PREFIX:
+        raise TopicError(f"{topic!r} is not a VOX topic")
+    if levels[1] == "warroom" and len(levels) == 4:
+        return WarroomTopic(_uuid(levels[2], topic), _uuid(levels[3], topic))
+    if len(levels) == 3 and levels[2] == "status":
+        return StatusTopic(_uuid(levels[1], topic))
+    if len(levels) == 4 and levels[2] == "inbox":
+        return InboxTopic(_uuid(levels[1], topic), _uuid(levels[3], topic))
+    raise TopicError(f"{topic!r} is not a VOX topic")

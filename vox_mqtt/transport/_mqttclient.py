@@ -1,0 +1,340 @@
+"""aiomqtt's client as the transport needs it: PUBACK reason codes, readable connection errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import aiomqtt
+import paho.mqtt.client as mqtt
+from aiomqtt.exceptions import MqttConnectError
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
+from vox_mqtt.transport._mqttdecode import decode_lean
+from vox_mqtt.transport.publishprops import PackedProperties, packed
+
+if TYPE_CHECKING:
+    from vox_mqtt.protocol.settings import BrokerSettings, Will
+
+log = logging.getLogger(__name__)
+
+# CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
+_REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
+
+
+class Client(aiomqtt.Client):
+    """aiomqtt's client plus what it drops: PUBACK reason codes, session-present, the cause.
+
+    aiomqtt 2.5 resolves a publish on any PUBACK and ignores its reason code, so a publish the
+    ACL denies (PUBACK 0x87) looks like a success. paho's v2 on_publish does get the code:
+    this subclass resolves one future per message id with it.
+    """
+
+    def __init__(self, *args: Any, will: Will | None, **kwargs: Any) -> None:
+        paho_will = None
+        if will is not None:
+            props = properties(
+                PacketTypes.WILLMESSAGE,
+                ContentType=will.content_type,
+                # JSON is UTF-8 text: the payload-format indicator says so to explorers.
+                PayloadFormatIndicator=1 if will.content_type == "application/json" else None,
+                UserProperty=list(will.user_properties) or None,
+            )
+            paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
+        super().__init__(*args, will=paho_will, **kwargs)
+        self.will = will
+        self.session_present = False
+        self.connect_error: BaseException | None = None
+        self._outcomes: dict[int, asyncio.Future[ReasonCode]] = {}
+        # paho reports socket and TLS errors only as log lines; keep the last one for our
+        # messages, and send its log to ours at debug level so it is not said twice.
+        self.last_failure = ""
+        self._client.disable_logger()
+        self._client.on_log = self._on_log
+        # paho formats every debug line (properties and all) for on_log; only errors are
+        # kept, so skip the formatting of the rest.
+        self._client._easy_log = self._easy_log  # type: ignore[method-assign]
+        # PUBACK inbound messages ourselves, once the session has queued them (backpressure).
+        self._client.manual_ack_set(True)
+        # Takes a message straight from paho's callback; False: it has no room, queue it.
+        self.sink: Callable[[mqtt.MQTTMessage], bool] | None = None
+        self._loop_thread = threading.get_ident()
+        self._write_scheduled = False
+        _buffer_reads(self._client)
+        decode_lean(self._client)
+
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Return the future that completes when this connection ends."""
+        return self._disconnected
+
+    def raw_socket(self) -> socket.socket | None:
+        """Return the connected socket, or None."""
+        sock = self._client.socket()
+        return sock if isinstance(sock, socket.socket) else None
+
+    async def publish_checked(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
+    ) -> ReasonCode | None:
+        """Publish and return the broker's reason code; None if this connection is gone."""
+        outcome = self.publish_soon(topic, payload, qos, retain, properties)
+        return None if outcome is None else await outcome
+
+    def publish_soon(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
+    ) -> asyncio.Future[ReasonCode] | None:
+        """Publish; return the future of the broker's reason code, None if the link is gone."""
+        if self._disconnected.done():
+            return None
+        info = self._client.publish(topic, payload, qos, retain, properties)
+        if info.rc == mqtt.MQTT_ERR_NO_CONN:
+            self.abort()
+            return None
+        if info.rc != mqtt.MQTT_ERR_SUCCESS:
+            raise DeliveryFailed(f"could not publish to {topic!r}: {mqtt.error_string(info.rc)}")
+        # Registered before the loop runs again: paho writes (and so reports) only from the
+        # event loop, never inside publish().
+        outcome: asyncio.Future[ReasonCode] = self._loop.create_future()
+        mid = info.mid
+        self._outcomes[mid] = outcome
+
+        def forget(_: asyncio.Future[ReasonCode]) -> None:
+            if self._outcomes.get(mid) is outcome:
+                del self._outcomes[mid]
+
+        outcome.add_done_callback(forget)
+        return outcome
+
+    def abort(self) -> None:
+        """Close the socket without DISCONNECT, as a crash would: the broker sends the will."""
+        self._client._sock_close()  # paho has no public way to drop a connection silently
+        if not self._disconnected.done():
+            self._disconnected.set_result(None)
+
+    async def close(self) -> None:
+        """Send DISCONNECT (the broker discards the will) and wait for the socket to close."""
+        if not self._disconnected.done():
+            with contextlib.suppress(aiomqtt.MqttError):
+                await self.__aexit__(None, None, None)
+        self.abort()
+
+    def fail_pending(self, lost: asyncio.Future[None]) -> None:
+        """Fail every pending publish and subscribe: the connection is gone."""
+        if not lost.cancelled():
+            lost.exception()  # mark it retrieved; the session reads it again
+        for outcome in self._outcomes.values():
+            if not outcome.done():
+                outcome.set_exception(
+                    DeliveryFailed(
+                        "the connection dropped before the broker acknowledged the message "
+                        "(it may or may not have been delivered)"
+                    )
+                )
+        for subscribed in self._pending_subscribes.values():
+            if not subscribed.done():
+                subscribed.set_exception(aiomqtt.MqttError("the connection dropped"))
+
+    def _client_connect(self) -> None:
+        # aiomqtt turns every connect error into a bare MqttError(str); keep the original so
+        # refused / unreachable / TLS can be told apart.
+        try:
+            super()._client_connect()
+        except BaseException as exc:
+            self.connect_error = exc
+            raise
+
+    def _on_socket_register_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        # aiomqtt registers a writer through call_soon_threadsafe for every packet: a wake-up
+        # of the loop through its self-pipe, two epoll changes and two turns of the loop.
+        # On the loop's own thread, write in this turn instead, and wait for the socket to
+        # be writable only when it did not take everything.
+        if threading.get_ident() != self._loop_thread:
+            super()._on_socket_register_write(client, userdata, sock)
+        elif not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_now, client, userdata, sock)
+
+    def _write_now(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._write_scheduled = False
+        try:
+            client.loop_write()
+        except Exception as exc:  # a broken pipe: the connection is gone, as aiomqtt does
+            if not self._disconnected.done():
+                self._disconnected.set_exception(exc)
+            return
+        if client.want_write():
+            super()._on_socket_register_write(client, userdata, sock)
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        # The session's queue takes the message here, in paho's callback, sparing aiomqtt's
+        # queue and its iterator (a task and a wait per message); once messages wait in
+        # aiomqtt's queue, later ones queue behind them, so the order is kept.
+        if self.sink is not None and self._queue.empty() and self.sink(message):
+            self._client.ack(message.mid, message.qos)
+            return
+        super()._on_message(client, userdata, message)
+
+    def _easy_log(self, level: int, fmt: str, *args: Any) -> None:
+        if level == mqtt.MQTT_LOG_ERR:
+            self._on_log(self._client, None, level, fmt % args)
+
+    def _on_log(self, client: mqtt.Client, userdata: Any, level: int, text: str) -> None:
+        if level == mqtt.MQTT_LOG_ERR:
+            self.last_failure = text
+        log.debug("paho %s: %s", self.identifier, text)
+
+    def _on_disconnect(self, *args: Any, **kwargs: Any) -> None:
+        if not self._connected.done():  # closed before CONNACK: aiomqtt would wait for its timeout
+            text = self.last_failure or "the broker closed the connection before its CONNACK"
+            where = f"the broker at {self._hostname}:{self._port}"
+            self._connected.set_exception(
+                Refused(f"TLS: {where} ended the session: {text} — check cert_file and key_file")
+                if "[SSL" in text
+                else aiomqtt.MqttError(text)
+            )
+        super()._on_disconnect(*args, **kwargs)
+
+    def _on_connect(self, *args: Any, **kwargs: Any) -> None:
+        self.session_present = bool(args[2].session_present)  # (client, userdata, flags, ...)
+        super()._on_connect(*args, **kwargs)
+
+    def _on_publish(self, *args: Any, **kwargs: Any) -> None:
+        mid, reason_code = args[2], args[3]  # (client, userdata, mid, reason_code, properties)
+        outcome = self._outcomes.get(mid)  # None when that publish already gave up waiting
+        if outcome is not None and not outcome.done():
+            outcome.set_result(reason_code)
+        super()._on_publish(*args, **kwargs)
+
+
+def _buffer_reads(client: mqtt.Client) -> None:
+    """Make paho read the socket in large chunks instead of a few bytes per call.
+
+    paho asks for a packet's header byte by byte, then its body, then once more to learn
+    there is nothing left: four or five recv() calls per packet. One recv() now fills a
+    buffer the packets are cut from; loop_read goes on while the buffer holds data (epoll
+    cannot see it, so nothing else would come back for it).
+    """
+    buffer = bytearray()
+    recv = client._sock_recv
+    loop_read = client.loop_read
+
+    def buffered_recv(size: int) -> bytes:
+        if not buffer:
+            data = recv(65536)
+            if len(data) <= size:
+                return data
+            buffer.extend(data)
+        chunk = bytes(buffer[:size])
+        del buffer[:size]
+        return chunk
+
+    def read_all(max_packets: int = 1) -> Any:
+        rc = loop_read(max_packets)
+        while buffer and rc == mqtt.MQTT_ERR_SUCCESS and client._sock is not None:
+            rc = loop_read(max_packets)
+        return rc
+
+    client._sock_recv = buffered_recv  # type: ignore[method-assign,assignment]
+    client.loop_read = read_all  # type: ignore[method-assign]
+
+
+def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:
+    """Translate any low-level connection failure into a message a person can act on."""
+    where = f"the broker at {s.address}"
+    rc = getattr(exc, "rc", None)
+    if isinstance(exc, BrokerUnavailable):
+        return exc
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return Refused(
+            f"TLS: the certificate of {where} did not verify against {s.ca_file}: "
+            f"{exc.verify_message} — check ca_file and that the certificate names {s.host}"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return Refused(
+            f"TLS handshake with {where} failed: {exc.reason or exc} — check the client "
+            f"certificate and that {s.address} is a TLS listener"
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return BrokerUnavailable(
+            f"cannot reach {where}: connection refused — is mosquitto running and listening there?"
+        )
+    if isinstance(exc, TimeoutError):
+        return BrokerUnavailable(f"no answer from {where} within {s.connect_timeout:g}s")
+    if isinstance(exc, OSError):
+        return BrokerUnavailable(f"cannot reach {where}: {exc.strerror or exc}")
+    if isinstance(exc, MqttConnectError) and isinstance(rc, ReasonCode):
+        if rc.value in (0x86, 0x87, 0x8C):
+            return Refused(
+                f"{where} refused the credentials for client {s.client_id}: {str(rc).lower()} "
+                "— check its username and password against the broker's password file"
+            )
+        kind = Refused if rc.value in _REFUSALS else BrokerUnavailable
+        return kind(f"{where} refused the connection of client {s.client_id}: {rc}")
+    if isinstance(rc, ReasonCode):  # the end of an established connection
+        why = {
+            0x80: "it dropped",  # what paho reports for a plain socket close
+            0x8D: "no answer within the keepalive",
+            # Mosquitto 2.0 just closes the socket on a takeover; newer brokers say so.
+            0x8E: f"another client connected as {s.client_id} — is this agent running twice?",
+        }.get(rc.value, str(rc))
+        return BrokerUnavailable(f"lost the connection to {where}: {why}")
+    if isinstance(exc, aiomqtt.MqttError) and "timed out" in str(exc):
+        return BrokerUnavailable(f"{where} did not answer within {s.connect_timeout:g}s")
+    return BrokerUnavailable(f"the MQTT connection to {where} failed: {exc}")
+
+
+class _SSLSocket(ssl.SSLSocket):
+    """An SSLSocket that closes itself when its handshake fails: paho leaks it otherwise."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        """Run the handshake; close the socket if it fails."""
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
+def tls_context(s: BrokerSettings) -> ssl.SSLContext | None:
+    """Build the TLS context once, so missing or bad files fail before any connection."""
+    if s.ca_file is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=str(s.ca_file))
+        if s.cert_file is not None:
+            context.load_cert_chain(s.cert_file, s.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(str(p) for p in (s.ca_file, s.cert_file, s.key_file) if p)
+        raise Refused(f"cannot load the TLS files ({files}): {exc}") from None
+    context.sslsocket_class = _SSLSocket
+    return context
+
+
+def properties(packet_type: int, **values: Any) -> Properties:
+    """Return MQTT v5 properties with the given values, skipping None."""
+    result = Properties(packet_type)  # type: ignore[no-untyped-call]
+    for name, value in values.items():
+        if value is not None:
+            setattr(result, name, value)
+    return result
+
+
+@functools.lru_cache(maxsize=512)
+def publish_properties(content_type: str | None, expiry: int | None) -> Properties:
+    """Return the (shared, never modified) PUBLISH properties for one kind of publish."""
+    result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if content_type is not None:
+        result.ContentType = content_type
+    if expiry is not None:
+        result.MessageExpiryInterval = expiry
+    return packed(result)
