@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from tests.fleetproc import fleet_text as tests_fleet_text
+from tests.kits.fleetproc import fleet_text as tests_fleet_text
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.broker.passwd import Credentials

@@ -31,8 +31,8 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `tests` impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BARE_CLIENT, figure, run_alone
-from tests.fleetproc import FleetProcesses, fleet_text, run_fleet
-from tests.recorder import Recorder
+from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
+from tests.kits.recorder import Recorder
 from vox_mqtt.protocol import topics
 
 HEARTBEAT = 1.0

@@ -12,7 +12,7 @@ import pytest
 from vox_mqtt.broker.local import LocalBroker, free_port
 
 if TYPE_CHECKING:
-    from tests.faultkit import Processes
+    from tests.kits.faultkit import Processes
 
 BrokerFactory = Callable[[str], LocalBroker]
 
@@ -101,10 +101,10 @@ def secure_broker_factory(
 ) -> Callable[..., object]:
     """Start the fleet's secured broker: factory(fleet, fmt="acl", pki_dir=None, explorer=True).
 
-    Returns a tests.brokerkit.SecureBroker: .broker (LocalBroker), .dir (BrokerDir),
+    Returns a tests.kits.brokerkit.SecureBroker: .broker (LocalBroker), .dir (BrokerDir),
     .creds(name_or_uuid) for the plain listener, .tls_creds(...) for the TLS one.
     """
-    from tests.brokerkit import start_secure_broker
+    from tests.kits.brokerkit import start_secure_broker
 
     def start(fleet: object, **kwargs: object) -> object:
         out_dir = tmp_path_factory.mktemp("fleet-broker")
@@ -116,7 +116,7 @@ def secure_broker_factory(
 @pytest.fixture
 def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
     """Run agent daemons for one test; stop them after it, showing their logs if it failed."""
-    from tests.faultkit import Processes
+    from tests.kits.faultkit import Processes
 
     procs = Processes(tmp_path)
     yield procs

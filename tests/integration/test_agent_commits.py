@@ -1,0 +1,182 @@
+"""Which ledger rows commit together on the hot path (docs/ledger.md, rows that commit together)."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from tests.kits.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
+from tests.kits.brokerkit import tree_fleet
+from tests.kits.daemonkit import render
+from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.fleet.config import load_daemon_config
+
+
+@pytest.fixture
+def fleet():  # type: ignore[no-untyped-def]
+    return tree_fleet({"root": None, "coordinator": "root", "specialist_a": "coordinator"})
+
+
+async def outbox_empties(agent: VOXAgent) -> None:
+    """Wait until every message the agent sent was acknowledged and left its outbox."""
+    async with asyncio.timeout(10):
+        while await agent.memory.pending_outbox():  # noqa: ASYNC110 - the ledger is polled
+            await asyncio.sleep(0.02)
+
+
+def rows_about(rows: list[dict[str, Any]], message_id: UUID) -> list[tuple[int, str, str]]:
+    """(id, action, type) of every row naming the message, as itself or as what it answers."""
+    mid = str(message_id)
+    return [
+        (r["id"], r["action"], r["message_type"])
+        for r in sorted(rows, key=lambda r: r["id"])
+        if r["message_id"] == mid or r["reply_to"] == mid
+    ]
+
+
+async def commits_for_one_sleep(
+    operator: VOXAgent, root: VOXAgent, seconds: float
+) -> tuple[int, UUID]:
+    """Warm up, then count the root's commits for one `sleep` (acks recorded too)."""
+    await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)
+    await outbox_empties(root)
+    before = root.memory.commit_count
+    reply = await operator.request("sleep", {"seconds": seconds}, to=root.id, timeout=10)
+    # The root is done once the operator's ack of the result took it out of the outbox.
+    await outbox_empties(root)
+    assert reply.reply_to is not None
+    return root.memory.commit_count - before, reply.reply_to
+
+
+async def test_a_command_that_starts_at_once_costs_its_agent_three_commits(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {"root": [Slow()]}, names=["root"])
+        root = agents["root"]
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        commits, request = await commits_for_one_sleep(operator, root, 0)
+        # received + ack sent + started; result sent + completed; the ack received + outbox.
+        assert commits == 3
+        rows = rows_about(await root.memory.get_recent(50), request)
+        first = rows[0][0]
+        assert rows[:3] == [
+            (first, "received", "command_request"),
+            (first + 1, "sent", "message_acknowledged"),
+            (first + 2, "started", "command_request"),
+        ]
+        assert [(a, t) for _, a, t in rows[3:5]] == [
+            ("sent", "command_result"),
+            ("completed", "command_request"),
+        ]
+        assert rows[4][0] == rows[3][0] + 1
+
+
+async def test_a_command_waiting_for_a_slot_is_started_only_when_it_runs(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(
+            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"], max_concurrency=1
+        )
+        root = agents["root"]
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        first = asyncio.create_task(
+            operator.request("sleep", {"seconds": 0.6}, to=root.id, timeout=10)
+        )
+        await wait_for(lambda: root.in_flight == 1)
+        second = await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)
+        await first
+        assert second.reply_to is not None
+        rows = rows_about(await root.memory.get_recent(100), second.reply_to)
+        actions = [a for _, a, _ in rows]
+        assert actions[:2] == ["received", "sent"]  # the request, then its ack, together
+        received, started = rows[0][0], next(i for i, a, _ in rows if a == "started")
+        # It waited for the slot: its started row is a commit of its own, made later.
+        assert started > received + 2
+
+
+async def test_delegating_commits_the_delegated_row_with_the_downstream_request(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {"specialist_a": [Analyst()]})
+        root = agents["root"]
+        await wait_for(lambda: "analyze" in root.advertised_commands())
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        reply = await operator.request("analyze", {"target": "x"}, to=root.id, timeout=10)
+        assert reply.reply_to is not None
+        rows = sorted(await root.memory.get_recent(100), key=lambda r: r["id"])
+        delegated = next(
+            r for r in rows if r["action"] == "delegated" and r["message_id"] == str(reply.reply_to)
+        )
+        downstream = next(r for r in rows if r["id"] == delegated["id"] - 1)
+        assert (downstream["action"], downstream["message_type"]) == ("sent", "command_request")
+        assert downstream["reply_to"] == str(reply.reply_to)
+        assert delegated["outcome"] == downstream["target"]
+
+
+async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {"specialist_a": [Slow()]})
+        root = agents["root"]
+        await wait_for(lambda: "sleep" in root.advertised_commands())
+        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        # Slow enough that each ack's row commits alone, so the count is exact.
+        commits, request = await commits_for_one_sleep(operator, root, 0.3)
+        # received + ack sent + downstream sent + delegated; the child's ack; the child's
+        # result received + its ack sent + the reply sent + completed; the operator's ack.
+        assert commits == 4
+        recent = sorted(await root.memory.get_recent(50), key=lambda r: r["id"])
+        rows = rows_about(recent, request)
+        first = rows[0][0]
+        assert rows[:4] == [
+            (first, "received", "command_request"),
+            (first + 1, "sent", "message_acknowledged"),
+            (first + 2, "sent", "command_request"),
+            (first + 3, "delegated", "command_request"),
+        ]
+        downstream = next(r["message_id"] for r in recent if r["id"] == first + 2)
+        result = next(
+            r
+            for r in recent
+            if (r["reply_to"], r["action"], r["message_type"])
+            == (downstream, "received", "command_result")
+        )
+        up = [(r["action"], r["message_type"]) for r in recent if r["id"] >= result["id"]][:4]
+        assert up == [
+            ("received", "command_result"),
+            ("sent", "message_acknowledged"),
+            ("sent", "command_result"),
+            ("completed", "command_request"),
+        ]
+
+
+async def test_ledger_sync_reaches_the_agents_ledger(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(
+            stack, secure, tmp_path, {}, names=["root"], ledger_sync="normal"
+        )
+        assert agents["root"].memory.sync == "normal"
+
+
+def test_ledger_sync_is_read_from_the_daemon_config(tmp_path: Path) -> None:
+    config = render(tmp_path)
+    assert load_daemon_config(config).agent_config(config.parent).ledger_sync == "full"
+    text = config.read_text()
+    config.write_text(text.replace("[agent]\n", '[agent]\nledger_sync = "normal"\n', 1))
+    assert load_daemon_config(config).agent_config(config.parent).ledger_sync == "normal"

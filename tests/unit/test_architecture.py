@@ -1,0 +1,238 @@
+"""The package's structure as docs/architecture.md draws it, checked from the source with ast.
+
+Subpackages in layers, bottom to top: protocol; transport, ledger; observe; agent, broker;
+fleet; console; cli. A module imports only its own subpackage or a lower layer
+(TYPE_CHECKING imports included), the agent runtime and the broker's control plane import
+nothing of each other, the import graph has no cycle, no class is a mixin, and no module
+grows past 600 lines. In tests/, a test
+module imports no other test module: what several share lives in a kit module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
+TESTS = Path(__file__).resolve().parents[1]
+
+# Subpackages bottom to top; keep in step with the layer table of docs/architecture.md.
+# A module imports only its own subpackage or one of a lower layer; subpackages of one layer
+# import nothing of each other (the agent runtime and the broker's control plane above all).
+LAYERS: dict[str, int] = {
+    "protocol": 0,  # the VOX contract and the fleet tree
+    "transport": 1,
+    "ledger": 1,
+    "observe": 2,  # statuses, war room, metrics: read by the agent and the operator's tools
+    "agent": 3,  # the agent runtime
+    "broker": 3,  # the broker's control plane
+    "fleet": 4,  # what the fleet file means: configs, bundles, diffs, plans, retirement
+    "console": 5,  # the operator's side
+    "cli": 6,
+}
+APPS = 6
+# Outside every subpackage: the public API (`__init__`), the version and the first waves'
+# import paths, each a re-export of one module below. No module of the package imports these.
+TOP_LEVEL = {
+    "vox_mqtt",
+    "vox_mqtt._version",
+    "vox_mqtt.errors",
+    "vox_mqtt.messages",
+    "vox_mqtt.topics",
+    "vox_mqtt.hierarchy",
+    "vox_mqtt.roles",
+    "vox_mqtt.memory",
+}
+VERSION = "vox_mqtt._version"  # read by every layer, imports nothing
+# Neither side of these pairs may import the other, whatever their layers.
+APART = [("agent", "broker"), ("agent", "fleet")]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def subpackage_of(name: str) -> str:
+    """Return the subpackage a module belongs to ("" for the top-level modules)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
+
+
+def layer_of(name: str) -> int:
+    if name == VERSION:
+        return 0
+    sub = subpackage_of(name)
+    return LAYERS[sub] if sub else APPS
+
+
+def imports_of(name: str) -> set[str]:
+    """Return the package modules a module imports, wherever the import statement sits."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "vox_mqtt")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] != "vox_mqtt":
+                continue
+            for alias in node.names:
+                # `from . import topics` names a module; `from .x import Y` names x.
+                sub = f"{module}.{alias.name}"
+                found.add(sub if sub in MODULES else module)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_every_module_has_a_place() -> None:
+    unplaced = [name for name in MODULES if name not in TOP_LEVEL and not subpackage_of(name)]
+    assert unplaced == [], "put these in a subpackage, or add them to TOP_LEVEL and the docs"
+    assert set(MODULES) >= TOP_LEVEL, "TOP_LEVEL names modules that no longer exist"
+    assert {subpackage_of(name) for name in MODULES} - {""} == set(LAYERS)
+
+
+def test_no_module_imports_a_layer_above_it() -> None:
+    upward = [
+        f"{name} (layer {layer_of(name)}) imports {dep} (layer {layer_of(dep)})"
+        for name, deps in GRAPH.items()
+        for dep in sorted(deps)
+        if layer_of(dep) > layer_of(name)
+    ]
+    assert upward == []
+
+
+def test_subpackages_of_one_layer_import_nothing_of_each_other() -> None:
+    across = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in sorted(deps)
+        if subpackage_of(name)
+        and subpackage_of(dep)
+        and subpackage_of(name) != subpackage_of(dep)
+        and layer_of(name) == layer_of(dep)
+    ]
+    assert across == []
+
+
+@pytest.mark.parametrize(("one", "other"), APART)
+def test_the_agent_runtime_and_the_control_plane_stay_apart(one: str, other: str) -> None:
+    crossing = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in sorted(deps)
+        if {subpackage_of(name), subpackage_of(dep)} == {one, other}
+    ]
+    assert crossing == []
+
+
+def test_no_module_of_the_package_imports_the_top_level() -> None:
+    # The top-level modules re-export; a part that imported them would import every layer.
+    inward = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if subpackage_of(name)
+        for dep in sorted(deps)
+        if dep in TOP_LEVEL and dep != VERSION
+    ]
+    assert inward == []
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for dep in sorted(GRAPH[name]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_no_mixins() -> None:
+    mixins = [
+        f"{name}.{node.name}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin")
+    ]
+    assert mixins == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_under_600_lines(name: str) -> None:
+    lines = MODULES[name].read_text(encoding="utf-8").count("\n")
+    assert lines < 600, f"{name} has {lines} lines: split it by concept"
+
+
+def test_the_guard_sees_type_checking_imports() -> None:
+    # roles.py names the ledger and settings only for type checking: the graph must see them.
+    assert {"vox_mqtt.ledger.store", "vox_mqtt.protocol.settings"} <= GRAPH["vox_mqtt.agent.roles"]
+
+
+def name_of_test_file(path: Path) -> str:
+    return ".".join(path.relative_to(TESTS.parent).with_suffix("").parts)
+
+
+TEST_MODULES = {
+    name_of_test_file(p)
+    for folder in ("unit", "integration")
+    for p in (TESTS / folder).glob("test_*.py")
+}
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """Return the test modules (tests/unit, tests/integration) a file imports, wherever it sits."""
+    package = name_of_test_file(path).split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(name for name in names if name in TEST_MODULES)
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    # A test module is a list of tests; what several share belongs in tests/kits.
+    borrowed = [
+        f"{name_of_test_file(path)} imports {module}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for module in sorted(imported_test_modules(path))
+        if module != name_of_test_file(path)
+    ]
+    assert borrowed == []
+    assert len(TEST_MODULES) > 50
+
+
+def test_the_tests_folder_holds_only_its_three_folders_and_the_conftest() -> None:
+    loose = sorted(p.name for p in TESTS.glob("*.py"))
+    assert loose == ["__init__.py", "conftest.py"]
