@@ -14,6 +14,7 @@ from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import verify
 from vox_mqtt.agent.runner import CommandRunner
+from vox_mqtt.agent.tracking import RequestState
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import InvalidMessage, LedgerError, TopicError
 from vox_mqtt.protocol.messages import (
@@ -33,6 +34,8 @@ from vox_mqtt.transport.session import Inbound
 __all__ = ["InboundPipeline", "Listener", "Observed"]
 
 log = logging.getLogger("vox_mqtt.agent")
+COMPLETED = RequestState.COMPLETED
+SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
 RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
@@ -308,9 +311,41 @@ class InboundPipeline:
             self.runner.begin(message)
             return
         if message.reply_to is not None:
+            if await self._record_if_late(message):
+                return
             self.outbox.settle_reply(message)
         for handler in self.router.event_handlers(message.type):
             self.ctx.tasks.spawn(self._run_event(handler, message), f"event-{message.type}")
+
+    async def _record_if_late(self, reply: VOXMessage) -> bool:
+        """Record an answer to a request that already ended here (expired, failed) as late.
+
+        Such an answer is recorded and acknowledged, never reported as the request's outcome
+        nor handed to a role (docs/ledger.md, terminal states).
+        """
+        assert reply.reply_to is not None
+        tracked = self.ctx.tracker.get(reply.reply_to)
+        if tracked is not None:
+            ended = tracked.final and tracked.reply is None and tracked.state is not COMPLETED
+            end = str(tracked.state)
+        else:
+            # Not tracked (a restart since): the ledger holds how it ended, if it did.
+            me = str(self.config.id)
+            ends = [
+                row["action"]
+                for row in await self.ctx.ledger.find(reply.reply_to)
+                if row["source"] == me and row["action"] in SENDER_ENDS
+            ]
+            ended, end = bool(ends), (ends[-1] if ends else "")
+        if not ended:
+            return False
+        log.info(
+            "%s: a late %s to %s, which %s here", self.config.name, reply.type, reply.reply_to, end
+        )
+        await self.ctx.ledger.record_message(
+            reply, "late", outcome=end, reason=f"answers {reply.reply_to}, which ended {end} here"
+        )
+        return True
 
     async def _run_event(self, handler: Handler, message: VOXMessage) -> Any:
         try:

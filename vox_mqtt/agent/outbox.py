@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -37,11 +38,12 @@ from vox_mqtt.protocol.messages import (
     expiry_seconds,
     new_message,
     parse,
+    parse_timestamp,
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["Outbox", "Outgoing", "check_size"]
+__all__ = ["Outbox", "Outgoing", "check_size", "deadline_passed"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -61,6 +63,7 @@ class Outbox:
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
         self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
+        self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
 
     @property
     def config(self) -> AgentConfig:
@@ -114,25 +117,35 @@ class Outbox:
         )
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
-        """Re-send what the outbox held at the last stop; nobody awaits these any more."""
+        """Re-send what the outbox held at the last stop; nobody awaits these any more.
+
+        A request whose deadline passed meanwhile is not re-sent: it ends expired.
+        """
         for _, _, payload in unsent:
             try:
                 message = parse(payload)
             except InvalidMessage:
                 continue
             tracked = self.ctx.tracker.track(message, expects_reply=False)
-            self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
+            if deadline_passed(message):
+                reason = "its deadline passed while this agent was stopped"
+                ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+                self.ctx.tasks.spawn(ending, "expire")
+            else:
+                self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
 
     async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
-        try:
-            await self._deliver_until_acknowledged(tracked, resend)
-        finally:
-            # An acknowledged message left the outbox with its ack's "received" row.
-            if not tracked.acknowledged.is_set():
-                with contextlib.suppress(VoxError):
-                    await self.ctx.ledger.outbox_done(tracked.message_id)
+        ending = await self._deliver_until_acknowledged(tracked, resend)
+        if ending is not None:
+            await self.end(tracked, *ending)
+        # Acknowledged: it left the outbox with its ack's "received" row. Cancelled by a stop:
+        # it stays in the outbox and is re-sent after the next start, unless its deadline
+        # passed by then (redeliver).
 
-    async def _deliver_until_acknowledged(self, tracked: TrackedRequest, resend: bool) -> None:
+    async def _deliver_until_acknowledged(
+        self, tracked: TrackedRequest, resend: bool
+    ) -> tuple[RequestState, str, str] | None:
+        """Publish until acknowledged; return how it ended if it is given up (end() records it)."""
         session = self.ctx.live_session()
         metrics = self.ctx.metrics
         tracker = self.ctx.tracker
@@ -161,21 +174,48 @@ class Outbox:
                 if exc.reason_code is not None and exc.reason_code >= 0x80:
                     # The broker refused it (ACL): re-sending cannot help.
                     metrics.delivery_failures += 1
-                    tracker.failed(message.message_id, ErrorCode.DELIVERY_FAILED, str(exc))
-                    return
+                    return RequestState.FAILED, ErrorCode.DELIVERY_FAILED, str(exc)
                 log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await tracked.acknowledged.wait()
             if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
                 metrics.delivery_failures += 1
-                tracker.failed(
-                    message.message_id,
-                    ErrorCode.TIMEOUT,
-                    f"no acknowledgement within {self.config.request_timeout:.0f}s",
-                )
-                return
+                reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
+                return RequestState.EXPIRED, ErrorCode.TIMEOUT, reason
             delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+        return None
+
+    async def end(
+        self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
+    ) -> None:
+        """Give up on a sent message: it ends failed or expired, for good.
+
+        The tracker moves at once, so an answer that comes later is late, never a success.
+        Its "expired" or "failed" row and its leaving the outbox are one commit, and whoever
+        waits for it hears of the end only once that commit is durable: after a restart
+        nothing re-sends it (docs/ledger.md, terminal states).
+        """
+        if tracked.final:
+            return
+        message_id = tracked.message_id
+        if state is RequestState.EXPIRED:
+            self.ctx.tracker.expired(message_id, reason)
+        else:
+            self.ctx.tracker.failed(message_id, code, reason)
+        recorded = asyncio.get_running_loop().create_future()
+        self._ending[message_id] = recorded
+        try:
+            await self.ctx.ledger.record_message(
+                tracked.message, str(state), outcome=code, reason=reason, outbox_done=message_id
+            )
+        except VoxError as exc:
+            # Not recorded: after a restart it may be re-sent, and its deadline (which a
+            # request carries) still makes its receiver refuse it once passed.
+            log.warning("%s: the end of %s is not recorded: %s", self.config.name, message_id, exc)
+        finally:
+            del self._ending[message_id]
+            recorded.set_result(None)
 
     async def publish_unrecorded(self, message: VOXMessage) -> None:
         """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
@@ -283,9 +323,10 @@ class Outbox:
             async with asyncio.timeout(limit):
                 await tracked.done.wait()
         except TimeoutError:
-            self.ctx.tracker.failed(
-                message.message_id, ErrorCode.TIMEOUT, f"no answer within {limit:.1f}s"
-            )
+            reason = f"no answer within {limit:.1f}s"
+            await self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+        if (recording := self._ending.get(message.message_id)) is not None:
+            await recording  # given up by its delivery: the waiter learns once it is durable
         if message.type == MSG_COMMAND_REQUEST:
             # End to end as the requester sees it, answered or not.
             self.ctx.metrics.command_roundtrip_seconds.time_since(started)
@@ -318,15 +359,25 @@ class Outbox:
         to: UUID,
         timeout: float | None = None,
     ) -> VOXMessage:
-        """Send a command_request to a child and return its command_result (CommandFailed)."""
+        """Send a command_request to a child and return its command_result (CommandFailed).
+
+        The request carries its deadline (now + timeout): its receiver, and every level below
+        it, honour the deadline the requester gives up at (docs/messages.md).
+        """
+        limit = self.config.request_timeout if timeout is None else timeout
+        deadline = datetime.now(UTC) + timedelta(seconds=limit)
         message = new_message(
             MSG_COMMAND_REQUEST,
             source=self.config.id,
             target=to,
-            details=CommandRequest(command=command, params=params or {}),
+            details=CommandRequest(
+                command=command,
+                params=params or {},
+                deadline=deadline.isoformat(timespec="milliseconds"),
+            ),
             message_source=self.config.message_source,
         )
-        return await self.await_reply(message, timeout)
+        return await self.await_reply(message, limit)
 
     async def ask(
         self,
@@ -398,6 +449,14 @@ def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
             size=len(payload),
             limit=limit,
         )
+
+
+def deadline_passed(message: VOXMessage, *, now: float | None = None) -> bool:
+    """Tell whether a command_request's deadline has passed (False without one)."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return False
+    return parse_timestamp(deadline).timestamp() <= (time.time() if now is None else now)
 
 
 def _expiry(message: VOXMessage) -> int | None:

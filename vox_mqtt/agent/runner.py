@@ -14,7 +14,7 @@ from uuid import UUID
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.outbox import Outbox, Outgoing
+from vox_mqtt.agent.outbox import Outbox, Outgoing, deadline_passed
 from vox_mqtt.agent.roles import Handler, ParamsError
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
@@ -35,7 +35,7 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["Answer", "CommandRunner", "Delegation"]
+__all__ = ["Answer", "CommandRunner", "Delegation", "NotStarted"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -58,6 +58,10 @@ class Answer:
     end: str  # the command's row: "completed" or "failed"
     code: str | None  # the error code of a command_error
     recorded: asyncio.Future[bool]  # whether its commit reached the disk
+
+
+class NotStarted(CommandError):
+    """The answer to a command whose deadline passed before it could start: it ends expired."""
 
 
 def _refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
@@ -118,6 +122,8 @@ class CommandRunner:
         """
         if request.type != MSG_COMMAND_REQUEST or self.stopping or self._handler_slots.locked():
             return False
+        if deadline_passed(request):
+            return False  # never started: _answer says so
         try:
             name = request.payload_as(CommandRequest).command
         except ValueError:
@@ -142,7 +148,7 @@ class CommandRunner:
         cancel_delegation. None: it starts here, waits, or has nowhere to go (then it takes
         the ordinary path, which answers why).
         """
-        if request.type != MSG_COMMAND_REQUEST or self.stopping:
+        if request.type != MSG_COMMAND_REQUEST or self.stopping or deadline_passed(request):
             return None
         try:
             payload = request.payload_as(CommandRequest)
@@ -303,6 +309,8 @@ class CommandRunner:
             kind = MSG_COMMAND_ERROR
             self.ctx.metrics.commands_failed.inc(details.code)
         end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
+        if isinstance(details, NotStarted):
+            end = "expired"
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
@@ -332,6 +340,14 @@ class CommandRunner:
     async def _answer(self, request: VOXMessage) -> CommandResult | CommandError:
         payload = request.payload_as(CommandRequest)
         name = payload.command
+        if deadline_passed(request) and request.message_id not in self._started_at_once:
+            # Its master gave up at that deadline: running it now would be work nobody
+            # awaits (a re-delivery, a queue that held it, a restart in between).
+            return NotStarted(
+                code=ErrorCode.TIMEOUT,
+                error=f"{name!r} reached {self.config.name} after its deadline: not started",
+                command=name,
+            )
         delegation = self._delegated_at_once.pop(request.message_id, None)
         if delegation is not None:
             # Its downstream request committed with its "received" row: send it now.

@@ -1,4 +1,8 @@
-"""Track every message an agent sends: queued, dispatched, acknowledged, completed or failed."""
+"""Track every message an agent sends: queued, dispatched, acknowledged, then its end.
+
+The end (completed, failed, expired) is terminal: nothing moves a request out of it, and the
+outbox records it in the ledger before a waiter is told (docs/ledger.md, terminal states).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from uuid import UUID
 
-from vox_mqtt.protocol.messages import VOXMessage
+from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
 __all__ = ["RequestState", "RequestTracker", "TrackedRequest"]
 
@@ -22,10 +26,11 @@ class RequestState(StrEnum):
     DISPATCHED = "dispatched"  # the broker PUBACKed it
     ACKNOWLEDGED = "acknowledged"  # the peer recorded it (message_acknowledged)
     COMPLETED = "completed"  # its reply arrived (or it needed none)
-    FAILED = "failed"  # error reply, timeout or broker refusal
+    FAILED = "failed"  # an error reply, or the broker refused it
+    EXPIRED = "expired"  # no acknowledgement or answer in time: the sender gave up on it
 
 
-_FINAL = frozenset({RequestState.COMPLETED, RequestState.FAILED})
+_FINAL = frozenset({RequestState.COMPLETED, RequestState.FAILED, RequestState.EXPIRED})
 
 
 @dataclass(kw_only=True, eq=False)
@@ -49,7 +54,7 @@ class TrackedRequest:
 
     @property
     def final(self) -> bool:
-        """Return whether the request has completed or failed."""
+        """Return whether the request has reached its end (completed, failed or expired)."""
         return self.state in _FINAL
 
 
@@ -112,13 +117,26 @@ class RequestTracker:
     def failed(
         self, message_id: UUID, code: str, error: str, reply: VOXMessage | None = None
     ) -> None:
-        """Record a failure (error reply, timeout, broker refusal)."""
+        """Record a failure: an error reply (which proves receipt) or a broker refusal."""
         request = self._requests.get(message_id)
         if request is None or request.final:
             return
         request.error_code, request.error, request.reply = code, error, reply
-        request.acknowledged.set()
+        if reply is not None:
+            request.acknowledged.set()
         self._move(request, RequestState.FAILED)
+
+    def expired(self, message_id: UUID, error: str) -> None:
+        """Record that the sender gave up waiting: never acknowledged or never answered in time.
+
+        It is not marked acknowledged: whether the peer holds it is unknown, and the outbox
+        takes it out in the same commit as its "expired" row.
+        """
+        request = self._requests.get(message_id)
+        if request is None or request.final:
+            return
+        request.error_code, request.error = ErrorCode.TIMEOUT, error
+        self._move(request, RequestState.EXPIRED)
 
     def _move(self, request: TrackedRequest, new: RequestState) -> None:
         old = request.state

@@ -22,7 +22,7 @@ WITNESS_EVENT: Final = "witness"
 WITNESS_ACTION: Final = "ledger_head"
 # A command runs once started or delegated; it is over once completed, failed or answered.
 STARTED_ACTIONS: Final = ("started", "delegated")
-DONE_ACTIONS: Final = ("completed", "failed")
+DONE_ACTIONS: Final = ("completed", "failed", "expired")
 # Free text for the human only: seed 003 forbids agents to parse or log it.
 _STRIPPED_KEYS: Final = frozenset({"note_to_human"})
 _MAX_REASON: Final = 1000
