@@ -75,7 +75,9 @@ def analyze_text(target: str) -> dict[str, Any]:
 class Analyst(Role):
     """A specialist's `analyze` command: the task of seed 000's delegation flow."""
 
-    @command
+    # Pure: running it twice gives the same answer and changes nothing, so its handler may
+    # start while its record commits (docs/ledger.md, rows that commit together).
+    @command(idempotent=True)
     async def analyze(self, target: str) -> dict[str, Any]:
         """Analyze a target string and say which specialist did it."""
         return {**analyze_text(target), "analyst": self.agent.name}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,6 +11,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.outbox import Outbox, Outgoing
+from vox_mqtt.agent.prepared import QuickAnswer
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import verify
@@ -21,6 +23,7 @@ from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
     CommandError,
     ErrorCode,
     MessageAcknowledged,
@@ -36,6 +39,11 @@ __all__ = ["InboundPipeline", "Listener", "Observed"]
 log = logging.getLogger("vox_mqtt.agent")
 COMPLETED = RequestState.COMPLETED
 SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
+_ANSWERS = frozenset({MSG_COMMAND_RESULT, MSG_COMMAND_ERROR})
+# How long an idempotent command may take for its answer to commit with its record and stand
+# for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
+# as usual once its record commits; the wait delays nothing else.
+QUICK_ANSWER_WINDOW = 0.005
 RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
@@ -134,6 +142,7 @@ class InboundPipeline:
         # arriving together cannot both pass the ledger check; a copy of a message still
         # being recorded waits for that record, so no ack ever precedes durability.
         ack = None
+        implied = False  # an answer committed with the record stands for the ack
         if message.type != MSG_ACKNOWLEDGED:
             ack = message.acknowledgement(message_source=self.config.message_source)
         # One commit per inbound message: its "received" row, the "sent" row of its ack, and
@@ -162,7 +171,7 @@ class InboundPipeline:
                     await row
                     return
                 if not duplicate:
-                    await self._record_received(message, inbound.topic, then)
+                    implied = await self._record_received(message, inbound.topic, then)
             except LedgerError as exc:
                 await self._refuse_unrecordable(message, str(exc))
                 return
@@ -176,21 +185,37 @@ class InboundPipeline:
                 await self.outbox.publish_ack(message, ack)
             return
         self.ctx.metrics.messages_in.inc(message.type)
-        if ack is not None:
+        if ack is not None and not implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
         await self._route(message)
 
     async def _record_received(
         self, message: VOXMessage, topic: str, then: list[tuple[VOXMessage, str, str | None]]
-    ) -> None:
+    ) -> bool:
+        """Commit a new message's rows; True when its answer stands for its acknowledgement."""
         runner = self.runner
         starting = await runner.starts_at_once(message)
         delegation = None if starting else runner.delegates_at_once(message)
         answer = runner.answers_at_once(message)
         kept: Outgoing | None = None
+        implied = False
+        # A reply proves its request arrived: the request leaves the outbox with this commit
+        # even when no acknowledgement of it came (an answer that stands for one).
+        answered = message.reply_to if message.type in _ANSWERS else None
         if starting:
             then = [*then, (message, "started", None)]
+            quick = await self._quick_answer(message)
+            if quick is not None:
+                # Idempotent and answered within the window: one commit holds its record,
+                # its start, its answer (whole in the outbox) and its end; the answer, sent
+                # once that commit is durable, is its acknowledgement (docs/messages.md).
+                kept, implied = quick.outgoing, True
+                then = [
+                    (message, "started", None),
+                    (kept.tracked.message, "sent", None),
+                    (message, quick.end, None),
+                ]
         elif delegation is not None:
             # Its downstream request and "delegated" row commit here too: one commit on the
             # way down instead of two (docs/ledger.md).
@@ -205,6 +230,19 @@ class InboundPipeline:
             # the way up instead of two (docs/ledger.md).
             kept = answer.outgoing
             then = [*then, (kept.tracked.message, "sent", None), (answer.request, answer.end, None)]
+        elif self._settles_a_waiter(message):
+            # The caller sees its answer now, beside the commit of its "received" row; the
+            # ack waits for that commit, so the answerer re-sends until the answer is durable
+            # here (docs/ledger.md, rows that commit together). The ledger keeps the order:
+            # whatever the caller records next commits after this row.
+            recording = asyncio.ensure_future(
+                self.ctx.ledger.record_message(
+                    message, "received", topic=topic, then=then, outbox_done=answered
+                )
+            )
+            self.outbox.settle_reply(message)
+            await recording
+            return False
         try:
             await self.ctx.ledger.record_message(
                 message,
@@ -213,6 +251,7 @@ class InboundPipeline:
                 then=then,
                 outbox=None if kept is None else (kept.topic, kept.payload),
                 outbox_for=None if kept is None else kept.tracked.message,
+                outbox_done=answered,
             )
         except BaseException:
             if starting:
@@ -224,6 +263,25 @@ class InboundPipeline:
             raise
         if answer is not None:
             runner.answer_recorded(answer, True)
+        return implied
+
+    async def _quick_answer(self, message: VOXMessage) -> QuickAnswer | None:
+        """Run an idempotent command now; its answer if it comes within QUICK_ANSWER_WINDOW."""
+        running = self.runner.runs_at_once(message)
+        if running is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
+        if not running.done() or running.cancelled() or running.exception() is not None:
+            return None  # slower: its record commits now, and its answer later, as usual
+        return self.runner.quick_answer(message, running.result())
+
+    def _settles_a_waiter(self, message: VOXMessage) -> bool:
+        """Tell whether a message answers a live request of this agent that a caller awaits."""
+        if message.reply_to is None or message.type in (MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST):
+            return False
+        tracked = self.ctx.tracker.get(message.reply_to)
+        return tracked is not None and tracked.expects_reply and not tracked.final
 
     async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
         """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from vox_mqtt.protocol.messages import VOXMessage
     from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["AgentHandle", "Handler", "Role", "command", "load_role", "on"]
+__all__ = ["AgentHandle", "Handler", "Role", "command", "is_idempotent", "load_role", "on"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 EventHandler = Callable[["VOXMessage"], Awaitable[Any]]
@@ -83,24 +83,36 @@ class AgentHandle(Protocol):
 
 _COMMAND_MARK = "__vox_command__"
 _EVENT_MARK = "__vox_events__"
+IDEMPOTENT_MARK = "__vox_idempotent__"
 
 
 @overload
 def command(name: F) -> F: ...
 @overload
-def command(name: str | None = None) -> Callable[[F], F]: ...
-def command(name: str | F | None = None) -> F | Callable[[F], F]:
-    """Mark a role method as a command, named after the method or explicitly."""
+def command(name: str | None = None, *, idempotent: bool = False) -> Callable[[F], F]: ...
+def command(name: str | F | None = None, *, idempotent: bool = False) -> F | Callable[[F], F]:
+    """Mark a role method as a command, named after the method or explicitly.
+
+    idempotent=True says that running it twice does no harm: its handler may then start
+    while its record commits, and a quick answer commits with that record and stands for
+    its acknowledgement (docs/ledger.md, rows that commit together).
+    """
 
     def mark(func: F, command_name: str | None) -> F:
         if not inspect.iscoroutinefunction(func) and not inspect.isfunction(func):
             raise TypeError(f"@command needs a function, not {func!r}")
         setattr(func, _COMMAND_MARK, command_name or func.__name__)
+        setattr(func, IDEMPOTENT_MARK, idempotent)
         return func
 
     if callable(name):
         return mark(name, None)
     return lambda func: mark(func, name)
+
+
+def is_idempotent(handler: Handler) -> bool:
+    """Tell whether a command handler was declared idempotent (@command(idempotent=True))."""
+    return getattr(handler, IDEMPOTENT_MARK, False) is True
 
 
 def on(event: str) -> Callable[[F], F]:
@@ -227,6 +239,7 @@ def _validated(method: Callable[..., Any], label: str) -> Callable[..., Awaitabl
         return outcome
 
     call.__name__ = getattr(method, "__name__", label)
+    setattr(call, IDEMPOTENT_MARK, getattr(method, IDEMPOTENT_MARK, False))
     return call
 
 

@@ -7,15 +7,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-
 from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.outbox import Outbox, Outgoing, deadline_passed
-from vox_mqtt.agent.roles import Handler, ParamsError
+from vox_mqtt.agent.handlers import call_handler
+from vox_mqtt.agent.outbox import Outbox, deadline_passed
+from vox_mqtt.agent.prepared import Answer, Delegation, NotStarted, QuickAnswer, refused_unrecorded
+from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
 from vox_mqtt.agent.tracking import TrackedRequest
@@ -35,38 +34,9 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["Answer", "CommandRunner", "Delegation", "NotStarted"]
+__all__ = ["CommandRunner"]
 
 log = logging.getLogger("vox_mqtt.agent")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Delegation:
-    """A command bound for a child, its downstream request prepared (delegates_at_once)."""
-
-    child: UUID
-    payload: CommandRequest
-    outgoing: Outgoing
-
-
-@dataclass(frozen=True, kw_only=True)
-class Answer:
-    """A delegated command's answer upstream, prepared with the child's (answers_at_once)."""
-
-    request: VOXMessage
-    outgoing: Outgoing
-    end: str  # the command's row: "completed" or "failed"
-    code: str | None  # the error code of a command_error
-    recorded: asyncio.Future[bool]  # whether its commit reached the disk
-
-
-class NotStarted(CommandError):
-    """The answer to a command whose deadline passed before it could start: it ends expired."""
-
-
-def _refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
-    """Tell whether a child refused the work because it could not record it (did nothing)."""
-    return isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
 
 
 class CommandRunner:
@@ -94,6 +64,10 @@ class CommandRunner:
         self._awaiting_child: dict[UUID, tuple[VOXMessage, str]] = {}
         # Commands whose answer committed with the child's answer (see answers_at_once).
         self._answered_at_once: dict[UUID, Answer] = {}
+        # Idempotent commands whose handler started before their record committed (see
+        # runs_at_once), and those whose quick answer committed with it (quick_answer).
+        self._running_at_once: dict[UUID, asyncio.Task[CommandResult | CommandError]] = {}
+        self._quick_answers: dict[UUID, QuickAnswer] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         ctx.metrics.gauge("inflight_commands", lambda: self._running)
@@ -139,6 +113,52 @@ class CommandRunner:
         if request.message_id in self._started_at_once:
             self._started_at_once.discard(request.message_id)
             self._handler_slots.release()
+        running = self._running_at_once.pop(request.message_id, None)
+        if running is not None:
+            running.cancel()  # idempotent: the sender re-sends, and it runs again then
+        quick = self._quick_answers.pop(request.message_id, None)
+        if quick is not None:
+            self.outbox.forget(quick.outgoing)
+
+    def runs_at_once(
+        self, request: VOXMessage
+    ) -> asyncio.Task[CommandResult | CommandError] | None:
+        """Start an idempotent command's handler now, before its record commits.
+
+        Only for a command starts_at_once took a slot for; None for one not declared
+        idempotent, whose start must be durable before its handler runs.
+        """
+        payload = request.payload_as(CommandRequest)
+        handler = self.router.command_handler(payload.command)
+        if handler is None or not is_idempotent(handler):
+            return None
+        running = asyncio.ensure_future(
+            self._run(handler, payload.command, payload, self._timeout_of(payload))
+        )
+        self._running_at_once[request.message_id] = running
+        return running
+
+    def quick_answer(
+        self, request: VOXMessage, details: CommandResult | CommandError
+    ) -> QuickAnswer | None:
+        """Prepare the answer of an idempotent command that finished within the window.
+
+        Its "sent" row (whole in the outbox) and the command's end row then commit with the
+        request's "received" and "started" rows; the answer stands for the acknowledgement.
+        None: it takes the ordinary path (too large to send, say, which that path answers).
+        """
+        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+        try:
+            outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
+        except VoxError:
+            return None
+        quick = QuickAnswer(
+            outgoing=outgoing,
+            end="completed" if kind == MSG_COMMAND_RESULT else "failed",
+            code=details.code if isinstance(details, CommandError) else None,
+        )
+        self._quick_answers[request.message_id] = quick
+        return quick
 
     def delegates_at_once(self, request: VOXMessage) -> Delegation | None:
         """Prepare a command no local handler serves for a child that can take it now.
@@ -283,6 +303,19 @@ class CommandRunner:
     # --- serving --------------------------------------------------------------------------
 
     async def _serve(self, request: VOXMessage) -> None:
+        quick = self._quick_answers.pop(request.message_id, None)
+        if quick is not None:
+            # Answered and recorded with its "received" row: only the publish is left.
+            self._running_at_once.pop(request.message_id, None)
+            self._started_at_once.discard(request.message_id)
+            self._handler_slots.release()
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+            if quick.code is not None:
+                self.ctx.metrics.commands_failed.inc(quick.code)
+            self.outbox.dispatch(quick.outgoing)
+            return
         self._serving[request.message_id] = request
         try:
             details = await self._answer(request)
@@ -356,11 +389,19 @@ class CommandRunner:
             outcome = await self._delegation_outcome(
                 request, delegation.child, delegation.outgoing.tracked, timeout
             )
-            if _refused_unrecorded(outcome):
+            if refused_unrecorded(outcome):
                 return await self._delegate(
                     request, payload, timeout, refused={delegation.child}, outcome=outcome
                 )
             return outcome
+        running = self._running_at_once.pop(request.message_id, None)
+        if running is not None:
+            # Idempotent: its handler started while its record committed.
+            self._started_at_once.discard(request.message_id)
+            try:
+                return await running
+            finally:
+                self._handler_slots.release()
         if request.message_id in self._started_at_once:
             # Its "started" row committed with its "received" one, its slot taken then.
             self._started_at_once.discard(request.message_id)
@@ -389,7 +430,14 @@ class CommandRunner:
         metrics.commands_served.inc(name)
         started = time.perf_counter()
         try:
-            return await self._call(handler, name, payload.params, timeout)
+            return await call_handler(
+                handler,
+                name,
+                payload.params,
+                timeout,
+                agent=self.config.name,
+                handled_by=self.config.id,
+            )
         finally:
             metrics.command_handler_seconds.time_since(started)
 
@@ -399,34 +447,6 @@ class CommandRunner:
             remaining = parse_timestamp(payload.deadline).timestamp() - time.time()
             timeout = max(0.0, min(timeout, remaining))
         return timeout
-
-    async def _call(
-        self, handler: Handler, name: str, params: dict[str, Any], timeout: float
-    ) -> CommandResult | CommandError:
-        try:
-            async with asyncio.timeout(timeout):
-                result = await handler(**params)
-            result = to_jsonable_python(result)
-        except ParamsError as exc:
-            return CommandError(code=ErrorCode.INVALID_MESSAGE, error=str(exc), command=name)
-        except TimeoutError:
-            return CommandError(
-                code=ErrorCode.TIMEOUT, error=f"{name} took over {timeout:.1f}s", command=name
-            )
-        except PydanticSerializationError as exc:
-            return CommandError(
-                code=ErrorCode.HANDLER_ERROR,
-                error=f"{name} returned a result that is not JSON: {exc}",
-                command=name,
-            )
-        except Exception as exc:
-            log.exception("%s: command %s raised", self.config.name, name)
-            return CommandError(
-                code=ErrorCode.HANDLER_ERROR,
-                error=f"{name} failed: {type(exc).__name__}: {exc}"[:500],
-                command=name,
-            )
-        return CommandResult(command=name, result=result, handled_by=self.config.id)
 
     async def _delegate(
         self,
@@ -448,7 +468,7 @@ class CommandRunner:
             if child is None and outcome is not None:
                 return outcome  # every child that could have served it refused it unrecorded
             outcome = await self._delegate_to(child, code, request, payload, timeout)
-            if not _refused_unrecorded(outcome):
+            if not refused_unrecorded(outcome):
                 return outcome
             # That child cannot record and did nothing: the work goes to another, if any.
             assert child is not None
