@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.kits.fleetproc import REPO, child_env
 
@@ -44,3 +47,51 @@ def test_a_short_or_unreadable_token_file_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "cannot read it" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _settings(path: Path) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_the_web_unit_has_the_exporters_hardening() -> None:
+    web = _settings(REPO / "systemd" / "vox-web.service")
+    exporter = _settings(REPO / "systemd" / "vox-exporter.service")
+    assert web["ExecStart"] == [
+        "/usr/local/bin/vox web --config /etc/vox/web.toml --listen 127.0.0.1:8080"
+    ]
+    own = {"ExecStart", "Description", "Documentation"}
+    assert {k: v for k, v in web.items() if k not in own} == {
+        k: v for k, v in exporter.items() if k not in own
+    }
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None or not Path("/usr/lib/systemd/system").is_dir(),
+    reason="systemd-analyze and the host's units are needed",
+)
+def test_the_web_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    shutil.copy(REPO / "systemd" / "vox-web.service", units / "vox-web.service")
+    vox = root / "usr/local/bin/vox"
+    vox.parent.mkdir(parents=True)
+    vox.write_text("#!/bin/sh\n")
+    vox.chmod(0o755)
+    (root / "bin").symlink_to("usr/bin")
+    done = subprocess.run(
+        ["systemd-analyze", "verify", f"--root={root}", "vox-web.service"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.stdout + done.stderr).strip() == ""
