@@ -65,10 +65,15 @@ def test_tree_and_war_room_follow_a_kill_and_a_restart_without_reload(
         names = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#tree a.agent-link")]
         assert sorted(names) == sorted(RUNNING)
         # It reads as the operator's read-only look, never as the operator itself.
-        look = fleet.broker_dir.credentials_for(fleet.fleet.operator_name).look("watch")
+        operator = fleet.broker_dir.credentials_for(fleet.fleet.operator_name)
+        look = operator.look("watch")
         assert look is not None
-        assert look.username == "_watch"
+        assert look.username != operator.username
         assert f"u'{look.username}'" in fleet.broker.log_tail(400)
+        assert (
+            f"connected to the broker at 127.0.0.1:{fleet.broker_dir.port} as {look.username}"
+            in (web.log())
+        )
         # The tree: the root's children are drawn below it, indented.
         depth = driver.execute_script(
             "return Array.from(document.querySelectorAll('#tree tr.agent'))"
@@ -143,6 +148,8 @@ def test_tree_and_war_room_follow_a_kill_and_a_restart_without_reload(
         assert probe["loadedAt"] == loaded_at
         assert probe["snapshots"] == 1
         assert probe["batches"] > 0
+        assert driver.find_element(By.ID, "link").text == "live"
+    assert web.process.returncode == 0, web.log()  # SIGTERM: a clean stop
 
 
 def test_allow_send_sends_from_the_page_and_shows_the_answer(

@@ -155,3 +155,18 @@ def test_event_is_one_sse_frame() -> None:
     text = _event("batch", {"a": "x\ny"})
     assert text.count("\n\n") == 1
     assert text.endswith("\n\n")
+
+
+def test_a_dropped_link_forgets_the_open_incidents() -> None:
+    # A resolution clears its retained post: one missed while the link was down would
+    # leave the incident open for good. The reconnect brings back those still open.
+    root, child = uuid4(), uuid4()
+    state = WebState(FleetObserver(), top=OPERATOR, top_name="operator")
+    state.link(True)
+    state.take(post(root, child))
+    assert len(state.warroom()["open"]) == 1
+    state.link(False)
+    batch = state.flush()
+    assert batch is not None
+    assert batch["warroom"]["open"] == []
+    assert batch["connected"] is False

@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -134,10 +136,18 @@ async def _serve(
     hub = Hub(state)
 
     async def connected() -> None:
+        state.link(True)
         _say(f"connected to the broker at {reader.broker.address} as {reader.broker.username}")
 
+    async def disconnected(_exc: BaseException | None) -> None:
+        state.link(False)
+
     session = Session(
-        reader.broker, subscriptions=_wanted(reader), on_connect=connected, wait=False
+        reader.broker,
+        subscriptions=_wanted(reader),
+        on_connect=connected,
+        on_disconnect=disconnected,
+        wait=False,
     )
     try:
         await session.__aenter__()
@@ -160,7 +170,10 @@ async def _serve(
                 timeout_graceful_shutdown=2,
                 server_header=False,
             )
-            server = uvicorn.Server(config)
+            server = _Server(config)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, server.stop)
             bound = listener.getsockname()[1]
             shown = f"[{host}]" if ":" in host else host
             url = f"http://{shown}:{bound}/"
@@ -183,6 +196,21 @@ async def _serve(
     finally:
         await session.__aexit__(None, None, None)
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by this verb's own signal handlers.
+
+    uvicorn's would raise the signal again once it has stopped, so a SIGTERM would end the
+    process as killed by it rather than with exit code 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        self.should_exit = True
 
 
 async def _pump(session: Session, state: WebState) -> None:

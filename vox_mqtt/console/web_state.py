@@ -144,6 +144,7 @@ class WebState:
         self._resolved: deque[dict[str, Any]] = deque(maxlen=_RESOLVED_MAX)
         self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
         self._history_at: dict[UUID, float] = {}
+        self.connected = False  # whether the console's broker link is up
         observer.on_incident = self._incident
         observer.view.add_listener(lambda entry, _old, _new: self._dirty.add(entry.id))
 
@@ -165,6 +166,18 @@ class WebState:
             self._remember(topic.agent)
         elif isinstance(topic, topics.WarroomTopic):
             self._warroom_dirty = True
+
+    def link(self, up: bool) -> None:
+        """Note the broker link went up or down.
+
+        A resolution clears its retained post (docs/liveness.md): one missed while the link
+        was down would leave the incident open here for good. So the open incidents are
+        forgotten when it drops; the reconnect brings every retained one back.
+        """
+        self.connected = up
+        self._warroom_dirty = True
+        if not up:
+            self.observer.incidents.clear()
 
     def _incident(self, incident: Incident) -> None:
         self._warroom_dirty = True
@@ -231,6 +244,7 @@ class WebState:
             "agents": self.rows(),
             "warroom": self.warroom(),
             "links": self._links(),
+            "connected": self.connected,
             "now": self._wall(),
         }
 
@@ -256,6 +270,7 @@ class WebState:
         if warroom:
             batch["warroom"] = self.warroom()
             batch["links"] = self._links()
+            batch["connected"] = self.connected
         return batch
 
     def agent_page(self, agent: UUID) -> dict[str, Any] | None:

@@ -264,6 +264,8 @@
     }
     take(data.agents, now);
     if (data.warroom) { warroom = data.warroom; links = data.links || []; drawWarroom(); }
+    if (typeof data.connected === "boolean") brokerUp = data.connected;
+    drawLink();
     if (structureDirty) layout(); else drawCounts();
     if (isSnapshot) {
       probe.snapshots += 1;
@@ -276,13 +278,21 @@
     if (canSend) drawCommands();
   }
 
+  // Two links: this page's event stream to the console, and the console's to the broker.
   const linkState = document.getElementById("link");
+  let streamUp = false, brokerUp = false;
+  function drawLink() {
+    const state = !streamUp ? "lost" : (brokerUp ? "live" : "lost");
+    linkState.dataset.state = state;
+    linkState.textContent = !streamUp ? "console unreachable, reconnecting"
+      : (brokerUp ? "live" : "broker link down, retrying");
+  }
   function connect() {
     const source = new EventSource("api/events");
     source.addEventListener("snapshot", function (e) { apply(JSON.parse(e.data), true); });
     source.addEventListener("batch", function (e) { apply(JSON.parse(e.data), false); });
-    source.onopen = function () { linkState.dataset.state = "live"; linkState.textContent = "live"; };
-    source.onerror = function () { linkState.dataset.state = "lost"; linkState.textContent = "reconnecting"; };
+    source.onopen = function () { streamUp = true; drawLink(); };
+    source.onerror = function () { streamUp = false; drawLink(); };
   }
 
   setInterval(function () {
