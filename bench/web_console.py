@@ -87,6 +87,7 @@ class _Console:
         hub_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             self.loop.run_until_complete(hub_task)
+        self.loop.close()
 
     def take(self, inbound: list[Inbound]) -> float:
         """Hand every message to the console on its loop; return the seconds it took."""
