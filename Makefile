@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint mosquitto prometheus install clean
+.PHONY: test demo bench lint mosquitto prometheus chromium install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,10 +18,13 @@ mosquitto:
 prometheus:
 	@bash scripts/ensure-prometheus.sh
 
+chromium:
+	@bash scripts/ensure-chromium.sh
+
 # Three test processes on two cores: most tests wait on brokers, daemons and timers, so the
 # suite takes about 5 minutes instead of 12 on the 2-core VM. A module's tests stay in one
 # process (--dist loadfile), so module-scoped brokers are shared as before.
-test: $(STAMP) mosquitto prometheus
+test: $(STAMP) mosquitto prometheus chromium
 	$(BIN)/python -m pytest -n 3 --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP) mosquitto

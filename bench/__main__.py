@@ -34,6 +34,7 @@ from bench import (
     render_large,
     three_levels,
     throughput,
+    web_console,
 )
 from bench.report import REPO, figure_table, machine, markdown
 from bench.voxside import LEDGER_SYNC_ENV
@@ -53,6 +54,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "exporter": (11, exporter_scrape.run),
     "metrics_cost": (12, metrics_cost.run),
     "faststream": (13, faststream_rpc.run),
+    "web_console": (14, web_console.run),
 }
 
 

@@ -26,6 +26,7 @@ ROWS = {
     "fleet_large": 4,
     "metrics_cost": 3,
     "faststream": 2,
+    "web_console": 2,
 }
 
 

@@ -23,6 +23,7 @@ _VERB_MODULES = (
     "session",
     "ops",
     "exporter",
+    "web",
     "demo",
 )
 

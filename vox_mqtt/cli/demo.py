@@ -55,12 +55,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="spread the fleet over a core broker and two chained site brokers, bridged as "
         "docs/federation.md renders them (each its own private Mosquitto)",
     )
+    demo.add_argument(
+        "--web",
+        action="store_true",
+        help="also serve the web console on the demo fleet (docs/web.md), print its URL and "
+        "keep the fleet running",
+    )
     demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo and return 0 when every step showed what it should."""
-    demo = Demo(args.dir.absolute(), keep_running=args.keep_running, sites=args.sites)
+    demo = Demo(args.dir.absolute(), keep_running=args.keep_running or args.web, sites=args.sites)
+    demo.web = args.web
     return asyncio.run(_interruptible(demo))
 
 
@@ -88,6 +95,8 @@ class Demo:
         self.keep_running = keep_running
         self.out: Console = out_console()
         self.step = 0
+        self.web = False
+        self.web_url: str | None = None
         self.ledgers = Ledgers(self.layout)
         self._started = time.monotonic()
 
@@ -103,6 +112,10 @@ class Demo:
             async with observer:
                 self.observer = observer
                 await self.start_agents()
+                if self.web:
+                    self.local.start_web()
+                    self.web_url = await self.local.web_url()
+                    self.say(f"web console: open {self.web_url}  [dim](vox web, read-only)[/]")
                 await self.analyze()
                 await self.job_by_email()
                 await self.financial_summary()
@@ -468,6 +481,8 @@ class Demo:
             f"vox ledger {self.shown(self._db('coordinator'))} tail",
         ):
             self.say(f"  $ {line}")
+        if self.web_url is not None:
+            self.say(f"The web console of this fleet: {self.web_url}")
         self.say("Press Ctrl-C to stop everything.")
         await asyncio.Event().wait()  # until Ctrl-C or SIGTERM cancels the run
 

@@ -37,6 +37,7 @@ from vox_mqtt.transport.session import BrokerSettings
 __all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
 
 MARKER: Final = ".vox-demo"
+WEB: Final = "web"  # `vox demo --web`: the console's process and log, beside the agents'
 _OWNED: Final = ("fleet.toml", "broker", "sites", "config", "state", "logs", "run.json")
 
 
@@ -224,6 +225,38 @@ class LocalFleet:
         self.started.setdefault(name, []).append(process.pid)
         self._write_run_file()
         return process
+
+    def start_web(self) -> subprocess.Popen[bytes]:
+        """Start `vox web` on the operator's config, on a free loopback port."""
+        log_path = self.layout.log(WEB)
+        log_path.write_bytes(b"")
+        script = Path(sys.executable).parent / "vox"
+        program = [str(script)] if script.is_file() else [sys.executable, "-m", "vox_mqtt.cli"]
+        config = str(self.layout.config("operator"))
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [*program, "web", "--config", config, "--listen", "127.0.0.1:0"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.processes[WEB] = process
+        self.started.setdefault(WEB, []).append(process.pid)
+        self._write_run_file()
+        return process
+
+    async def web_url(self, timeout: float = 20.0) -> str:
+        """Return the URL `vox web` printed once it serves; fail if it exits or takes long."""
+        process = self.processes[WEB]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            for line in self.layout.log(WEB).read_text(errors="replace").splitlines():
+                _, found, rest = line.partition("serving ")
+                if found and rest.startswith("http://"):
+                    return rest.split()[0]
+            await asyncio.sleep(0.1)
+        raise VoxError(f"vox web did not start: {self.log_tail(WEB)}")
 
     def exited(self) -> dict[str, int]:
         """Return the agents whose daemon is no longer running, with their exit codes."""

@@ -1,0 +1,181 @@
+"""A real `vox web` process and a real headless Chromium driving it (docs/web.md).
+
+Chromium and its driver are Debian's (`scripts/ensure-chromium.sh`): selenium is pointed
+at /usr/bin/chromedriver and downloads nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.kits.fleetproc import REPO, child_env
+from tests.kits.promkit import stop
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+DOCS = REPO / "docs"
+T = TypeVar("T")
+
+
+@dataclass
+class WebConsole:
+    """`vox web` as a child process: where it serves and what it printed."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    token_url: str | None = None
+
+    def log(self) -> str:
+        """Return what the console printed."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """GET a path over plain HTTP; return (status, body) whatever the status."""
+        return self.request("GET", path, headers=headers)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """Send one request; return (status, body) whatever the status."""
+        request = urllib.request.Request(
+            self.url + path.lstrip("/"), data=body, method=method, headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+
+@contextlib.contextmanager
+def run_web(config: Path, log_path: Path, *extra: str) -> Iterator[WebConsole]:
+    """Start `vox web --listen 127.0.0.1:0` and learn its URL from its first lines."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vox_mqtt.cli",
+                "web",
+                "--config",
+                str(config),
+                "--listen",
+                "127.0.0.1:0",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env(),
+            cwd=REPO,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        url = None
+        while url is None:
+            text = log_path.read_text()
+            found = re.search(r"serving (http://\S+/) ", text)
+            if found and ("--generate-token" not in extra or "?token=" in text):
+                url = found.group(1)
+            elif process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"vox web did not start:\n{text}")
+            else:
+                time.sleep(0.05)
+        token = re.search(r"open (http://\S+\?token=\S+)", log_path.read_text())
+        yield WebConsole(
+            process=process,
+            url=url,
+            log_path=log_path,
+            token_url=None if token is None else token.group(1),
+        )
+    finally:
+        stop(process, grace=15)
+
+
+@contextlib.contextmanager
+def browser(width: int = 1280, height: int = 900) -> Iterator[WebDriver]:
+    """Start a headless Chromium through Debian's chromedriver; quit it afterwards."""
+    options = webdriver.ChromeOptions()
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: WebDriver, predicate: Callable[[WebDriver], T], timeout: float, what: str) -> T:
+    """Wait (bounded) until predicate(driver) is truthy and return it; fail saying what."""
+    try:
+        return WebDriverWait(
+            driver,
+            timeout,
+            poll_frequency=0.05,
+            ignored_exceptions=[StaleElementReferenceException],
+        ).until(predicate)
+    except TimeoutException:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+
+
+def row_of(driver: WebDriver, name: str) -> Any:
+    """Return the tree row whose agent link reads name, or None."""
+    for row in driver.find_elements(By.CSS_SELECTOR, "#tree tr.agent"):
+        link = row.find_element(By.CSS_SELECTOR, "a.agent-link")
+        if link.get_attribute("textContent") == name:  # .text is empty while hidden
+            return row
+    return None
+
+
+def state_of(driver: WebDriver, name: str) -> str | None:
+    """Return the state attribute (ACTIVE, INACTIVE, ...) of an agent's row, or None."""
+    found: list[str | None] = driver.execute_script(
+        """
+        const rows = document.querySelectorAll('#tree tr.agent');
+        for (const r of rows) {
+          const name = r.querySelector('a.agent-link').textContent;
+          if (name === arguments[0]) return [r.dataset.state];
+        }
+        return [null];
+        """,
+        name,
+    )
+    return found[0]
+
+
+def screenshot(driver: WebDriver, name: str) -> Path:
+    """Write a screenshot for docs/web.md and return its path."""
+    path = DOCS / name
+    assert driver.save_screenshot(str(path)), f"no screenshot written to {path}"
+    return path

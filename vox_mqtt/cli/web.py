@@ -1,0 +1,243 @@
+"""`vox web`: the fleet in a browser, live (docs/web.md).
+
+It reads like `vox watch` (the operator's read-only `_watch` look, on a throw-away client
+id, no session left behind) and serves the tree, the war room and each agent's page over
+HTTP with uvicorn, pushing what changed to the browsers as server-sent events. It sends
+nothing unless started with `--allow-send`: then it also logs in as the operator itself
+(as `vox send` does) and offers the root's commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import uvicorn
+
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.console.web import Hub, Sender, build_app
+from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed, Refused, VoxError
+from vox_mqtt.transport.session import Session
+
+from ._common import EXIT_USAGE, add_config_option, config_path, fail
+from .exporter import parse_listen
+from .ops import Reader, load_reader
+
+__all__ = ["register"]
+
+DEFAULT_LISTEN: Final = "127.0.0.1:8080"
+_PREFIX: Final = "vox web: "
+_SEND_TIMEOUT: Final = 30.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `vox web`."""
+    parser = subparsers.add_parser("web", help="serve a live web console of the fleet")
+    add_config_option(parser)
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to serve (default {DEFAULT_LISTEN}; port 0 picks a free one); any "
+        "address but loopback needs a token",
+    )
+    token = parser.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="require the token in FILE (one line, 16+ characters) on every request",
+    )
+    token.add_argument(
+        "--generate-token",
+        action="store_true",
+        help="require a fresh random token, printed in the URL at start",
+    )
+    parser.add_argument(
+        "--allow-send",
+        action="store_true",
+        help="offer a form that sends the root's commands, as the operator (default: read-only)",
+    )
+    parser.set_defaults(func=cmd_web)
+
+
+def _say(text: str) -> None:
+    print(f"{_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.generate_token:
+        return secrets.token_urlsafe(24)
+    if args.token_file is None:
+        return None
+    try:
+        return str(args.token_file.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--token-file {args.token_file}: cannot read it: {exc}") from None
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the console until SIGTERM or SIGINT."""
+    try:
+        host, port = parse_listen(args.listen)
+        token = _token(args)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    problem = bind_problem(host, token)
+    if problem is not None:
+        fail(problem)
+        return EXIT_USAGE
+    reader = load_reader(args.config, "watch")
+    logging.basicConfig(level=logging.WARNING, format=f"{_PREFIX}%(message)s", stream=sys.stderr)
+    if args.allow_send and reader.kind != "operator":
+        fail("--allow-send needs the operator's console config: only the operator sends commands")
+        return EXIT_USAGE
+    try:
+        listener = socket.create_server((host, port), family=_family(host), reuse_port=False)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        return EXIT_USAGE
+    operator = config_path(args.config) if args.allow_send else None
+    with listener:
+        return asyncio.run(_serve(reader, listener, host, token, operator))
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _wanted(reader: Reader) -> list[str]:
+    link_topics = [] if reader.links is None else list(reader.links.topics)
+    if reader.kind == "agent":
+        exact = [topics.status(peer) for peer in reader.peers]
+        return exact + ([topics.WARROOM_FILTER] if reader.warroom else []) + link_topics
+    warroom = [topics.WARROOM_FILTER] if reader.warroom else []
+    return [topics.STATUS_FILTER, *warroom, *link_topics]
+
+
+async def _serve(
+    reader: Reader, listener: socket.socket, host: str, token: str | None, operator: Path | None
+) -> int:
+    observer = FleetObserver(stale_after=reader.stale_after)
+    state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
+    hub = Hub(state)
+
+    async def connected() -> None:
+        state.link(True)
+        _say(f"connected to the broker at {reader.broker.address} as {reader.broker.username}")
+
+    async def disconnected(_exc: BaseException | None) -> None:
+        state.link(False)
+
+    session = Session(
+        reader.broker,
+        subscriptions=_wanted(reader),
+        on_connect=connected,
+        on_disconnect=disconnected,
+        wait=False,
+    )
+    try:
+        await session.__aenter__()
+    except Refused as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            sender = None
+            if operator is not None:
+                console = await stack.enter_async_context(OperatorConsole(operator))
+                sender = _sender(console)
+            allowed = ["127.0.0.1", "localhost"] if is_loopback(host) and ":" not in host else ["*"]
+            app = build_app(hub, token=token, sender=sender, allowed_hosts=allowed)
+            config = uvicorn.Config(
+                app,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=2,
+                server_header=False,
+            )
+            server = _Server(config)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, server.stop)
+            bound = listener.getsockname()[1]
+            shown = f"[{host}]" if ":" in host else host
+            url = f"http://{shown}:{bound}/"
+            _say(
+                f"serving {url} for what {reader.name} ({reader.kind}) may read"
+                + ("; commands may be sent" if sender is not None else "; read-only")
+            )
+            if token is not None:
+                _say(f"open {url}?token={token}")
+            pump = asyncio.ensure_future(_pump(session, state))
+            push = asyncio.ensure_future(hub.run(lambda: server.should_exit))
+            try:
+                await server.serve(sockets=[listener])
+            finally:
+                hub.close()
+                for task in (pump, push):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+    finally:
+        await session.__aexit__(None, None, None)
+    return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by this verb's own signal handlers.
+
+    uvicorn's would raise the signal again once it has stopped, so a SIGTERM would end the
+    process as killed by it rather than with exit code 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+
+async def _pump(session: Session, state: WebState) -> None:
+    async for inbound in session.messages():
+        state.take(inbound)
+
+
+def _sender(console: OperatorConsole) -> Sender:
+    def commands() -> list[str]:
+        root = console.view.get(console.root_id)
+        return [] if root is None or not root.healthy else list(root.commands)
+
+    async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await console.send_command(command, params, wait=_SEND_TIMEOUT)
+        except CommandFailed as exc:
+            return {"ok": False, "command": command, "code": exc.code, "error": exc.error}
+        except VoxError as exc:
+            return {"ok": False, "command": command, "code": type(exc).__name__, "error": str(exc)}
+        details = reply.details
+        return {
+            "ok": True,
+            "command": command,
+            "result": details.get("result"),
+            "summary": details.get("summary"),
+            "handled_by": details.get("handled_by"),
+            "message_id": str(reply.message_id),
+        }
+
+    return Sender(commands=commands, send=send)

@@ -1,0 +1,471 @@
+// vox web: the fleet in a browser (docs/web.md). Plain JS, no build step, no library.
+// Everything that comes from agents is put in the page with textContent, never as markup.
+"use strict";
+
+(function () {
+  const csrf = document.querySelector('meta[name="vox-csrf"]').content;
+  const canSend = document.querySelector('meta[name="vox-send"]').content === "1";
+  const agents = new Map(); // id -> {row, heardAt (ms on this page's clock), tr, cells}
+  const folded = new Set();
+  let top = { id: "", name: "" };
+  let warroom = { open: [], resolved: [] };
+  let links = [];
+  let structureDirty = true;
+  let skew = 0; // server wall clock - this page's, in ms
+  // Read by the tests and the bench: when the first snapshot was drawn, batches taken.
+  const probe = (window.voxConsole = {
+    loadedAt: Date.now(), firstPaint: null, batches: 0, snapshots: 0, lastBatchAt: null,
+    epochs: function () { const out = {}; agents.forEach((a, id) => { out[id] = a.row.epoch; }); return out; },
+    versions: function () { const out = {}; agents.forEach((a) => { out[a.row.name] = a.row.version; }); return out; },
+  });
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+  function fixed(v, digits) { return typeof v === "number" ? v.toFixed(digits) : "-"; }
+  function mib(v) { return typeof v === "number" ? (v / 1048576).toFixed(0) + " MiB" : "-"; }
+  function ago(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "-";
+    if (seconds < 60) return seconds.toFixed(1) + "s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + "m " + Math.floor(seconds % 60) + "s";
+    return Math.floor(seconds / 3600) + "h " + Math.floor((seconds % 3600) / 60) + "m";
+  }
+  function nameOf(id) {
+    const a = agents.get(id);
+    if (a && a.row.name) return a.row.name;
+    if (id === top.id) return top.name;
+    return id;
+  }
+  function stateText(row) {
+    let text = row.status + (row.error_code ? " (" + row.error_code + ")" : "");
+    if (row.misbehaving) text += " misbehaving";
+    return text;
+  }
+
+  // --- the tree ---------------------------------------------------------------------------
+
+  const tbody = document.getElementById("tree");
+  const CELLS = ["state", "age", "cpu", "mem", "disk", "rss", "rate", "errors", "p50"];
+
+  function makeRow(id) {
+    const tr = el("tr", "agent");
+    tr.dataset.id = id;
+    const name = el("td", "name");
+    const fold = el("button", "fold", "\u25be");
+    fold.type = "button";
+    fold.title = "collapse or expand this branch";
+    fold.addEventListener("click", function () {
+      if (folded.has(id)) folded.delete(id); else folded.add(id);
+      fold.textContent = folded.has(id) ? "\u25b8" : "\u25be";
+      applyVisibility();
+    });
+    const link = el("a", "agent-link");
+    link.href = "#agent/" + encodeURIComponent(id);
+    name.append(fold, link);
+    tr.append(name);
+    const cells = { name: link, fold: fold };
+    CELLS.forEach(function (key) {
+      const td = el("td", key === "state" ? "state" : (key === "age" ? "" : "num"));
+      td.dataset.col = key;
+      cells[key] = td;
+      tr.append(td);
+    });
+    return { tr: tr, cells: cells };
+  }
+
+  function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
+
+  function drawRow(entry) {
+    const row = entry.row, c = entry.cells, tr = entry.tr;
+    setText(c.name, row.name || row.id);
+    tr.dataset.state = row.status;
+    tr.dataset.misbehaving = row.misbehaving ? "1" : "0";
+    tr.title = row.id + (row.rejected ? " \u2014 status refused: " + row.rejected : "");
+    setText(c.state, stateText(row));
+    setText(c.cpu, fixed(row.cpu, 0));
+    setText(c.mem, fixed(row.mem, 0));
+    setText(c.disk, fixed(row.disk, 0));
+    setText(c.rss, mib(row.rss));
+    setText(c.rate, fixed(row.rate, 1));
+    setText(c.errors, row.errors === null || row.errors === undefined ? "-" : String(row.errors));
+    setText(c.p50, typeof row.p50_ms === "number" ? row.p50_ms.toFixed(1) + "ms" : "-");
+    drawAge(entry, performance.now());
+  }
+
+  function drawAge(entry, now) {
+    const row = entry.row;
+    const age = row.age_s === null ? null : row.age_s + (now - entry.heardAt) / 1000;
+    setText(entry.cells.age, row.status === "ACTIVE" || row.status === "STALE" ? ago(age) : "-");
+  }
+
+  function take(rows, now) {
+    rows.forEach(function (row) {
+      let entry = agents.get(row.id);
+      if (!entry) {
+        entry = makeRow(row.id);
+        agents.set(row.id, entry);
+        structureDirty = true;
+      } else if (entry.row.master_id !== row.master_id || entry.row.name !== row.name ||
+                 entry.row.site !== row.site) {
+        structureDirty = true;
+      }
+      entry.row = row;
+      entry.heardAt = now;
+      drawRow(entry);
+    });
+  }
+
+  function childrenOf() {
+    const kids = new Map();
+    agents.forEach(function (entry, id) {
+      const master = entry.row.master_id;
+      const parent = master && agents.has(master) && master !== id ? master : "";
+      if (!kids.has(parent)) kids.set(parent, []);
+      kids.get(parent).push(id);
+    });
+    kids.forEach(function (list) {
+      list.sort(function (a, b) { return nameOf(a) < nameOf(b) ? -1 : (nameOf(a) > nameOf(b) ? 1 : 0); });
+    });
+    return kids;
+  }
+
+  function layout() {
+    // Rows in depth-first order, each indented by its depth; sites (federation) as groups.
+    const kids = childrenOf();
+    const order = [];
+    const seen = new Set();
+    function walk(id, depth) {
+      if (seen.has(id) || depth > 64) return;
+      seen.add(id);
+      const entry = agents.get(id);
+      entry.depth = depth;
+      entry.tr.style.setProperty("--depth", String(depth));
+      const own = kids.get(id) || [];
+      entry.cells.fold.disabled = own.length === 0;
+      order.push(entry.tr);
+      own.forEach(function (child) { walk(child, depth + 1); });
+    }
+    (kids.get("") || []).forEach(function (id) { walk(id, 0); });
+    agents.forEach(function (_e, id) { walk(id, 0); }); // a loop in what statuses claim
+    const frag = document.createDocumentFragment();
+    let site = null;
+    order.forEach(function (tr) {
+      const entry = agents.get(tr.dataset.id);
+      const own = entry.row.site || null;
+      if (own !== site && own !== null) {
+        const head = el("tr", "site-row");
+        const td = el("td", "", "site " + own);
+        td.colSpan = 10;
+        head.append(td);
+        frag.append(head);
+      }
+      site = own;
+      frag.append(tr);
+    });
+    clear(tbody);
+    tbody.append(frag);
+    structureDirty = false;
+    applyVisibility();
+  }
+
+  const search = document.getElementById("search");
+  search.addEventListener("input", applyVisibility);
+
+  function applyVisibility() {
+    const query = search.value.trim().toLowerCase();
+    const shown = new Set();
+    agents.forEach(function (entry, id) {
+      if (!query || (entry.row.name || "").toLowerCase().includes(query) || id.startsWith(query)) {
+        // A match shows its whole way up to the top.
+        let at = id, hops = 0;
+        while (at && agents.has(at) && !shown.has(at) && hops++ < 64) {
+          shown.add(at);
+          at = agents.get(at).row.master_id;
+        }
+      }
+    });
+    agents.forEach(function (entry, id) {
+      let hidden = !shown.has(id);
+      let at = entry.row.master_id, hops = 0;
+      while (!hidden && at && agents.has(at) && hops++ < 64) {
+        if (folded.has(at)) hidden = true;
+        at = agents.get(at).row.master_id;
+      }
+      entry.tr.hidden = hidden;
+    });
+    drawCounts();
+  }
+
+  function drawCounts() {
+    const by = {};
+    agents.forEach(function (entry) { by[entry.row.status] = (by[entry.row.status] || 0) + 1; });
+    const parts = [agents.size + " agents"];
+    Object.keys(by).sort().forEach(function (k) { parts.push(by[k] + " " + k); });
+    setText(document.getElementById("counts"), parts.join(", "));
+    const sites = document.getElementById("sites");
+    clear(sites);
+    links.forEach(function (l) { sites.append(el("span", "site site-" + l.state, "site " + l.site + ": link " + l.state + " ")); });
+  }
+
+  // --- the war room -----------------------------------------------------------------------
+
+  function drawWarroom() {
+    const open = document.querySelector("#incidents-open tbody");
+    const resolved = document.querySelector("#incidents-resolved tbody");
+    clear(open);
+    clear(resolved);
+    const now = Date.now() + skew;
+    warroom.open.forEach(function (i) {
+      const tr = el("tr", "incident");
+      tr.dataset.subject = i.subject;
+      tr.dataset.code = i.error_code;
+      const posted = Date.parse(i.emitted_at);
+      tr.append(el("td", "sev-" + i.severity, i.severity), el("td", "code", i.error_code),
+        el("td", "subject", nameOf(i.subject)), el("td", "source", nameOf(i.source)),
+        el("td", "age", ago(isFinite(posted) ? (now - posted) / 1000 : null)),
+        el("td", "desc", i.description));
+      open.append(tr);
+    });
+    if (!warroom.open.length) {
+      const tr = el("tr", "none");
+      const td = el("td", "empty", "no open incident");
+      td.colSpan = 6;
+      tr.append(td);
+      open.append(tr);
+    }
+    warroom.resolved.forEach(function (i) {
+      const tr = el("tr", "resolved");
+      tr.dataset.subject = i.subject;
+      tr.dataset.code = i.error_code;
+      tr.append(el("td", "code", i.error_code), el("td", "subject", nameOf(i.subject)),
+        el("td", "source", nameOf(i.source)), el("td", "age", ago((now - i.received * 1000) / 1000) + " ago"),
+        el("td", "desc", i.description));
+      resolved.append(tr);
+    });
+    const count = document.getElementById("open-count");
+    count.textContent = String(warroom.open.length);
+    count.dataset.n = String(warroom.open.length);
+  }
+
+  // --- live updates -----------------------------------------------------------------------
+
+  function apply(data, isSnapshot) {
+    const now = performance.now();
+    if (typeof data.now === "number") skew = data.now * 1000 - Date.now();
+    if (isSnapshot) {
+      top = data.top;
+      setText(document.getElementById("top"), "as seen by " + top.name);
+      const ids = new Set(data.agents.map(function (r) { return r.id; }));
+      agents.forEach(function (_e, id) { if (!ids.has(id)) { agents.delete(id); structureDirty = true; } });
+    }
+    take(data.agents, now);
+    if (data.warroom) { warroom = data.warroom; links = data.links || []; drawWarroom(); }
+    if (typeof data.connected === "boolean") brokerUp = data.connected;
+    drawLink();
+    if (structureDirty) layout(); else drawCounts();
+    if (isSnapshot) {
+      probe.snapshots += 1;
+      if (probe.firstPaint === null) probe.firstPaint = performance.now();
+    } else {
+      probe.batches += 1;
+    }
+    probe.lastBatchAt = Date.now();
+    refreshAgentPage(data.agents);
+    if (canSend) drawCommands();
+  }
+
+  // Two links: this page's event stream to the console, and the console's to the broker.
+  const linkState = document.getElementById("link");
+  let streamUp = false, brokerUp = false;
+  function drawLink() {
+    const state = !streamUp ? "lost" : (brokerUp ? "live" : "lost");
+    linkState.dataset.state = state;
+    linkState.textContent = !streamUp ? "console unreachable, reconnecting"
+      : (brokerUp ? "live" : "broker link down, retrying");
+  }
+  function connect() {
+    const source = new EventSource("api/events");
+    source.addEventListener("snapshot", function (e) { apply(JSON.parse(e.data), true); });
+    source.addEventListener("batch", function (e) { apply(JSON.parse(e.data), false); });
+    source.onopen = function () { streamUp = true; drawLink(); };
+    source.onerror = function () { streamUp = false; drawLink(); };
+  }
+
+  setInterval(function () {
+    const now = performance.now();
+    agents.forEach(function (entry) { drawAge(entry, now); });
+    if (!document.getElementById("page-warroom").hidden) drawWarroom();
+  }, 1000);
+
+  // --- sending (only with --allow-send; otherwise no control exists) --------------------
+
+  let commandList = null;
+  function drawCommands() {
+    if (!commandList) return;
+    const root = rootEntry();
+    const wanted = root && root.row.status === "ACTIVE" ? root.row.commands.slice().sort() : [];
+    const have = Array.prototype.map.call(commandList.options, function (o) { return o.value; });
+    if (have.join("\n") === wanted.join("\n")) return;
+    const chosen = commandList.value;
+    clear(commandList);
+    wanted.forEach(function (name) {
+      const option = el("option", "", name);
+      option.value = name;
+      commandList.append(option);
+    });
+    if (wanted.includes(chosen)) commandList.value = chosen;
+  }
+  function rootEntry() {
+    let found = null;
+    agents.forEach(function (entry) { if (entry.row.master_id === top.id) found = entry; });
+    return found;
+  }
+
+  function buildSendForm() {
+    const area = document.getElementById("send-area");
+    area.append(el("h2", "", "send a command to the root"));
+    const form = el("form");
+    form.id = "send-form";
+    commandList = el("select");
+    commandList.id = "send-command";
+    const params = el("input");
+    params.id = "send-params";
+    params.placeholder = '{"key": "value"}';
+    const ask = el("button", "", "send\u2026");
+    ask.type = "submit";
+    ask.id = "send-button";
+    form.append(el("label", "", "command"), commandList, el("label", "", "params (JSON)"), params, ask);
+    const confirm = el("div", "confirm");
+    confirm.id = "send-confirm";
+    confirm.hidden = true;
+    const question = el("span");
+    const yes = el("button", "", "confirm");
+    yes.type = "button";
+    yes.id = "send-yes";
+    const no = el("button", "", "cancel");
+    no.type = "button";
+    confirm.append(question, yes, no);
+    const answer = el("pre");
+    answer.id = "send-answer";
+    answer.hidden = true;
+    area.append(form, confirm, answer);
+    let pending = null;
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      let parsed = {};
+      try {
+        parsed = params.value.trim() ? JSON.parse(params.value) : {};
+      } catch (err) {
+        answer.hidden = false; answer.dataset.ok = "0";
+        answer.textContent = "params are not JSON: " + err.message;
+        return;
+      }
+      if (!commandList.value) return;
+      pending = { command: commandList.value, params: parsed };
+      question.textContent = "send " + pending.command + " " + JSON.stringify(parsed) + " to " + nameOf((rootEntry() || { row: {} }).row.id) + "?";
+      confirm.hidden = false;
+    });
+    no.addEventListener("click", function () { pending = null; confirm.hidden = true; });
+    yes.addEventListener("click", function () {
+      if (!pending) return;
+      const body = JSON.stringify(pending);
+      pending = null;
+      confirm.hidden = true;
+      answer.hidden = false; answer.dataset.ok = ""; answer.textContent = "sent, waiting for the answer\u2026";
+      fetch("api/send", { method: "POST", headers: { "content-type": "application/json", "x-csrf-token": csrf }, body: body, credentials: "same-origin" })
+        .then(function (r) { return r.json(); })
+        .then(function (a) {
+          answer.dataset.ok = a.ok ? "1" : "0";
+          answer.textContent = a.ok
+            ? a.command + ": " + JSON.stringify(a.result) + (a.summary ? "\n" + a.summary : "")
+            : (a.command ? a.command + ": " : "") + (a.code ? a.code + ": " : "") + a.error;
+        })
+        .catch(function (err) { answer.dataset.ok = "0"; answer.textContent = "failed: " + err; });
+    });
+  }
+
+  // --- an agent's page --------------------------------------------------------------------
+
+  let pageAgent = null;
+  function refreshAgentPage(rows) {
+    if (!pageAgent) return;
+    if (rows.some(function (r) { return r.id === pageAgent; })) loadAgent(pageAgent);
+  }
+  let loading = false;
+  function loadAgent(id) {
+    if (loading) return;
+    loading = true;
+    fetch("api/agent/" + encodeURIComponent(id), { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (data) { loading = false; if (pageAgent === id) drawAgent(data); })
+      .catch(function () { loading = false; });
+  }
+  function chart(title, points, key, format) {
+    const box = el("div", "chart");
+    const values = points.map(function (p) { return p[key]; }).filter(function (v) { return typeof v === "number"; });
+    box.append(el("div", "", title + (values.length ? " (last " + format(values[values.length - 1]) + ")" : "")));
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", "0 0 320 80");
+    if (values.length > 1) {
+      const max = Math.max.apply(null, values) || 1;
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+      line.setAttribute("points", values.map(function (v, i) {
+        return (i * 320 / (values.length - 1)).toFixed(1) + "," + (78 - v / max * 74).toFixed(1);
+      }).join(" "));
+      svg.append(line);
+    }
+    box.append(svg);
+    return box;
+  }
+  function drawAgent(data) {
+    const page = document.getElementById("page-agent");
+    clear(page);
+    if (data.error) { page.append(el("p", "empty", data.error)); return; }
+    const a = data.agent;
+    page.append(el("h2", "agent-name", a.name), el("p", "", a.id + " \u2014 " + stateText(a) + ", epoch " + a.epoch + ", version " + a.version));
+    const cmds = el("div", "card");
+    cmds.append(el("h3", "", "commands"), el("p", "", a.commands.length ? a.commands.join(", ") : "none advertised"));
+    const kids = el("div", "card");
+    kids.append(el("h3", "", "children"));
+    if (!data.children.length) kids.append(el("p", "empty", "none"));
+    data.children.forEach(function (c) {
+      const p = el("p");
+      const link = el("a", "", c.name);
+      link.href = "#agent/" + encodeURIComponent(c.id);
+      p.append(link, el("span", "", " " + stateText(c)));
+      kids.append(p);
+    });
+    const charts = el("div", "card charts");
+    charts.append(chart("rss", data.history, "rss", mib), chart("msg/s", data.history, "rate", function (v) { return v.toFixed(1); }));
+    const inc = el("div", "card");
+    inc.append(el("h3", "", "open incidents"));
+    if (!data.incidents.length) inc.append(el("p", "empty", "none"));
+    data.incidents.forEach(function (i) { inc.append(el("p", "sev-" + i.severity, i.severity + " " + i.error_code + ": " + i.description)); });
+    page.append(cmds, kids, charts, inc);
+  }
+
+  // --- pages ------------------------------------------------------------------------------
+
+  function route() {
+    const hash = location.hash.replace(/^#/, "");
+    const pages = { tree: "page-tree", warroom: "page-warroom", agent: "page-agent" };
+    let which = "tree";
+    pageAgent = null;
+    if (hash === "warroom") which = "warroom";
+    else if (hash.startsWith("agent/")) { which = "agent"; pageAgent = decodeURIComponent(hash.slice(6)); }
+    Object.keys(pages).forEach(function (k) { document.getElementById(pages[k]).hidden = k !== which; });
+    document.getElementById("nav-tree").classList.toggle("current", which === "tree");
+    document.getElementById("nav-warroom").classList.toggle("current", which === "warroom");
+    if (which === "warroom") drawWarroom();
+    if (pageAgent) loadAgent(pageAgent);
+  }
+  window.addEventListener("hashchange", route);
+
+  if (canSend) buildSendForm();
+  route();
+  connect();
+})();

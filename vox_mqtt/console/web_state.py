@@ -1,0 +1,296 @@
+"""What the web console shows (docs/web.md): the rows of the tree, the war room, and what
+changed since the last push to the browsers.
+
+`WebState` wraps the `FleetObserver` the console reads with: every message it takes marks
+the agent (or the war room) changed, and `flush()` returns what changed since the last
+call, at most every push interval, so a thousand heartbeating agents cost the browser one
+batch a quarter second. The rows are plain JSON data; the browser puts every string of
+them in the page as text (`textContent`), never as markup.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+from uuid import UUID
+
+from vox_mqtt.observe.metrics import parse_snapshot, quantile
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.observe.status import ACTIVE, AgentLiveness
+from vox_mqtt.observe.warroom import Incident
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import TopicError
+from vox_mqtt.protocol.sitelinks import LinkWatch, parse_link_topic
+from vox_mqtt.transport.session import Inbound
+
+__all__ = [
+    "HISTORY_POINTS",
+    "HISTORY_STEP",
+    "RESOLVED_KEPT",
+    "WebState",
+    "agent_row",
+    "bind_problem",
+    "incident_row",
+    "is_loopback",
+    "same_secret",
+]
+
+RESOLVED_KEPT: Final = 3600.0  # resolved incidents are listed for the last hour
+_RESOLVED_MAX: Final = 500
+HISTORY_STEP: Final = 30.0  # one chart point per agent every 30 s ...
+HISTORY_POINTS: Final = 120  # ... over the last hour
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether a listen address only this host can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_problem(host: str, token: str | None) -> str | None:
+    """Return why the console may not listen on host with this token, or None (docs/web.md)."""
+    if token is not None and len(token) < 16:
+        return "--token must be at least 16 characters (or use --generate-token)"
+    if token is None and not is_loopback(host):
+        return (
+            f"refusing to listen on {host} without a token: anyone who reaches it would see "
+            "the fleet; give --token-file FILE or --generate-token, or listen on 127.0.0.1"
+        )
+    return None
+
+
+def same_secret(given: str | None, expected: str) -> bool:
+    """Compare a presented token with the expected one in constant time."""
+    return given is not None and secrets.compare_digest(given.encode(), expected.encode())
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def agent_row(entry: AgentLiveness, now: float, site: str | None = None) -> dict[str, Any]:
+    """Return one agent's line of the tree as JSON-ready data (figures only while ACTIVE)."""
+    metrics = entry.metrics or {}
+    live = entry.status == ACTIVE
+    snapshot = parse_snapshot(metrics.get("agent")) if live else None
+    rate = errors = p50 = None
+    if snapshot is not None:
+        rate = snapshot.messages_per_s
+        errors = snapshot.errors()
+        handler = snapshot.histograms.get("command_handler_seconds")
+        p50 = None if handler is None else quantile(handler, 0.5)
+    age = entry.heartbeat_age(now)
+    return {
+        "id": str(entry.id),
+        "name": entry.name,
+        "master_id": None if entry.master_id is None else str(entry.master_id),
+        "status": entry.status,
+        "error_code": entry.error_code,
+        "misbehaving": entry.misbehaving(now),
+        "rejected": entry.rejected if entry.misbehaving(now) else None,
+        "epoch": entry.epoch,
+        "version": entry.version,
+        "interval": entry.heartbeat_interval,
+        "age_s": None if age is None else round(age, 3),
+        "commands": list(entry.commands),
+        "cpu": _number(metrics.get("cpu_percent")) if live else None,
+        "mem": _number(metrics.get("memory_percent")) if live else None,
+        "disk": _number(metrics.get("disk_percent")) if live else None,
+        "rss": _number(metrics.get("process_rss_bytes")) if live else None,
+        "rate": rate,
+        "errors": errors,
+        "p50_ms": None if p50 is None else round(p50 * 1000, 2),
+        "site": site,
+    }
+
+
+def incident_row(incident: Incident, received: float) -> dict[str, Any]:
+    """Return a war-room post as JSON-ready data; received is the console's wall clock."""
+    row = incident.as_dict()
+    row["received"] = received
+    return row
+
+
+class WebState:
+    """The observer's fleet as the browser sees it, with what changed since the last flush."""
+
+    def __init__(
+        self,
+        observer: FleetObserver,
+        *,
+        top: UUID,
+        top_name: str,
+        links: LinkWatch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.observer = observer
+        self.top = top
+        self.top_name = top_name
+        self.links = links
+        self._clock = clock
+        self._wall = wall
+        self._dirty: set[UUID] = set()
+        self._warroom_dirty = False
+        self._opened: dict[tuple[UUID, UUID], float] = {}  # when this console first heard each
+        self._resolved: deque[dict[str, Any]] = deque(maxlen=_RESOLVED_MAX)
+        self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
+        self._history_at: dict[UUID, float] = {}
+        self.connected = False  # whether the console's broker link is up
+        observer.on_incident = self._incident
+        observer.view.add_listener(lambda entry, _old, _new: self._dirty.add(entry.id))
+
+    # --- intake ---------------------------------------------------------------------------
+
+    def take(self, inbound: Inbound) -> None:
+        """Apply one message of the console's subscriptions and mark what it changed."""
+        if self.links is not None and parse_link_topic(inbound.topic) is not None:
+            if self.links.take(inbound.topic, inbound.payload) is not None:
+                self._dirty.update(a.id for a in self.observer.view.agents())
+            return
+        self.observer.take(inbound)
+        try:
+            topic = topics.parse_topic(inbound.topic)
+        except TopicError:
+            return
+        if isinstance(topic, topics.StatusTopic):
+            self._dirty.add(topic.agent)
+            self._remember(topic.agent)
+        elif isinstance(topic, topics.WarroomTopic):
+            self._warroom_dirty = True
+
+    def link(self, up: bool) -> None:
+        """Note the broker link went up or down.
+
+        A resolution clears its retained post (docs/liveness.md): one missed while the link
+        was down would leave the incident open here for good. So the open incidents are
+        forgotten when it drops; the reconnect brings every retained one back.
+        """
+        self.connected = up
+        self._warroom_dirty = True
+        if not up:
+            self.observer.incidents.clear()
+
+    def _incident(self, incident: Incident) -> None:
+        self._warroom_dirty = True
+        now = self._wall()
+        if incident.failure.resolved:
+            row = incident_row(incident, now)
+            row["opened"] = self._opened.pop(incident.key, None)
+            self._resolved.append(row)
+        else:
+            self._opened.setdefault(incident.key, now)
+
+    def _remember(self, agent: UUID) -> None:
+        """Keep one chart point per agent every HISTORY_STEP seconds (docs/web.md)."""
+        entry = self.observer.view.get(agent)
+        if entry is None or entry.status != ACTIVE:
+            return
+        now = self._wall()
+        if now - self._history_at.get(agent, 0.0) < HISTORY_STEP:
+            return
+        self._history_at[agent] = now
+        metrics = entry.metrics or {}
+        snapshot = parse_snapshot(metrics.get("agent"))
+        rate = None if snapshot is None else snapshot.messages_per_s
+        points = self._history.setdefault(agent, deque(maxlen=HISTORY_POINTS))
+        points.append((now, _number(metrics.get("process_rss_bytes")), rate))
+
+    # --- what the browser is sent ---------------------------------------------------------
+
+    def _site_of(self, agent: UUID) -> str | None:
+        if self.links is None:
+            return None
+        return next((link.site for link in self.links.map.links if agent in link.behind), None)
+
+    def _shown(self, entries: list[AgentLiveness]) -> list[AgentLiveness]:
+        seen = [a for a in entries if a.seen or a.misbehaving()]
+        return seen if self.links is None else self.links.overlay(seen)
+
+    def rows(self, ids: set[UUID] | None = None) -> list[dict[str, Any]]:
+        """Return the rows of these agents (every agent seen when None)."""
+        view = self.observer.view
+        if ids is None:
+            entries = view.agents()
+        else:
+            entries = [e for e in (view.get(i) for i in ids) if e is not None]
+        now = self._clock()
+        return [agent_row(e, now, self._site_of(e.id)) for e in self._shown(entries)]
+
+    def warroom(self) -> dict[str, Any]:
+        """Return the open incidents and those resolved within the last hour."""
+        now = self._wall()
+        open_rows = []
+        for incident in self.observer.incidents.values():
+            row = incident_row(incident, self._opened.get(incident.key, now))
+            open_rows.append(row)
+        open_rows.sort(key=lambda r: str(r["emitted_at"]))
+        resolved = [r for r in self._resolved if now - float(r["received"]) <= RESOLVED_KEPT]
+        return {"open": open_rows, "resolved": resolved[::-1]}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return everything the page draws at first paint."""
+        self.observer.view.refresh()
+        return {
+            "top": {"id": str(self.top), "name": self.top_name},
+            "agents": self.rows(),
+            "warroom": self.warroom(),
+            "links": self._links(),
+            "connected": self.connected,
+            "now": self._wall(),
+        }
+
+    def _links(self) -> list[dict[str, Any]]:
+        if self.links is None:
+            return []
+        rows = []
+        for link in self.links.map.links:
+            up = self.links.up.get(link.id)
+            rows.append(
+                {"site": link.site, "state": "UNKNOWN" if up is None else ("UP" if up else "DOWN")}
+            )
+        return rows
+
+    def flush(self) -> dict[str, Any] | None:
+        """Return what changed since the last flush (None when nothing did)."""
+        self.observer.view.refresh()  # a heartbeat grown too old turns STALE here
+        dirty, self._dirty = self._dirty, set()
+        warroom, self._warroom_dirty = self._warroom_dirty, False
+        if not dirty and not warroom:
+            return None
+        batch: dict[str, Any] = {"agents": self.rows(dirty), "now": self._wall()}
+        if warroom:
+            batch["warroom"] = self.warroom()
+            batch["links"] = self._links()
+            batch["connected"] = self.connected
+        return batch
+
+    def agent_page(self, agent: UUID) -> dict[str, Any] | None:
+        """Return one agent's page: its row, children, chart points and open incidents."""
+        entry = self.observer.view.get(agent)
+        if entry is None or not (entry.seen or entry.misbehaving()):
+            return None
+        now = self._clock()
+        children = self.observer.view.get_children(agent)
+        incidents = [
+            incident_row(i, self._opened.get(i.key, self._wall()))
+            for i in self.observer.incidents.values()
+            if agent in i.key
+        ]
+        return {
+            "agent": agent_row(self._shown([entry])[0], now, self._site_of(agent)),
+            "children": [agent_row(c, now) for c in sorted(children, key=lambda c: c.name)],
+            "history": [
+                {"at": at, "rss": rss, "rate": rate}
+                for at, rss, rate in self._history.get(agent, ())
+            ],
+            "incidents": incidents,
+        }
