@@ -7,7 +7,9 @@ at /usr/bin/chromedriver and downloads nothing.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +32,10 @@ from tests.kits.promkit import stop
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 DOCS = REPO / "docs"
+SHOTS = REPO / "build" / "screenshots"
+# `VOX_DOC_SCREENSHOTS=1 make test` also writes them into docs/ for docs/web.md; otherwise a
+# test run leaves the checkout as it found it.
+DOC_SCREENSHOTS = os.environ.get("VOX_DOC_SCREENSHOTS") == "1"
 T = TypeVar("T")
 
 
@@ -175,7 +181,10 @@ def state_of(driver: WebDriver, name: str) -> str | None:
 
 
 def screenshot(driver: WebDriver, name: str) -> Path:
-    """Write a screenshot for docs/web.md and return its path."""
-    path = DOCS / name
+    """Write a screenshot under build/screenshots (and docs/, when asked) and return its path."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / name
     assert driver.save_screenshot(str(path)), f"no screenshot written to {path}"
+    if DOC_SCREENSHOTS:
+        shutil.copyfile(path, DOCS / name)
     return path
