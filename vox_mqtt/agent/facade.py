@@ -452,6 +452,7 @@ class VOXAgent:
         for role in self.roles:
             with contextlib.suppress(Exception):
                 await role.stop()
+        await self._inbound.drain(self.config.broker.publish_timeout)
         await self._outbox.flush_acks(self.config.broker.publish_timeout)
         session = self._ctx.session
         if self._liveness is not None and session is not None and session.connected:

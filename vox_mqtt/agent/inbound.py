@@ -73,6 +73,8 @@ class InboundPipeline:
         self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
+        self._taken_in = asyncio.Event()  # set while no message is in intake
+        self._taken_in.set()
         ctx.metrics.gauge("intake_queue", self._waiting)
 
     def _waiting(self) -> int:
@@ -104,6 +106,7 @@ class InboundPipeline:
 
     async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
         self.intake += 1
+        self._taken_in.clear()
         try:
             await self._process(inbound, topic)
         except Exception:
@@ -111,7 +114,19 @@ class InboundPipeline:
             log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
         finally:
             self.intake -= 1
+            if self.intake == 0:
+                self._taken_in.set()
             self._intake_slots.release()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (up to timeout) for the messages already taken in to be recorded and acked.
+
+        A caller may hold its answer before the answer's commit (docs/ledger.md); its ack
+        follows the commit, and the agent must not leave before it is at least queued.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._taken_in.wait()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
         ledger = self.ctx.ledger

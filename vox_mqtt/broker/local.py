@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,11 +33,39 @@ def find_mosquitto() -> str:
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Picked below the kernel's ephemeral range, so that no outgoing connection on this
+    machine is handed it as its own local port before a broker binds it: a broker a test
+    stops and starts again re-binds the same port, and on a busy machine a port from the
+    ephemeral range was often taken by then ("Address already in use").
+    """
+    low = _ephemeral_low()
+    for _ in range(500):
+        port = random.randint(max(1024, low - _BELOW_EPHEMERAL), low - 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        sock.bind(("127.0.0.1", 0))  # every port below the range is taken: any free one
+        found: int = sock.getsockname()[1]
+        return found
+
+
+_BELOW_EPHEMERAL = 12_000  # how many ports under the ephemeral range free_port picks from
+
+
+def _ephemeral_low() -> int:
+    """Return the first port of the kernel's ephemeral range (Linux; 32768 elsewhere)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > 2048 else 32768
 
 
 def wait_for_port(host: str, port: int, timeout: float) -> bool:
