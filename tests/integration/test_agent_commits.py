@@ -17,6 +17,12 @@ from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.fleet.config import load_daemon_config
 
 
+# These tests count the commits of one command. On a loaded machine an ack slower than the
+# first re-send interval (0.3 s in agentkit) brings a re-sent copy, whose `duplicate` row is a
+# commit of its own: no re-send may happen while a command is counted.
+NO_RESEND = {"resend_initial": 30.0}
+
+
 @pytest.fixture
 def fleet():  # type: ignore[no-untyped-def]
     return tree_fleet({"root": None, "coordinator": "root", "specialist_a": "coordinator"})
@@ -58,9 +64,13 @@ async def test_a_command_that_starts_at_once_costs_its_agent_three_commits(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(stack, secure, tmp_path, {"root": [Slow()]}, names=["root"])
+        agents = await start_agents(
+            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"], **NO_RESEND
+        )
         root = agents["root"]
-        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        operator = await stack.enter_async_context(
+            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        )
         commits, request = await commits_for_one_sleep(operator, root, 0)
         # received + ack sent + started; result sent + completed; the ack received + outbox.
         assert commits == 3
@@ -84,10 +94,18 @@ async def test_a_command_waiting_for_a_slot_is_started_only_when_it_runs(
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
         agents = await start_agents(
-            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"], max_concurrency=1
+            stack,
+            secure,
+            tmp_path,
+            {"root": [Slow()]},
+            names=["root"],
+            max_concurrency=1,
+            **NO_RESEND,
         )
         root = agents["root"]
-        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        operator = await stack.enter_async_context(
+            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        )
         first = asyncio.create_task(
             operator.request("sleep", {"seconds": 0.6}, to=root.id, timeout=10)
         )
@@ -108,10 +126,14 @@ async def test_delegating_commits_the_delegated_row_with_the_downstream_request(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(stack, secure, tmp_path, {"specialist_a": [Analyst()]})
+        agents = await start_agents(
+            stack, secure, tmp_path, {"specialist_a": [Analyst()]}, **NO_RESEND
+        )
         root = agents["root"]
         await wait_for(lambda: "analyze" in root.advertised_commands())
-        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        operator = await stack.enter_async_context(
+            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        )
         reply = await operator.request("analyze", {"target": "x"}, to=root.id, timeout=10)
         assert reply.reply_to is not None
         rows = sorted(await root.memory.get_recent(100), key=lambda r: r["id"])
@@ -129,10 +151,14 @@ async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(stack, secure, tmp_path, {"specialist_a": [Slow()]})
+        agents = await start_agents(
+            stack, secure, tmp_path, {"specialist_a": [Slow()]}, **NO_RESEND
+        )
         root = agents["root"]
         await wait_for(lambda: "sleep" in root.advertised_commands())
-        operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
+        operator = await stack.enter_async_context(
+            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        )
         # Slow enough that each ack's row commits alone, so the count is exact.
         commits, request = await commits_for_one_sleep(operator, root, 0.3)
         # received + ack sent + downstream sent + delegated; the child's ack; the child's
@@ -169,7 +195,7 @@ async def test_ledger_sync_reaches_the_agents_ledger(
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
         agents = await start_agents(
-            stack, secure, tmp_path, {}, names=["root"], ledger_sync="normal"
+            stack, secure, tmp_path, {}, names=["root"], ledger_sync="normal", **NO_RESEND
         )
         assert agents["root"].memory.sync == "normal"
 
