@@ -39,7 +39,13 @@ from vox_mqtt.broker.acl import (
 from vox_mqtt.broker.credstore import CredentialStore, StoredIdentity
 from vox_mqtt.broker.federation import broker_identities, site_section
 from vox_mqtt.broker.lastgood import seed_last_good
-from vox_mqtt.broker.manifest import Manifest, RenderOptions, file_digest, write_manifest
+from vox_mqtt.broker.manifest import (
+    FleetRecord,
+    Manifest,
+    RenderOptions,
+    file_digest,
+    write_manifest,
+)
 from vox_mqtt.broker.passwd import (
     Credentials,
     LookLogin,
@@ -481,7 +487,10 @@ def render_broker_dir(
     # fleet are not in it, and per-identity files of an older render are migrated away.
     CredentialStore(root).write(stored)
     digests = {name: file_digest(data) for name, data in written.items()}
-    write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce))
+    record = FleetRecord(
+        operator_id=str(fleet.operator_id), agents={a.name: str(a.id) for a in fleet}
+    )
+    write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce, fleet=record))
     return BrokerDir(
         root=root,
         conf=root / CONF_NAME,
