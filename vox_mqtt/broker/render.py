@@ -57,6 +57,7 @@ from vox_mqtt.broker.passwd import (
     render_passwd,
 )
 from vox_mqtt.broker.pki import PkiLayout
+from vox_mqtt.broker.policy import policy_probes, write_policy
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet
@@ -486,6 +487,8 @@ def render_broker_dir(
     # One 0600 file, not one per identity (docs/broker.md); identities that left the
     # fleet are not in it, and per-identity files of an older render are migrated away.
     CredentialStore(root).write(stored)
+    # The fleet's policy as probes: every reload proves the rules it installs hold it.
+    write_policy(root, policy_probes(every))
     digests = {name: file_digest(data) for name, data in written.items()}
     record = FleetRecord(
         operator_id=str(fleet.operator_id), agents={a.name: str(a.id) for a in fleet}
