@@ -461,7 +461,10 @@ def test_load_fleet_refuses_unreadable_files(tmp_path: Path) -> None:
         load_fleet(binary)
 
 
-@pytest.mark.parametrize("name", [str(uuid4()), "deadbeef", "abcd", "1234", "a1b2-c3d4", "CAFE"])
+@pytest.mark.parametrize(
+    "name",
+    ["6f1c2d3e-0000-4000-8000-00000000abcd", "deadbeef", "abcd", "1234", "a1b2-c3d4", "CAFE"],
+)
 def test_a_name_that_reads_as_an_id_is_refused(name: str) -> None:
     text = f'[operator]\nid = "{uuid4()}"\n[[agents]]\nname = "{name}"\nid = "{uuid4()}"\n'
     with pytest.raises(FleetError, match="the name reads as an id"):
