@@ -29,6 +29,7 @@ from vox_mqtt.protocol.errors import (
     SubscriptionRefused,
     VoxError,
 )
+from vox_mqtt.protocol.settings import BrokerSettings
 from vox_mqtt.protocol.sitelinks import LinkMap
 
 from .logs import LogSetup
@@ -112,6 +113,15 @@ def prepare(path: Path) -> Prepared:
     if problems:
         raise ConfigError(problems)
     return prepared
+
+
+def _read_bundle(
+    path: Path, running: AgentConfig
+) -> tuple[DaemonFile, BrokerSettings, LinkMap | None]:
+    """Read the config on disk, the secret and the links it names: all of them, or raise."""
+    fresh = load_daemon_config(path)
+    secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
+    return fresh, secret, LinkMap.beside(path)
 
 
 def keep_names(config: AgentConfig, *, keep_former: bool = False) -> None:
@@ -422,9 +432,9 @@ class AgentDaemon:
         path = self.prepared.path
         running = self.prepared.config
         try:
-            fresh = load_daemon_config(path)
-            secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
-            links = LinkMap.beside(path)
+            # In a thread: whatever sits at the path, the loop keeps serving (files are read
+            # bounded and without blocking: vox_mqtt/protocol/boundedfile.py).
+            fresh, secret, links = await asyncio.to_thread(_read_bundle, path, running)
         except (ConfigError, ValueError) as exc:
             problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
             log.error(

@@ -158,6 +158,14 @@ def test_an_apply_the_canary_cannot_prove_is_rolled_back(
     args = ["broker", "reload", str(secure.dir.root), "--verify-timeout", "1"]
     assert main(args) == 2  # a hand edit needs --accept-edit
     capsys.readouterr()
+    # The fleet's probed policy refuses it before anything is sent (docs/broker.md)...
+    assert main([*args, "--accept-edit"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "refusing to apply" in line
+    assert "_canary" in line
+    assert try_connect(secure.creds("spec_a3")) >= 0x80  # type: ignore[operator]
+    # ...and without policy.json (an older render) the canary catches it after the apply.
+    (secure.dir.root / "policy.json").unlink()
     assert main([*args, "--accept-edit"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("vox: error: APPLY FAILED: allowed publish -> 0x87")

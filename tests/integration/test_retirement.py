@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -255,6 +255,62 @@ def test_retire_refuses_what_it_cannot_do(
     )
     assert code == 2
     assert err == (
-        f"vox: error: {secure.dir.root}/credentials/secrets.json: no credentials for 'ghost': "
-        "retire it before the broker is re-rendered without it (docs/operations.md)\n"
+        f"vox: error: 'ghost' is not an agent of the fleet {secure.dir.root}/render.json was "
+        "rendered from\n"
     )
+
+
+def test_retire_checks_the_fleet_file_against_the_broker_s_render_record(
+    fleet_broker: SecureBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another fleet's file, or an identity that is no agent: one line, nothing said or cleared."""
+    secure = fleet_broker
+    fleet = secure.fleet
+    spec_b = fleet.agent("spec_b").id
+    leave_behind(secure, coord_active=False)
+    master = Client(secure.creds("coord"), client_id=f"{fleet.agent('coord').id}-watch")
+    master.connect()
+    master.subscribe([topics.status(spec_b)])
+    assert master.wait_for(lambda got: any(m.retain for m in got))
+
+    # Another fleet (its own operator and ids) that has no spec_b either.
+    other = write_fleet(without(tree_fleet(SHAPE), "spec_b"), tmp_path / "other.toml")
+    code, out, err = run(
+        capsys, "fleet", "retire", "spec_b", "--fleet", other, "--broker-dir", secure.dir.root
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith("vox: error: the fleet file is not the fleet "), err
+    assert err.count("\n") == 1
+    # Same operator, but the names carry other ids: not the fleet the broker runs either.
+    text = write_fleet(without(fleet, "spec_b"), tmp_path / "new.toml").read_text()
+    edited = tmp_path / "edited.toml"
+    edited.write_text(text.replace(str(fleet.agent("spec_a").id), str(uuid4())))
+    code, _, err = run(
+        capsys, "fleet", "retire", "spec_b", "--fleet", edited, "--broker-dir", secure.dir.root
+    )
+    assert code == 2
+    assert "'spec_a' has another id there" in err
+
+    new_fleet = tmp_path / "new.toml"
+    for name in ("operator", fleet.operator_name, "_status", "_canary", "explorer", "_exporter"):
+        code, out, err = run(
+            capsys, "fleet", "retire", name, "--fleet", new_fleet, "--broker-dir", secure.dir.root
+        )
+        assert (code, out) == (2, ""), (name, out)
+        assert err == (
+            f"vox: error: {name!r} is one of the operator's or the broker's own identities, not "
+            "an agent: only an agent is retired\n"
+        )
+    # Nothing reached the master, and spec_b's status is still retained.
+    assert not any(not m.retain for m in master.messages)
+    master.close()
+    watcher = Client(secure.creds("spec_b"))
+    watcher.connect()
+    watcher.subscribe([topics.status(spec_b)])
+    assert watcher.wait_for(lambda got: any(m.retain and m.payload for m in got))
+    watcher.close()
+    # With its own fleet file it retires.
+    code, _, err = run(
+        capsys, "fleet", "retire", "spec_b", "--fleet", new_fleet, "--broker-dir", secure.dir.root
+    )
+    assert (code, err) == (0, "")

@@ -233,3 +233,28 @@ def test_settings_of_any_toml_shape_survive_the_round_trip(
     assert settings == dict(fleet.agent("coord").settings)
     assert settings["odd key"] == "tab\there"
     assert settings["quote"] == 'say "hi"'
+
+
+def test_render_takes_an_exact_id_first_and_refuses_a_name_that_is_an_id_prefix() -> None:
+    from vox_mqtt.cli.agent import resolve_agent
+    from vox_mqtt.protocol.hierarchy import AgentSpec
+
+    root, victim = uuid4(), uuid4()
+    prefix = str(victim)[:8]
+    # Built directly, as an older file could hold it: the fleet file now refuses such names.
+    fleet = Fleet(
+        uuid4(),
+        "operator",
+        (
+            AgentSpec(name="root", id=root, master_id=None),
+            AgentSpec(name="victim", id=victim, master_id=root),
+            AgentSpec(name=str(victim), id=uuid4(), master_id=root),
+            AgentSpec(name=prefix, id=uuid4(), master_id=root),
+        ),
+    )
+    assert resolve_agent(fleet, str(victim)) == "victim"
+    with pytest.raises(ValueError, match="both an agent's name and the start of the id of victim"):
+        resolve_agent(fleet, prefix)
+    assert resolve_agent(fleet, "victim") == "victim"
+    assert resolve_agent(fleet, str(root)[:6]) == "root"
+    assert resolve_agent(fleet, "operator") == "operator"

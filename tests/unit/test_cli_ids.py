@@ -135,3 +135,32 @@ def test_names_come_from_the_console_config_next_to_its_state_folder(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "nope.toml" in err
+
+
+def test_a_forged_names_file_beside_a_copied_ledger_is_named_and_never_printed_raw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    db = tmp_path / "copied" / "logs.db"
+    db.parent.mkdir()
+    build_ledger(db)
+    forged = {str(ROOT): "coordinator", str(COORD): "\x1b]0;pwned\x07evil", str(SPEC): "[/]"}
+    (db.parent / "names.json").write_text(json.dumps(forged))
+    assert main(["ledger", str(db), "tail"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "pwned" not in out
+    assert "[/]" not in out
+    # The one plain name it holds is shown, and the view says where it came from.
+    assert f"coordinator {str(ROOT)[:8]}" in out
+    assert "names from" in out
+    assert "names.json" in out
+    # With the fleet file, names come from it alone.
+    fleet = fleet_file(tmp_path / "fleet.toml")
+    assert main(["ledger", str(db), "tail", "--config", str(fleet)]) == 0
+    out = capsys.readouterr().out
+    assert f"root {str(ROOT)[:8]}" in out
+    assert f"coordinator {str(ROOT)[:8]}" not in out
+    assert "names.json" not in out
+    assert "the fleet file" in out

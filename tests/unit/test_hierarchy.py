@@ -459,3 +459,54 @@ def test_load_fleet_refuses_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe[operator]")
     with pytest.raises(FleetError, match="cannot read the fleet file"):
         load_fleet(binary)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["6f1c2d3e-0000-4000-8000-00000000abcd", "deadbeef", "abcd", "1234", "a1b2-c3d4", "CAFE"],
+)
+def test_a_name_that_reads_as_an_id_is_refused(name: str) -> None:
+    text = f'[operator]\nid = "{uuid4()}"\n[[agents]]\nname = "{name}"\nid = "{uuid4()}"\n'
+    with pytest.raises(FleetError, match="the name reads as an id"):
+        parse_fleet(text)
+
+
+@pytest.mark.parametrize("name", ["abc", "node-deadbeef", "cafe_1x", "decade.s", "root", "spec_a"])
+def test_names_with_a_letter_beyond_hex_or_under_four_digits_load(name: str) -> None:
+    text = f'[operator]\nid = "{uuid4()}"\n[[agents]]\nname = "{name}"\nid = "{uuid4()}"\n'
+    assert parse_fleet(text).root.name == name
+
+
+def test_an_operator_name_that_reads_as_an_id_is_refused() -> None:
+    text = (
+        f'[operator]\nname = "beef"\nid = "{uuid4()}"\n[[agents]]\nname = "r"\nid = "{uuid4()}"\n'
+    )
+    with pytest.raises(FleetError, match="reads as an id"):
+        parse_fleet(text)
+
+
+def test_a_master_with_more_children_than_the_bound_is_refused() -> None:
+    from vox_mqtt.protocol.hierarchy import MAX_CHILDREN
+
+    root = uuid4()
+    parts = [f'[operator]\nid = "{uuid4()}"\n[[agents]]\nname = "root"\nid = "{root}"\n']
+    parts += [
+        f'[[agents]]\nname = "c{i}"\nid = "{uuid4()}"\nmaster_id = "{root}"\n'
+        for i in range(MAX_CHILDREN + 1)
+    ]
+    with pytest.raises(FleetError, match=f"{MAX_CHILDREN + 1} children, more than the"):
+        parse_fleet("".join(parts))
+
+
+def test_an_exact_id_wins_over_a_name() -> None:
+    a, b = uuid4(), uuid4()
+    # Built directly: the file itself refuses a name that reads as an id.
+    fleet = Fleet(
+        uuid4(),
+        "operator",
+        (
+            AgentSpec(name="root", id=a, master_id=None),
+            AgentSpec(name=str(a), id=b, master_id=a),
+        ),
+    )
+    assert fleet.agent(str(a)).id == a

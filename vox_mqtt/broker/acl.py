@@ -69,6 +69,7 @@ _EVERYTHING: Final = f"{topics.PREFIX}/#"
 # Whitespace as C's isspace() sees it in the "C" locale, which Mosquitto uses.
 _C_SPACE: Final = " \t\n\v\f\r"
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_DYNSEC_CLOSED: Final = ("publishClientSend", "publishClientReceive", "subscribe")
 _ACCESS: Final = {"read": (True, False), "write": (False, True), "readwrite": (True, True)}
 _DYNSEC_ACLTYPES: Final = frozenset(
     {
@@ -548,6 +549,14 @@ def check_dynsec(text: str, *, source: str = "dynsec.json") -> None:
     defaults = data.get("defaultACLAccess")
     if not isinstance(defaults, dict) or not all(isinstance(v, bool) for v in defaults.values()):
         problems.append(f"{source}: defaultACLAccess must map access types to true/false")
+    else:
+        # Not given, publishClientReceive defaults to allowed in the plugin.
+        opened = [k for k in _DYNSEC_CLOSED if defaults.get(k) is not False]
+        if opened:
+            problems.append(
+                f"{source}: defaultACLAccess must set {', '.join(opened)} to false: otherwise "
+                "every client may do what no role grants (the broker would be open)"
+            )
     sections = {key: data.get(key, []) for key in ("clients", "roles", "groups")}
     for key, value in sections.items():
         if not isinstance(value, list):

@@ -26,12 +26,14 @@ from vox_mqtt.broker.acl import (
     DYNSEC_CONTROL,
     canary_forbidden_topic,
     canary_topic,
+    check_dynsec,
     dynsec_hashes,
 )
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.lastgood import LAST_GOOD, keep_last_good
 from vox_mqtt.broker.manifest import file_digest, load_manifest, write_manifest
 from vox_mqtt.broker.passwd import Credentials, PasswordHash
+from vox_mqtt.broker.policy import dynsec_answers, load_policy, policy_problems
 from vox_mqtt.broker.probe import probe_rules
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
 
@@ -271,6 +273,24 @@ def _go_back(
     return f"{failed}; re-applied the previous rules ({len(commands)} command(s))"
 
 
+def _refuse_unproven(root: Path, path: Path) -> None:
+    """Refuse, before anything is sent, rules that open the broker or break the policy."""
+    text = path.read_text(encoding="utf-8")
+    check_dynsec(text, source=str(path))  # an open defaultACLAccess is refused here too
+    document = json.loads(text)
+    probes = load_policy(root)
+    if probes is None:
+        return
+    wrong, first = policy_problems(probes, dynsec_answers(document))
+    if wrong:
+        raise ConfigError(
+            [
+                f"{path}: refusing to apply: {wrong} of the fleet's {len(probes)} probed paths "
+                f"would change ({'; '.join(first)})"
+            ]
+        )
+
+
 def apply_dynsec(
     out_dir: str | Path, *, timeout: float = 10.0, accept_edit: bool = False
 ) -> ApplyReport:
@@ -291,6 +311,7 @@ def apply_dynsec(
                 "render.json): re-render, or pass --accept-edit to apply a hand edit"
             ]
         )
+    _refuse_unproven(root, path)
     desired = _desired(root)
     store = CredentialStore(root)
     admin, canary = store.get(ADMIN_NAME), store.get(CANARY_NAME)

@@ -1,8 +1,10 @@
 """What `vox broker render` wrote and how it was told to: the broker directory's manifest.
 
 `render.json` holds the render options (so re-rendering with no options reproduces
-the broker) and the SHA-256 of every file the broker reads (so `vox broker reload`
-installs only what render wrote, unless told to accept a hand edit: docs/broker.md).
+the broker), the SHA-256 of every file the broker reads (so `vox broker reload`
+installs only what render wrote, unless told to accept a hand edit: docs/broker.md), and
+a record of the fleet it was rendered from (its operator's id, each agent's name and id),
+which `vox fleet retire` checks the fleet file it is given against.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from vox_mqtt.protocol.errors import ConfigError
 
 __all__ = [
     "MANIFEST_NAME",
+    "FleetRecord",
     "Manifest",
     "RenderOptions",
     "file_digest",
@@ -52,6 +55,14 @@ class RenderOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FleetRecord:
+    """The fleet a broker directory was rendered from: its operator, its agents' ids."""
+
+    operator_id: str
+    agents: Mapping[str, str]  # name -> id
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     """The render options, the digest of each broker file, and the canary's topic nonce."""
 
@@ -59,6 +70,7 @@ class Manifest:
     files: Mapping[str, str]
     canary_nonce: str | None = None
     accepted_edits: tuple[str, ...] = ()
+    fleet: FleetRecord | None = None  # None in a directory rendered before it was kept
 
 
 def file_digest(data: bytes) -> str:
@@ -83,6 +95,15 @@ def load_manifest(root: Path) -> Manifest | None:
         files = {str(k): str(v) for k, v in data["files"].items()}
         nonce = data.get("canary_nonce")
         edits = tuple(str(e) for e in data.get("accepted_edits", []))
+        record = data.get("fleet")
+        fleet = (
+            None
+            if record is None
+            else FleetRecord(
+                operator_id=str(record["operator_id"]),
+                agents={str(k): str(v) for k, v in record["agents"].items()},
+            )
+        )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError([f"{path}: not a manifest this version reads ({exc})"]) from None
     return Manifest(
@@ -90,6 +111,7 @@ def load_manifest(root: Path) -> Manifest | None:
         files=files,
         canary_nonce=None if nonce is None else str(nonce),
         accepted_edits=edits,
+        fleet=fleet,
     )
 
 
@@ -103,6 +125,11 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
         "canary_nonce": manifest.canary_nonce,
         "accepted_edits": list(manifest.accepted_edits),
     }
+    if manifest.fleet is not None:
+        document["fleet"] = {
+            "operator_id": manifest.fleet.operator_id,
+            "agents": dict(sorted(manifest.fleet.agents.items())),
+        }
     atomic_write(root / MANIFEST_NAME, json.dumps(document, indent=1) + "\n", mode=0o644)
 
 

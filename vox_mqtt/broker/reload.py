@@ -26,6 +26,7 @@ from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.lastgood import keep_last_good, restore_last_good
 from vox_mqtt.broker.manifest import Manifest, file_digest, load_manifest, write_manifest
 from vox_mqtt.broker.passwd import Credentials, atomic_write, parse_passwd
+from vox_mqtt.broker.policy import acl_answers, load_policy, policy_problems
 from vox_mqtt.broker.probe import ProbeResult, alive, probe_rules
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
@@ -212,6 +213,20 @@ def _parse(data: dict[str, bytes], sources: dict[str, Path]) -> tuple[AclFile, l
     return parsed, problems
 
 
+def _policy_refusal(root: Path, source: Path, parsed: AclFile) -> list[str]:
+    """Return one line when the ACL to install does not hold the fleet's policy."""
+    probes = load_policy(root)
+    if probes is None:
+        return []  # rendered before policy.json: the canary alone proves the reload
+    wrong, first = policy_problems(probes, acl_answers(parsed))
+    if not wrong:
+        return []
+    return [
+        f"{source}: refusing to reload: {wrong} of the fleet's {len(probes)} probed paths "
+        f"would change ({'; '.join(first)})"
+    ]
+
+
 def reload_broker(
     out_dir: str | Path,
     *,
@@ -240,6 +255,12 @@ def reload_broker(
     manifest = load_manifest(root)
     edited = _check_digests(manifest, root, data, sources, accept_edit)
     parsed, problems = _parse(data, sources)
+    if settings.get("allow_anonymous", "false").lower() != "false":
+        problems.append(
+            f"{root / CONF_NAME}: allow_anonymous is not false: a login without credentials "
+            "would be let in; refusing to reload (re-render the broker)"
+        )
+    problems += _policy_refusal(root, sources["acl"], parsed)
     canary = _canary(root)
     allowed = _canary_topic(parsed, canary, sources["acl"])
     for path in (acl_path, passwd_path):

@@ -39,7 +39,13 @@ from vox_mqtt.broker.acl import (
 from vox_mqtt.broker.credstore import CredentialStore, StoredIdentity
 from vox_mqtt.broker.federation import broker_identities, site_section
 from vox_mqtt.broker.lastgood import seed_last_good
-from vox_mqtt.broker.manifest import Manifest, RenderOptions, file_digest, write_manifest
+from vox_mqtt.broker.manifest import (
+    FleetRecord,
+    Manifest,
+    RenderOptions,
+    file_digest,
+    write_manifest,
+)
 from vox_mqtt.broker.passwd import (
     Credentials,
     LookLogin,
@@ -51,6 +57,7 @@ from vox_mqtt.broker.passwd import (
     render_passwd,
 )
 from vox_mqtt.broker.pki import PkiLayout
+from vox_mqtt.broker.policy import policy_probes, write_policy
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet
@@ -480,8 +487,13 @@ def render_broker_dir(
     # One 0600 file, not one per identity (docs/broker.md); identities that left the
     # fleet are not in it, and per-identity files of an older render are migrated away.
     CredentialStore(root).write(stored)
+    # The fleet's policy as probes: every reload proves the rules it installs hold it.
+    write_policy(root, policy_probes(every))
     digests = {name: file_digest(data) for name, data in written.items()}
-    write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce))
+    record = FleetRecord(
+        operator_id=str(fleet.operator_id), agents={a.name: str(a.id) for a in fleet}
+    )
+    write_manifest(root, Manifest(options=options, files=digests, canary_nonce=nonce, fleet=record))
     return BrokerDir(
         root=root,
         conf=root / CONF_NAME,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from vox_mqtt.ledger.peernames import read_names
+from vox_mqtt.ledger.peernames import NAMES_FILE, plain_name, read_names
 from vox_mqtt.protocol.errors import ConfigError, FleetError
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 
@@ -78,6 +78,13 @@ class Names:
 
     def __init__(self, known: dict[UUID, str] | None = None) -> None:
         self.known: dict[UUID, str] = dict(known or {})
+        self.sources: list[str] = []  # where the names came from, for the views to say
+
+    def provenance(self) -> str:
+        """Return one line saying where the names shown came from ("" when none)."""
+        if not self.known or not self.sources:
+            return ""
+        return "names from " + ", ".join(self.sources)
 
     def name(self, value: str | UUID | None) -> str:
         """Return the name of an id, or "" when no file names it."""
@@ -107,11 +114,13 @@ class Names:
                 self.add_fleet(load_fleet(path))
             except FleetError as exc:
                 raise ConfigError(exc.problems) from None
+            self.sources.append(f"the fleet file {path}")
             return
         for section in ("agent", "operator"):
             table = data.get(section)
             if isinstance(table, dict):
                 self._add_section(table)
+        self.sources.append(f"the bundle {path}")
 
     def add_fleet(self, fleet: Fleet) -> None:
         """Learn every name of a fleet."""
@@ -128,8 +137,9 @@ class Names:
         children = table.get("children")
         if isinstance(children, dict):
             pairs += list(children.items())
-        for key, name in pairs:
-            if isinstance(key, str) and isinstance(name, str):
+        for key, raw in pairs:
+            name = plain_name(raw)
+            if isinstance(key, str) and name is not None:
                 try:
                     self.known[UUID(key)] = name
                 except ValueError:
@@ -137,18 +147,25 @@ class Names:
 
 
 def names_for_ledger(db: Path, given: Path | None) -> Names:
-    """Return the names for a ledger's views: beside it, from --config, or configs nearby.
+    """Return the names for a ledger's views: from --config only, or beside it and nearby.
 
-    The agent keeps names.json beside its ledger. Without --config also: $VOX_CONFIG,
+    With --config (a fleet file or an operator's or agent's bundle) the names come from that
+    file alone. Without it: the names.json the agent keeps beside its ledger (a file that
+    travels with a copied ledger, so the views say they used it), $VOX_CONFIG,
     /etc/vox/NAME.toml for a ledger in a folder NAME (the unit's state directory), and
     NAME.toml next to a console's NAME-state folder. A file that is missing or unreadable
-    there only means fewer names.
+    there only means fewer names. Only names a fleet file allows are taken.
     """
     folder = db.absolute().parent
-    names = Names(read_names(folder))  # what the agent wrote beside its ledger at start
     if given is not None:
+        names = Names()
         names.add_file(given)
         return names
+    names = Names(read_names(folder))  # what the agent wrote beside its ledger at start
+    if names.known:
+        names.sources.append(
+            f"{folder / NAMES_FILE} (kept beside the ledger; --config FLEET for the fleet's)"
+        )
     candidates = [_ETC / f"{folder.name}.toml"]
     if folder.name.endswith("-state"):
         candidates.append(folder.parent / f"{folder.name.removesuffix('-state')}.toml")

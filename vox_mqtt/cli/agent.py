@@ -103,21 +103,37 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def resolve_agent(fleet: Fleet, key: str) -> str:
-    """Return the agent a name, id or unique id prefix designates (or `operator`, `explorer`)."""
-    if key in ("operator", fleet.operator_name, str(fleet.operator_id)):
+    """Return the agent a name, id or unique id prefix designates (or `operator`, `explorer`).
+
+    An exact id wins over everything; a name that is also the start of another identity's
+    id is refused with both readings, never guessed (the fleet file refuses such names).
+    """
+    ids = {str(a.id): a.name for a in fleet} | {str(fleet.operator_id): "operator"}
+    try:
+        prefix: str | None = normalize_prefix(key, "agent id")
+    except ValueError:
+        prefix = None
+    if prefix is not None and prefix in ids:
+        return ids[prefix]
+    named = {a.name for a in fleet} | {fleet.operator_name, "operator"}
+    if key in named and prefix is not None:
+        others = sorted(
+            name for agent_id, name in ids.items() if agent_id.startswith(prefix) and name != key
+        )
+        if others:
+            raise ValueError(
+                f"{key!r} is both an agent's name and the start of the id of {others[0]}: "
+                "give the whole id, or rename the agent in the fleet file"
+            )
+    if key in ("operator", fleet.operator_name):
         return "operator"
     if key == EXPLORER_NAME and EXPLORER_NAME not in {a.name for a in fleet}:
         return EXPLORER_NAME
-    try:
+    if key in named:
         return fleet.agent(key).name
-    except KeyError:
-        pass
-    try:
-        prefix = normalize_prefix(key, "agent id")
-    except ValueError:
+    if prefix is None:
         known = ", ".join(sorted(a.name for a in fleet))
         raise ValueError(
             f"no agent {key!r} in the fleet (agents: {known}; or `operator`, `explorer`)"
-        ) from None
-    ids = {str(a.id): a.name for a in fleet} | {str(fleet.operator_id): "operator"}
+        )
     return ids[pick_by_prefix(prefix, ids, "agent id", "the fleet")]

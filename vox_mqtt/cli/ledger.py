@@ -175,7 +175,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 row["target_name"] = names.name(row["target"])
             print_json(rows)
             return 0
-        table = Table(title=f"{args.db}: last {len(rows)} rows", title_justify="left")
+        table = Table(
+            title=f"{args.db}: last {len(rows)} rows",
+            title_justify="left",
+            caption=escape(names.provenance()) or None,
+            caption_justify="left",
+        )
         for name in ("#", "recorded_at", "action", "type", "message_id", "from", "to", "reply_to"):
             table.add_column(name, no_wrap=name != "type")
         table.add_column("note")
@@ -220,6 +225,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
             print_json(chain)
             return 0
         _console().print(render_chain(chain, str(message_id), names))
+        if names.provenance():
+            _console().print(names.provenance(), markup=False, style="dim")
         return 0
 
     return _with_ledger(args.db, work)

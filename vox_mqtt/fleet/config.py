@@ -9,12 +9,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from vox_mqtt.protocol.boundedfile import (
+    MAX_CONFIG_BYTES,
+    MAX_SECRET_BYTES,
+    MAX_TLS_FILE_BYTES,
+    check_regular,
+    read_regular,
+)
 from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.hierarchy import MAX_CHILDREN
 from vox_mqtt.protocol.messages import MAX_HEARTBEAT_INTERVAL
 from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
-from vox_mqtt.protocol.topics import WARROOM_FILTER
+from vox_mqtt.protocol.topics import WARROOM_FILTER, WARROOM_ID
 
 __all__ = [
     "BrokerSection",
@@ -51,12 +59,23 @@ class BrokerSection(_Section):
         if password is None and self.password_file is not None:
             path = _resolve_path(base, self.password_file)
             try:
-                data = tomllib.loads(path.read_text(encoding="utf-8"))
+                raw = read_regular(path, limit=MAX_SECRET_BYTES)
+                data = tomllib.loads(raw.decode("utf-8"))
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ConfigError([f"{path}: cannot read the broker credentials: {exc}"]) from None
             password = data.get("password")
             if not isinstance(password, str):
                 raise ConfigError([f"{path}: no password in the credentials file"])
+        # The TLS files are read at each connection: a FIFO or a device there is refused now.
+        tls = [_resolve(base, name) for name in (self.ca_file, self.cert_file, self.key_file)]
+        problems = [
+            why
+            for path in tls
+            if path is not None
+            and (why := check_regular(path, limit=MAX_TLS_FILE_BYTES)) is not None
+        ]
+        if problems:
+            raise ConfigError([f"broker TLS file {why}" for why in problems])
         return BrokerSettings(
             host=self.host,
             port=self.port,
@@ -97,6 +116,26 @@ class AgentSection(_Section):
     memory_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
     watch_warroom: bool = False  # only the root may read the war room
     ledger_sync: Literal["full", "normal"] = "full"  # see docs/ledger.md
+
+    @field_validator("children")
+    @classmethod
+    def _children_below(cls, children: dict[UUID, str], info: ValidationInfo) -> dict[UUID, str]:
+        """Children are agents below this one: never itself, its master or the war room."""
+        if len(children) > MAX_CHILDREN:
+            raise ValueError(
+                f"{len(children)} children, more than the {MAX_CHILDREN} one agent may have "
+                "(their subscriptions must fit the broker's packet limit: docs/operations.md)"
+            )
+        reserved = {
+            info.data.get("id"): "the agent itself",
+            info.data.get("master_id"): "its master",
+            WARROOM_ID: "the war room's id",
+            UUID(int=0): "the nil UUID",
+        }
+        for child, name in children.items():
+            if child in reserved:
+                raise ValueError(f"{child} ({name!r}) is {reserved[child]}, not a child")
+        return children
 
     def agent_config(self, broker: BrokerSettings, *, base: Path) -> AgentConfig:
         """Return the runtime config of this agent (the one place a section becomes one)."""
@@ -192,7 +231,7 @@ def _resolve(base: Path, path: Path | None) -> Path | None:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, limit=MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -208,6 +247,7 @@ def _problems(path: Path, exc: ValidationError) -> ConfigError:
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"])
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = message.removeprefix("Value error, ")
         lines.append(f"{path}: {where}: {message}")
     return ConfigError(lines)
 

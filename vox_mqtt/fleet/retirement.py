@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Final
 from uuid import UUID
 
+from vox_mqtt.broker.acl import CANARY_NAME, EXPLORER_NAME, LOOK_PURPOSES
 from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.manifest import MANIFEST_NAME, FleetRecord, load_manifest
 from vox_mqtt.broker.passwd import Credentials
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, RETIRED, AgentLiveness
@@ -34,7 +36,7 @@ from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_messag
 from vox_mqtt.protocol.settings import BrokerSettings
 from vox_mqtt.transport.session import Session
 
-__all__ = ["RetireReport", "retire_agent"]
+__all__ = ["RetireReport", "retire_agent", "retire_refusal"]
 
 _CONNECT_TIMEOUT: Final = 5.0
 _QUIET: Final = 0.3  # seconds without a retained message: the broker sent them all
@@ -56,6 +58,52 @@ class RetireReport:
     def clean(self) -> bool:
         """Return whether nothing of the agent is left on the broker."""
         return not self.left
+
+
+def retire_refusal(fleet: Fleet, name: str, record: FleetRecord | None, where: str) -> str | None:
+    """Return why `name` may not be retired with this fleet file, or None (a pure check).
+
+    `record` is what the broker directory's render.json says it was rendered from: the
+    fleet file must be that fleet (same operator, the same id for every name both know),
+    and the agent one of its agents that the file no longer holds.
+    """
+    special = {"operator", fleet.operator_name, EXPLORER_NAME, CANARY_NAME}
+    special |= {f"_{purpose}" for purpose in LOOK_PURPOSES}
+    if name in special or name.startswith("_"):
+        return (
+            f"{name!r} is one of the operator's or the broker's own identities, not an agent: "
+            "only an agent is retired"
+        )
+    if record is None:
+        return (
+            f"{where} holds no record of the fleet it was rendered from: re-render it from "
+            f"the fleet file that still holds {name!r} (`vox broker render OLD --out DIR`), "
+            "then retire"
+        )
+    if record.operator_id != str(fleet.operator_id):
+        return (
+            f"the fleet file is not the fleet {where} was rendered from (its operator is "
+            f"{fleet.operator_id}, the broker's {record.operator_id}): pass that fleet's file"
+        )
+    moved = sorted(
+        agent.name
+        for agent in fleet
+        if agent.name in record.agents and record.agents[agent.name] != str(agent.id)
+    )
+    if moved:
+        return (
+            f"the fleet file is not the fleet {where} was rendered from: {moved[0]!r} has "
+            "another id there"
+        )
+    if name not in record.agents:
+        return f"{name!r} is not an agent of the fleet {where} was rendered from"
+    with contextlib.suppress(KeyError):
+        kept = fleet.agent(name)
+        return (
+            f"{name!r} ({kept.id}) is still in the fleet file: remove it there first "
+            "(`vox fleet diff OLD NEW` shows every step)"
+        )
+    return None
 
 
 def _settings(creds: Credentials, client_id: str) -> BrokerSettings:
@@ -193,6 +241,12 @@ async def retire_agent(
 ) -> RetireReport:
     """Clear a retired agent's status and war-room posts and say RETIRED to its watchers."""
     root = Path(broker_dir)
+    manifest = load_manifest(root)
+    refusal = retire_refusal(
+        fleet, name, None if manifest is None else manifest.fleet, str(root / MANIFEST_NAME)
+    )
+    if refusal is not None:
+        raise ConfigError([refusal])
     agent_creds = _load(
         root,
         name,

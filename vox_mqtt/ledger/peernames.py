@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from uuid import UUID
 
-__all__ = ["NAMES_FILE", "read_names", "write_names"]
+__all__ = ["NAMES_FILE", "plain_name", "read_names", "write_names"]
 
 NAMES_FILE = "names.json"
+# The names a fleet file allows (docs/fleet-file.md): anything else in a names file is
+# not one the agent wrote, and is left out rather than shown.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_MAX_BYTES = 4 * 1024 * 1024
+
+
+def plain_name(value: object) -> str | None:
+    """Return value when it is a name a fleet file allows, else None."""
+    return value if isinstance(value, str) and _NAME.fullmatch(value) else None
 
 
 def write_names(state_dir: Path, names: Mapping[UUID, str]) -> None:
@@ -32,15 +42,21 @@ def write_names(state_dir: Path, names: Mapping[UUID, str]) -> None:
 
 def read_names(state_dir: Path) -> dict[UUID, str]:
     """Return the names kept beside a ledger, or {} when there are none."""
+    path = Path(state_dir) / NAMES_FILE
     try:
-        data = json.loads((Path(state_dir) / NAMES_FILE).read_text(encoding="utf-8"))
+        if not path.is_file() or path.stat().st_size > _MAX_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     names: dict[UUID, str] = {}
     if isinstance(data, dict):
         for key, value in data.items():
+            name = plain_name(value)
+            if name is None:
+                continue
             try:
-                names[UUID(str(key))] = str(value)
+                names[UUID(str(key))] = name
             except ValueError:
                 continue
     return names

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 from uuid import UUID, uuid4
 
 from vox_mqtt.protocol.errors import FleetError
@@ -17,13 +17,20 @@ from vox_mqtt.protocol.sites import BrokerSpec, Placement, broker_lines, parse_b
 from vox_mqtt.protocol.topics import WARROOM_ID
 
 __all__ = [
+    "MAX_CHILDREN",
     "AgentSpec",
     "AgentView",
     "Fleet",
     "load_fleet",
+    "looks_like_id",
     "parse_fleet",
     "seed_fleet_toml",
 ]
+
+# The most children one master may have. A master subscribes to each child's status
+# (`vox/<uuid>/status`, 50 bytes of a SUBSCRIBE each): 1,000 of them take 50 KB, well
+# within the broker's max_packet_size (docs/broker.md), with room for its other filters.
+MAX_CHILDREN: Final = 1000
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _AGENT_KEYS = frozenset(
@@ -37,6 +44,15 @@ _RESERVED = {_UNREADABLE: "the nil UUID", WARROOM_ID: "the war room's id"}
 _UUID_FORM = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
+# A name the CLI could take for an id or an id prefix (4+ hex digits, hyphens aside).
+_ID_LIKE = re.compile(r"[0-9a-fA-F-]*")
+_ID_LIKE_DIGITS = 4
+
+
+def looks_like_id(name: str) -> bool:
+    """Return whether a name reads as a UUID or the start of one (4+ hex digits, hyphens)."""
+    digits = name.replace("-", "")
+    return bool(_ID_LIKE.fullmatch(name)) and len(digits) >= _ID_LIKE_DIGITS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,12 +130,13 @@ class Fleet:
         """Return the agent with this name or id; raise KeyError if there is none."""
         if isinstance(key, UUID):
             return self._by_id[key]
+        # An exact id first: a name never shadows an id (the file refuses id-like names).
+        parsed = _parse_uuid(key)
+        if parsed is not None and parsed in self._by_id:
+            return self._by_id[parsed]
         if key in self._by_name:
             return self._by_name[key]
-        try:
-            return self._by_id[UUID(key)]
-        except ValueError:
-            raise KeyError(key) from None
+        raise KeyError(key)
 
     def master_of(self, agent_id: UUID) -> UUID:
         """Return the agent's master id; the root's master is the operator."""
@@ -215,6 +232,8 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
         name = operator.get("name", "operator")
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             problems.append(f"{source}: [operator] name {name!r} is not a valid name")
+        elif looks_like_id(name):
+            problems.append(f"{source}: [operator] name {name!r} reads as an id (4+ hex digits)")
         else:
             operator_name = name
 
@@ -261,6 +280,11 @@ def _parse_agent(
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         problems.append(
             f"{where}: {label}: name must be letters, digits, '.', '_' or '-' (got {name!r})"
+        )
+    elif looks_like_id(name):
+        problems.append(
+            f"{where}: {label}: the name reads as an id (a UUID or 4+ hex digits), which "
+            f"`vox` commands take for one: add a letter beyond a-f (e.g. 'node-{name}')"
         )
     agent_id = _parse_uuid(raw.get("id"))
     if agent_id is None:
@@ -338,6 +362,17 @@ def _check_tree(
             problems.append(f"{where(spec)}: agent {spec.name!r}: id is the operator's id")
         seen_ids.setdefault(spec.id, spec)
         seen_names.setdefault(spec.name, spec)
+
+    children: dict[UUID, int] = {}
+    for spec in specs:
+        if spec.master_id is not None:
+            children[spec.master_id] = children.get(spec.master_id, 0) + 1
+    for master, count in children.items():
+        if count > MAX_CHILDREN and master in seen_ids:
+            problems.append(
+                f"{where(seen_ids[master])}: agent {seen_ids[master].name!r}: {count} children, "
+                f"more than the {MAX_CHILDREN} one master may have (docs/operations.md)"
+            )
 
     roots = [spec for spec in specs if spec.master_id is None]
     if len(roots) > 1:

@@ -21,6 +21,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.boundedfile import MAX_CONFIG_BYTES, read_regular
 
 __all__ = [
     "LINK_FILTER",
@@ -117,7 +118,8 @@ class LinkMap:
         """Load the map beside a config; None when the fleet has one broker (no file)."""
         path = links_path(config)
         try:
-            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+            raw = read_regular(path, limit=MAX_CONFIG_BYTES)
+            return cls.from_json(json.loads(raw.decode("utf-8")))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError) as exc:

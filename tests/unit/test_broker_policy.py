@@ -1,0 +1,68 @@
+"""The fleet's policy as probes, and the rules' answers to them (acl_file and dynsec)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.kits.brokerkit import seven_agent_fleet
+from vox_mqtt.broker.acl import fleet_identities, parse_acl_file, render_acl_file
+from vox_mqtt.broker.policy import (
+    MAX_PROBES_PER_IDENTITY,
+    acl_allows,
+    dynsec_allows,
+    policy_probes,
+    policy_problems,
+)
+
+
+def test_probes_are_bounded_and_the_rendered_acl_holds_them() -> None:
+    identities = fleet_identities(seven_agent_fleet(), explorer=True)
+    probes = policy_probes(identities)
+    for identity in identities:
+        mine = [p for p in probes if p.user == identity.username]
+        assert 0 < len(mine) <= MAX_PROBES_PER_IDENTITY
+        assert any(p.allowed for p in mine)
+        assert any(not p.allowed for p in mine)
+    acl = parse_acl_file(render_acl_file(identities))
+    assert policy_problems(probes, lambda u, t, w: acl_allows(acl, u, t, w)) == (0, [])
+
+
+def test_an_acl_that_opens_a_path_or_closes_one_is_caught() -> None:
+    identities = fleet_identities(seven_agent_fleet())
+    probes = policy_probes(identities)
+    text = render_acl_file(identities)
+    opened = parse_acl_file(text + "pattern readwrite vox/#\n")
+    wrong, lines = policy_problems(probes, lambda u, t, w: acl_allows(opened, u, t, w))
+    assert wrong > 0
+    assert "must be forbidden" in lines[0]
+    first = identities[0]
+    closed = parse_acl_file(
+        text.replace(f"user {first.username}\n", f"user {first.username}\ntopic deny #\n")
+    )
+    wrong, lines = policy_problems(probes, lambda u, t, w: acl_allows(closed, u, t, w))
+    assert wrong > 0
+    assert "must be allowed" in lines[0]
+
+
+def test_dynsec_answers_by_role_then_default() -> None:
+    document = {
+        "defaultACLAccess": {"publishClientSend": False, "publishClientReceive": False},
+        "clients": [{"username": "a", "roles": [{"rolename": "r"}]}],
+        "roles": [
+            {
+                "rolename": "r",
+                "acls": [
+                    {"acltype": "publishClientSend", "topic": "vox/a/#", "allow": True},
+                    {"acltype": "subscribePattern", "topic": "vox/b/+", "allow": True},
+                    {"acltype": "publishClientReceive", "topic": "vox/b/+", "allow": True},
+                ],
+            }
+        ],
+    }
+    assert dynsec_allows(document, "a", "vox/a/x", True)
+    assert not dynsec_allows(document, "a", "vox/b/x", True)
+    assert dynsec_allows(document, "a", "vox/b/x", False)
+    assert not dynsec_allows(document, "nobody", "vox/a/x", True)
+    opened = json.loads(json.dumps(document))
+    opened["defaultACLAccess"]["publishClientSend"] = True
+    assert dynsec_allows(opened, "a", "vox/z", True)

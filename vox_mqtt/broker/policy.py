@@ -1,0 +1,261 @@
+"""The fleet's policy as probes, and the proof that broker rules hold it (docs/broker.md).
+
+`vox broker render` writes `policy.json` beside the rules: for every identity a bounded
+set of probes drawn from what the fleet file implies, each a (user, topic, read or write,
+allowed?) pair: one instance of each of its own rules (allowed), and topics of another
+identity's rules it may not use plus the canary's forbidden topic (refused). Before a
+reload installs anything (acl or dynsec, hand edit or not), `policy_problems` evaluates
+the rules about to be installed against every probe, as Mosquitto decides them: the
+`acl_file` first match in the user's block then the `pattern` lines; dynsec by role
+priority, then `defaultACLAccess`. A rule set that would refuse an allowed path or open
+a forbidden one is refused before the broker is touched; the canary then proves, after
+the reload, that the broker loaded the rules that were proven.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from vox_mqtt.broker.acl import (
+    AclEntry,
+    AclFile,
+    Identity,
+    canary_forbidden_topic,
+    topic_matches,
+)
+from vox_mqtt.broker.passwd import atomic_write
+from vox_mqtt.protocol.errors import ConfigError
+
+__all__ = [
+    "MAX_PROBES_PER_IDENTITY",
+    "POLICY_NAME",
+    "Probe",
+    "acl_allows",
+    "acl_answers",
+    "dynsec_allows",
+    "dynsec_answers",
+    "load_policy",
+    "policy_probes",
+    "policy_problems",
+    "write_policy",
+]
+
+POLICY_NAME: Final = "policy.json"
+MAX_PROBES_PER_IDENTITY: Final = 16
+_MAX_ALLOWED: Final = 12  # instances of its own rules; the rest: forbidden paths
+_NEIGHBOURS: Final = 4  # identities looked at for forbidden paths: bounded work per identity
+_SAMPLE: Final = "probe"  # what fills a `+` or `#` level in a probe's topic
+# dynsec's own defaults when defaultACLAccess does not say (mosquitto's dynamic-security).
+_DYNSEC_DEFAULTS: Final = {
+    "publishClientSend": False,
+    "publishClientReceive": True,
+    "subscribe": False,
+    "unsubscribe": True,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """One path of one identity, and whether the fleet's policy allows it."""
+
+    user: str
+    name: str
+    topic: str
+    write: bool
+    allowed: bool
+
+    def text(self) -> str:
+        op = "write" if self.write else "read"
+        verdict = "allowed" if self.allowed else "forbidden"
+        return f"{self.name} ({self.user}) {op} {self.topic} must be {verdict}"
+
+
+def _instance(filter_: str) -> str:
+    return "/".join(_SAMPLE if level in ("+", "#") else level for level in filter_.split("/"))
+
+
+def _may(identity: Identity, topic: str, write: bool) -> bool:
+    return identity.may_write(topic) if write else identity.may_read(topic)
+
+
+def _first_forbidden(probe: Any, other: Identity) -> list[Probe]:
+    for rule in other.rules:
+        for write in (False, True):
+            if rule.write if write else rule.read:
+                candidate: Probe = probe(_instance(rule.topic), write)
+                if not candidate.allowed:
+                    return [candidate]
+    return []
+
+
+def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
+    """Return at most MAX_PROBES_PER_IDENTITY probes per identity (a pure function)."""
+    probes: list[Probe] = []
+    for index, identity in enumerate(identities):
+
+        def probe(topic: str, write: bool, *, who: Identity = identity) -> Probe:
+            return Probe(
+                user=who.username,
+                name=who.name,
+                topic=topic,
+                write=write,
+                allowed=_may(who, topic, write),
+            )
+
+        # An instance of one of its own rules: allowed by construction (rules only grant).
+        own = [
+            Probe(
+                user=identity.username,
+                name=identity.name,
+                topic=_instance(rule.topic),
+                write=write,
+                allowed=True,
+            )
+            for rule in identity.rules
+            for write in (False, True)
+            if (rule.write if write else rule.read)
+        ][:_MAX_ALLOWED]
+        forbidden = [probe(canary_forbidden_topic(), True)]
+        # Another identity's paths (the next ones in the fleet's order) it may not use:
+        # one per neighbour, so the work per identity stays bounded.
+        count = len(identities)
+        others = [
+            identities[(index + step) % count] for step in range(1, min(_NEIGHBOURS, count - 1) + 1)
+        ]
+        for other in others:
+            if len(own) + len(forbidden) >= MAX_PROBES_PER_IDENTITY:
+                break
+            forbidden += _first_forbidden(probe, other)
+        probes += own + [p for p in forbidden if not p.allowed]
+    return tuple(probes)
+
+
+def write_policy(root: Path, probes: Iterable[Probe]) -> None:
+    """Write policy.json (0644: topics and ids, no secret)."""
+    rows = [[p.user, p.name, p.topic, "w" if p.write else "r", p.allowed] for p in probes]
+    text = json.dumps({"version": 1, "probes": rows}, separators=(",", ":"))
+    atomic_write(root / POLICY_NAME, text + "\n", mode=0o644)
+
+
+def load_policy(root: Path) -> tuple[Probe, ...] | None:
+    """Return the probes render wrote, None for a directory rendered before them."""
+    path = root / POLICY_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"{path}: unreadable ({exc}): re-render the broker"]) from None
+    try:
+        return tuple(
+            Probe(user=str(u), name=str(n), topic=str(t), write=op == "w", allowed=bool(a))
+            for u, n, t, op, a in data["probes"]
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError([f"{path}: not a policy this version reads ({exc})"]) from None
+
+
+def acl_allows(acl: AclFile, username: str, topic: str, write: bool) -> bool:
+    """Return what Mosquitto's acl_file check answers (first match: user block, patterns)."""
+    return acl_answers(acl)(username, topic, write)
+
+
+def acl_answers(acl: AclFile) -> Callable[[str, str, bool], bool]:
+    """Return acl_allows for one file, its entries indexed by user once."""
+    by_user: dict[str | None, list[AclEntry]] = {}
+    patterns = [e for e in acl.entries if e.pattern]
+    for entry in acl.entries:
+        if not entry.pattern:
+            by_user.setdefault(entry.user, []).append(entry)
+
+    def allows(username: str, topic: str, write: bool) -> bool:
+        for entry in (*by_user.get(username, ()), *patterns):
+            filter_ = entry.topic
+            if entry.pattern:
+                filter_ = filter_.replace("%u", username).replace("%c", username)
+            if not topic_matches(filter_, topic):
+                continue
+            if entry.deny:
+                return False
+            if entry.write if write else entry.read:
+                return True
+        return False
+
+    return allows
+
+
+def _dynsec_check(
+    acls: list[Mapping[str, Any]], acltype: str, topic: str, defaults: Mapping[str, Any]
+) -> bool:
+    for acl in acls:
+        if acl.get("acltype") != acltype and not (
+            acltype == "subscribe"
+            and acl.get("acltype") in ("subscribePattern", "subscribeLiteral")
+        ):
+            continue
+        filter_ = str(acl.get("topic", ""))
+        literal = acl.get("acltype") == "subscribeLiteral"
+        if (filter_ == topic) if literal else topic_matches(filter_, topic):
+            return bool(acl.get("allow", False))
+    return bool(defaults.get(acltype, _DYNSEC_DEFAULTS[acltype]))
+
+
+def dynsec_allows(document: Mapping[str, Any], username: str, topic: str, write: bool) -> bool:
+    """Return what the dynamic-security plugin answers for a client of this document."""
+    return dynsec_answers(document)(username, topic, write)
+
+
+def dynsec_answers(document: Mapping[str, Any]) -> Callable[[str, str, bool], bool]:
+    """Return dynsec_allows for one document, its clients' ACLs ordered once."""
+    roles = {
+        str(role.get("rolename")): role
+        for role in document.get("roles", [])
+        if isinstance(role, Mapping)
+    }
+    defaults = document.get("defaultACLAccess") or {}
+    ordered: dict[str, list[Mapping[str, Any]]] = {}
+    for client in document.get("clients", []):
+        if not isinstance(client, Mapping) or client.get("disabled"):
+            continue
+        acls: list[tuple[int, int, Mapping[str, Any]]] = []
+        for order, link in enumerate(client.get("roles", [])):
+            role = roles.get(str(link.get("rolename"))) if isinstance(link, Mapping) else None
+            for acl in [] if role is None else role.get("acls", []):
+                if isinstance(acl, Mapping):
+                    acls.append((-int(acl.get("priority", 0)), order, acl))
+        ranked = sorted(acls, key=lambda item: (item[0], item[1]))
+        ordered[str(client.get("username"))] = [acl for _, _, acl in ranked]
+
+    def allows(username: str, topic: str, write: bool) -> bool:
+        if username not in ordered:
+            return False
+        acls = ordered[username]
+        if write:
+            return _dynsec_check(acls, "publishClientSend", topic, defaults)
+        return _dynsec_check(acls, "subscribe", topic, defaults) and _dynsec_check(
+            acls, "publishClientReceive", topic, defaults
+        )
+
+    return allows
+
+
+def policy_problems(
+    probes: Iterable[Probe], allows: Any, *, limit: int = 3
+) -> tuple[int, list[str]]:
+    """Return how many probes the rules answer wrongly, and the first few, one line each.
+
+    `allows(username, topic, write)` is the rules' answer (acl_allows / dynsec_allows bound
+    to the rules about to be installed).
+    """
+    wrong = 0
+    lines: list[str] = []
+    for probe in probes:
+        if bool(allows(probe.user, probe.topic, probe.write)) != probe.allowed:
+            wrong += 1
+            if len(lines) < limit:
+                lines.append(probe.text())
+    return wrong, lines
