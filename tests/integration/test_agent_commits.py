@@ -16,7 +16,6 @@ from tests.kits.daemonkit import render
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.fleet.config import load_daemon_config
 
-
 # These tests count the commits of one command. On a loaded machine an ack slower than the
 # first re-send interval (0.3 s in agentkit) brings a re-sent copy, whose `duplicate` row is a
 # commit of its own: no re-send may happen while a command is counted.
