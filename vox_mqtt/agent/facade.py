@@ -25,6 +25,7 @@ from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
+from vox_mqtt.agent.rules import advertisement, child_share
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.ledger.privatefs import private_dir
@@ -67,6 +68,7 @@ class VOXAgent:
         )
         self.tracker = RequestTracker(on_change=on_request_change)
         self.fleet_view = FleetView(stale_after=config.stale_after)
+        self.fleet_view.share_of = self._child_share
         for child_id, child_name in config.children.items():
             self.fleet_view.watch(child_id, child_name)
         self.metrics = AgentMetrics(enabled=config.metrics)
@@ -179,22 +181,29 @@ class VOXAgent:
     def advertised_commands(self) -> list[str]:
         """Return what this agent can serve: its own commands and its healthy children's.
 
-        At most MAX_ADVERTISED_COMMANDS, its own first: what children offer can never push
-        this agent's status past what its master believes (docs/liveness.md).
+        At most MAX_ADVERTISED_COMMANDS, its own first; each child within its share
+        (`rules.child_share`: a child advertising more is held as misbehaving), and when
+        they still do not fit, each child keeps an equal part (docs/liveness.md).
         """
         own = self.router.commands
-        offered = self.fleet_view.commands_of(self.config.children) - own
-        room = max(0, MAX_ADVERTISED_COMMANDS - len(own))
-        if len(offered) > room and self._cut_advertisement != len(offered):
-            self._cut_advertisement = len(offered)
+        offered = self.fleet_view.commands_by(self.config.children)
+        chosen, cut = advertisement(own, offered, MAX_ADVERTISED_COMMANDS)
+        if cut and self._cut_advertisement != cut:
+            self._cut_advertisement = cut
             log.warning(
-                "%s: children offer %d commands; advertising %d (the limit is %d)",
+                "%s: children offer %d more commands than fit in the advertisement (limit %d)",
                 self.name,
-                len(offered),
-                room,
+                cut,
                 MAX_ADVERTISED_COMMANDS,
             )
-        return sorted([*sorted(own)[:MAX_ADVERTISED_COMMANDS], *sorted(offered)[:room]])
+        return chosen
+
+    def _child_share(self, agent_id: UUID) -> int | None:
+        """Return how many commands a child may advertise; None for an agent not a child."""
+        children = self.config.children
+        if agent_id not in children:
+            return None
+        return child_share(len(self.router.commands), len(children), MAX_ADVERTISED_COMMANDS)
 
     async def raise_incident(
         self, error_code: str, description: str, *, severity: Severity = "ERROR"

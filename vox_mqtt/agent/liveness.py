@@ -90,7 +90,7 @@ class Liveness:
         fleet_view.add_listener(self._queue_change)
         fleet_view.add_reject_listener(self._queue_reject)
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
-        self._witness = HeadWitness(ctx.ledger)
+        self._witness = HeadWitness(ctx.ledger, on_skip=self._witness_skipped)
         self._published_failure: str | None = None  # the ledger failure our status names
         # A federated fleet: children behind a lost bridge are one site incident, not many.
         self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
@@ -262,6 +262,10 @@ class Liveness:
 
     # --- watching others ------------------------------------------------------------------
 
+    def _witness_skipped(self) -> None:
+        # A child's head that came faster than the witness records (docs/liveness.md).
+        self.ctx.metrics.witness_skipped += 1
+
     async def _witness_head(self, child: UUID, head: tuple[int, str], *, final: bool) -> None:
         try:
             await self._witness.saw(child, head, final=final)
@@ -371,7 +375,8 @@ class Liveness:
         posted = self.posts.open_codes  # what the war room holds from us, kept current
         for child_id in self.config.children:
             entry = self.fleet_view.get(child_id)
-            if entry is None or not entry.seen:
+            # A child refused from its very first status is unseen, yet misbehaving.
+            if entry is None or not (entry.seen or entry.misbehaving()):
                 continue
             code = loss_code(entry)
             grace = max(

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Final
 from uuid import UUID
 
 from vox_mqtt.observe.status import AgentLiveness
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
 from vox_mqtt.protocol.topics import InboxTopic
 
-__all__ = ["choose_child", "verify"]
+__all__ = ["MIN_CHILD_SHARE", "advertisement", "child_share", "choose_child", "verify"]
+
+# However many children a master has, each may advertise at least this many commands.
+MIN_CHILD_SHARE: Final = 16
 
 
 def verify(
@@ -50,3 +54,34 @@ def choose_child(
         best = min(healthy, key=lambda c: (load.get(c.id, 0), tiebreak()))
         return best.id, None
     return None, ErrorCode.TARGET_INACTIVE if advertising else ErrorCode.NO_ROUTE
+
+
+def child_share(own: int, children: int, limit: int) -> int:
+    """Return how many commands one child may advertise to its master (docs/liveness.md).
+
+    The room a master's advertisement has after its own commands, split evenly between
+    its children (at least MIN_CHILD_SHARE each): within their shares all of them fit.
+    """
+    room = max(0, limit - own)
+    return max(MIN_CHILD_SHARE, room // max(1, children))
+
+
+def advertisement(
+    own: Collection[str], children: Mapping[UUID, Sequence[str]], limit: int
+) -> tuple[list[str], int]:
+    """Return what a master advertises, sorted, and how many child commands did not fit.
+
+    Its own commands first; then its children's, taken in turns (each child's next
+    command in each round, children in id order) so that when they cannot all fit, each
+    keeps an equal part: no child's list can push out a sibling's commands.
+    """
+    chosen = set(sorted(own)[:limit])
+    queues = [sorted(set(commands) - chosen) for _, commands in sorted(children.items())]
+    offered = set().union(*queues) if queues else set()
+    depth = 0
+    while len(chosen) < limit and any(depth < len(q) for q in queues):
+        for queue in queues:
+            if depth < len(queue) and len(chosen) < limit:
+                chosen.add(queue[depth])
+        depth += 1
+    return sorted(chosen), len(offered - chosen)

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from vox_mqtt.console.safetext import plain
 from vox_mqtt.protocol.errors import ConfigError
 
 __all__ = [
@@ -83,17 +84,18 @@ def duration(seconds: float) -> str:
 
 def out_console() -> Console:
     """Return a console on stdout (plain when not a terminal)."""
-    return Console(soft_wrap=True, highlight=False)
+    return Console(soft_wrap=True, highlight=False, emoji=False)
 
 
 def err_console() -> Console:
     """Return a console on stderr."""
-    return Console(stderr=True, soft_wrap=True, highlight=False)
+    return Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 
 def fail(message: str) -> None:
-    """Print one error line for a person on stderr."""
-    print(f"vox: error: {message}", file=sys.stderr)
+    """Print one error line for a person on stderr (what came from outside as text only)."""
+    text = "\n".join(plain(line) for line in message.split("\n"))
+    print(f"vox: error: {text}", file=sys.stderr)
 
 
 def print_json(data: Any) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 from uuid import UUID
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from vox_mqtt.console.safetext import shown
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.ledger.witness import check_against_witness
 from vox_mqtt.protocol.errors import LedgerError
@@ -176,9 +176,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
             print_json(rows)
             return 0
         table = Table(
-            title=f"{args.db}: last {len(rows)} rows",
+            title=f"{shown(args.db)}: last {len(rows)} rows",
             title_justify="left",
-            caption=escape(names.provenance()) or None,
+            caption=shown(names.provenance()) or None,
             caption_justify="left",
         )
         for name in ("#", "recorded_at", "action", "type", "message_id", "from", "to", "reply_to"):
@@ -196,7 +196,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 _short(row["reply_to"]),
                 _note(row, names),
             )
-            table.add_row(*(escape(cell) for cell in cells))
+            table.add_row(*(shown(cell) for cell in cells))
         _console().print(table)
         return 0
 
@@ -239,12 +239,12 @@ def render_chain(chain: list[dict[str, Any]], focus: str, names: Names | None = 
     nodes: dict[str, Tree] = {}
     for row in chain:
         mid = row["message_id"]
-        label = escape(
+        label = shown(
             f"{row['message_type'] or row['event_type']} {mid}  "
             f"{names.label(row['source'])} → {names.label(row['target'])}  "
             f"[{', '.join(row['actions'])}]  {row['recorded_at']}"
         )
-        note = escape(_note(row, names))
+        note = shown(_note(row, names))
         label = f"[bold]{label}[/]" if mid == focus else label
         parent = nodes.get(row["reply_to"] or "", tree)
         nodes[mid] = parent.add(f"{label}  [dim]{note}[/]" if note else label)
@@ -263,7 +263,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             fail(f"ledger {args.db} failed verification{where}: {report.problem}")
             return EXIT_RUNTIME
         out_console().print(
-            f"ok: {args.db}: {report.rows} rows, hash chain intact, append-only triggers in place"
+            f"ok: {shown(args.db)}: {report.rows} rows, hash chain intact,"
+            " append-only triggers in place"
         )
         return 0 if args.witness is None else await _witnessed(memory)
 
@@ -278,11 +279,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 fail(f"ledger {args.db} disagrees with its master's {args.witness}: {seen.problem}")
                 return EXIT_RUNTIME
             out_console().print(
-                f"ok: {args.db} holds all {seen.heads} heads {args.witness} witnessed"
-                f" of agent {seen.agent}"
+                f"ok: {shown(args.db)} holds all {seen.heads} heads {shown(args.witness)}"
+                f" witnessed of agent {seen.agent}"
             )
             if seen.note:
-                out_console().print(f"note: {seen.note}")
+                out_console().print(f"note: {shown(seen.note)}")
             return 0
 
         return await _open_ledger(args.witness, compare)

@@ -27,9 +27,10 @@ from rich.table import Table
 from rich.tree import Tree
 
 from vox_mqtt.broker.passwd import Credentials, load_credentials
+from vox_mqtt.console.safetext import shown
 from vox_mqtt.fleet.config import load_console_config, load_daemon_config
 from vox_mqtt.fleet.explorer import load_explorer_config
-from vox_mqtt.observe.metrics import parse_snapshot, quantile
+from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from vox_mqtt.observe.warroom import Incident
@@ -334,27 +335,34 @@ def status_table(
     for entry in sorted(agents, key=lambda a: a.name):
         metrics = entry.metrics or {}
         rate, errors, p50 = activity(metrics)
+        host = parse_host_metrics(metrics)  # known figures only, each within its bounds
         colour = _COLOURS.get(entry.status, "white")
         status = entry.status + (f" ({entry.error_code})" if entry.error_code else "")
         live = entry.status == ACTIVE
+        state = liveliness(entry, incidents, now).text()
+        if entry.misbehaving(now):
+            # Its last status was refused (docs/liveness.md): said, never hidden.
+            colour, status = "red", f"REJECTED, last {status}" if entry.seen else "REJECTED"
+            state = f"refused: {entry.rejected}"
+            live = False
         table.add_row(
-            entry.name,
+            shown(entry.name),
             str(entry.id),
-            f"[{colour}]{status}[/]",
-            str(entry.epoch),
-            liveliness(entry, incidents, now).text(),
+            f"[{colour}]{shown(status)}[/]",
+            str(entry.epoch) if entry.epoch >= 0 else "-",
+            shown(state, 200),
             # The agent's own counts (docs/metrics.md), from its last heartbeat.
             rate if live else "-",
             errors if live else "-",
             p50 if live else "-",
             # A down agent's last figures would read as current: show them only while live.
             # An idle agent uses a fraction of a percent: one decimal shows it.
-            _percent(metrics.get("process_cpu_percent"), 1) if live else "-",
-            _mebibytes(metrics.get("process_rss_bytes")) if live else "-",
-            _percent(metrics.get("cpu_percent")) if live else "-",
-            _percent(metrics.get("memory_percent")) if live else "-",
-            _percent(metrics.get("disk_percent")) if live else "-",
-            ", ".join(entry.commands),
+            _percent(host.get("process_cpu_percent"), 1) if live else "-",
+            _mebibytes(host.get("process_rss_bytes")) if live else "-",
+            _percent(host.get("cpu_percent")) if live else "-",
+            _percent(host.get("memory_percent")) if live else "-",
+            _percent(host.get("disk_percent")) if live else "-",
+            shown(", ".join(entry.commands)),
         )
     return table
 
@@ -378,7 +386,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         async with observing(reader, warroom=reader.warroom, links=links) as observer:
             await settle(observer, args.wait)
             observer.view.refresh()
-            agents = [a for a in observer.view.agents() if a.seen]
+            agents = shown_agents(observer)
             if links is not None:
                 agents = links.overlay(agents)
             incidents = list(observer.incidents.values())
@@ -393,11 +401,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                     document["links"] = _link_rows(links)
                 print_json(document)
             else:
-                title = f"vox fleet status, as seen by {reader.name} ({reader.kind})"
+                title = f"vox fleet status, as seen by {shown(reader.name)} ({reader.kind})"
                 _wide_console().print(status_table(agents, title, incidents))
         return 0
 
     return asyncio.run(run())
+
+
+def shown_agents(observer: FleetObserver) -> list[AgentLiveness]:
+    """Return the agents a view lists: every one seen, and every one whose status was refused."""
+    return [a for a in observer.view.agents() if a.seen or a.misbehaving()]
 
 
 def _link_rows(links: LinkWatch) -> list[dict[str, Any]]:
@@ -411,7 +424,7 @@ def _link_rows(links: LinkWatch) -> list[dict[str, Any]]:
 
 def status_tree(reader: Reader, observer: FleetObserver, links: LinkWatch | None = None) -> Tree:
     """Draw the fleet as masters and children from what the statuses say."""
-    seen = [a for a in observer.view.agents() if a.seen]
+    seen = shown_agents(observer)
     agents = {a.id: a for a in (seen if links is None else links.overlay(seen))}
     incidents = list(observer.incidents.values())
     now = time.monotonic()
@@ -419,8 +432,12 @@ def status_tree(reader: Reader, observer: FleetObserver, links: LinkWatch | None
     def label(entry: AgentLiveness) -> str:
         colour = _COLOURS.get(entry.status, "white")
         code = f" {entry.error_code}" if entry.error_code else ""
+        state = liveliness(entry, incidents, now).text()
+        if entry.misbehaving(now):
+            colour, code = "red", f"{code} REJECTED"
+            state = f"refused: {entry.rejected}"
         figures = ""
-        metrics = entry.metrics or {}
+        metrics = parse_host_metrics(entry.metrics)
         if entry.status == ACTIVE and metrics:
             figures = (
                 f", cpu {_percent(metrics.get('process_cpu_percent'), 1)}% "
@@ -428,17 +445,16 @@ def status_tree(reader: Reader, observer: FleetObserver, links: LinkWatch | None
                 f"(host cpu {_percent(metrics.get('cpu_percent'))}%)"
             )
         return (
-            f"[{colour}]{entry.name} {entry.status}{code}[/] [dim](id: {entry.id}, "
-            f"epoch {entry.epoch}, {liveliness(entry, incidents, now).text()}{figures})[/]"
+            f"[{colour}]{shown(entry.name)} {entry.status}{shown(code)}[/] [dim](id: {entry.id}, "
+            f"epoch {entry.epoch}, {shown(state, 200)}{figures})[/]"
         )
 
     top = agents.get(reader.top)
     if top is not None:
         tree = Tree(label(top))
     else:  # the operator, or a master whose status this identity may not read
-        tree = Tree(
-            f"[bold]{reader.top_name}[/] ({'operator' if reader.kind == 'operator' else 'master'})"
-        )
+        kind = "operator" if reader.kind == "operator" else "master"
+        tree = Tree(f"[bold]{shown(reader.top_name)}[/] ({kind})")
 
     def grow(branch: Tree, parent: UUID, depth: int) -> None:
         children = [agents[a.id] for a in observer.view.get_children(parent) if a.id in agents]
@@ -447,10 +463,13 @@ def status_tree(reader: Reader, observer: FleetObserver, links: LinkWatch | None
                 grow(branch.add(label(entry)), entry.id, depth + 1)
 
     grow(tree, reader.top, 0)
+    for entry in agents.values():
+        if not entry.seen:  # refused from its first status: nobody knows where it hangs
+            tree.add(label(entry))
     if observer.incidents:
         tree.add(f"[red]war room: {len(observer.incidents)} open incident(s)[/]")
     for link in [] if links is None else links.down():
-        tree.add(f"[red]site {link.site}: bridge link lost ({SITE_LINK_LOST})[/]")
+        tree.add(f"[red]site {shown(link.site)}: bridge link lost ({SITE_LINK_LOST})[/]")
     return tree
 
 
@@ -539,12 +558,12 @@ def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | 
     if title is not None:
         console.print(f"[bold]{title}[/]: {len(rows)}")
     for row in rows:
-        mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{row['severity']}[/]"
+        mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{shown(row['severity'])}[/]"
         source = row["source_name"] or row["source"]
         subject = row["subject_name"] or row["subject"]
         broken = "[bold red]RULE BROKEN[/] " if row.get("rule_broken") else ""
         console.print(
-            f"{row['emitted_at']} {broken}{mark} {row['error_code']} from {source} about "
-            f"{subject}: {row['description']}"
+            f"{shown(row['emitted_at'])} {broken}{mark} {shown(row['error_code'], 200)} from "
+            f"{shown(source)} about {shown(subject)}: {shown(row['description'])}"
         )
     sys.stdout.flush()

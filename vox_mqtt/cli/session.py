@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
 
 from ._common import (
@@ -108,12 +109,12 @@ async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) ->
         )
         return 0
     out = out_console()
-    out.print(f"[bold]{args.command}[/]: {json.dumps(details.get('result'))}")
+    out.print(f"[bold]{shown(args.command)}[/]: {shown(json.dumps(details.get('result')))}")
     if details.get("summary"):
-        out.print(details["summary"])
+        out.print(shown(details["summary"]))
     who = handler_name or handler or "?"
     out.print(
-        f"[dim]handled by {who} ({_short(handler)}); "
+        f"[dim]handled by {shown(who)} ({shown(_short(handler))}); "
         f"reply {reply.message_id} to {reply.reply_to}[/]"
     )
     return 0
@@ -143,7 +144,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             source = entry.get("source", root_id)  # the root is the console's only peer
             entry["source_name"] = root_name if source == root_id else ""
         shown = entries[unread_from:] if args.unread else entries
-        if not args.keep_unread and entries:
+        if not args.keep_unread and entries and isinstance(entries[-1].get("message_id"), str):
             mark.advance(entries[-1]["message_id"])
         if args.json:
             print_json(shown)
@@ -158,18 +159,21 @@ def _print_inbox(entries: list[dict[str, Any]], *, unread: int) -> None:
     out = out_console()
     out.print(f"[bold]operator inbox[/]: {len(entries)} notification(s), {unread} new")
     for entry in entries:
-        details = dict(entry.get("details", {}))
+        # A kept notification is shown as text whatever it holds (docs/operations.md).
+        raw = entry.get("details")
+        details = dict(raw) if isinstance(raw, dict) else {"details": raw}
         note = details.pop("note_to_human", None)
-        flag = "  " if entry["read"] else "[bold yellow]● [/]"
-        sender = entry["source_name"] or entry.get("source") or "?"
+        flag = "  " if entry.get("read") else "[bold yellow]● [/]"
+        sender = entry.get("source_name") or entry.get("source") or "?"
         via = entry.get("message_source")
         out.print(
-            f"{flag}{entry['emitted_at']} [bold]{entry['type']}[/] from {sender}"
-            f"{f' ({via})' if via else ''}: {json.dumps(details)}"
+            f"{flag}{shown(entry.get('emitted_at', '?'))} [bold]{shown(entry.get('type', '?'))}[/]"
+            f" from {shown(sender)}{f' ({shown(via)})' if via else ''}: "
+            f"{shown(json.dumps(details, default=str), 20_000)}"
         )
         if note:
             for line in str(note).splitlines():
-                out.print(f"    {line}")
+                out.print(f"    {shown(line)}")
 
 
 class ReadMark:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 from uuid import UUID
@@ -32,8 +33,18 @@ from vox_mqtt.observe.metrics import (
 )
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
+from vox_mqtt.observe.warroom import INCIDENT_CODE
 
-__all__ = ["HOST_FAMILIES", "STATES", "FleetCollector", "fleet_families"]
+__all__ = [
+    "HOST_FAMILIES",
+    "INVALID_CODE",
+    "STATES",
+    "WARROOM_SERIES_KEEP",
+    "FleetCollector",
+    "code_label",
+    "fleet_families",
+    "warroom_series",
+]
 
 # An agent the exporter lists has sent a status, so it is never UNKNOWN.
 STATES: Final = (ACTIVE, STALE, INACTIVE)
@@ -58,7 +69,46 @@ HOST_FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
         "seconds since the agent process started",
     ),
 }
-_MAX_WARROOM_SERIES: Final = 256  # (severity, code) pairs remembered to report as 0
+# A (severity, code) pair no post holds any more reads 0 for this long, then is dropped;
+# at most this many such pairs are remembered, the longest closed dropped first
+# (docs/metrics.md).
+WARROOM_SERIES_KEEP: Final = 900.0
+_MAX_WARROOM_SERIES: Final = 256
+# The code label of a post whose error_code is not an incident code (INCIDENT_CODE).
+INVALID_CODE: Final = "INVALID_CODE"
+Pair = tuple[str, str]
+
+
+def code_label(code: str) -> str:
+    """Return a war-room error_code as a label value: itself if a valid code, else INVALID_CODE."""
+    return code if INCIDENT_CODE.fullmatch(code) else INVALID_CODE
+
+
+def warroom_series(
+    open_counts: Mapping[Pair, int],
+    remembered: dict[Pair, float],
+    now: float,
+    *,
+    keep: float = WARROOM_SERIES_KEEP,
+    cap: int = _MAX_WARROOM_SERIES,
+) -> dict[Pair, int]:
+    """Return the series to report: every open pair, and the recently closed ones as 0.
+
+    remembered (pair -> when it was last open) is updated in place: open pairs now, a
+    pair closed longer than keep is dropped, and beyond cap closed pairs the longest
+    closed go first. Pure: the clock is an argument.
+    """
+    for pair in open_counts:
+        remembered[pair] = now
+    for pair, at in list(remembered.items()):
+        if pair not in open_counts and now - at > keep:
+            del remembered[pair]
+    closed = sorted((at, pair) for pair, at in remembered.items() if pair not in open_counts)
+    for _, pair in closed[: max(0, len(closed) - cap)]:
+        del remembered[pair]
+    series = {pair: 0 for pair in remembered}
+    series.update(open_counts)
+    return series
 
 
 Parsed = tuple[dict[str, Any], dict[str, float], MetricsSnapshot | None]
@@ -81,7 +131,7 @@ def fleet_families(
     observer: FleetObserver,
     *,
     names: Mapping[UUID, str],
-    seen_incidents: set[tuple[str, str]] | None = None,
+    seen_incidents: dict[Pair, float] | None = None,
     cache: dict[UUID, Parsed] | None = None,
 ) -> list[Metric]:
     """Return every metric family for the agents and incidents the observer holds."""
@@ -168,22 +218,18 @@ def fleet_families(
     return families
 
 
-def _warroom(observer: FleetObserver, seen: set[tuple[str, str]] | None) -> Metric:
+def _warroom(observer: FleetObserver, seen: dict[Pair, float] | None) -> Metric:
     family = GaugeMetricFamily(
         "vox_warroom_open_incidents",
         "open war-room incidents, by severity and error code",
         labels=["severity", "code"],
     )
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[Pair, int] = {}
     for incident in observer.incidents.values():
-        key: tuple[str, str] = (str(incident.failure.severity), incident.failure.error_code)
+        key: Pair = (str(incident.failure.severity), code_label(incident.failure.error_code))
         counts[key] = counts.get(key, 0) + 1
     if seen is not None:
-        for pair in counts:
-            if len(seen) < _MAX_WARROOM_SERIES:
-                seen.add(pair)
-        for pair in seen:
-            counts.setdefault(pair, 0)
+        counts = warroom_series(counts, seen, time.monotonic())
     for (severity, code), n in sorted(counts.items()):
         family.add_metric([severity, code], float(n))
     return family
@@ -213,7 +259,7 @@ class FleetCollector(Collector):
         self.loop = loop
         self.connected = connected
         self.timeout = timeout
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: dict[Pair, float] = {}
         # A status's metrics are parsed at the first scrape after it arrived, not at each.
         self._cache: dict[UUID, Parsed] = {}
         self._lock = threading.Lock()

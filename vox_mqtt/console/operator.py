@@ -116,9 +116,11 @@ class OperatorConsole:
         entries = []
         for line in lines:
             try:
-                entries.append(json.loads(line))
-            except ValueError:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
                 continue  # a torn last line after a crash
+            if isinstance(entry, dict):  # anything else was never written by this console
+                entries.append(entry)
         return entries
 
 

@@ -2,32 +2,107 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from vox_mqtt.ledger.store import GENESIS_HASH, VOXAgentMemory
 from vox_mqtt.protocol.errors import LedgerError
 
-__all__ = ["HeadWitness", "WitnessReport", "check_against_witness"]
+__all__ = [
+    "WITNESS_BURST",
+    "WITNESS_FINAL_BURST",
+    "WITNESS_FINAL_RATE",
+    "WITNESS_RATE",
+    "HeadWitness",
+    "RateBudget",
+    "WitnessReport",
+    "check_against_witness",
+]
+
+# How many heads of one child a master records (docs/liveness.md): a burst of this many,
+# then this many per second; a child's final heads (on SHUTDOWN) have a budget of their
+# own. What comes faster is counted (`witness_skipped`), not recorded: the next head
+# recorded vouches for every row before it anyway.
+WITNESS_BURST: Final = 8
+WITNESS_RATE: Final = 1.0
+WITNESS_FINAL_BURST: Final = 2
+WITNESS_FINAL_RATE: Final = 0.1
+
+
+class RateBudget:
+    """A token bucket: `burst` at once, then `rate` per second (the clock is given)."""
+
+    __slots__ = ("_at", "_tokens", "burst", "rate")
+
+    def __init__(self, burst: float, rate: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._tokens = float(burst)
+        self._at: float | None = None
+
+    def take(self, now: float) -> bool:
+        """Spend one if there is one at now; tell whether there was."""
+        if self._at is not None:
+            self._tokens = min(self.burst, self._tokens + max(0.0, now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 class HeadWitness:
-    """Record each child's reported ledger head in this agent's ledger, once per change."""
+    """Record each child's reported ledger head in this agent's ledger, once per change.
 
-    def __init__(self, memory: VOXAgentMemory) -> None:
+    At a bounded rate per child (WITNESS_BURST, WITNESS_RATE): a head that comes faster
+    is not recorded, and `on_skip` is told.
+    """
+
+    def __init__(
+        self,
+        memory: VOXAgentMemory,
+        *,
+        on_skip: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._memory = memory
         # The newest head recorded per child, so an idle child costs no rows.
         self._last: dict[UUID, tuple[tuple[int, str], bool]] = {}
+        self._budgets: dict[tuple[UUID, bool], RateBudget] = {}
+        self._on_skip = on_skip
+        self._clock = clock
+        self.skipped = 0
+
+    def _admits(self, child: UUID, final: bool) -> bool:
+        key = (child, final)
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = (
+                RateBudget(WITNESS_FINAL_BURST, WITNESS_FINAL_RATE)
+                if final
+                else RateBudget(WITNESS_BURST, WITNESS_RATE)
+            )
+        if budget.take(self._clock()):
+            return True
+        self.skipped += 1
+        if self._on_skip is not None:
+            self._on_skip()
+        return False
 
     async def saw(self, child: UUID, head: tuple[int, str], *, final: bool = False) -> bool:
         """Record a child's head unless it is the one recorded last; tell whether it was.
 
-        final: the child's last word before stopping (its SHUTDOWN status).
+        final: the child's last word before stopping (its SHUTDOWN status). A head that
+        comes faster than the child's budget is not recorded (False, counted).
         """
         before = self._last.get(child)
         if before in ((head, final), (head, True)):
+            return False
+        if not self._admits(child, final):
             return False
         # Claimed before the write, so two statuses arriving together record it once.
         self._last[child] = (head, final)

@@ -38,6 +38,7 @@ __all__ = [
     "HistogramSnapshot",
     "LabelledCounter",
     "MetricsSnapshot",
+    "metrics_problem",
     "parse_host_metrics",
     "parse_snapshot",
     "quantile",
@@ -104,6 +105,9 @@ COUNTERS: Final[Mapping[str, CounterSpec]] = {
     "commands_failed": CounterSpec(label="code", help="commands answered with an error, by code"),
     "ledger_records": CounterSpec(label=None, help="records written to the ledger"),
     "reconnects": CounterSpec(label=None, help="broker connections after the first"),
+    "witness_skipped": CounterSpec(
+        label=None, help="children's ledger heads not recorded: they came faster than the bound"
+    ),
 }
 GAUGES: Final[Mapping[str, str]] = {
     "inflight_commands": "commands being run or awaited by this agent",
@@ -125,6 +129,33 @@ HOST_METRICS: Final[Mapping[str, str]] = {
     "process_cpu_percent": "agent process CPU use in percent over the last interval",
     "uptime_s": "seconds since the host booted",
     "process_uptime_s": "seconds since the agent process started",
+}
+
+# The range each number of a heartbeat must lie in, by its kind (docs/metrics.md). A status
+# whose metrics hold a number outside it is refused whole (`metrics_problem`): its agent is
+# shown as rejected and nothing else of the fleet's view or /metrics is touched.
+MAX_PERCENT: Final = 100.0
+MAX_PROCESS_PERCENT: Final = 100.0 * 1024  # one process on up to 1024 cores
+MAX_LOAD: Final = 1e6
+MAX_BYTES: Final = float(2**63 - 1)
+MAX_SECONDS: Final = 1e10  # about 317 years: an uptime, a timing, a bucket bound
+MAX_SECONDS_SUM: Final = 1e15  # the sum of a histogram's timings
+MAX_RATE: Final = 1e9  # messages per second
+_Range = tuple[float, float]
+HOST_BOUNDS: Final[Mapping[str, _Range]] = {
+    "cpu_percent": (0.0, MAX_PERCENT),
+    "memory_percent": (0.0, MAX_PERCENT),
+    "disk_percent": (0.0, MAX_PERCENT),
+    "load_1m": (0.0, MAX_LOAD),
+    "process_rss_bytes": (0.0, MAX_BYTES),
+    "process_cpu_percent": (0.0, MAX_PROCESS_PERCENT),
+    "uptime_s": (0.0, MAX_SECONDS),
+    "process_uptime_s": (0.0, MAX_SECONDS),
+}
+GAUGE_BOUNDS: Final[Mapping[str, _Range]] = {
+    "inflight_commands": (0.0, float(_MAX_COUNT)),
+    "intake_queue": (0.0, float(_MAX_COUNT)),
+    "ledger_bytes": (0.0, MAX_BYTES),
 }
 
 
@@ -211,6 +242,7 @@ class AgentMetrics:
         self.delivery_failures = 0
         self.ledger_records = 0
         self.reconnects = 0
+        self.witness_skipped = 0
         c = self.counters
         self.messages_in = c["messages_in"]
         self.messages_out = c["messages_out"]
@@ -327,11 +359,107 @@ def _count(value: Any) -> int | None:
     return value
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any, bounds: _Range | None = None) -> float | None:
+    """Return a JSON number as a finite float (within bounds, when given), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond every float (10**400 is valid JSON)
+        return None
+    if not math.isfinite(number):
+        return None
+    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        return None
+    return number
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _out_of(where: str, value: Any, bounds: _Range) -> str | None:
+    """Say why a number is not to be believed, or None when it is one within bounds."""
+    if _number(value, bounds) is not None:
+        return None
+    shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge integer"
+    return f"{where} = {shown[:40]} is outside [{bounds[0]:g}, {bounds[1]:g}]"
+
+
+def _count_problem(where: str, value: Any) -> str | None:
+    """Say why a number that should be a count is not one (a whole number, 0 to 2**63-1)."""
+    if not _is_number(value) or _count(value) is not None:
+        return None
+    if isinstance(value, int):
+        return _out_of(where, value, (0, float(_MAX_COUNT)))
+    return f"{where} = {repr(value)[:40]} is not a whole count"
+
+
+def _histogram_problem(where: str, raw: dict[Any, Any]) -> str | None:
+    bounds = raw.get("le")
+    for bound in bounds if isinstance(bounds, list) else []:
+        if _is_number(bound) and (problem := _out_of(f"{where}.le", bound, (0.0, MAX_SECONDS))):
+            return problem
+    counts = raw.get("counts")
+    for n in counts if isinstance(counts, list) else []:
+        if problem := _count_problem(f"{where}.counts", n):
+            return problem
+    total = raw.get("sum")
+    if _is_number(total):
+        return _out_of(f"{where}.sum", total, (0.0, MAX_SECONDS_SUM))
+    return None
+
+
+def _section(raw: dict[Any, Any], key: str) -> dict[Any, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _snapshot_problem(raw: dict[Any, Any]) -> str | None:
+    where = "metrics.agent"
+    counters = _section(raw, "counters")
+    for name in COUNTERS:
+        value = counters.get(name)
+        values = value.values() if isinstance(value, dict) else [value]
+        for n in values:
+            if problem := _count_problem(f"{where}.counters.{name}", n):
+                return problem
+    gauges = _section(raw, "gauges")
+    for name, bounds in GAUGE_BOUNDS.items():
+        value = gauges.get(name)
+        if _is_number(value) and (problem := _out_of(f"{where}.gauges.{name}", value, bounds)):
+            return problem
+    histograms = _section(raw, "histograms")
+    for name in HISTOGRAMS:
+        value = histograms.get(name)
+        if isinstance(value, dict) and (
+            problem := _histogram_problem(f"{where}.histograms.{name}", value)
+        ):
+            return problem
+    rate = raw.get("messages_per_s")
+    if _is_number(rate):
+        return _out_of(f"{where}.messages_per_s", rate, (0.0, MAX_RATE))
+    return None
+
+
+def metrics_problem(metrics: Any) -> str | None:
+    """Return why a status's details.metrics holds a number out of its kind's range, or None.
+
+    Every number an observer reads from a heartbeat (the host figures, and the counters,
+    gauges, histograms and rate of the agent's snapshot) must be finite and within the
+    range HOST_BOUNDS, GAUGE_BOUNDS and the MAX_* constants give its kind. What is not a
+    number, or not a known name, is left out by the parsers and is no problem here.
+    """
+    if not isinstance(metrics, dict):
+        return None
+    for name, bounds in HOST_BOUNDS.items():
+        value = metrics.get(name)
+        if _is_number(value) and (problem := _out_of(f"metrics.{name}", value, bounds)):
+            return problem
+    agent = metrics.get("agent")
+    if isinstance(agent, dict):
+        return _snapshot_problem(agent)
+    return None
 
 
 def _label(value: Any) -> str | None:
@@ -365,9 +493,9 @@ def _histogram(raw: Any) -> HistogramSnapshot | None:
         return None
     if not 0 < len(bounds_raw) <= MAX_BUCKETS or len(counts_raw) != len(bounds_raw) + 1:
         return None
-    bounds = [_number(b) for b in bounds_raw]
+    bounds = [_number(b, (0.0, MAX_SECONDS)) for b in bounds_raw]
     counts = [_count(c) for c in counts_raw]
-    total = _number(raw.get("sum"))
+    total = _number(raw.get("sum"), (0.0, MAX_SECONDS_SUM))
     if total is None or any(b is None for b in bounds) or any(c is None for c in counts):
         return None
     checked = tuple(b for b in bounds if b is not None)
@@ -399,9 +527,9 @@ def parse_snapshot(raw: Any) -> MetricsSnapshot | None:
     counters = _known(
         raw.get("counters"), COUNTERS, lambda name, v: _counter(v, COUNTERS[name].label is not None)
     )
-    gauges = _known(raw.get("gauges"), GAUGES, lambda _, v: _number(v))
+    gauges = _known(raw.get("gauges"), GAUGES, lambda name, v: _number(v, GAUGE_BOUNDS[name]))
     histograms = _known(raw.get("histograms"), HISTOGRAMS, lambda _, v: _histogram(v))
-    rate = _number(raw.get("messages_per_s"))
+    rate = _number(raw.get("messages_per_s"), (0.0, MAX_RATE))
     return MetricsSnapshot(
         counters=counters,
         gauges=gauges,
@@ -416,7 +544,7 @@ def parse_host_metrics(raw: Any) -> dict[str, float]:
         return {}
     figures = {}
     for name in HOST_METRICS:
-        number = _number(raw.get(name))
+        number = _number(raw.get(name), HOST_BOUNDS[name])
         if number is not None:
             figures[name] = number
     return figures

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -15,10 +16,13 @@ from uuid import UUID
 import psutil
 from pydantic import ValidationError
 
+from vox_mqtt.observe.metrics import metrics_problem
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
     "ACTIVE",
+    "ADVERT_CHANGE_BURST",
+    "ADVERT_CHANGE_RATE",
     "DEGRADED",
     "INACTIVE",
     "LEDGER_UNAVAILABLE",
@@ -31,6 +35,7 @@ __all__ = [
     "UNKNOWN",
     "VM_CONNECTION_LOST",
     "AgentLiveness",
+    "ChangeBudget",
     "EpochCounter",
     "FleetView",
     "StatusChange",
@@ -55,6 +60,11 @@ MAX_EPOCH_JUMP: Final = 1000
 MAX_CLOCK_AHEAD: Final = 300.0
 # An agent whose status broke a bound gets no work and keeps its incident this long.
 MISBEHAVING_HOLD: Final = 60.0
+# How fast a watched agent may change the list of commands it advertises (docs/liveness.md):
+# a burst of this many changes, then this many per second. Each change makes every master
+# above it advertise anew, so a faster one is a status out of bounds.
+ADVERT_CHANGE_BURST: Final = 64
+ADVERT_CHANGE_RATE: Final = 0.5
 
 
 _PROCESS_STARTED = time.time()
@@ -130,6 +140,30 @@ class EpochCounter:
 
 
 @dataclass(kw_only=True)
+class ChangeBudget:
+    """A token bucket: `burst` changes at once, then `rate` per second (pure; clock given)."""
+
+    burst: float = ADVERT_CHANGE_BURST
+    rate: float = ADVERT_CHANGE_RATE
+    tokens: float = ADVERT_CHANGE_BURST
+    at: float | None = None
+
+    def allows(self, now: float) -> bool:
+        """Tell whether one more change fits now (nothing is taken)."""
+        return self._refilled(now) >= 1.0
+
+    def take(self, now: float) -> None:
+        """Spend one change at now."""
+        self.tokens = self._refilled(now) - 1.0
+        self.at = now
+
+    def _refilled(self, now: float) -> float:
+        if self.at is None:
+            return self.tokens
+        return min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
+
+
+@dataclass(kw_only=True)
 class AgentLiveness:
     """What an observer knows of one agent's liveness."""
 
@@ -153,6 +187,10 @@ class AgentLiveness:
     # counts as misbehaving and gets no work.
     rejected: str | None = None
     misbehaving_until: float = 0.0
+    # The commands of its last ACTIVE status (kept while it is down), and how many more
+    # changes of them it may make now.
+    advertised: tuple[str, ...] | None = None
+    changes: ChangeBudget = dataclass_field(default_factory=ChangeBudget)
 
     def misbehaving(self, now: float | None = None) -> bool:
         """Return whether a status of this agent was refused within the hold time."""
@@ -238,6 +276,9 @@ class FleetView:
             self.listeners.append(on_status_change)
         self.reject_listeners: list[RejectHook] = []
         self._clock = clock
+        # How many commands a watched agent may advertise (its master's share for it,
+        # docs/liveness.md), or None for no bound beyond the status model's.
+        self.share_of: Callable[[UUID], int | None] = lambda _agent: None
 
     def add_reject_listener(self, hook: RejectHook) -> None:
         """Tell hook of every status refused as out of bounds, with the reason."""
@@ -296,6 +337,11 @@ class FleetView:
         if not self._supersedes(entry, report):
             return None
         now = self._clock()
+        if report.status == ACTIVE:
+            listed = tuple(report.commands)
+            if entry.advertised is not None and listed != entry.advertised:
+                entry.changes.take(now)
+            entry.advertised = listed
         received_at = now
         if retained:
             # A retained status found at subscribe time is as old as its emitted_at says;
@@ -328,6 +374,13 @@ class FleetView:
         self, entry: AgentLiveness, report: AgentStatus, emitted_at: str
     ) -> str | None:
         """Return why a well-formed status is still not to be believed, or None."""
+        problem = metrics_problem(report.metrics)
+        if problem is not None:
+            return problem
+        if report.status == ACTIVE:
+            problem = self._advertisement_problem(entry, report)
+            if problem is not None:
+                return problem
         if entry.epoch >= 0 and report.epoch > entry.epoch + MAX_EPOCH_JUMP:
             return (
                 f"epoch jumps from {entry.epoch} to {report.epoch}"
@@ -341,6 +394,22 @@ class FleetView:
                 return f"{field} {value[:40]!r} is not a timestamp"
             if ahead > MAX_CLOCK_AHEAD:
                 return f"{field} {value} is {ahead:.0f}s ahead of this host's clock"
+        return None
+
+    def _advertisement_problem(self, entry: AgentLiveness, report: AgentStatus) -> str | None:
+        """Say why a status's commands are more than its share, or change too fast."""
+        share = self.share_of(entry.id)
+        if share is not None and len(report.commands) > share:
+            return (
+                f"advertises {len(report.commands)} commands, more than its share of"
+                f" {share} in its master's advertisement"
+            )
+        changed = entry.advertised is not None and tuple(report.commands) != entry.advertised
+        if changed and not entry.changes.allows(self._clock()):
+            return (
+                f"changes its commands faster than {ADVERT_CHANGE_BURST} at once,"
+                f" then {ADVERT_CHANGE_RATE:g} per second"
+            )
         return None
 
     def _reject(self, agent_id: UUID, reason: str) -> None:
@@ -389,6 +458,15 @@ class FleetView:
         for hook in list(self.listeners):
             hook(entry, old, new)
         return StatusChange(agent=entry, old=old, new=new)
+
+    def commands_by(self, agent_ids: Iterable[UUID]) -> dict[UUID, tuple[str, ...]]:
+        """Return the commands each healthy agent among these advertises."""
+        found: dict[UUID, tuple[str, ...]] = {}
+        for agent_id in agent_ids:
+            entry = self._agents.get(agent_id)
+            if entry is not None and entry.healthy:
+                found[agent_id] = entry.commands
+        return found
 
     def commands_of(self, agent_ids: Iterable[UUID]) -> set[str]:
         """Return the commands advertised by the healthy agents among these."""

@@ -499,7 +499,7 @@ class LedgerHead(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    row: Annotated[StrictInt, Field(ge=0)]
+    row: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]  # a SQLite rowid
     hash: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
