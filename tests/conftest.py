@@ -16,6 +16,57 @@ if TYPE_CHECKING:
 
 BrokerFactory = Callable[[str], LocalBroker]
 
+# Set in the controller's environment at configure time, so every process the run starts
+# (xdist workers, brokers, daemons, their children) inherits it; see pytest_sessionfinish.
+RUN_MARKER = "VOX_TEST_RUN"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller (or a run without xdist): mark this run's processes."""
+    import os
+    import uuid
+
+    if not hasattr(config, "workerinput"):
+        os.environ[RUN_MARKER] = uuid.uuid4().hex
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """Fail the run if a process it started outlives it; report and kill each one."""
+    import os
+
+    import psutil
+
+    yield  # xdist's own pytest_sessionfinish stops its workers inside this
+    marker = os.environ.get(RUN_MARKER)
+    if hasattr(session.config, "workerinput") or marker is None:
+        return
+    # The workers are this process's children: give one still exiting the time to end.
+    psutil.wait_procs(psutil.Process().children(), timeout=10)
+    left, lines = [], []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue  # this process, or one already dead that its parent reaps
+            if proc.environ().get(RUN_MARKER) != marker:
+                continue
+            lines.append(f"pid {proc.pid}: {' '.join(proc.cmdline())}")
+            proc.kill()
+            left.append(proc)
+        except psutil.Error:
+            continue  # gone meanwhile, or not readable: not one of ours
+    if not left:
+        return
+    psutil.wait_procs(left, timeout=10)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_sep("=", "processes the test run left running (now killed)", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]

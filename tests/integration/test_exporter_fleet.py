@@ -178,12 +178,26 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
                 "VoxRejectedMessages",
             ]
         )
-        time.sleep(3)  # a few scrapes of the idle counters before the work starts
+        series = 'vox_agent_messages_in_total{agent="worker",type="command_request"}'
+        window = 60
+        # A few scrapes of the idle counters before the work starts (rate() below needs them).
+        poll(
+            lambda: (
+                prom.value(f"max_over_time({series}[{window}s])") == 0.0
+                and (prom.value(f"count_over_time({series}[{window}s])") or 0) >= 5
+            ),
+            30,
+            "Prometheus has scraped the worker's idle counter 5 times",
+        )
         outcomes = asyncio.run(send_commands(procs))
         assert outcomes == {"ok": 3, "HANDLER_ERROR": 1, "NO_ROUTE": 2}
-        series = 'vox_agent_messages_in_total{agent="worker",type="command_request"}'
-        poll(lambda: prom.value(series) == 4.0, 20, "Prometheus has the worker's 4 requests")
-        window = 60
+        # Each agent's counts reach Prometheus in its own heartbeat: wait for both.
+        no_route = 'vox_agent_commands_failed_total{agent="root",code="NO_ROUTE"}'
+        poll(
+            lambda: prom.value(series) == 4.0 and prom.value(no_route) == 2.0,
+            20,
+            "Prometheus has the worker's 4 requests and the root's 2 NO_ROUTE",
+        )
         # Exactly the four commands the worker received happened inside the window ...
         spread = prom.value(
             f"max_over_time({series}[{window}s]) - min_over_time({series}[{window}s])"
@@ -193,7 +207,7 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
         rate = prom.value(f"rate({series}[{window}s])")
         assert rate is not None
         assert abs(rate * window - 4.0) <= 1.0, rate
-        assert prom.value('vox_agent_commands_failed_total{agent="root",code="NO_ROUTE"}') == 2.0
+        assert prom.value(no_route) == 2.0
         assert prom.value('vox_agent_up{agent="worker"}') == 1.0
 
         procs.agents["worker"].kill()

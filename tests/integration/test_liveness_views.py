@@ -6,12 +6,15 @@ Same fleet as test_liveness_faults.py: root -> coordinator -> spec_a, spec_b, ea
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +28,44 @@ from vox_mqtt.broker.passwd import Credentials
 pytestmark = pytest.mark.slow
 
 
-def vox_background(*args: str | Path) -> subprocess.Popen[str]:
-    """Start `vox ARGS...` without waiting for it."""
-    return subprocess.Popen(
+@contextlib.contextmanager
+def vox_background(*args: str | Path) -> Iterator[subprocess.Popen[str]]:
+    """Start `vox ARGS...` without waiting for it; kill and reap it after, even on failure."""
+    process = subprocess.Popen(
         [sys.executable, "-m", "vox_mqtt.cli", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
     )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+class Lines:
+    """The lines a process prints, read as they come."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self._fd = process.stdout.fileno()
+        self._buffer = b""
+        self.seen: list[str] = []
+
+    def next(self, deadline: float) -> str:
+        """Return the next line; fail once the deadline (time.monotonic()) has passed."""
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self._fd, 65536) if ready else b""
+            if not chunk:
+                raise AssertionError(f"no further line in time; so far: {self.seen}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        self.seen.append(line.decode())
+        return self.seen[-1]
 
 
 def logins(broker: LocalBroker) -> int:
@@ -93,15 +125,15 @@ def test_each_identity_sees_only_what_the_acl_lets_it_read_and_a_stale_will_flip
         rec.status(coord, after=reborn, commands=ALL_COMMANDS)
 
         before = logins(broker)
-        watch = vox_background("watch", "--config", dep.operator_config, "--duration", "5")
-        wait_for_login(broker, before)
-        # The will of the superseded session arrives late, retained, from spec_a itself.
-        late = Client(creds(dep, "spec_a"), client_id=f"{spec_a}-late-will")
-        assert late.connect() == 0
-        injected = time.monotonic()
-        assert late.publish(f"vox/{spec_a}/status", will.payload, retain=True) == 0
-        late.close()
-        output, errors = watch.communicate(timeout=30)
+        with vox_background("watch", "--config", dep.operator_config, "--duration", "5") as watch:
+            wait_for_login(broker, before)
+            # The will of the superseded session arrives late, retained, from spec_a itself.
+            late = Client(creds(dep, "spec_a"), client_id=f"{spec_a}-late-will")
+            assert late.connect() == 0
+            injected = time.monotonic()
+            assert late.publish(f"vox/{spec_a}/status", will.payload, retain=True) == 0
+            late.close()
+            output, errors = watch.communicate(timeout=30)
         assert watch.returncode == 0, errors
         rec.status(coord, after=injected + 2.0, commands=ALL_COMMANDS)
 
@@ -118,7 +150,7 @@ def test_war_room_one_post_per_incident_seen_by_a_late_operator_and_followed(
 ) -> None:
     dep = deploy_fleet(tmp_path, heartbeat=HEARTBEAT, keepalive=KEEPALIVE)
     dep.edit("spec_b", disk_alert_percent=1.0)  # every real disk is fuller than that
-    broker = broker_factory(dep.conf_text(), port=dep.port)
+    broker_factory(dep.conf_text(), port=dep.port)
     coord, spec_a, spec_b = (dep.id(n) for n in ("coordinator", "spec_a", "spec_b"))
     with dep.recorder() as rec:
         started = time.monotonic()
@@ -147,22 +179,30 @@ def test_war_room_one_post_per_incident_seen_by_a_late_operator_and_followed(
         assert "open incidents: 2" in out.stdout
         assert "DISK_FULL from spec_b about spec_b" in out.stdout
 
-        before = logins(broker)
-        follow = vox_background(
-            "warroom", "--config", dep.operator_config, "--follow", "--duration", "6", "--json"
-        )
-        wait_for_login(broker, before)
-        processes["spec_b"].signal(signal.SIGKILL)  # a new incident while following
-        reborn = time.monotonic()
-        processes["spec_a"].start()  # and a recovery
-        rec.wait_warroom(coord, spec_a, resolved=None, after=reborn, timeout=20)
-        output, errors = follow.communicate(timeout=30)
-        assert follow.returncode == 0, errors
-        lines = [json.loads(line) for line in output.splitlines()]
-        assert len(lines) >= 4, output
-        followed = [(r["subject_name"], r["error_code"], r["resolved"]) for r in lines[2:]]
-        assert ("spec_b", "VM_CONNECTION_LOST", False) in followed
-        assert ("spec_a", "VM_CONNECTION_LOST", True) in followed
+        with vox_background(
+            "warroom", "--config", dep.operator_config, "--follow", "--json"
+        ) as follow:
+            lines = Lines(follow)
+            # It lists the open incidents, then follows: every post after the list is printed.
+            deadline = time.monotonic() + 30
+            listed = [json.loads(lines.next(deadline)) for _ in range(2)]
+            assert sorted(r["subject_name"] for r in listed) == ["spec_a", "spec_b"]
+            processes["spec_b"].signal(signal.SIGKILL)  # a new incident while following
+            reborn = time.monotonic()
+            processes["spec_a"].start()  # and a recovery
+            rec.wait_warroom(coord, spec_a, resolved=None, after=reborn, timeout=20)
+            followed: list[tuple[str, str, bool]] = []
+            deadline = time.monotonic() + 30
+            wanted = {
+                ("spec_b", "VM_CONNECTION_LOST", False),
+                ("spec_a", "VM_CONNECTION_LOST", True),
+            }
+            while not wanted <= set(followed):
+                r = json.loads(lines.next(deadline))
+                followed.append((r["subject_name"], r["error_code"], r["resolved"]))
+            follow.send_signal(signal.SIGINT)  # stops following, as at a terminal
+            _, errors = follow.communicate(timeout=30)
+        assert follow.returncode == 130, errors
 
         # Exactly one post per incident, and the recovery resolved and cleared spec_a's.
         about_a = rec.warroom(coord, spec_a, after=killed)

@@ -42,7 +42,7 @@ def run_demo(directory: Path, *extra: str, timeout: float) -> str:
 
 @contextlib.contextmanager
 def demo_process(directory: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    """Run the demo with its output piped; kill it if the test leaves it running."""
+    """Run the demo with its output piped; stop it if the test leaves it running."""
     process = subprocess.Popen(
         demo_command(directory, *extra),
         cwd=REPO,
@@ -55,8 +55,14 @@ def demo_process(directory: Path, *extra: str) -> Iterator[subprocess.Popen[str]
         yield process
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            # SIGTERM stops the demo with its broker and daemons (test_demo.py checks it);
+            # a SIGKILL would leave those running.
+            process.terminate()
+            try:
+                process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        process.communicate()
 
 
 def alive(pid: int) -> bool:
