@@ -1,4 +1,4 @@
-"""The inbound pipeline: parse -> verify -> record/dedupe -> ack -> route, per message."""
+"""The inbound pipeline, per message: parse, admit, dedupe, plan, commit, ack, hand on."""
 
 from __future__ import annotations
 
@@ -10,11 +10,23 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.outbox import Outbox, Outgoing
+from vox_mqtt.agent.outbox import Outbox, Outgoing, deadline_passed
+from vox_mqtt.agent.plan import (
+    ANSWERS,
+    Admission,
+    AnswerFacts,
+    CommandFacts,
+    Facts,
+    Local,
+    Plan,
+    Step,
+    Waiter,
+    admit,
+    decide,
+)
 from vox_mqtt.agent.prepared import QuickAnswer
-from vox_mqtt.agent.roles import Handler
+from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
-from vox_mqtt.agent.rules import verify
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.tracking import RequestState
 from vox_mqtt.protocol import topics
@@ -23,8 +35,8 @@ from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
-    MSG_COMMAND_RESULT,
     CommandError,
+    CommandRequest,
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
@@ -39,7 +51,6 @@ __all__ = ["InboundPipeline", "Listener", "Observed"]
 log = logging.getLogger("vox_mqtt.agent")
 COMPLETED = RequestState.COMPLETED
 SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
-_ANSWERS = frozenset({MSG_COMMAND_RESULT, MSG_COMMAND_ERROR})
 # How long an idempotent command may take for its answer to commit with its record and stand
 # for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
 # as usual once its record commits; the wait delays nothing else.
@@ -135,21 +146,17 @@ class InboundPipeline:
         except InvalidMessage as exc:
             await self._reject_unparsable(inbound, topic, exc)
             return
-        problem = verify(
-            message,
-            topic,
-            me=self.config.id,
-            master_id=self.config.master_id,
-            peers=self.config.peers,
+        config = self.config
+        admission = Admission(
+            me=config.id,
+            master_id=config.master_id,
+            peers=config.peers,
+            retained=inbound.retain,
+            write_failure=ledger.write_failure,
         )
-        if problem is not None:
-            await self._reject(message, inbound, topic, problem)
-            return
-        if inbound.retain:
-            await self._reject_retained(message, inbound)
-            return
-        if ledger.write_failure is not None:
-            await self._refuse_unrecordable(message, ledger.write_failure)
+        refusal = admit(message, topic, admission)
+        if refusal is not None:
+            await self._refuse(message, inbound, topic, refusal)
             return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
@@ -157,26 +164,29 @@ class InboundPipeline:
         # arriving together cannot both pass the ledger check; a copy of a message still
         # being recorded waits for that record, so no ack ever precedes durability.
         ack = None
-        implied = False  # an answer committed with the record stands for the ack
         if message.type != MSG_ACKNOWLEDGED:
-            ack = message.acknowledgement(message_source=self.config.message_source)
+            ack = message.acknowledgement(message_source=config.message_source)
         # One commit per inbound message: its "received" row, the "sent" row of its ack, and
-        # for a command that starts at once its "started" row; an ack takes its message out
-        # of the outbox in the same transaction. docs/ledger.md says what a restart proves.
+        # the rows its plan adds; docs/ledger.md says what a restart proves of each group.
         then: list[tuple[VOXMessage, str, str | None]] = [(ack, "sent", None)] if ack else []
         recording = self._in_progress.get(message_id)
+        plan: Plan
+        handler: Handler | None = None
+        implied = False  # an answer committed with the record stands for the ack
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
                 return  # the first copy failed to record; the sender will re-send
-            duplicate = True
+            plan = Plan(step=Step.DUPLICATE, acknowledge=ack is not None)
         else:
             recording = self._in_progress[message_id] = asyncio.Event()
             try:
                 duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
-                if not duplicate and ack is None:
-                    # An ack: nothing waits for its row, so it stops the re-sending at once
-                    # and its row (with the outbox removal) joins the next commit.
+                facts, handler = await self._facts(message, duplicate)
+                plan = decide(message, facts)  # the one decision about this message
+                if plan.step is Step.SETTLE_ACK:
+                    # Nothing waits for an ack's row: it stops the re-sending at once and its
+                    # row (with the outbox removal) joins the next commit.
                     done = message.payload_as(MessageAcknowledged).in_response_to
                     row = ledger.record_received_later(
                         message, topic=inbound.topic, outbox_done=done
@@ -185,15 +195,15 @@ class InboundPipeline:
                     self.ctx.metrics.messages_in.inc(message.type)
                     await row
                     return
-                if not duplicate:
-                    implied = await self._record_received(message, inbound.topic, then)
+                if plan.step is not Step.DUPLICATE:
+                    implied = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
                 await self._refuse_unrecordable(message, str(exc))
                 return
             finally:
                 del self._in_progress[message_id]
                 recording.set()
-        if duplicate:
+        if plan.step is Step.DUPLICATE:
             self.ctx.metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
             if ack is not None:
@@ -203,24 +213,82 @@ class InboundPipeline:
         if ack is not None and not implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
-        await self._route(message)
+        await self._hand_on(message, plan, handler)
 
-    async def _record_received(
-        self, message: VOXMessage, topic: str, then: list[tuple[VOXMessage, str, str | None]]
-    ) -> bool:
-        """Commit a new message's rows; True when its answer stands for its acknowledgement."""
+    async def _facts(self, message: VOXMessage, duplicate: bool) -> tuple[Facts, Handler | None]:
+        """Gather what the plan of a message reads; the router is consulted here, once."""
+        if duplicate:
+            return Facts(duplicate=True), None
         runner = self.runner
-        starting = await runner.starts_at_once(message)
-        delegation = None if starting else runner.delegates_at_once(message)
-        answer = runner.answers_at_once(message)
+        if message.type == MSG_COMMAND_REQUEST:
+            name = message.payload_as(CommandRequest).command
+            handler = self.router.command_handler(name)
+            local = Local.NONE
+            if handler is not None:
+                local = Local.IDEMPOTENT if is_idempotent(handler) else Local.PLAIN
+            command = CommandFacts(
+                command=name,
+                deadline_passed=deadline_passed(message),
+                stopping=runner.stopping,
+                slot_free=runner.slot_free,
+                local=local,
+                children=runner.children() if handler is None else (),
+                load=runner.load,
+            )
+            return Facts(command=command), handler
+        if message.reply_to is None:
+            return Facts(), None
+        return Facts(answer=await self._answer_facts(message.reply_to, message)), None
+
+    async def _answer_facts(self, request_id: UUID, reply: VOXMessage) -> AnswerFacts:
+        """Who waits for the request an answer names, as the tracker or the ledger tells."""
+        tracked = self.ctx.tracker.get(request_id)
+        if tracked is None:
+            # Not tracked (a restart since): the ledger holds how it ended, if it did.
+            me = str(self.config.id)
+            ends = [
+                row["action"]
+                for row in await self.ctx.ledger.find(request_id)
+                if row["source"] == me and row["action"] in SENDER_ENDS
+            ]
+            if ends:
+                return AnswerFacts(waiter=Waiter.ENDED, ended_as=ends[-1])
+            return AnswerFacts(waiter=Waiter.NOBODY)
+        if tracked.final and tracked.reply is None and tracked.state is not COMPLETED:
+            return AnswerFacts(waiter=Waiter.ENDED, ended_as=str(tracked.state))
+        if self.runner.awaits_child(request_id):
+            refused = reply.type == MSG_COMMAND_ERROR and (
+                reply.details.get("code") == ErrorCode.LEDGER_UNAVAILABLE
+            )
+            return AnswerFacts(waiter=Waiter.RELAY, refused_unrecorded=refused)
+        if tracked.expects_reply and not tracked.final:
+            return AnswerFacts(waiter=Waiter.CALLER)
+        return AnswerFacts(waiter=Waiter.NOBODY)
+
+    async def _commit(
+        self,
+        message: VOXMessage,
+        topic: str,
+        then: list[tuple[VOXMessage, str, str | None]],
+        plan: Plan,
+        handler: Handler | None,
+    ) -> bool:
+        """Commit a new message's rows as its plan says; True when its answer is its ack."""
+        runner = self.runner
         kept: Outgoing | None = None
         implied = False
+        delegation = answer = None
+        starting = plan.step is Step.SERVE and plan.start_now
         # A reply proves its request arrived: the request leaves the outbox with this commit
         # even when no acknowledgement of it came (an answer that stands for one).
-        answered = message.reply_to if message.type in _ANSWERS else None
+        answered = message.reply_to if message.type in ANSWERS else None
         if starting:
+            await runner.take_slot(message)
             then = [*then, (message, "started", None)]
-            quick = await self._quick_answer(message)
+            quick = None
+            if plan.run_early:
+                assert handler is not None
+                quick = await self._quick_answer(message, handler)
             if quick is not None:
                 # Idempotent and answered within the window: one commit holds its record,
                 # its start, its answer (whole in the outbox) and its end; the answer, sent
@@ -231,21 +299,30 @@ class InboundPipeline:
                     (kept.tracked.message, "sent", None),
                     (message, quick.end, None),
                 ]
-        elif delegation is not None:
-            # Its downstream request and "delegated" row commit here too: one commit on the
-            # way down instead of two (docs/ledger.md).
-            kept = delegation.outgoing
-            then = [
-                *then,
-                (kept.tracked.message, "sent", None),
-                (message, "delegated", str(delegation.child)),
-            ]
-        elif answer is not None:
-            # A child's answer: this agent's answer upstream commits with it, one commit on
-            # the way up instead of two (docs/ledger.md).
-            kept = answer.outgoing
-            then = [*then, (kept.tracked.message, "sent", None), (answer.request, answer.end, None)]
-        elif self._settles_a_waiter(message):
+        elif plan.step is Step.DELEGATE:
+            assert plan.child is not None
+            delegation = runner.prepare_delegation(message, plan.child)
+            if delegation is not None:
+                # Its downstream request and "delegated" row commit here too: one commit on
+                # the way down instead of two (docs/ledger.md).
+                kept = delegation.outgoing
+                then = [
+                    *then,
+                    (kept.tracked.message, "sent", None),
+                    (message, "delegated", str(delegation.child)),
+                ]
+        elif plan.step is Step.RELAY_ANSWER:
+            answer = runner.prepare_relayed_answer(message)
+            if answer is not None:
+                # A child's answer: this agent's answer upstream commits with it, one commit
+                # on the way up instead of two (docs/ledger.md).
+                kept = answer.outgoing
+                then = [
+                    *then,
+                    (kept.tracked.message, "sent", None),
+                    (answer.request, answer.end, None),
+                ]
+        elif plan.step is Step.ANSWER:
             # The caller sees its answer now, beside the commit of its "received" row; the
             # ack waits for that commit, so the answerer re-sends until the answer is durable
             # here (docs/ledger.md, rows that commit together). The ledger keeps the order:
@@ -280,23 +357,46 @@ class InboundPipeline:
             runner.answer_recorded(answer, True)
         return implied
 
-    async def _quick_answer(self, message: VOXMessage) -> QuickAnswer | None:
+    async def _quick_answer(self, message: VOXMessage, handler: Handler) -> QuickAnswer | None:
         """Run an idempotent command now; its answer if it comes within QUICK_ANSWER_WINDOW."""
-        running = self.runner.runs_at_once(message)
-        if running is None:
-            return None
+        running = self.runner.run_early(message, handler)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
         if not running.done() or running.cancelled() or running.exception() is not None:
             return None  # slower: its record commits now, and its answer later, as usual
         return self.runner.quick_answer(message, running.result())
 
-    def _settles_a_waiter(self, message: VOXMessage) -> bool:
-        """Tell whether a message answers a live request of this agent that a caller awaits."""
-        if message.reply_to is None or message.type in (MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST):
-            return False
-        tracked = self.ctx.tracker.get(message.reply_to)
-        return tracked is not None and tracked.expects_reply and not tracked.final
+    async def _hand_on(self, message: VOXMessage, plan: Plan, handler: Handler | None) -> None:
+        """Give a committed message to whoever carries out its plan."""
+        if plan.step is Step.LATE:
+            # Recorded and acknowledged; never the request's outcome nor a role's to handle.
+            log.info("%s: a late %s: %s", self.config.name, message.type, plan.reason)
+            await self.ctx.ledger.record_message(
+                message, "late", outcome=plan.ended, reason=plan.reason
+            )
+            return
+        for listener in self.listeners:
+            outcome = listener(message)
+            if outcome is not None:
+                await outcome
+        if message.type == MSG_COMMAND_REQUEST:
+            self.runner.begin(message, plan, handler)
+            return
+        if message.reply_to is not None:
+            self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op
+        for event_handler in self.router.event_handlers(message.type):
+            self.ctx.tasks.spawn(self._run_event(event_handler, message), f"event-{message.type}")
+
+    async def _refuse(
+        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, plan: Plan
+    ) -> None:
+        """Carry out a plan that does not admit a message."""
+        if plan.step is Step.REJECT:
+            await self._reject(message, inbound, topic, plan.reason)
+        elif plan.step is Step.RETAINED:
+            await self._reject_retained(message, inbound)
+        else:
+            await self._refuse_unrecordable(message, plan.reason)
 
     async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
         """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
@@ -371,54 +471,6 @@ class InboundPipeline:
             await self.outbox.send_error_to(
                 topic.source, exc.message_id, ErrorCode.INVALID_MESSAGE, exc.reason
             )
-
-    async def _route(self, message: VOXMessage) -> None:
-        if message.type == MSG_ACKNOWLEDGED:
-            self.outbox.settle_ack(message)
-            return
-        for listener in self.listeners:
-            outcome = listener(message)
-            if outcome is not None:
-                await outcome
-        if message.type == MSG_COMMAND_REQUEST:
-            self.runner.begin(message)
-            return
-        if message.reply_to is not None:
-            if await self._record_if_late(message):
-                return
-            self.outbox.settle_reply(message)
-        for handler in self.router.event_handlers(message.type):
-            self.ctx.tasks.spawn(self._run_event(handler, message), f"event-{message.type}")
-
-    async def _record_if_late(self, reply: VOXMessage) -> bool:
-        """Record an answer to a request that already ended here (expired, failed) as late.
-
-        Such an answer is recorded and acknowledged, never reported as the request's outcome
-        nor handed to a role (docs/ledger.md, terminal states).
-        """
-        assert reply.reply_to is not None
-        tracked = self.ctx.tracker.get(reply.reply_to)
-        if tracked is not None:
-            ended = tracked.final and tracked.reply is None and tracked.state is not COMPLETED
-            end = str(tracked.state)
-        else:
-            # Not tracked (a restart since): the ledger holds how it ended, if it did.
-            me = str(self.config.id)
-            ends = [
-                row["action"]
-                for row in await self.ctx.ledger.find(reply.reply_to)
-                if row["source"] == me and row["action"] in SENDER_ENDS
-            ]
-            ended, end = bool(ends), (ends[-1] if ends else "")
-        if not ended:
-            return False
-        log.info(
-            "%s: a late %s to %s, which %s here", self.config.name, reply.type, reply.reply_to, end
-        )
-        await self.ctx.ledger.record_message(
-            reply, "late", outcome=end, reason=f"answers {reply.reply_to}, which ended {end} here"
-        )
-        return True
 
     async def _run_event(self, handler: Handler, message: VOXMessage) -> Any:
         try:

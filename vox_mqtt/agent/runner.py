@@ -7,18 +7,20 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.handlers import call_handler
 from vox_mqtt.agent.outbox import Outbox, deadline_passed
+from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.prepared import Answer, Delegation, NotStarted, QuickAnswer, refused_unrecorded
-from vox_mqtt.agent.roles import Handler, is_idempotent
+from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
 from vox_mqtt.agent.tracking import TrackedRequest
-from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
@@ -82,34 +84,49 @@ class CommandRunner:
         """Return how many commands this agent is answering right now."""
         return self._running
 
-    def begin(self, request: VOXMessage) -> None:
-        """Start answering a recorded and acknowledged command_request."""
+    def begin(
+        self, request: VOXMessage, plan: Plan | None = None, handler: Handler | None = None
+    ) -> None:
+        """Start answering a recorded command_request as its plan says (docs/architecture.md).
+
+        handler: the role's, for a SERVE plan (the router was consulted for the plan). No plan:
+        a command read back at a restart, whose way is found here.
+        """
         self._running += 1
         self._idle.clear()
-        self.ctx.tasks.spawn(self._serve(request), "command")
+        self.ctx.tasks.spawn(self._serve(request, plan, handler), "command")
 
-    async def starts_at_once(self, request: VOXMessage) -> bool:
-        """Take a handler slot for a local command that can start now; False for anything else.
+    @property
+    def slot_free(self) -> bool:
+        """Tell whether a handler slot can be taken at once."""
+        return not self.stopping and not self._handler_slots.locked()
 
-        True means its "started" row goes into the same commit as its "received" row
-        (docs/ledger.md); if that commit fails, call cancel_start.
+    @property
+    def load(self) -> Mapping[UUID, int]:
+        """Return the requests in flight per child (read-only)."""
+        return MappingProxyType(self._delegated)
+
+    def children(self) -> list[AgentLiveness | None]:
+        """Return this agent's children as the fleet view has them now."""
+        return [self.fleet_view.get(c) for c in self.config.children]
+
+    def awaits_child(self, downstream: UUID) -> bool:
+        """Tell whether a request sent down from here is awaited to answer a command upstream."""
+        waiting = self._awaiting_child.get(downstream)
+        tracked = self.ctx.tracker.get(downstream)
+        return waiting is not None and tracked is not None and not tracked.final
+
+    async def take_slot(self, request: VOXMessage) -> None:
+        """Take a handler slot for a command whose plan starts it now (Plan.start_now).
+
+        Its "started" row then commits with its "received" row (docs/ledger.md); if that
+        commit fails, call cancel_start.
         """
-        if request.type != MSG_COMMAND_REQUEST or self.stopping or self._handler_slots.locked():
-            return False
-        if deadline_passed(request):
-            return False  # never started: _answer says so
-        try:
-            name = request.payload_as(CommandRequest).command
-        except ValueError:
-            return False
-        if self.router.command_handler(name) is None:
-            return False
-        await self._handler_slots.acquire()  # free, as just checked: returns at once
+        await self._handler_slots.acquire()  # free, as the plan found: returns at once
         self._started_at_once.add(request.message_id)
-        return True
 
     def cancel_start(self, request: VOXMessage) -> None:
-        """Give back the slot starts_at_once took: the commit with the started row failed."""
+        """Give back the slot take_slot took: the commit with the started row failed."""
         if request.message_id in self._started_at_once:
             self._started_at_once.discard(request.message_id)
             self._handler_slots.release()
@@ -120,18 +137,15 @@ class CommandRunner:
         if quick is not None:
             self.outbox.forget(quick.outgoing)
 
-    def runs_at_once(
-        self, request: VOXMessage
-    ) -> asyncio.Task[CommandResult | CommandError] | None:
-        """Start an idempotent command's handler now, before its record commits.
+    def run_early(
+        self, request: VOXMessage, handler: Handler
+    ) -> asyncio.Task[CommandResult | CommandError]:
+        """Start an idempotent command's handler now, before its record commits (Plan.run_early).
 
-        Only for a command starts_at_once took a slot for; None for one not declared
-        idempotent, whose start must be durable before its handler runs.
+        Only after take_slot; a command not declared idempotent never gets here, as its start
+        must be durable before its handler runs.
         """
         payload = request.payload_as(CommandRequest)
-        handler = self.router.command_handler(payload.command)
-        if handler is None or not is_idempotent(handler):
-            return None
         running = asyncio.ensure_future(
             self._run(handler, payload.command, payload, self._timeout_of(payload))
         )
@@ -160,30 +174,20 @@ class CommandRunner:
         self._quick_answers[request.message_id] = quick
         return quick
 
-    def delegates_at_once(self, request: VOXMessage) -> Delegation | None:
-        """Prepare a command no local handler serves for a child that can take it now.
+    def prepare_delegation(self, request: VOXMessage, child: UUID) -> Delegation | None:
+        """Prepare the downstream request of a command its plan delegates to a child.
 
         The downstream request, its outbox entry and the "delegated" row then commit with the
         request's "received" row (docs/ledger.md); if that commit fails, call
-        cancel_delegation. None: it starts here, waits, or has nowhere to go (then it takes
-        the ordinary path, which answers why).
+        cancel_delegation. None: it cannot be prepared (too large), and serving it takes
+        the ordinary path, which says why.
         """
-        if request.type != MSG_COMMAND_REQUEST or self.stopping or deadline_passed(request):
-            return None
-        try:
-            payload = request.payload_as(CommandRequest)
-        except ValueError:
-            return None
-        if self.router.command_handler(payload.command) is not None:
-            return None
-        child, _ = self.choose_child(payload.command)
-        if child is None:
-            return None
+        payload = request.payload_as(CommandRequest)
         downstream = self._downstream(request, payload, child)
         try:
             outgoing = self.outbox.prepare(downstream, expects_reply=True)
         except VoxError:
-            return None  # too large or not a peer: the ordinary path says so
+            return None
         self._load(child, +1)
         delegation = Delegation(child=child, payload=payload, outgoing=outgoing)
         self._delegated_at_once[request.message_id] = delegation
@@ -196,18 +200,17 @@ class CommandRunner:
             self._load(delegation.child, -1)
             self.outbox.forget(delegation.outgoing)
 
-    def answers_at_once(self, reply: VOXMessage) -> Answer | None:
-        """Prepare the answer upstream to a child's answer of a command delegated from here.
+    def prepare_relayed_answer(self, reply: VOXMessage) -> Answer | None:
+        """Prepare the answer upstream to a child's answer (Step.RELAY_ANSWER).
 
         Its "sent" row (whole in the outbox) and the command's "completed" or "failed" row
         then commit with the child answer's "received" row (docs/ledger.md); call
-        answer_recorded with the outcome of that commit. None: take the ordinary path.
+        answer_recorded with the outcome of that commit. None: the command is no longer
+        waiting for it here, or the answer cannot be prepared; the ordinary path answers.
         """
-        if reply.reply_to is None or reply.type not in (MSG_COMMAND_RESULT, MSG_COMMAND_ERROR):
-            return None
+        assert reply.reply_to is not None
         waiting = self._awaiting_child.get(reply.reply_to)
-        downstream = self.ctx.tracker.get(reply.reply_to)
-        if waiting is None or downstream is None or downstream.final:
+        if waiting is None:
             return None
         request, name = waiting
         if request.message_id not in self._serving or request.message_id in self._answered_at_once:
@@ -224,8 +227,6 @@ class CommandRunner:
                 )
             else:
                 error = reply.payload_as(CommandError)
-                if error.code == ErrorCode.LEDGER_UNAVAILABLE:
-                    return None  # another child may take it (_delegate)
                 details = CommandError(code=error.code, error=error.error, command=name)
             kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
             outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
@@ -302,7 +303,7 @@ class CommandRunner:
 
     # --- serving --------------------------------------------------------------------------
 
-    async def _serve(self, request: VOXMessage) -> None:
+    async def _serve(self, request: VOXMessage, plan: Plan | None, handler: Handler | None) -> None:
         quick = self._quick_answers.pop(request.message_id, None)
         if quick is not None:
             # Answered and recorded with its "received" row: only the publish is left.
@@ -318,7 +319,7 @@ class CommandRunner:
             return
         self._serving[request.message_id] = request
         try:
-            details = await self._answer(request)
+            details = await self._answer(request, plan, handler)
         except Exception as exc:  # the last line of defence: answer, never crash
             log.exception("%s: command failed", self.config.name)
             details = CommandError(code=ErrorCode.HANDLER_ERROR, error=f"{type(exc).__name__}")
@@ -370,10 +371,13 @@ class CommandRunner:
                 await self.outbox.publish_unrecorded(request.reply(kind, details))
                 return
 
-    async def _answer(self, request: VOXMessage) -> CommandResult | CommandError:
+    async def _answer(
+        self, request: VOXMessage, plan: Plan | None, handler: Handler | None
+    ) -> CommandResult | CommandError:
         payload = request.payload_as(CommandRequest)
         name = payload.command
-        if deadline_passed(request) and request.message_id not in self._started_at_once:
+        step = None if plan is None else plan.step
+        if step is Step.EXPIRED or (step is None and deadline_passed(request)):
             # Its master gave up at that deadline: running it now would be work nobody
             # awaits (a re-delivery, a queue that held it, a restart in between).
             return NotStarted(
@@ -381,6 +385,9 @@ class CommandRunner:
                 error=f"{name!r} reached {self.config.name} after its deadline: not started",
                 command=name,
             )
+        if step is Step.UNROUTABLE:
+            assert plan is not None
+            return self._unroutable(name, plan.code or ErrorCode.NO_ROUTE)
         delegation = self._delegated_at_once.pop(request.message_id, None)
         if delegation is not None:
             # Its downstream request committed with its "received" row: send it now.
@@ -405,18 +412,18 @@ class CommandRunner:
         if request.message_id in self._started_at_once:
             # Its "started" row committed with its "received" one, its slot taken then.
             self._started_at_once.discard(request.message_id)
-            handler = self.router.command_handler(name)
-            assert handler is not None  # starts_at_once found it
+            assert handler is not None  # a SERVE plan that starts at once names it
             try:
                 return await self._run(handler, name, payload, self._timeout_of(payload))
             finally:
                 self._handler_slots.release()
-        if self.stopping:
+        if step is Step.STOPPING or self.stopping:
             return CommandError(
                 code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
             )
         timeout = self._timeout_of(payload)
-        handler = self.router.command_handler(name)
+        if plan is None:
+            handler = self.router.command_handler(name)  # read back at a restart: no plan
         if handler is not None:
             async with self._handler_slots:
                 await self.ctx.ledger.record_message(request, "started")
@@ -484,18 +491,7 @@ class CommandRunner:
     ) -> CommandResult | CommandError:
         name = payload.command
         if child is None:
-            if code == ErrorCode.TARGET_INACTIVE:
-                reason = f"no child that serves {name!r} is healthy"
-            else:
-                # Say what does exist: a typo is then one look away from its fix.
-                serves = sorted(
-                    self.router.commands | self.fleet_view.commands_of(self.config.children)
-                )
-                reason = (
-                    f"{self.config.name} cannot route {name!r}: neither it nor a child serves "
-                    f"it; it serves: {', '.join(serves) or 'nothing'}"
-                )
-            return CommandError(code=code or ErrorCode.NO_ROUTE, error=reason, command=name)
+            return self._unroutable(name, code or ErrorCode.NO_ROUTE)
         downstream = self._downstream(request, payload, child)
         started = time.perf_counter()
         self._load(child, +1)
@@ -507,6 +503,21 @@ class CommandRunner:
             self._load(child, -1)
             raise
         return await self._delegation_outcome(request, child, tracked, timeout, started=started)
+
+    def _unroutable(self, name: str, code: ErrorCode) -> CommandError:
+        """Answer a command neither a role here nor a healthy child serves."""
+        if code == ErrorCode.TARGET_INACTIVE:
+            reason = f"no child that serves {name!r} is healthy"
+        else:
+            # Say what does exist: a typo is then one look away from its fix.
+            serves = sorted(
+                self.router.commands | self.fleet_view.commands_of(self.config.children)
+            )
+            reason = (
+                f"{self.config.name} cannot route {name!r}: neither it nor a child serves "
+                f"it; it serves: {', '.join(serves) or 'nothing'}"
+            )
+        return CommandError(code=code, error=reason, command=name)
 
     def _downstream(self, request: VOXMessage, payload: CommandRequest, child: UUID) -> VOXMessage:
         return new_message(

@@ -1,0 +1,305 @@
+"""The one decision about an inbound message (vox_mqtt/agent/plan.py): every branch, no broker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid4
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vox_mqtt.agent.plan import (
+    Admission,
+    AnswerFacts,
+    CommandFacts,
+    Facts,
+    Local,
+    Plan,
+    Step,
+    Waiter,
+    admit,
+    decide,
+)
+from vox_mqtt.observe.status import ACTIVE, INACTIVE, AgentLiveness
+from vox_mqtt.protocol.messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
+    MSG_JOB_DETECTED,
+    ErrorCode,
+    VOXMessage,
+    new_message,
+)
+from vox_mqtt.protocol.topics import InboxTopic
+
+ME, MASTER, CHILD, OTHER = (UUID(int=n) for n in (1, 2, 3, 4))
+ADMISSION = Admission(me=ME, master_id=MASTER, peers=frozenset({MASTER, CHILD}))
+
+
+def command_from(source: UUID = MASTER, **details: object) -> VOXMessage:
+    return new_message(
+        MSG_COMMAND_REQUEST,
+        source=source,
+        target=ME,
+        details={"command": "analyze", "params": {}, **details},
+    )
+
+
+def reply_from(kind: str, reply_to: UUID, source: UUID = CHILD) -> VOXMessage:
+    details = (
+        {"command": "analyze", "result": 1}
+        if kind == MSG_COMMAND_RESULT
+        else {"code": "HANDLER_ERROR", "error": "x"}
+    )
+    return new_message(kind, source=source, target=ME, details=details, reply_to=reply_to)
+
+
+def inbox_of(message: VOXMessage) -> InboxTopic:
+    return InboxTopic(target=ME, source=message.source)
+
+
+def facts_for_command(**changes: object) -> Facts:
+    values: dict[str, object] = {
+        "command": "analyze",
+        "deadline_passed": False,
+        "stopping": False,
+        "slot_free": True,
+        "local": Local.PLAIN,
+    }
+    values.update(changes)
+    return Facts(command=CommandFacts(**values))  # type: ignore[arg-type]
+
+
+def child(agent_id: UUID, *, status: str = ACTIVE, commands: tuple[str, ...] = ("analyze",)):  # type: ignore[no-untyped-def]
+    return AgentLiveness(id=agent_id, status=status, commands=commands)
+
+
+# --- admit ------------------------------------------------------------------------------------
+
+
+def test_a_message_from_a_peer_on_its_own_topic_is_admitted() -> None:
+    message = command_from()
+    assert admit(message, inbox_of(message), ADMISSION) is None
+
+
+def test_a_message_from_a_stranger_is_rejected_with_the_reason() -> None:
+    message = command_from(source=OTHER)
+    plan = admit(message, inbox_of(message), ADMISSION)
+    assert plan is not None
+    assert plan.step is Step.REJECT
+    assert plan.code is ErrorCode.UNAUTHORIZED_SOURCE
+    assert "neither this agent's master nor a child" in plan.reason
+
+
+def test_a_command_from_a_child_is_rejected() -> None:
+    message = command_from(source=CHILD)
+    plan = admit(message, inbox_of(message), ADMISSION)
+    assert plan is not None
+    assert plan.step is Step.REJECT
+    assert "commands come only from the master" in plan.reason
+
+
+def test_a_message_whose_source_is_not_its_topic_is_rejected() -> None:
+    message = command_from()
+    plan = admit(message, InboxTopic(target=ME, source=CHILD), ADMISSION)
+    assert plan is not None
+    assert plan.step is Step.REJECT
+    assert "does not match the sender" in plan.reason
+
+
+def test_a_retained_copy_is_never_acted_on() -> None:
+    message = command_from()
+    admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, retained=True)
+    plan = admit(message, inbox_of(message), admission)
+    assert plan is not None
+    assert plan.step is Step.RETAINED
+    assert not plan.acts
+
+
+def test_a_rejection_comes_before_the_retained_check() -> None:
+    message = command_from(source=OTHER)
+    admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, retained=True)
+    plan = admit(message, inbox_of(message), admission)
+    assert plan is not None
+    assert plan.step is Step.REJECT
+
+
+def test_nothing_is_admitted_when_the_ledger_cannot_record() -> None:
+    message = command_from()
+    admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, write_failure="disk full")
+    plan = admit(message, inbox_of(message), admission)
+    assert plan == Plan(step=Step.UNRECORDABLE, reason="disk full", acknowledge=False)
+
+
+# --- decide: acks and duplicates ----------------------------------------------------------------
+
+
+def ack_of(message_id: UUID) -> VOXMessage:
+    return new_message(
+        MSG_ACKNOWLEDGED,
+        source=CHILD,
+        target=ME,
+        details={"in_response_to": str(message_id)},
+        reply_to=message_id,
+    )
+
+
+def test_an_ack_settles_and_is_never_acknowledged() -> None:
+    plan = decide(ack_of(uuid4()), Facts())
+    assert plan.step is Step.SETTLE_ACK
+    assert plan.acknowledge is False
+
+
+def test_a_second_copy_of_an_ack_is_a_duplicate_and_still_not_acknowledged() -> None:
+    plan = decide(ack_of(uuid4()), Facts(duplicate=True))
+    assert plan.step is Step.DUPLICATE
+    assert plan.acknowledge is False
+
+
+def test_a_duplicate_command_is_acknowledged_again_never_run() -> None:
+    plan = decide(command_from(), Facts(duplicate=True, command=facts_for_command().command))
+    assert plan.step is Step.DUPLICATE
+    assert plan.acknowledge is True
+    assert not plan.acts
+
+
+# --- decide: commands ------------------------------------------------------------------------
+
+
+def test_a_command_served_here_starts_at_once_when_a_slot_is_free() -> None:
+    plan = decide(command_from(), facts_for_command())
+    assert plan == Plan(step=Step.SERVE, start_now=True)
+
+
+def test_a_command_served_here_waits_for_a_slot_when_none_is_free() -> None:
+    plan = decide(command_from(), facts_for_command(slot_free=False))
+    assert plan == Plan(step=Step.SERVE, start_now=False)
+
+
+def test_only_an_idempotent_command_runs_before_its_record_commits() -> None:
+    plan = decide(command_from(), facts_for_command(local=Local.IDEMPOTENT))
+    assert plan == Plan(step=Step.SERVE, start_now=True, run_early=True)
+    busy = decide(command_from(), facts_for_command(local=Local.IDEMPOTENT, slot_free=False))
+    assert busy.run_early is False
+
+
+def test_a_command_while_stopping_is_answered_shutting_down() -> None:
+    plan = decide(command_from(), facts_for_command(stopping=True))
+    assert plan.step is Step.STOPPING
+
+
+def test_a_command_past_its_deadline_is_never_started() -> None:
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    plan = decide(command_from(deadline=past), facts_for_command(deadline_passed=True))
+    assert plan.step is Step.EXPIRED
+    assert "not started" in plan.reason
+
+
+def test_stopping_wins_over_an_expired_deadline() -> None:
+    plan = decide(command_from(), facts_for_command(stopping=True, deadline_passed=True))
+    assert plan.step is Step.STOPPING
+
+
+def test_a_command_no_role_serves_goes_to_the_healthy_child_that_advertises_it() -> None:
+    facts = facts_for_command(
+        local=Local.NONE, children=(child(OTHER, status=INACTIVE), child(CHILD))
+    )
+    assert decide(command_from(), facts) == Plan(step=Step.DELEGATE, child=CHILD)
+
+
+def test_a_command_nobody_advertises_is_unroutable() -> None:
+    facts = facts_for_command(local=Local.NONE, children=(child(CHILD, commands=("other",)),))
+    plan = decide(command_from(), facts)
+    assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.NO_ROUTE)
+
+
+def test_a_command_only_unhealthy_children_advertise_is_target_inactive() -> None:
+    facts = facts_for_command(local=Local.NONE, children=(child(CHILD, status=INACTIVE), None))
+    plan = decide(command_from(), facts)
+    assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.TARGET_INACTIVE)
+
+
+def test_a_command_with_an_invalid_payload_is_left_to_the_runner_to_answer() -> None:
+    assert decide(command_from(), facts_for_command(command=None)).step is Step.SERVE
+
+
+ids = st.integers(min_value=10, max_value=40).map(lambda n: UUID(int=n))
+children_st = st.lists(
+    st.builds(
+        AgentLiveness,
+        id=ids,
+        status=st.sampled_from([ACTIVE, INACTIVE, "STALE", "DEGRADED"]),
+        commands=st.sets(st.sampled_from(["analyze", "other"])).map(tuple),
+    ),
+    max_size=6,
+    unique_by=lambda c: c.id,
+)
+
+
+@given(children=children_st, load=st.dictionaries(ids, st.integers(0, 5)))
+def test_routing_rules_hold_for_any_children(
+    children: list[AgentLiveness], load: dict[UUID, int]
+) -> None:
+    facts = facts_for_command(local=Local.NONE, children=tuple(children), load=load)
+    plan = decide(command_from(), facts, tiebreak=lambda: 0.0)
+    advertising = [c for c in children if "analyze" in c.commands]
+    healthy = [c for c in advertising if c.healthy]
+    if healthy:
+        # Never an unhealthy child, never one that does not advertise it; the least busy.
+        assert plan.step is Step.DELEGATE
+        chosen = next(c for c in children if c.id == plan.child)
+        assert chosen in healthy
+        assert load.get(chosen.id, 0) == min(load.get(c.id, 0) for c in healthy)
+    elif advertising:
+        assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.TARGET_INACTIVE)
+    else:
+        assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.NO_ROUTE)
+
+
+# --- decide: answers and events ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [MSG_COMMAND_RESULT, MSG_COMMAND_ERROR])
+def test_an_answer_to_a_request_that_ended_here_is_late(kind: str) -> None:
+    request = uuid4()
+    facts = Facts(answer=AnswerFacts(waiter=Waiter.ENDED, ended_as="expired"))
+    plan = decide(reply_from(kind, request), facts)
+    assert plan.step is Step.LATE
+    assert plan.ended == "expired"
+    assert str(request) in plan.reason
+
+
+def test_a_childs_answer_to_a_delegated_command_is_relayed() -> None:
+    facts = Facts(answer=AnswerFacts(waiter=Waiter.RELAY))
+    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.RELAY_ANSWER
+
+
+def test_a_childs_unrecorded_refusal_goes_to_its_waiter_to_try_another_child() -> None:
+    facts = Facts(answer=AnswerFacts(waiter=Waiter.RELAY, refused_unrecorded=True))
+    assert decide(reply_from(MSG_COMMAND_ERROR, uuid4()), facts).step is Step.ANSWER
+
+
+def test_an_answer_a_caller_awaits_settles_it() -> None:
+    facts = Facts(answer=AnswerFacts(waiter=Waiter.CALLER))
+    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.ANSWER
+
+
+def test_an_answer_nobody_awaits_goes_to_the_roles_as_an_event() -> None:
+    facts = Facts(answer=AnswerFacts(waiter=Waiter.NOBODY))
+    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.EVENT
+
+
+def test_a_notification_is_an_event() -> None:
+    details = {
+        "start_time": "2026-01-11T08:15:00-03:00",
+        "end_time": "2026-01-11T16:00:00-03:00",
+        "estimated_effort_minutes": 60,
+        "price": {"currency": "USD", "value": 30},
+    }
+    job = new_message(MSG_JOB_DETECTED, source=CHILD, target=ME, details=details)
+    plan = decide(job, Facts())
+    assert plan.step is Step.EVENT
+    assert plan.acts
+    assert plan.acknowledge
