@@ -17,9 +17,8 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel
-
 from vox_mqtt.agent.context import AgentContext, TaskSet
+from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
 from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
@@ -35,7 +34,7 @@ from vox_mqtt.observe.status import RETIRED, FleetView
 from vox_mqtt.observe.warroom import Incident, Severity
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
-from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode, VOXMessage
+from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode
 from vox_mqtt.protocol.settings import AgentConfig, Will
 from vox_mqtt.transport.session import Inbound, Session
 
@@ -310,59 +309,14 @@ class VOXAgent:
 
         self._ctx.tasks.spawn(forget(), "retired")
 
-    # --- sending (the outbox) -------------------------------------------------------------
+    # --- sending: the outbox's own methods (agent/outbox.py) ------------------------------
 
-    async def send_message(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
-        """Record, publish and keep re-sending a message until it is acknowledged."""
-        return await self._outbox.send_message(message, expects_reply=expects_reply)
-
-    async def request(
-        self,
-        command: str,
-        params: dict[str, Any] | None = None,
-        *,
-        to: UUID,
-        timeout: float | None = None,
-    ) -> VOXMessage:
-        """Send a command_request to a child and return its command_result (CommandFailed)."""
-        return await self._outbox.request(command, params, to=to, timeout=timeout)
-
-    async def ask(
-        self,
-        type: str,
-        details: dict[str, Any] | BaseModel,
-        *,
-        to: UUID,
-        timeout: float | None = None,
-    ) -> VOXMessage:
-        """Send a message that expects an answer linked by reply_to, and return the answer."""
-        return await self._outbox.ask(type, details, to=to, timeout=timeout)
-
-    async def send(
-        self,
-        type: str,
-        details: dict[str, Any] | BaseModel,
-        *,
-        to: UUID,
-        reply_to: UUID | None = None,
-        message_source: str | None = None,
-    ) -> TrackedRequest:
-        """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
-        return await self._outbox.send(
-            type, details, to=to, reply_to=reply_to, message_source=message_source
-        )
-
-    async def notify_master(
-        self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None
-    ) -> TrackedRequest:
-        """Send an event up to this agent's master."""
-        return await self._outbox.notify_master(type, details, message_source=message_source)
-
-    async def reply(
-        self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel
-    ) -> TrackedRequest:
-        """Answer a message: to its source, with reply_to set."""
-        return await self._outbox.reply(message, type, details)
+    send_message = Forward("_outbox", Outbox.send_message)
+    request = Forward("_outbox", Outbox.request)
+    ask = Forward("_outbox", Outbox.ask)
+    send = Forward("_outbox", Outbox.send)
+    notify_master = Forward("_outbox", Outbox.notify_master)
+    reply = Forward("_outbox", Outbox.reply)
 
     # --- lifecycle ------------------------------------------------------------------------
 
