@@ -40,9 +40,18 @@ SEED_SHAPE: dict[str, str | None] = {
 }
 
 
-def fleet_text(shape: Mapping[str, str | None], *, heartbeat: float = 15.0) -> str:
-    """Return a fleet file for {name: master name or None}, heartbeats as agents default."""
-    return tests_fleet_text(shape, heartbeat=heartbeat)
+def fleet_text(
+    shape: Mapping[str, str | None],
+    *,
+    heartbeat: float = 15.0,
+    roles: Mapping[str, list[str]] | None = None,
+) -> str:
+    """Return a fleet file for {name: master name or None}, heartbeats as agents default.
+
+    roles: {name: ["module:Class", ...]}, what a daemon of that agent loads (in-process
+    agents get their role objects from the figure instead).
+    """
+    return tests_fleet_text(shape, heartbeat=heartbeat, roles=roles)
 
 
 def tree_shape(agents: int, fanout: int) -> dict[str, str | None]:

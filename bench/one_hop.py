@@ -4,6 +4,8 @@ VOX: the operator (an in-process VOXAgent) sends command_request `ping` to the r
 records it, acknowledges it and answers with command_result; the operator records and
 acknowledges the result. Raw: two aiomqtt clients with the same identities, one QoS 1 request
 and one QoS 1 response. N sequential round trips each, after a warm-up; p50 and p99.
+VOX runs twice against the same raw baseline: every agent in this process (all-in-one), then
+each agent in its own `vox-agent` daemon (process per agent, bench/deployed.py).
 
     python -m bench.one_hop [--quick]
 """
@@ -25,10 +27,15 @@ from bench.common import (
     latency_summary,
     run_alone,
 )
+from bench.deployed import start_deployed
 from bench.rawmqtt import Journal, RawNode
-from bench.voxside import start_vox
+from bench.voxside import seed_role_specs, start_vox
 
 PARAMS = {"text": "hello"}
+# The two layouts of the VOX side: how their rows are named.
+ALL_IN_ONE = "all-in-one"
+PER_PROCESS = "process per agent"
+LAYOUTS = (ALL_IN_ONE, PER_PROCESS)
 
 
 def sizes(quick: bool) -> tuple[int, int]:
@@ -68,12 +75,24 @@ async def raw_round_trips(
 
 
 async def vox_round_trips(
-    bench: BenchBroker, names: list[str], command: str, count: int, warmup: int
+    bench: BenchBroker,
+    names: list[str],
+    command: str,
+    count: int,
+    warmup: int,
+    *,
+    layout: str = ALL_IN_ONE,
 ) -> list[float]:
-    """Time sequential VOX command round trips from the operator to the root."""
+    """Time sequential VOX command round trips from the operator to the root.
+
+    layout: ALL_IN_ONE (the agents in this process) or PER_PROCESS (a daemon each).
+    """
     root = bench.id("root")
     async with AsyncExitStack() as stack:
-        operator, _ = await start_vox(stack, bench, names)
+        if layout == PER_PROCESS:
+            operator, _ = await start_deployed(stack, bench, names)
+        else:
+            operator, _ = await start_vox(stack, bench, names)
         for _ in range(warmup):
             await operator.request(command, PARAMS, to=root)
         times = []
@@ -85,6 +104,14 @@ async def vox_round_trips(
     return times
 
 
+def titled(title: str, layout: str) -> str:
+    """Return a figure's title for a layout: the process-per-agent row says so."""
+    if layout == ALL_IN_ONE:
+        return title
+    head, sep, tail = title.partition(":")
+    return f"{head} ({layout}){sep}{tail}"
+
+
 async def compare_chain(
     workdir: Path,
     chain: list[str],
@@ -94,33 +121,44 @@ async def compare_chain(
     count: int,
     warmup: int,
     bound: float,
-) -> dict[str, Any]:
-    """Time raw relays and VOX down `chain` and back on one broker, as one figure row."""
+) -> list[dict[str, Any]]:
+    """Time raw relays and VOX down `chain` and back on one broker: a row per VOX layout."""
     # Raw first, so no VOX session ever queues raw traffic.
-    with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
+    with bench_broker(workdir, fleet_text(SEED_SHAPE, roles=seed_role_specs())) as bench:
         raw = latency_summary(await raw_round_trips(bench, chain, count, warmup))
         floor = latency_summary(await raw_round_trips(bench, chain, count, warmup, durable=True))
-        vox = latency_summary(await vox_round_trips(bench, chain[1:], command, count, warmup))
-    ratio = vox["p50_ms"] / raw["p50_ms"]
-    return figure(
-        title=title,
-        unit="ms",
-        vox=vox["p50_ms"],
-        baseline=raw["p50_ms"],
-        target=f"VOX p50 <= {bound:g} x raw",
-        met=ratio <= bound,
-        vox_detail=vox,
-        baseline_detail=raw,
-        p99_ratio=round(vox["p99_ms"] / raw["p99_ms"], 2),
-        # Raw clients that acknowledge and commit as a hop must: the guarantees' own price.
-        obligations_detail=floor,
-        obligations_ratio=round(floor["p50_ms"] / raw["p50_ms"], 2),
-        vox_over_obligations=round(vox["p50_ms"] / floor["p50_ms"], 2),
-    )
+        layouts = {
+            layout: latency_summary(
+                await vox_round_trips(bench, chain[1:], command, count, warmup, layout=layout)
+            )
+            for layout in LAYOUTS
+        }
+    rows = []
+    for layout, vox in layouts.items():
+        ratio = vox["p50_ms"] / raw["p50_ms"]
+        rows.append(
+            figure(
+                title=titled(title, layout),
+                unit="ms",
+                vox=vox["p50_ms"],
+                baseline=raw["p50_ms"],
+                target=f"VOX p50 <= {bound:g} x raw",
+                met=ratio <= bound,
+                layout=layout,
+                vox_detail=vox,
+                baseline_detail=raw,
+                p99_ratio=round(vox["p99_ms"] / raw["p99_ms"], 2),
+                # Raw clients that acknowledge and commit as a hop must: the guarantees' price.
+                obligations_detail=floor,
+                obligations_ratio=round(floor["p50_ms"] / raw["p50_ms"], 2),
+                vox_over_obligations=round(vox["p50_ms"] / floor["p50_ms"], 2),
+            )
+        )
+    return rows
 
 
-async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Time operator -> root round trips, raw and VOX."""
+async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
+    """Time operator -> root round trips, raw and VOX in both layouts."""
     count, warmup = sizes(quick)
     return await compare_chain(
         workdir,
@@ -133,7 +171,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
     )
 
 
-def run(workdir: Path, quick: bool) -> dict[str, Any]:
+def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Measure figure 1 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
 

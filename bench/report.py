@@ -124,8 +124,8 @@ def _details(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     figures = results["figures"]
     for name in ("one_hop", "three_levels"):
-        row = _first(figures, name)
-        if row is not None:
+        rows = _rows(figures, name)
+        for row in rows:
             vox, raw = row["vox_detail"], row["baseline_detail"]
             lines.append(
                 f"- **{row['title'].split(':')[0]}** ({vox['n']} round trips each): VOX p50 "
@@ -133,21 +133,31 @@ def _details(results: dict[str, Any]) -> list[str]:
                 f"{raw['p50_ms']} ms, p99 {raw['p99_ms']} ms, mean {raw['mean_ms']} ms "
                 f"(p99 ratio {row['p99_ratio']})."
             )
-            floor = row.get("obligations_detail")
-            if floor is not None:
-                lines.append(
-                    f"  - The same raw clients acknowledging every message and committing "
-                    f"(synchronous=FULL) in the groups a VOX hop commits in: p50 "
-                    f"{floor['p50_ms']} ms, p99 {floor['p99_ms']} ms: "
-                    f"{row['obligations_ratio']} x raw, the price of the guarantees alone. "
-                    f"VOX is {row['vox_over_obligations']} x that floor."
-                )
-    row = _first(figures, "throughput")
-    if row is not None:
+        floor = rows[0].get("obligations_detail") if rows else None
+        if floor is not None:
+            over = "; ".join(
+                f"{r['vox_over_obligations']} x that floor ({_layout(r)})" for r in rows
+            )
+            lines.append(
+                f"  - The same raw clients acknowledging every message and committing "
+                f"(synchronous=FULL) in the groups a VOX hop commits in: p50 "
+                f"{floor['p50_ms']} ms, p99 {floor['p99_ms']} ms: "
+                f"{rows[0]['obligations_ratio']} x raw, the price of the guarantees alone. "
+                f"VOX is {over}."
+            )
+    for row in _rows(figures, "throughput"):
         vox, raw = row["vox_detail"], row["baseline_detail"]
+        if "cpu_ms_per_command_agents" in vox:
+            where = (
+                f"{vox['cpu_ms_per_command_python']} ms in the {vox['agent_processes']} agent "
+                f"processes and the operator's together (agents {vox['cpu_ms_per_command_agents']}"
+                f" ms, operator and load generator {vox['cpu_ms_per_command_operator']} ms)"
+            )
+        else:
+            where = f"{vox['cpu_ms_per_command_python']} ms in the agents' process"
         lines.append(
-            f"- **Throughput** ({row['concurrency']} in flight, {row['seconds']:g} s per side): "
-            f"CPU per command: VOX {vox['cpu_ms_per_command_python']} ms in the agents' process "
+            f"- **{row['title'].split(':')[0]}** ({row['concurrency']} in flight, "
+            f"{row['seconds']:g} s per side): CPU per command: VOX {where} "
             f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
             f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
             f"CPU per VOX message (12 per command): {vox.get('cpu_ms_per_message_python')} ms "
@@ -195,6 +205,20 @@ def _details(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _rows(figures: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Return the rows of a figure that ran (none if it failed or did not run)."""
+    entry = figures.get(name)
+    if entry is None or "rows" not in entry:
+        return []
+    rows: list[dict[str, Any]] = entry["rows"]
+    return rows
+
+
+def _layout(row: dict[str, Any]) -> str:
+    """Return how a row of figures 1-3 ran its agents (results before layouts: all-in-one)."""
+    return str(row.get("layout", "all-in-one"))
+
+
 def _first(figures: dict[str, Any], name: str) -> dict[str, Any] | None:
     entry = figures.get(name)
     if entry is None or "rows" not in entry:
@@ -204,14 +228,15 @@ def _first(figures: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 
 def _profile(results: dict[str, Any]) -> list[str]:
-    row = _first(results["figures"], "throughput")
-    if row is None:
+    profiled = [r for r in _rows(results["figures"], "throughput") if "profile" in r]
+    if not profiled:
         return []
-    profile = row["profile"]
+    profile = profiled[0]["profile"]
     lines = [
         "### Where the time goes (figure 3, cProfile of the event loop)",
         "",
-        f"A separate profiled run of the VOX tree ({profile['commands_per_second_under_profiler']}"
+        "A separate profiled run of the all-in-one VOX tree "
+        f"({profile['commands_per_second_under_profiler']}"
         f" commands/s under the profiler): {profile['busy_seconds']} s busy in the event loop "
         f"thread, {profile['idle_seconds']} s waiting in epoll. The SQLite work itself runs in "
         "each ledger's writer thread and shows here only as the hand-offs to it.",
@@ -273,6 +298,12 @@ def markdown(results: dict[str, Any]) -> str:
         "publishes on the same topics at QoS 1, awaiting each PUBACK; figure 13's baseline is "
         "FastStream's MQTT RPC instead (what a user would pick). Ratio = VOX / baseline. "
         "Benchmarks are not tests: a target not met is reported, never failed.",
+        "",
+        "Figures 1-3 run VOX in two layouts against the same raw baseline in the same run: "
+        "all-in-one (every agent and the operator as VOXAgents in the bench's process) and "
+        "process per agent (each agent a `vox-agent` daemon of its own, `python -m "
+        "agent_daemon --config FILE` with a config rendered from the fleet, as on real hosts; "
+        "the operator in the bench's process). docs/performance.md says what each measures.",
         "",
         "## Figures",
         "",

@@ -3,7 +3,8 @@
 VOX: the operator asks the root for `echo`; the root delegates to the coordinator, which
 delegates to the specialist that serves it; every hop records, acknowledges and answers with
 handled_by. Raw: the same chain of bare clients, each relay forwarding the request down and
-the response up, one QoS 1 publish per leg (6 in all). N sequential round trips each.
+the response up, one QoS 1 publish per leg (6 in all). N sequential round trips each, VOX
+in both layouts (all-in-one and process per agent, as figure 1).
 
     python -m bench.three_levels [--quick]
 """
@@ -25,7 +26,7 @@ def sizes(quick: bool) -> tuple[int, int]:
     return (20, 3) if quick else (300, 20)
 
 
-async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
+async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Time round trips down the chain and back, raw and VOX."""
     count, warmup = sizes(quick)
     return await compare_chain(
@@ -39,7 +40,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
     )
 
 
-def run(workdir: Path, quick: bool) -> dict[str, Any]:
+def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Measure figure 2 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
 

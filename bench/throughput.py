@@ -6,6 +6,9 @@ Every agent keeps its ledger (synchronous=FULL, group commit). Raw: the same tre
 clients with the same concurrency, the coordinator alternating between the specialists.
 Besides the rate, the CPU time this process (every agent and the load generator) and the
 broker spent per command, and a cProfile of a separate VOX run: where the time goes.
+VOX runs twice against the same raw baseline: all-in-one (every agent in this process), then
+process per agent (a `vox-agent` daemon each, bench/deployed.py), whose CPU per command sums
+every daemon's and this process's (the operator's and the load generator's).
 
     python -m bench.throughput [--quick]
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -22,17 +26,18 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_text, run_alone
+from bench.deployed import cpu_seconds, start_deployed
+from bench.one_hop import ALL_IN_ONE, PER_PROCESS, titled
 from bench.profiling import summarize
 from bench.rawmqtt import RawNode
-from bench.voxside import start_vox
-from vox_mqtt.agent.facade import VOXAgent
+from bench.voxside import seed_role_specs, start_vox
 
 PARAMS = {"text": "hello"}
 # A command through three levels: three requests and three answers, each acknowledged.
 MESSAGES_PER_COMMAND = 12
+AGENTS = ["root", "coordinator", "spec_a", "spec_b"]
+SPECIALISTS = ("spec_a", "spec_b")
 TREE = {
     "operator": (None, ("root",)),
     "root": ("operator", ("coordinator",)),
@@ -64,27 +69,28 @@ async def drive(call: Callable[[], Awaitable[Any]], concurrency: int, seconds: f
 
 
 class CpuMeter:
-    """CPU seconds used by this process and by the broker between start() and stop()."""
+    """CPU seconds used by this process, the broker and agent processes between start and stop."""
 
-    def __init__(self, broker_pid: int) -> None:
-        self.me, self.broker = psutil.Process(), psutil.Process(broker_pid)
-        self.started = (0.0, 0.0)
+    def __init__(self, broker_pid: int, agent_pids: tuple[int, ...] = ()) -> None:
+        self.pids = (os.getpid(), broker_pid)
+        self.agent_pids = agent_pids
+        self.started = (0.0, 0.0, 0.0)
 
-    @staticmethod
-    def _cpu(proc: psutil.Process) -> float:
-        times = proc.cpu_times()
-        return times.user + times.system
+    def _read(self) -> tuple[float, float, float]:
+        me, broker = self.pids
+        return cpu_seconds([me]), cpu_seconds([broker]), cpu_seconds(self.agent_pids)
 
     def start(self) -> None:
         """Take the first reading."""
-        self.started = (self._cpu(self.me), self._cpu(self.broker))
+        self.started = self._read()
 
-    def stop(self) -> tuple[float, float]:
-        """Return (this process, broker) CPU seconds since start()."""
-        return (
-            self._cpu(self.me) - self.started[0],
-            self._cpu(self.broker) - self.started[1],
+    def stop(self) -> tuple[float, float, float]:
+        """Return (this process, broker, agent processes) CPU seconds since start()."""
+        now = self._read()
+        mine, broker, agents = (
+            after - before for after, before in zip(now, self.started, strict=True)
         )
+        return mine, broker, agents
 
 
 async def raw_rate(bench: BenchBroker, concurrency: int, seconds: float) -> dict[str, Any]:
@@ -106,28 +112,37 @@ async def raw_rate(bench: BenchBroker, concurrency: int, seconds: float) -> dict
 
 
 async def _metered(
-    bench: BenchBroker, call: Callable[[], Awaitable[Any]], concurrency: int, seconds: float
+    bench: BenchBroker,
+    call: Callable[[], Awaitable[Any]],
+    concurrency: int,
+    seconds: float,
+    agent_pids: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    meter = CpuMeter(bench.broker_pid)
+    """Drive the calls and meter CPU; with agent_pids, python CPU is theirs plus this one's."""
+    meter = CpuMeter(bench.broker_pid, agent_pids)
     meter.start()
     rate = await drive(call, concurrency, seconds)
-    mine, broker = meter.stop()
+    mine, broker, agents = meter.stop()
     count = rate * seconds
-    return {
+    result = {
         "commands_per_second": round(rate, 1),
-        "cpu_ms_per_command_python": round(1000 * mine / count, 3),
+        "cpu_ms_per_command_python": round(1000 * (mine + agents) / count, 3),
         "cpu_ms_per_command_broker": round(1000 * broker / count, 3),
     }
+    if agent_pids:
+        result["cpu_ms_per_command_operator"] = round(1000 * mine / count, 3)
+        result["cpu_ms_per_command_agents"] = round(1000 * agents / count, 3)
+        result["agent_processes"] = len(agent_pids)
+    return result
 
 
 async def vox_rate(
     bench: BenchBroker, concurrency: int, seconds: float, profile_seconds: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Measure the VOX tree's command rate, then profile a second run of it."""
+    """Measure the all-in-one VOX tree's command rate, then profile a second run of it."""
+    ledgers = {n: bench.agent_config(n).state_dir / "logs.db" for n in SPECIALISTS}
     async with AsyncExitStack() as stack:
-        operator, agents = await start_vox(
-            stack, bench, ["root", "coordinator", "spec_a", "spec_b"]
-        )
+        operator, _ = await start_vox(stack, bench, AGENTS)
         root = bench.id("root")
 
         async def call() -> None:
@@ -135,8 +150,7 @@ async def vox_rate(
 
         await drive(call, concurrency, min(seconds, 1.0))  # warm-up
         result = await _metered(bench, call, concurrency, seconds)
-        served = {n: await _count_served(agents[n]) for n in ("spec_a", "spec_b")}
-        result["served_by_specialist"] = served
+        result["served_by_specialist"] = {n: _count_served(path) for n, path in ledgers.items()}
         profiler = cProfile.Profile()
         profiler.enable()
         profiled_rate = await drive(call, concurrency, profile_seconds)
@@ -146,40 +160,72 @@ async def vox_rate(
     return result, profile
 
 
-async def _count_served(agent: VOXAgent) -> int:
-    """Count the commands an agent ran to completion, from its ledger."""
-    with contextlib.closing(sqlite3.connect(agent.memory.path)) as db:
+async def deployed_rate(bench: BenchBroker, concurrency: int, seconds: float) -> dict[str, Any]:
+    """Measure the command rate with every agent in its own daemon, CPU summed over them all."""
+    # The daemons go on with the ledgers of the all-in-one run: count only their own work.
+    ledgers = {n: bench.agent_config(n).state_dir / "logs.db" for n in SPECIALISTS}
+    before = {n: _count_served(path) for n, path in ledgers.items()}
+    async with AsyncExitStack() as stack:
+        operator, daemons = await start_deployed(stack, bench, AGENTS)
+        root = bench.id("root")
+
+        async def call() -> None:
+            await operator.request("echo", PARAMS, to=root)
+
+        await drive(call, concurrency, min(seconds, 1.0))  # warm-up
+        pids = tuple(d.pid for d in daemons.values())
+        result = await _metered(bench, call, concurrency, seconds, agent_pids=pids)
+        result["served_by_specialist"] = {
+            n: _count_served(path) - before[n] for n, path in ledgers.items()
+        }
+    return result
+
+
+def _count_served(ledger: Path) -> int:
+    """Count the commands an agent ran to completion, from its ledger (0 before it exists)."""
+    if not ledger.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
         found = db.execute("SELECT COUNT(*) FROM logs WHERE action = 'completed'").fetchone()
     return int(found[0])
 
 
-async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Run both sides on one broker, raw first."""
+async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
+    """Run raw, then VOX all-in-one, then VOX process per agent, on one broker."""
     concurrency, seconds, profile_seconds = sizes(quick)
-    with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
+    with bench_broker(workdir, fleet_text(SEED_SHAPE, roles=seed_role_specs())) as bench:
         raw = await raw_rate(bench, concurrency, seconds)
         vox, profile = await vox_rate(bench, concurrency, seconds, profile_seconds)
-    ratio = vox["commands_per_second"] / raw["commands_per_second"]
-    vox["cpu_ms_per_message_python"] = round(
-        vox["cpu_ms_per_command_python"] / MESSAGES_PER_COMMAND, 3
-    )
-    return figure(
-        title="Throughput: concurrent commands/s through root -> coordinator -> 2 specialists",
-        unit="commands/s",
-        vox=vox["commands_per_second"],
-        baseline=raw["commands_per_second"],
-        target="VOX >= 0.5 x raw",
-        met=ratio >= 0.5,
-        higher_is_better=True,
-        concurrency=concurrency,
-        seconds=seconds,
-        vox_detail=vox,
-        baseline_detail=raw,
-        profile=profile,
-    )
+        deployed = await deployed_rate(bench, concurrency, seconds)
+    title = "Throughput: concurrent commands/s through root -> coordinator -> 2 specialists"
+    rows = []
+    for layout, detail in ((ALL_IN_ONE, vox), (PER_PROCESS, deployed)):
+        ratio = detail["commands_per_second"] / raw["commands_per_second"]
+        detail["cpu_ms_per_message_python"] = round(
+            detail["cpu_ms_per_command_python"] / MESSAGES_PER_COMMAND, 3
+        )
+        extra = {"profile": profile} if layout == ALL_IN_ONE else {}
+        rows.append(
+            figure(
+                title=titled(title, layout),
+                unit="commands/s",
+                vox=detail["commands_per_second"],
+                baseline=raw["commands_per_second"],
+                target="VOX >= 0.5 x raw",
+                met=ratio >= 0.5,
+                higher_is_better=True,
+                layout=layout,
+                concurrency=concurrency,
+                seconds=seconds,
+                vox_detail=detail,
+                baseline_detail=raw,
+                **extra,
+            )
+        )
+    return rows
 
 
-def run(workdir: Path, quick: bool) -> dict[str, Any]:
+def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Measure figure 3 in its own event loop."""
     return asyncio.run(measure(workdir, quick))
 

@@ -1,4 +1,7 @@
-"""The VOX side of figures 1-3: in-process agents of the seed tree and the operator."""
+"""The VOX side of figures 1-3: in-process agents of the seed tree and the operator.
+
+bench/deployed.py runs the same agents each in its own `vox-agent` process instead.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +40,14 @@ SEED_ROLES: dict[str, tuple[type[Role], ...]] = {
     "spec_a": (Echo,),
     "spec_b": (Echo,),
 }
+
+
+def seed_role_specs() -> dict[str, list[str]]:
+    """Return SEED_ROLES as a fleet file names them ("bench.voxside:Ping"), for the daemons."""
+    return {
+        name: [f"{cls.__module__}:{cls.__qualname__}" for cls in classes]
+        for name, classes in SEED_ROLES.items()
+    }
 
 
 async def start_vox(

@@ -6,20 +6,30 @@ No assertion here is about speed: benchmarks measure, tests only keep them from 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import os
 import sqlite3
+import tomllib
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from bench.__main__ import FIGURES, main
 from bench.common import SEED_SHAPE, bench_broker, fleet_text
-from bench.one_hop import raw_round_trips
+from bench.deployed import AgentProcess, start_deployed
+from bench.one_hop import LAYOUTS, raw_round_trips
+from bench.voxside import LEDGER_SYNC_ENV, seed_role_specs
 
 ROW_KEYS = {"title", "unit", "vox", "baseline", "ratio", "target", "met"}
 ROWS = {
+    "one_hop": 2,
+    "three_levels": 2,
+    "throughput": 2,
     "detection": 4,
     "footprint": 4,
     "bridged": 2,
@@ -49,11 +59,25 @@ def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
     assert len(rows) == ROWS.get(name, 1)
     check_rows(rows)
     assert number == list(FIGURES).index(name) + 1
+    if name in ("one_hop", "three_levels", "throughput"):
+        # Both layouts, against one and the same raw baseline.
+        assert [row["layout"] for row in rows] == list(LAYOUTS)
+        assert rows[1]["title"].split(":")[0].endswith("(process per agent)"), rows[1]
+        assert len({json.dumps(row["baseline_detail"]) for row in rows}) == 1
 
 
 def test_profile_of_the_throughput_figure_names_where_time_goes(tmp_path: Path) -> None:
-    row = FIGURES["throughput"][1](tmp_path, True)
-    assert isinstance(row, dict)
+    rows = FIGURES["throughput"][1](tmp_path, True)
+    assert isinstance(rows, list)
+    row, deployed = rows
+    # The process-per-agent row sums the CPU of every agent daemon and of the operator.
+    detail = deployed["vox_detail"]
+    assert detail["agent_processes"] == 4
+    assert detail["cpu_ms_per_command_agents"] > 0
+    assert detail["cpu_ms_per_command_python"] == pytest.approx(
+        detail["cpu_ms_per_command_agents"] + detail["cpu_ms_per_command_operator"], abs=0.002
+    )
+    assert sum(detail["served_by_specialist"].values()) > 0, detail
     profile = row["profile"]
     assert profile["busy_seconds"] > 0
     areas = {a["area"] for a in profile["areas"]}
@@ -115,3 +139,66 @@ def test_the_obligations_floor_records_and_acknowledges_every_message(tmp_path: 
         "completed": 5,
         "acknowledged": 4,
     }
+
+
+def _completed(ledger: Path) -> int:
+    with sqlite3.connect(ledger) as db:
+        return int(db.execute("SELECT COUNT(*) FROM logs WHERE action = 'completed'").fetchone()[0])
+
+
+def test_the_process_per_agent_layout_runs_a_daemon_per_agent_and_reaps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(LEDGER_SYNC_ENV, "normal")
+    names = ["root", "coordinator", "spec_a"]
+    started: dict[str, AgentProcess] = {}
+
+    async def scenario() -> None:
+        async with AsyncExitStack() as stack:
+            operator, daemons = await start_deployed(stack, bench, names)
+            started.update(daemons)
+            reply = await operator.request("echo", {"text": "hi"}, to=bench.id("root"))
+            assert reply.details["result"] == {"text": "hi"}, reply.details
+            for daemon in daemons.values():
+                assert daemon.process.poll() is None
+                assert daemon.pid != os.getpid()
+            # The specialist's own daemon ran it: its ledger says so.
+            assert _completed(daemons["spec_a"].ledger) == 1
+
+    with bench_broker(tmp_path, fleet_text(SEED_SHAPE, roles=seed_role_specs())) as bench:
+        asyncio.run(scenario())
+    assert set(started) == set(names)
+    assert _daemons_alive() == []
+    for name, daemon in started.items():
+        assert daemon.process.returncode == 0, daemon.log_tail()  # stopped cleanly, reaped
+        config = tomllib.loads(daemon.config.read_text())
+        assert config["agent"]["ledger_sync"] == "normal"
+        assert config["agent"]["roles"] == seed_role_specs().get(name, [])
+
+
+def test_a_daemon_that_cannot_start_is_reported_with_its_log_and_all_are_reaped(
+    tmp_path: Path,
+) -> None:
+    roles = {**seed_role_specs(), "root": ["bench.voxside:NoSuchRole"]}
+
+    async def scenario() -> None:
+        async with AsyncExitStack() as stack:
+            await start_deployed(stack, bench, ["root", "coordinator", "spec_a"])
+
+    with (
+        bench_broker(tmp_path, fleet_text(SEED_SHAPE, roles=roles)) as bench,
+        pytest.raises(RuntimeError, match="the root daemon exited") as failed,
+    ):
+        asyncio.run(scenario())
+    assert "NoSuchRole" in str(failed.value)  # its log, quoted in the error
+    assert _daemons_alive() == []  # the coordinator's and spec_a's daemons were stopped too
+
+
+def _daemons_alive() -> list[psutil.Process]:
+    """Return this process's children that are still running a `vox-agent` daemon."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "agent_daemon" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+    return found
