@@ -17,17 +17,17 @@ from vox_mqtt.agent.roles import Role, command
 
 
 class Ping(Role):
-    """The root's own trivial command (figure 1)."""
+    """The root's own trivial command (figure 1): pure, so declared idempotent, as a user would."""
 
-    @command
+    @command(idempotent=True)
     async def ping(self, text: str = "") -> dict[str, Any]:
         return {"text": text}
 
 
 class Echo(Role):
-    """A specialist's trivial command (figures 2 and 3)."""
+    """A specialist's trivial command (figures 2 and 3): pure, so declared idempotent."""
 
-    @command
+    @command(idempotent=True)
     async def echo(self, text: str = "") -> dict[str, Any]:
         return {"text": text}
 
