@@ -72,6 +72,29 @@ def test_wiped_state_dir_restarts_epoch_but_a_later_start_wins() -> None:
     assert entry.epoch == 1
 
 
+def test_a_wiped_agent_back_at_the_same_epoch_after_its_will_is_active_again() -> None:
+    # Its state dir wiped, the agent starts at epoch 1 again, as its last session did.
+    view = FleetView()
+    view.update(status("ACTIVE", 1, started="2026-01-01T00:00:00+00:00"))
+    view.update(
+        status("INACTIVE", 1, code="VM_CONNECTION_LOST", started="2026-01-01T00:00:00+00:00")
+    )
+    view.update(status("ACTIVE", 1, started="2026-01-02T00:00:00+00:00"))
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert entry.status == "ACTIVE"
+
+
+def test_a_heartbeat_of_the_same_session_after_its_will_is_a_leftover() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 1))
+    view.update(status("INACTIVE", 1, code="VM_CONNECTION_LOST"))
+    assert view.update(status("ACTIVE", 1)) is None
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert entry.status == "INACTIVE"
+
+
 def test_heartbeat_older_than_three_intervals_is_stale_then_fresh_again() -> None:
     clock = Clock()
     view = FleetView(clock=clock)

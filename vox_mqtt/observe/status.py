@@ -424,9 +424,12 @@ class FleetView:
         if report.epoch > entry.epoch:
             return True
         if report.epoch == entry.epoch:
-            # Same session: a will or shutdown after its own heartbeats is news;
-            # an ACTIVE after that session's INACTIVE is a reordered leftover.
-            return not (entry.status == INACTIVE and report.status == ACTIVE)
+            # Same session: a will or shutdown after its own heartbeats is news; an ACTIVE
+            # after that session's INACTIVE is a reordered leftover, unless it started later:
+            # an agent whose state dir was wiped begins again at the epoch it had.
+            if entry.status == INACTIVE and report.status == ACTIVE:
+                return report.started_at > entry.started_at
+            return True
         # An older epoch is a delayed will of a superseded session, unless the agent's
         # state dir was wiped: then a later start on the same host's clock wins.
         return report.status == ACTIVE and report.started_at > entry.started_at
