@@ -113,7 +113,11 @@ def test_every_changed_copy_is_validated() -> None:
         message.model_copy(update={"details": {"command": "x", "params": {"v": float("nan")}}})
     moved = message.model_copy(update={"target": A})
     assert moved.target == A
-    assert moved.message_id == message.message_id
+    # Another message: two different messages never share an id (seed 003).
+    assert moved.message_id != message.message_id
+    assert message.model_copy(
+        update={"message_id": message.message_id, "target": A}
+    ) == moved.model_copy(update={"message_id": message.message_id})
     changed = message.model_copy(update={"details": {"command": "y", "params": {"k": [1]}}})
     assert isinstance(changed.details["params"]["k"], FrozenList)
 

@@ -550,3 +550,21 @@ def test_our_acknowledgement_of_the_seed_job_matches_the_seed_ack() -> None:
     # We also set reply_to, which the seed's ack leaves out (it is optional).
     assert ours["reply_to"] == str(job.message_id)
     assert isinstance(parse(serialize(job.acknowledgement())), VOXMessage)
+
+
+def test_a_payload_view_cannot_change_its_message() -> None:
+    # The typed view is cached and shared: changing it would change the message for every
+    # later reader, the runner's delegated request included (seed 003: immutable).
+    message = new_message(
+        MSG_COMMAND_REQUEST,
+        source=uuid4(),
+        target=uuid4(),
+        details={"command": "x", "params": {"a": 1, "nested": {"b": [1]}}},
+    )
+    payload = message.payload_as(CommandRequest)
+    with pytest.raises(TypeError):
+        payload.params["injected"] = 1
+    with pytest.raises(TypeError):
+        payload.params["nested"]["b"].append(2)
+    assert message.payload_as(CommandRequest).params == {"a": 1, "nested": {"b": [1]}}
+    assert serialize(message) == serialize(parse(serialize(message)))

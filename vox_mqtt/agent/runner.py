@@ -524,9 +524,11 @@ class CommandRunner:
             MSG_COMMAND_REQUEST,
             source=self.config.id,
             target=child,
-            details=payload,
+            # What arrived, unchanged, from its origin (seed 003): the details as received,
+            # not a view of them, and the message_source the request came with.
+            details=request.details,
             reply_to=request.message_id,
-            message_source=self.config.message_source,
+            message_source=request.message_source,
         )
 
     async def _delegation_outcome(

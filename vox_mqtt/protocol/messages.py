@@ -162,6 +162,21 @@ Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
 """A UUID field that accepts only the 8-4-4-4-12 text form."""
 
 
+def _frozen(model: _Model) -> _Model:
+    """Freeze the dicts and lists a validated payload holds, its extra fields too.
+
+    The payload view is cached on its message and handed to every reader: a reader that
+    changed `params` would change the message for all who read it after (seed 003).
+    """
+    for values in (model.__dict__, model.__pydantic_extra__ or {}):
+        for name, value in values.items():
+            if isinstance(value, BaseModel):
+                _frozen(value)
+            elif isinstance(value, dict | list):
+                values[name] = freeze_json(value)
+    return model
+
+
 def _freeze_details(details: dict[str, Any]) -> dict[str, Any]:
     # Frozen all the way down: a message is immutable, so what was validated is what is sent.
     frozen: dict[str, Any] = freeze_json(details)
@@ -199,10 +214,15 @@ class VOXMessage(BaseModel):
     __hash__ = BaseModel.__hash__
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """Return a copy with `update` applied, validated like any new message."""
+        """Return a copy with `update` applied, validated like any new message.
+
+        A changed copy is another message, so it gets a message_id of its own (unless the
+        update names one): once emitted, a message cannot be modified (seed 003).
+        """
         if not update:
             return self  # immutable all the way down: the copy would be the same message
         fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields["message_id"] = _new_id()
         try:
             copy = self.model_validate({**fields, **update})
         except ValidationError as exc:
@@ -220,13 +240,13 @@ class VOXMessage(BaseModel):
             model = PAYLOAD_MODELS.get(self.type)
             if model is None:
                 return None
-            known = cache["_payload"] = model.model_validate(self.details)
+            known = cache["_payload"] = _frozen(model.model_validate(self.details))
         return known
 
     def payload_as(self, model: builtins.type[_Model]) -> _Model:
         """Return details as the given payload model (validated once per message and model)."""
         known = self.payload() if PAYLOAD_MODELS.get(self.type) is model else None
-        return known if isinstance(known, model) else model.model_validate(self.details)
+        return known if isinstance(known, model) else _frozen(model.model_validate(self.details))
 
     def reply(
         self,
