@@ -111,13 +111,16 @@ def _tls(args: argparse.Namespace) -> tuple[Path, Path] | None:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
             args.tls_cert, args.tls_key
         )
-    except OSError as exc:
-        raise ValueError(f"--tls-cert/--tls-key: cannot read them: {exc}") from None
-    except ssl.SSLError as exc:
+    except ssl.SSLError as exc:  # an OSError too: caught first
         reason = exc.reason or str(exc)
         raise ValueError(
             f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: not a PEM certificate "
             f"and its key ({reason})"
+        ) from None
+    except OSError as exc:
+        raise ValueError(
+            f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: cannot read them: "
+            f"{exc.strerror or exc}"
         ) from None
     return args.tls_cert, args.tls_key
 

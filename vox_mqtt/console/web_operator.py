@@ -299,8 +299,8 @@ class OperatorPages:
             chain = await memory.trace(message_id)
         except LedgerError as exc:
             return {"request": None, "timeline": [], "error": str(exc)}
-        rows = request_rows([*own, *(r for r in chain if r.get("message_id") != str(message_id))],
-                            str(self.operator_id), now)  # fmt: skip
+        replies = [r for r in chain if r.get("message_id") != str(message_id)]
+        rows = request_rows([*own, *replies], str(self.operator_id), now)
         if not rows:
             return None
         return {"request": rows[0], "timeline": timeline_rows(chain), "error": None}
