@@ -68,6 +68,7 @@ install:
 	ln -sf $(PREFIX)/bin/vox $(DESTDIR)$(BINDIR)/vox
 	install -m 0644 systemd/vox-agent@.service $(DESTDIR)$(UNITDIR)/vox-agent@.service
 	install -m 0644 systemd/vox-exporter.service $(DESTDIR)$(UNITDIR)/vox-exporter.service
+	install -m 0644 systemd/vox-web.service $(DESTDIR)$(UNITDIR)/vox-web.service
 	install -D -m 0644 systemd/sysusers.d/vox.conf $(DESTDIR)$(SYSUSERSDIR)/vox.conf
 	install -m 0644 docs/deploy.md $(DESTDIR)$(PREFIX)/share/doc/deploy.md
 	install -m 0644 docs/metrics.md docs/vox-alerts.yml $(DESTDIR)$(PREFIX)/share/doc/

@@ -98,6 +98,9 @@ def test_make_install_stages_units_user_and_configs(tmp_path: Path) -> None:
     assert unit.read_text() == (SYSTEMD_DIR / "vox-agent@.service").read_text()
     exporter = root / "etc/systemd/system/vox-exporter.service"
     assert exporter.read_text() == (SYSTEMD_DIR / "vox-exporter.service").read_text()
+    web = root / "etc/systemd/system/vox-web.service"
+    assert web.read_text() == (SYSTEMD_DIR / "vox-web.service").read_text()
+    assert web.stat().st_mode & 0o777 == 0o644
     assert (root / "opt/vox-mqtt/share/doc/vox-alerts.yml").is_file()
     assert os.readlink(root / "usr/local/bin/vox-agent") == "/opt/vox-mqtt/bin/vox-agent"
     assert (root / "etc/systemd/system/mosquitto.service.d/vox.conf").is_file()
@@ -111,6 +114,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     root = _stage(tmp_path)
     assert _verify(root, "vox-agent@coordinator.service", "mosquitto.service") == ""
     assert _verify(root, "vox-exporter.service") == ""
+    assert _verify(root, "vox-web.service") == ""
 
 
 @needs_systemd

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.kits.fleetproc import REPO, child_env
+from tests.kits.webkit import self_signed
 
 
 def vox_web(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +48,25 @@ def test_a_short_or_unreadable_token_file_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "cannot read it" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_tls_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    cert, key, _ = self_signed(tmp_path)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a key\n")
+    cases = [
+        (("--tls-cert", str(cert)), "go together"),
+        (("--tls-key", str(key)), "go together"),
+        (("--tls-cert", str(cert), "--tls-key", str(junk)), "not a PEM certificate and its key"),
+        (("--tls-cert", str(tmp_path / "gone.pem"), "--tls-key", str(key)), "cannot read them"),
+    ]
+    for args, said in cases:
+        done = vox_web("--config", str(tmp_path / "operator.toml"), *args)
+        assert done.returncode == 2, done
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert said in lines[0]
+        assert "Traceback" not in done.stderr
 
 
 def _settings(path: Path) -> dict[str, list[str]]:

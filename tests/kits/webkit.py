@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ class WebConsole:
     url: str
     log_path: Path
     token_url: str | None = None
+    tls: ssl.SSLContext | None = None  # what a client trusts when it serves HTTPS
 
     def log(self) -> str:
         """Return what the console printed."""
@@ -69,7 +71,7 @@ class WebConsole:
             self.url + path.lstrip("/"), data=body, method=method, headers=headers or {}
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10, context=self.tls) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -102,14 +104,14 @@ def run_web(config: Path, log_path: Path, *extra: str) -> Iterator[WebConsole]:
         url = None
         while url is None:
             text = log_path.read_text()
-            found = re.search(r"serving (http://\S+/) ", text)
+            found = re.search(r"serving (https?://\S+/) ", text)
             if found and ("--generate-token" not in extra or "?token=" in text):
                 url = found.group(1)
             elif process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"vox web did not start:\n{text}")
             else:
                 time.sleep(0.05)
-        token = re.search(r"open (http://\S+\?token=\S+)", log_path.read_text())
+        token = re.search(r"open (https?://\S+\?token=\S+)", log_path.read_text())
         yield WebConsole(
             process=process,
             url=url,
@@ -188,3 +190,45 @@ def screenshot(driver: WebDriver, name: str) -> Path:
     if DOC_SCREENSHOTS:
         shutil.copyfile(path, DOCS / name)
     return path
+
+
+def self_signed(directory: Path) -> tuple[Path, Path, ssl.SSLContext]:
+    """Write a self-signed certificate for 127.0.0.1 and its key; return them and a client
+    context that trusts that certificate only (made with `cryptography`, nothing fetched)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vox web test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "web.crt", directory / "web.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_path.chmod(0o600)
+    return cert_path, key_path, ssl.create_default_context(cafile=str(cert_path))

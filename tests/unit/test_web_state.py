@@ -7,7 +7,8 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from vox_mqtt.console.web import Hub, _event
+from vox_mqtt.console.web import Hub, _event, _page
+from vox_mqtt.console.web_operator import inbox_rows, parse_inbox, request_rows, timeline_rows
 from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback, same_secret
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
@@ -170,3 +171,164 @@ def test_a_dropped_link_forgets_the_open_incidents() -> None:
     assert batch is not None
     assert batch["warroom"]["open"] == []
     assert batch["connected"] is False
+
+
+def test_tls_alone_lets_a_non_loopback_bind_start() -> None:
+    assert bind_problem("0.0.0.0", None, tls=True) is None
+    refused = bind_problem("0.0.0.0", None, tls=False)
+    assert refused is not None
+    assert "--tls-cert" in refused
+    assert bind_problem("0.0.0.0", "short", tls=True) is not None  # a short token still is
+
+
+def test_the_page_says_whether_the_operator_pages_exist() -> None:
+    assert 'name="vox-operator" content="1"' in _page("ab" * 32, False, True)
+    page = _page("ab" * 32, True, False)
+    assert 'name="vox-operator" content="0"' in page
+    assert 'name="vox-send" content="1"' in page
+    assert "{{" not in page
+
+
+ME, ROOT = str(uuid4()), str(uuid4())
+
+
+def ledger_row(n: int, action: str, kind: str, **fields: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "id": n,
+        "recorded_at": f"2026-01-01T00:00:{n:02d}+00:00",
+        "action": action,
+        "message_type": kind,
+        "message_id": str(uuid4()),
+        "source": ROOT,
+        "target": ME,
+        "reply_to": None,
+        "reason": None,
+        "details": {},
+    }
+    row.update(fields)
+    return row
+
+
+def sent(n: int, command: str, **details: object) -> dict[str, object]:
+    return ledger_row(
+        n,
+        "sent",
+        "command_request",
+        source=ME,
+        target=ROOT,
+        details={"command": command, "params": {"x": 1}, **details},
+    )
+
+
+def test_requests_get_their_state_from_the_replies_recorded() -> None:
+    answered, failed, waiting, expired, late = (
+        sent(1, "a"),
+        sent(2, "b"),
+        sent(3, "c"),
+        sent(4, "d"),
+        sent(5, "e", deadline="2026-01-01T00:00:00+00:00"),
+    )
+    rows = [
+        answered,
+        failed,
+        waiting,
+        expired,
+        late,
+        ledger_row(6, "received", "message_acknowledged", reply_to=answered["message_id"]),
+        ledger_row(
+            7,
+            "received",
+            "command_result",
+            reply_to=answered["message_id"],
+            details={"handled_by": ROOT},
+        ),
+        ledger_row(
+            8,
+            "received",
+            "command_error",
+            reply_to=failed["message_id"],
+            details={"code": "HANDLER_ERROR"},
+        ),
+        ledger_row(9, "received", "message_acknowledged", reply_to=waiting["message_id"]),
+        ledger_row(
+            10,
+            "expired",
+            "command_request",
+            message_id=expired["message_id"],
+            source=ME,
+            reason="no answer",
+        ),
+        # Someone else's request and a duplicate are not the operator's requests.
+        ledger_row(11, "received", "command_request"),
+        ledger_row(12, "duplicate", "command_result", reply_to=waiting["message_id"]),
+    ]
+    shown = request_rows(list(reversed(rows)), ME, now=1e12)
+    assert [r["command"] for r in shown] == ["e", "d", "c", "b", "a"]  # newest first
+    by = {r["command"]: r for r in shown}
+    assert by["a"]["state"] == "ANSWERED"
+    assert by["a"]["handled_by"] == ROOT
+    assert by["a"]["ended_at"] == "2026-01-01T00:00:07+00:00"
+    assert (by["b"]["state"], by["b"]["code"]) == ("FAILED", "HANDLER_ERROR")
+    assert by["c"]["state"] == "ACKNOWLEDGED"
+    assert by["c"]["in_flight"]
+    assert (by["d"]["state"], by["d"]["reason"]) == ("EXPIRED", "no answer")
+    assert by["e"]["state"] == "SENT"
+    assert by["e"]["overdue"]  # in flight past its deadline
+    assert not by["c"]["overdue"]
+    assert json.loads(by["a"]["params"]) == {"x": 1}
+
+
+def test_the_timeline_is_one_line_per_message() -> None:
+    request = {**sent(1, "a"), "actions": ["sent"]}
+    details = {"handled_by": ROOT, "secret": "x"}
+    result = {
+        **ledger_row(2, "received", "command_result", details=details),
+        "actions": ["received"],
+    }
+    lines = timeline_rows([request, result])
+    assert [line["message_type"] for line in lines] == ["command_request", "command_result"]
+    assert lines[0]["note"] == {"command": "a"}
+    assert lines[1]["note"] == {"handled_by": ROOT}
+
+
+def test_the_inbox_keeps_the_note_apart_and_counts_the_new_ones() -> None:
+    first, second = str(uuid4()), str(uuid4())
+    text = "\n".join(
+        [
+            json.dumps(
+                {
+                    "message_id": first,
+                    "type": "job_detected",
+                    "source": ROOT,
+                    "details": {"price": 1, "note_to_human": "<b>hi</b>"},
+                }
+            ),
+            '{"torn": ',
+            json.dumps(["not", "a", "notification"]),
+            json.dumps(
+                {
+                    "message_id": second,
+                    "type": "x",
+                    "source": "nobody",
+                    "message_source": "<img>",
+                    "details": "plain",
+                }
+            ),
+        ]
+    )
+    entries = parse_inbox(text)
+    assert [e["message_id"] for e in entries] == [first, second]
+    rows, unread = inbox_rows(entries, first, {ROOT: "root"})
+    assert unread == 1
+    assert [r["message_id"] for r in rows] == [second, first]  # newest first
+    newest, oldest = rows
+    assert oldest["note"] == "<b>hi</b>"
+    assert json.loads(oldest["details"]) == {"price": 1}
+    assert oldest["source_name"] == "root"
+    assert not oldest["new"]
+    assert newest["new"]
+    assert newest["note"] is None
+    assert newest["message_source"] == "<img>"
+    assert newest["source_name"] is None
+    assert inbox_rows(entries, None, {})[1] == 2  # no mark: all of them are new
+    assert inbox_rows(entries, str(uuid4()), {})[1] == 2  # a mark not found: the same

@@ -2,9 +2,11 @@
 
 It reads like `vox watch` (the operator's read-only `_watch` look, on a throw-away client
 id, no session left behind) and serves the tree, the war room and each agent's page over
-HTTP with uvicorn, pushing what changed to the browsers as server-sent events. It sends
-nothing unless started with `--allow-send`: then it also logs in as the operator itself
-(as `vox send` does) and offers the root's commands.
+HTTP (or HTTPS with `--tls-cert/--tls-key`) with uvicorn, pushing what changed to the
+browsers as server-sent events. With the operator's console config it also shows the
+root's inbox and the requests the operator sent, read from the operator's state dir
+(read-only). It sends nothing unless started with `--allow-send`: then it also logs in as
+the operator itself (as `vox send` does) and offers the root's commands.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import secrets
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +28,12 @@ import uvicorn
 
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
+from vox_mqtt.console.web_operator import OperatorPages
 from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback
+from vox_mqtt.fleet.config import load_console_config
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.errors import CommandFailed, Refused, VoxError
+from vox_mqtt.protocol.errors import CommandFailed, ConfigError, Refused, VoxError
 from vox_mqtt.transport.session import Session
 
 from ._common import EXIT_USAGE, add_config_option, config_path, fail
@@ -40,6 +45,7 @@ __all__ = ["register"]
 DEFAULT_LISTEN: Final = "127.0.0.1:8080"
 _PREFIX: Final = "vox web: "
 _SEND_TIMEOUT: Final = 30.0
+_OPERATOR_POLL: Final = 1.0  # seconds between two looks at the operator's inbox and ledger
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +72,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="require a fresh random token, printed in the URL at start",
     )
     parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="serve HTTPS with this certificate (chain) file; needs --tls-key",
+    )
+    parser.add_argument("--tls-key", type=Path, metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument(
         "--allow-send",
         action="store_true",
         help="offer a form that sends the root's commands, as the operator (default: read-only)",
@@ -88,15 +101,51 @@ def _token(args: argparse.Namespace) -> str | None:
         raise ValueError(f"--token-file {args.token_file}: cannot read it: {exc}") from None
 
 
+def _tls(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    """Return the certificate and key to serve HTTPS with, checked; raise ValueError."""
+    if args.tls_cert is None and args.tls_key is None:
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise ValueError("--tls-cert and --tls-key go together: give both, or neither")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            args.tls_cert, args.tls_key
+        )
+    except ssl.SSLError as exc:  # an OSError too: caught first
+        reason = exc.reason or str(exc)
+        raise ValueError(
+            f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: not a PEM certificate "
+            f"and its key ({reason})"
+        ) from None
+    except OSError as exc:
+        raise ValueError(
+            f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: cannot read them: "
+            f"{exc.strerror or exc}"
+        ) from None
+    return args.tls_cert, args.tls_key
+
+
+def _operator_pages(reader: Reader, config: Path) -> OperatorPages | None:
+    """Return the operator's pages when the console runs with the operator's config."""
+    if reader.kind != "operator":
+        return None
+    op = load_console_config(config).operator
+    state = op.state_dir.expanduser()
+    state = state if state.is_absolute() else config.absolute().parent / state
+    names = {str(op.id): op.name, str(op.root_id): op.root_name}
+    return OperatorPages(state_dir=state, operator_id=op.id, names=names)
+
+
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the console until SIGTERM or SIGINT."""
     try:
         host, port = parse_listen(args.listen)
         token = _token(args)
+        tls = _tls(args)
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    problem = bind_problem(host, token)
+    problem = bind_problem(host, token, tls is not None)
     if problem is not None:
         fail(problem)
         return EXIT_USAGE
@@ -111,8 +160,13 @@ def cmd_web(args: argparse.Namespace) -> int:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return EXIT_USAGE
     operator = config_path(args.config) if args.allow_send else None
+    try:
+        pages = _operator_pages(reader, config_path(args.config))
+    except ConfigError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
     with listener:
-        return asyncio.run(_serve(reader, listener, host, token, operator))
+        return asyncio.run(_serve(reader, listener, host, token, operator, pages, tls))
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -129,7 +183,13 @@ def _wanted(reader: Reader) -> list[str]:
 
 
 async def _serve(
-    reader: Reader, listener: socket.socket, host: str, token: str | None, operator: Path | None
+    reader: Reader,
+    listener: socket.socket,
+    host: str,
+    token: str | None,
+    operator: Path | None,
+    pages: OperatorPages | None,
+    tls: tuple[Path, Path] | None,
 ) -> int:
     observer = FleetObserver(stale_after=reader.stale_after)
     state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
@@ -161,7 +221,14 @@ async def _serve(
                 console = await stack.enter_async_context(OperatorConsole(operator))
                 sender = _sender(console)
             allowed = ["127.0.0.1", "localhost"] if is_loopback(host) and ":" not in host else ["*"]
-            app = build_app(hub, token=token, sender=sender, allowed_hosts=allowed)
+            app = build_app(
+                hub,
+                token=token,
+                sender=sender,
+                allowed_hosts=allowed,
+                operator=pages,
+                secure=tls is not None,
+            )
             config = uvicorn.Config(
                 app,
                 log_level="warning",
@@ -169,6 +236,8 @@ async def _serve(
                 lifespan="off",
                 timeout_graceful_shutdown=2,
                 server_header=False,
+                ssl_certfile=None if tls is None else str(tls[0]),
+                ssl_keyfile=None if tls is None else str(tls[1]),
             )
             server = _Server(config)
             loop = asyncio.get_running_loop()
@@ -176,7 +245,7 @@ async def _serve(
                 loop.add_signal_handler(signum, server.stop)
             bound = listener.getsockname()[1]
             shown = f"[{host}]" if ":" in host else host
-            url = f"http://{shown}:{bound}/"
+            url = f"{'http' if tls is None else 'https'}://{shown}:{bound}/"
             _say(
                 f"serving {url} for what {reader.name} ({reader.kind}) may read"
                 + ("; commands may be sent" if sender is not None else "; read-only")
@@ -185,14 +254,19 @@ async def _serve(
                 _say(f"open {url}?token={token}")
             pump = asyncio.ensure_future(_pump(session, state))
             push = asyncio.ensure_future(hub.run(lambda: server.should_exit))
+            tasks = [pump, push]
+            if pages is not None:
+                tasks.append(asyncio.ensure_future(_follow(pages, hub)))
             try:
                 await server.serve(sockets=[listener])
             finally:
                 hub.close()
-                for task in (pump, push):
+                for task in tasks:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+                if pages is not None:
+                    await pages.close()
     finally:
         await session.__aexit__(None, None, None)
     return 0
@@ -211,6 +285,15 @@ class _Server(uvicorn.Server):
 
     def stop(self) -> None:
         self.should_exit = True
+
+
+async def _follow(pages: OperatorPages, hub: Hub) -> None:
+    """Tell the browsers when the operator's inbox or ledger changed (docs/web.md)."""
+    while True:
+        changed = await pages.changed()
+        if changed["inbox"] or changed["requests"]:
+            hub.notify("operator", {**changed, "unread": pages.inbox()["unread"]})
+        await asyncio.sleep(_OPERATOR_POLL)
 
 
 async def _pump(session: Session, state: WebState) -> None:

@@ -2,11 +2,12 @@
 
 Pages are static files (plain HTML, CSS and JS in `console/static/`); the data is JSON:
 `/api/snapshot` for a first paint, `/api/events` (server-sent events: a snapshot, then one
-batch per push interval with what changed), `/api/agent/{id}` for an agent's page, and
-`POST /api/send` for a command to the root, only when the console was started with a
-sender (`vox web --allow-send`). Every response carries a Content-Security-Policy that
-allows no inline script; with a token, every request without it gets 401; every POST
-must carry the page's CSRF token.
+batch per push interval with what changed), `/api/agent/{id}` for an agent's page,
+`/api/inbox`, `/api/requests` and `/api/request/{id}` for the operator's pages (with the
+operator's console config: `OperatorPages`), and `POST /api/send` for a command to the
+root, only when the console was started with a sender (`vox web --allow-send`). Every
+response carries a Content-Security-Policy that allows no inline script; with a token,
+every request without it gets 401; every POST must carry the page's CSRF token.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from vox_mqtt.console.web_operator import OperatorPages
 from vox_mqtt.console.web_state import WebState, same_secret
 
 __all__ = ["PUSH_INTERVAL", "TOKEN_COOKIE", "Hub", "Sender", "build_app"]
@@ -87,6 +89,13 @@ class Hub:
         """Forget a stream that ended."""
         self._queues.discard(queue)
 
+    def notify(self, name: str, data: dict[str, Any]) -> None:
+        """Send one event to every stream now (a full queue drops it: a snapshot follows)."""
+        text = _event(name, data)
+        for queue in self._queues:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(text)
+
     def push(self) -> None:
         """Send what changed to every stream (a browser too far behind gets a snapshot)."""
         batch = self.state.flush()
@@ -127,9 +136,10 @@ def _event(name: str, data: dict[str, Any]) -> str:
 class _Guard:
     """Security headers on every response; the token on every request when one is set."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, secure: bool = False) -> None:
         self.app = app
         self.token = token
+        self.secure = secure  # served over TLS: the cookie is sent over TLS only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -152,7 +162,12 @@ class _Guard:
                 # The printed URL carries the token once; the browser keeps it as a cookie.
                 response: Response = RedirectResponse(request.url.path, status_code=303)
                 response.set_cookie(
-                    TOKEN_COOKIE, self.token, httponly=True, samesite="strict", path="/"
+                    TOKEN_COOKIE,
+                    self.token,
+                    httponly=True,
+                    samesite="strict",
+                    path="/",
+                    secure=self.secure,
                 )
                 await response(scope, receive, secured)
                 return
@@ -167,10 +182,11 @@ class _Guard:
         await self.app(scope, receive, secured)
 
 
-def _page(csrf: str, can_send: bool) -> str:
+def _page(csrf: str, can_send: bool, operator: bool) -> str:
     text = resources.files("vox_mqtt.console").joinpath("static/index.html").read_text("utf-8")
-    # Both values are the server's own (hex, a digit): nothing from an agent is put here.
-    return text.replace("{{csrf}}", csrf).replace("{{send}}", "1" if can_send else "0")
+    # The values are the server's own (hex, digits): nothing from an agent is put here.
+    text = text.replace("{{csrf}}", csrf).replace("{{send}}", "1" if can_send else "0")
+    return text.replace("{{operator}}", "1" if operator else "0")
 
 
 def build_app(
@@ -180,11 +196,42 @@ def build_app(
     sender: Sender | None = None,
     allowed_hosts: Sequence[str] = ("*",),
     csrf: str | None = None,
+    operator: OperatorPages | None = None,
+    secure: bool = False,
 ) -> Starlette:
     """Return the console's ASGI app over the hub's state."""
     csrf = csrf or secrets.token_hex(32)
-    page = _page(csrf, sender is not None)
+    page = _page(csrf, sender is not None, operator is not None)
     state = hub.state
+    no_operator = {
+        "error": "the inbox and the requests are the operator's: start vox web with the "
+        "operator's console config"
+    }
+
+    async def inbox(_request: Request) -> Response:
+        if operator is None:
+            return JSONResponse(no_operator, status_code=404)
+        return JSONResponse(operator.inbox())
+
+    async def requests(_request: Request) -> Response:
+        if operator is None:
+            return JSONResponse(no_operator, status_code=404)
+        return JSONResponse(await operator.requests(state.wall()))
+
+    async def one_request(request: Request) -> Response:
+        if operator is None:
+            return JSONResponse(no_operator, status_code=404)
+        try:
+            message_id = UUID(request.path_params["message"])
+        except ValueError:
+            return JSONResponse({"error": "not a message id"}, status_code=400)
+        found = await operator.request(message_id, state.wall())
+        if found is None:
+            return JSONResponse(
+                {"error": "no request of the operator's with this id in its ledger"},
+                status_code=404,
+            )
+        return JSONResponse(found)
 
     async def index(_request: Request) -> Response:
         return HTMLResponse(page)
@@ -264,6 +311,9 @@ def build_app(
         Route("/api/events", events),
         Route("/api/agent/{agent}", agent),
         Route("/api/commands", commands),
+        Route("/api/inbox", inbox),
+        Route("/api/requests", requests),
+        Route("/api/request/{message}", one_request),
         Route("/api/send", send, methods=["POST"]),
         Mount(
             "/static",
@@ -272,7 +322,7 @@ def build_app(
         ),
     ]
     middleware = [
-        Middleware(_Guard, token=token),
+        Middleware(_Guard, token=token, secure=secure),
         Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
     ]
     return Starlette(routes=routes, middleware=middleware)

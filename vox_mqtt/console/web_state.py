@@ -55,14 +55,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_problem(host: str, token: str | None) -> str | None:
-    """Return why the console may not listen on host with this token, or None (docs/web.md)."""
+def bind_problem(host: str, token: str | None, tls: bool = False) -> str | None:
+    """Return why the console may not listen on host with this token, or None (docs/web.md).
+
+    Loopback is served as is; any other address needs a token or TLS.
+    """
     if token is not None and len(token) < 16:
         return "--token must be at least 16 characters (or use --generate-token)"
-    if token is None and not is_loopback(host):
+    if token is None and not tls and not is_loopback(host):
         return (
             f"refusing to listen on {host} without a token: anyone who reaches it would see "
-            "the fleet; give --token-file FILE or --generate-token, or listen on 127.0.0.1"
+            "the fleet; give --token-file FILE or --generate-token (or --tls-cert and "
+            "--tls-key), or listen on 127.0.0.1"
         )
     return None
 
@@ -147,6 +151,10 @@ class WebState:
         self.connected = False  # whether the console's broker link is up
         observer.on_incident = self._incident
         observer.view.add_listener(lambda entry, _old, _new: self._dirty.add(entry.id))
+
+    def wall(self) -> float:
+        """Return the console's wall clock (seconds since the epoch)."""
+        return self._wall()
 
     # --- intake ---------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 (function () {
   const csrf = document.querySelector('meta[name="vox-csrf"]').content;
   const canSend = document.querySelector('meta[name="vox-send"]').content === "1";
+  const hasOperator = document.querySelector('meta[name="vox-operator"]').content === "1";
   const agents = new Map(); // id -> {row, heardAt (ms on this page's clock), tr, cells}
   const folded = new Set();
   let top = { id: "", name: "" };
@@ -15,6 +16,7 @@
   // Read by the tests and the bench: when the first snapshot was drawn, batches taken.
   const probe = (window.voxConsole = {
     loadedAt: Date.now(), firstPaint: null, batches: 0, snapshots: 0, lastBatchAt: null,
+    operatorEvents: 0, inboxDraws: 0, requestsDraws: 0,
     epochs: function () { const out = {}; agents.forEach((a, id) => { out[id] = a.row.epoch; }); return out; },
     versions: function () { const out = {}; agents.forEach((a) => { out[a.row.name] = a.row.version; }); return out; },
   });
@@ -291,6 +293,7 @@
     const source = new EventSource("api/events");
     source.addEventListener("snapshot", function (e) { apply(JSON.parse(e.data), true); });
     source.addEventListener("batch", function (e) { apply(JSON.parse(e.data), false); });
+    source.addEventListener("operator", function (e) { operatorChanged(JSON.parse(e.data)); });
     source.onopen = function () { streamUp = true; drawLink(); };
     source.onerror = function () { streamUp = false; drawLink(); };
   }
@@ -448,24 +451,175 @@
     page.append(cmds, kids, charts, inc);
   }
 
+  // --- the operator's pages: the root's inbox, the requests sent --------------------------
+  // Only with the operator's console config (docs/web.md); every text is put as text.
+
+  let current = "tree";
+  let pageRequest = null;
+  function getJSON(path) {
+    return fetch(path, { credentials: "same-origin" }).then(function (r) { return r.json(); });
+  }
+  function showError(id, text) {
+    const node = document.getElementById(id);
+    node.hidden = !text;
+    node.textContent = text || "";
+  }
+  function drawUnread(n) {
+    const count = document.getElementById("unread-count");
+    count.textContent = String(n);
+    count.dataset.n = String(n);
+  }
+  function operatorChanged(data) {
+    probe.operatorEvents += 1;
+    if (typeof data.unread === "number") drawUnread(data.unread);
+    if (data.inbox && current === "inbox") loadInbox();
+    if (data.requests && current === "requests") loadRequests();
+    if (data.requests && current === "request" && pageRequest) loadRequest(pageRequest);
+  }
+
+  function loadInbox() {
+    getJSON("api/inbox").then(drawInbox).catch(function (err) { showError("inbox-error", "failed: " + err); });
+  }
+  function drawInbox(data) {
+    showError("inbox-error", data.error);
+    const list = document.getElementById("inbox-list");
+    clear(list);
+    const entries = data.entries || [];
+    drawUnread(data.unread || 0);
+    setText(document.getElementById("inbox-summary"),
+      "(" + (data.total || 0) + " kept, " + (data.unread || 0) + " new; `vox inbox` marks them read)");
+    if (!entries.length) list.append(el("p", "empty", "no notification kept yet"));
+    entries.forEach(function (n) {
+      const box = el("div", "card notification");
+      box.dataset.messageId = n.message_id || "";
+      box.dataset.new = n.new ? "1" : "0";
+      const head = el("p", "head");
+      const when = n.emitted_at || (n.received_at ? new Date(n.received_at * 1000).toISOString() : "?");
+      head.append(el("span", "new-mark", n.new ? "\u25cf new " : ""), el("span", "when", when + " "),
+        el("strong", "type", n.type || "?"), el("span", "", " from "),
+        el("span", "from", n.source_name || n.source || "?"));
+      if (n.message_source) head.append(el("span", "", " via "), el("span", "via", n.message_source));
+      box.append(head);
+      if (n.note) box.append(el("pre", "note", n.note));
+      box.append(el("code", "details", n.details));
+      list.append(box);
+    });
+    probe.inboxDraws += 1;
+  }
+
+  function loadRequests() {
+    getJSON("api/requests").then(drawRequests).catch(function (err) { showError("requests-error", "failed: " + err); });
+  }
+  function requestState(r) {
+    return r.state + (r.overdue ? " (past its deadline)" : "");
+  }
+  function drawRequests(data) {
+    showError("requests-error", data.error);
+    const body = document.querySelector("#requests-table tbody");
+    clear(body);
+    const rows = data.requests || [];
+    if (!rows.length) {
+      const tr = el("tr", "none");
+      const td = el("td", "empty", "no request sent yet");
+      td.colSpan = 8;
+      tr.append(td);
+      body.append(tr);
+    }
+    rows.forEach(function (r) {
+      const tr = el("tr", "request");
+      tr.dataset.messageId = r.message_id;
+      tr.dataset.state = r.state;
+      tr.dataset.command = r.command || "";
+      const when = el("td", "when");
+      const link = el("a", "request-link", r.sent_at || "?");
+      link.href = "#request/" + encodeURIComponent(r.message_id);
+      when.append(link);
+      tr.append(when, el("td", "command", r.command || "?"), el("td", "params", r.params),
+        el("td", "to", nameOf(r.target)), el("td", "state", requestState(r)),
+        el("td", "code", r.code || ""), el("td", "", r.handled_by ? nameOf(r.handled_by) : ""),
+        el("td", "", r.ended_at || ""));
+      body.append(tr);
+    });
+    probe.requestsDraws += 1;
+  }
+
+  function loadRequest(id) {
+    getJSON("api/request/" + encodeURIComponent(id)).then(function (data) {
+      if (pageRequest === id) drawRequest(data);
+    }).catch(function () {});
+  }
+  function drawRequest(data) {
+    const page = document.getElementById("page-request");
+    clear(page);
+    const back = el("a", "", "\u2190 requests");
+    back.href = "#requests";
+    page.append(back);
+    if (!data.request) { page.append(el("p", "error", data.error || "no such request")); return; }
+    const r = data.request;
+    const title = el("h2", "request-title", r.command + " " + r.params);
+    page.append(title);
+    const state = el("p", "request-state", requestState(r) + (r.code ? ": " + r.code : "") +
+      (r.reason ? " (" + r.reason + ")" : ""));
+    state.dataset.state = r.state;
+    page.append(state, el("p", "empty", r.message_id + " to " + nameOf(r.target) + ", deadline " + (r.deadline || "-")));
+    const table = el("table", "timeline");
+    table.id = "timeline";
+    const head = el("tr");
+    ["recorded", "what", "message", "from", "to", "note"].forEach(function (h) { head.append(el("th", "", h)); });
+    const thead = el("thead");
+    thead.append(head);
+    const body = el("tbody");
+    data.timeline.forEach(function (t) {
+      const tr = el("tr", "step");
+      tr.dataset.type = t.message_type || "";
+      const note = Object.keys(t.note).map(function (k) {
+        const v = k === "handled_by" ? nameOf(t.note[k]) : t.note[k];
+        return k + "=" + v;
+      }).join(" ") + (t.reason ? " " + t.reason : "");
+      tr.append(el("td", "", t.recorded_at), el("td", "", t.actions.join(", ")),
+        el("td", "type", t.message_type || ""), el("td", "", nameOf(t.source)),
+        el("td", "", nameOf(t.target)), el("td", "desc", note));
+      body.append(tr);
+    });
+    table.append(thead, body);
+    page.append(table, el("p", "empty",
+      "what the operator's own ledger knows: its request and the replies it received"));
+  }
+
   // --- pages ------------------------------------------------------------------------------
 
   function route() {
     const hash = location.hash.replace(/^#/, "");
-    const pages = { tree: "page-tree", warroom: "page-warroom", agent: "page-agent" };
+    const pages = {
+      tree: "page-tree", warroom: "page-warroom", agent: "page-agent",
+      inbox: "page-inbox", requests: "page-requests", request: "page-request",
+    };
     let which = "tree";
     pageAgent = null;
+    pageRequest = null;
     if (hash === "warroom") which = "warroom";
     else if (hash.startsWith("agent/")) { which = "agent"; pageAgent = decodeURIComponent(hash.slice(6)); }
+    else if (hasOperator && hash === "inbox") which = "inbox";
+    else if (hasOperator && hash === "requests") which = "requests";
+    else if (hasOperator && hash.startsWith("request/")) { which = "request"; pageRequest = decodeURIComponent(hash.slice(8)); }
+    current = which;
     Object.keys(pages).forEach(function (k) { document.getElementById(pages[k]).hidden = k !== which; });
-    document.getElementById("nav-tree").classList.toggle("current", which === "tree");
-    document.getElementById("nav-warroom").classList.toggle("current", which === "warroom");
+    ["tree", "warroom", "inbox", "requests"].forEach(function (k) {
+      document.getElementById("nav-" + k).classList.toggle("current", which === k || (k === "requests" && which === "request"));
+    });
     if (which === "warroom") drawWarroom();
     if (pageAgent) loadAgent(pageAgent);
+    if (which === "inbox") loadInbox();
+    if (which === "requests") loadRequests();
+    if (pageRequest) loadRequest(pageRequest);
   }
   window.addEventListener("hashchange", route);
 
   if (canSend) buildSendForm();
+  if (hasOperator) {
+    document.getElementById("nav-inbox").hidden = false;
+    document.getElementById("nav-requests").hidden = false;
+  }
   route();
   connect();
 })();

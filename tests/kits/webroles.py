@@ -1,0 +1,36 @@
+"""A root's role for the web console's tests (docs/web.md): a job for the human, a slow
+command and a failing one, so the inbox and the requests pages have something to show."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from vox_mqtt.agent.roles import Role, command
+from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, JobDetected, Price
+
+
+class Notifier(Role):
+    """Tell the operator of a job (note_to_human as given), or take a while, or fail."""
+
+    @command
+    async def tell(self, note: str, source: str) -> str:
+        start = datetime.now(UTC) + timedelta(days=1)
+        job = JobDetected(
+            start_time=start.isoformat(),
+            end_time=(start + timedelta(hours=2)).isoformat(),
+            estimated_effort_minutes=90,
+            price=Price(currency="EUR", value=300),
+            note_to_human=note,
+        )
+        tracked = await self.agent.notify_master(MSG_JOB_DETECTED, job, message_source=source)
+        return str(tracked.message_id)
+
+    @command
+    async def linger(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @command
+    async def refuse(self) -> None:
+        raise RuntimeError("refused on purpose")

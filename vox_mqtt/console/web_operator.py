@@ -1,0 +1,328 @@
+"""The web console's operator pages (docs/web.md): the root's inbox and the requests sent.
+
+Both come from the operator's own state dir, never from the broker: the inbox from the
+notifications file the operator's session keeps (`inbox.jsonl`, as `vox inbox` reads it,
+with `inbox.read` marking the last one read), the requests from the operator's ledger
+(`logs.db`), opened read-only (`VOXAgentMemory(read_only=True)`: a query-only connection
+that never writes a row). The pure functions turn what is read into JSON-ready rows; the
+browser puts every string of them in the page as text. `OperatorPages` reads the files and
+says when they changed, so the page can follow them live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import LedgerError
+from vox_mqtt.protocol.messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
+)
+
+__all__ = [
+    "INBOX_SHOWN",
+    "LEDGER_ROWS",
+    "REQUESTS_SHOWN",
+    "OperatorPages",
+    "inbox_rows",
+    "parse_inbox",
+    "request_rows",
+    "timeline_rows",
+]
+
+INBOX_SHOWN: Final = 200  # the newest notifications listed
+INBOX_TAIL: Final = 4 * 1024 * 1024  # bytes of inbox.jsonl read from its end
+LEDGER_ROWS: Final = 5000  # the newest ledger rows the requests list is built from
+REQUESTS_SHOWN: Final = 100
+TIMELINE_MAX: Final = 200
+# A request this side sent ends with one of these rows of its own (docs/ledger.md).
+_ENDS: Final = {"expired": "EXPIRED", "failed": "FAILED"}
+_IN_FLIGHT: Final = frozenset({"SENT", "ACKNOWLEDGED", "PROGRESS"})
+
+
+def parse_inbox(text: str) -> list[dict[str, Any]]:
+    """Return the notifications of an inbox.jsonl text, oldest first (torn lines skipped)."""
+    entries = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a torn last line after a crash, or the first one cut by the tail read
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def inbox_rows(
+    entries: list[dict[str, Any]], last_read: str | None, names: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], int]:
+    """Return the newest notifications first, as rows, and how many are unread.
+
+    A row keeps the job's note_to_human apart (`note`), for the person only; the rest of
+    the details is shown as JSON text. `last_read` is the message id `vox inbox` marked read
+    last: the ones after it are new (all of them when the mark is not found).
+    """
+    unread_from = 0
+    if last_read is not None:
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index].get("message_id") == last_read:
+                unread_from = index + 1
+                break
+    rows = []
+    for index, entry in enumerate(entries):
+        raw = entry.get("details")
+        details = dict(raw) if isinstance(raw, dict) else {"details": raw}
+        note = details.pop("note_to_human", None)
+        source = _text(entry.get("source"))
+        received = entry.get("received_at")
+        rows.append(
+            {
+                "message_id": _text(entry.get("message_id")),
+                "emitted_at": _text(entry.get("emitted_at")),
+                "received_at": received if isinstance(received, int | float) else None,
+                "type": _text(entry.get("type")),
+                "source": source,
+                "source_name": None if source is None else names.get(source),
+                "message_source": _text(entry.get("message_source")),
+                "note": None if note is None else str(note),
+                "details": json.dumps(details, default=str, sort_keys=True),
+                "new": index >= unread_from,
+            }
+        )
+    rows.reverse()
+    return rows[:INBOX_SHOWN], len(entries) - unread_from
+
+
+def _details(row: Mapping[str, Any]) -> dict[str, Any]:
+    details = row.get("details")
+    return details if isinstance(details, dict) else {}
+
+
+def _deadline_passed(deadline: Any, now: float) -> bool:
+    if not isinstance(deadline, str):
+        return False
+    try:
+        return datetime.fromisoformat(deadline).timestamp() < now
+    except ValueError:
+        return False
+
+
+def request_rows(rows: list[dict[str, Any]], me: str, now: float) -> list[dict[str, Any]]:
+    """Return the command_requests this side sent, newest first, each with its state.
+
+    rows are ledger rows in any order. A request is SENT, then ACKNOWLEDGED when the
+    receiver's acknowledgement was recorded, PROGRESS while other replies come, and ends
+    ANSWERED (its command_result), FAILED (a command_error, or this side's "failed" row) or
+    EXPIRED (this side's "expired" row: no answer by its deadline). `overdue` marks one
+    still in flight past its deadline.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: int(r["id"])):
+        mid, kind, action = row.get("message_id"), row.get("message_type"), row.get("action")
+        details = _details(row)
+        if kind == MSG_COMMAND_REQUEST and action == "sent" and row.get("source") == me:
+            if mid is None or mid in found:
+                continue
+            params = details.get("params")
+            found[mid] = {
+                "message_id": mid,
+                "command": _text(details.get("command")),
+                "params": json.dumps(params if isinstance(params, dict) else {}, sort_keys=True),
+                "target": row.get("target"),
+                "sent_at": row.get("recorded_at"),
+                "deadline": _text(details.get("deadline")),
+                "state": "SENT",
+                "code": None,
+                "reason": None,
+                "handled_by": None,
+                "ended_at": None,
+                "replies": 0,
+            }
+            continue
+        if kind == MSG_COMMAND_REQUEST and action in _ENDS and mid in found:
+            request = found[mid]
+            if request["state"] in _IN_FLIGHT:
+                request.update(state=_ENDS[action], reason=row.get("reason"))
+                request["ended_at"] = row.get("recorded_at")
+            continue
+        parent = row.get("reply_to")
+        if action != "received" or parent not in found:
+            continue
+        request = found[parent]
+        request["replies"] += 1
+        if request["state"] not in _IN_FLIGHT:
+            continue
+        if kind == MSG_ACKNOWLEDGED:
+            if request["state"] == "SENT":
+                request["state"] = "ACKNOWLEDGED"
+        elif kind == MSG_COMMAND_RESULT:
+            request.update(state="ANSWERED", handled_by=_text(details.get("handled_by")))
+            request["ended_at"] = row.get("recorded_at")
+        elif kind == MSG_COMMAND_ERROR:
+            request.update(state="FAILED", code=_text(details.get("code")))
+            request["ended_at"] = row.get("recorded_at")
+        else:
+            request["state"] = "PROGRESS"
+    out = list(found.values())
+    for request in out:
+        request["in_flight"] = request["state"] in _IN_FLIGHT
+        request["overdue"] = request["in_flight"] and _deadline_passed(request["deadline"], now)
+    out.reverse()
+    return out[:REQUESTS_SHOWN]
+
+
+def timeline_rows(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return one request's timeline (`VOXAgentMemory.trace`): one line per message."""
+    lines = []
+    for row in chain[:TIMELINE_MAX]:
+        details = _details(row)
+        note = {
+            key: details[key]
+            for key in ("command", "code", "handled_by", "deadline")
+            if isinstance(details.get(key), str)
+        }
+        lines.append(
+            {
+                "recorded_at": row.get("recorded_at"),
+                "actions": [a for a in row.get("actions", [row.get("action")]) if a],
+                "message_type": row.get("message_type"),
+                "message_id": row.get("message_id"),
+                "source": row.get("source"),
+                "target": row.get("target"),
+                "reason": row.get("reason"),
+                "note": note,
+            }
+        )
+    return lines
+
+
+def _read_tail(path: Path) -> str:
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > INBOX_TAIL:
+            handle.seek(size - INBOX_TAIL)
+        return handle.read(INBOX_TAIL).decode("utf-8", errors="replace")
+
+
+def _read_mark(path: Path) -> str | None:
+    try:
+        return str(UUID(path.read_text(encoding="utf-8").strip()))
+    except (OSError, ValueError):
+        return None
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+@dataclass
+class OperatorPages:
+    """Read the operator's inbox and ledger from its state dir, read-only."""
+
+    state_dir: Path
+    operator_id: UUID
+    names: dict[str, str]  # id -> name, for the sources of notifications
+    _memory: VOXAgentMemory | None = None
+    _inbox_seen: tuple[tuple[int, int] | None, ...] | None = None
+    _head_seen: int | None = None
+
+    @property
+    def inbox_path(self) -> Path:
+        """Return the notifications file of the operator's session."""
+        return self.state_dir / "inbox.jsonl"
+
+    @property
+    def ledger_path(self) -> Path:
+        """Return the operator's ledger."""
+        return self.state_dir / "logs.db"
+
+    def inbox(self) -> dict[str, Any]:
+        """Return the inbox page: the newest notifications first, or why there is none."""
+        path = self.inbox_path
+        try:
+            entries = parse_inbox(_read_tail(path))
+        except FileNotFoundError:
+            entries = []
+        except OSError as exc:
+            return {"entries": [], "unread": 0, "error": f"cannot read {path}: {_why(exc)}"}
+        last = _read_mark(path.with_name("inbox.read"))
+        rows, unread = inbox_rows(entries, last, self.names)
+        return {"entries": rows, "unread": unread, "total": len(entries), "error": None}
+
+    async def _ledger(self) -> VOXAgentMemory | None:
+        if self._memory is None:
+            if not self.ledger_path.is_file():
+                return None  # nothing sent yet: the first request creates it
+            memory = VOXAgentMemory(self.ledger_path, read_only=True)
+            await memory.init_db()
+            self._memory = memory
+        return self._memory
+
+    async def requests(self, now: float) -> dict[str, Any]:
+        """Return the requests page: the newest requests first, with their states."""
+        try:
+            memory = await self._ledger()
+            rows = [] if memory is None else await memory.get_recent(LEDGER_ROWS)
+        except LedgerError as exc:
+            return {"requests": [], "error": str(exc)}
+        return {"requests": request_rows(rows, str(self.operator_id), now), "error": None}
+
+    async def request(self, message_id: UUID, now: float) -> dict[str, Any] | None:
+        """Return one request's row and timeline, or None when the ledger has no such one."""
+        try:
+            memory = await self._ledger()
+            if memory is None:
+                return None
+            own = await memory.find(message_id)
+            chain = await memory.trace(message_id)
+        except LedgerError as exc:
+            return {"request": None, "timeline": [], "error": str(exc)}
+        replies = [r for r in chain if r.get("message_id") != str(message_id)]
+        rows = request_rows([*own, *replies], str(self.operator_id), now)
+        if not rows:
+            return None
+        return {"request": rows[0], "timeline": timeline_rows(chain), "error": None}
+
+    async def changed(self) -> dict[str, bool]:
+        """Say which of the inbox (or its read mark) and the ledger changed since last asked."""
+        seen = tuple(
+            _signature(p) for p in (self.inbox_path, self.inbox_path.with_name("inbox.read"))
+        )
+        inbox = seen != self._inbox_seen
+        self._inbox_seen = seen
+        try:
+            memory = await self._ledger()
+            head = None if memory is None else (await memory.head())[0]
+        except LedgerError:
+            head = None
+        requests = head != self._head_seen
+        self._head_seen = head
+        return {"inbox": inbox, "requests": requests}
+
+    async def close(self) -> None:
+        """Close the read-only ledger connection."""
+        if self._memory is not None:
+            await self._memory.close()
+            self._memory = None
