@@ -110,3 +110,27 @@ async def test_commands_reach_the_root_as_soon_as_a_grandchild_appears(
 
         # What the root publishes, not what it knows: the operator's view of its status.
         await wait_for(root_says_analyze, timeout=5)
+
+
+async def test_a_delegated_command_carries_what_arrived_from_its_origin(
+    secure_broker_factory: Any, seed_fleet: Any, tmp_path: Path
+) -> None:
+    # Seed 003: message_source is the origin's (an e-mail address, a console), and a message
+    # is not modified on its way: each level's request carries the details it was sent.
+    secure = secure_broker_factory(seed_fleet)
+    roles = {"specialist_a": [Analyst()], "specialist_b": [Analyst()]}
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, roles)
+        seen = []
+        for name in ("coordinator", "specialist_a", "specialist_b"):
+            agents[name].listeners.append(seen.append)
+        await wait_for(lambda: "analyze" in agents["root"].advertised_commands())
+        config = operator_config(secure, tmp_path, message_source="ana@netwire.example")
+        operator = await stack.enter_async_context(VOXAgent(config))
+        await operator.request("analyze", {"target": "invoice.pdf"}, to=seed_fleet.root.id)
+        commands = [m for m in seen if m.type == "command_request"]
+        assert len(commands) == 2  # at the coordinator, then at one specialist
+        for command in commands:
+            assert command.message_source == "ana@netwire.example"
+            assert command.details["command"] == "analyze"
+            assert command.details["params"] == {"target": "invoice.pdf"}
