@@ -40,6 +40,10 @@ def test_no_broker_at_start_then_the_broker_comes(tmp_path: Path) -> None:
             assert "serving vox_exporter_broker_connected 0" in line
             assert "Traceback" not in log
             assert connected(exporter) == 0.0
+            code, body = exporter.health()
+            assert code == 503
+            assert body["broker"] == "disconnected"
+            assert "no broker session" in body["reason"]
 
             procs.broker.start()
             procs.start_all()
@@ -50,6 +54,10 @@ def test_no_broker_at_start_then_the_broker_comes(tmp_path: Path) -> None:
                 return all(sample(s, "vox_agent_up", agent=n) == 1.0 for n in SHAPE)
 
             poll(all_up, 30, "every agent up")
+            code, body = exporter.health()
+            assert code == 200
+            assert body["status"] == "ok"
+            assert body["by_state"].get("ACTIVE") == len(SHAPE)
             assert "vox exporter: connected to the broker at " in exporter.log()
             assert exporter.process.poll() is None
 

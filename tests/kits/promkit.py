@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -38,6 +39,15 @@ class Exporter:
         with urllib.request.urlopen(self.url, timeout=10) as response:
             body: bytes = response.read()
         return body.decode()
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """GET /health: its status code and JSON body."""
+        url = self.url.removesuffix("/metrics") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def samples(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         """Scrape and return {(sample name, labels): value}."""

@@ -17,9 +17,10 @@ import sys
 from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from vox_mqtt.console.exporter import FleetCollector
+from vox_mqtt.console.health import health, serve_metrics
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, Refused
@@ -108,14 +109,20 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server, thread = serve_metrics(
+            host,
+            port,
+            registry,
+            health=lambda: health(connected=session.connected, agents=observer.view.agents()),
+        )
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return EXIT_USAGE
     bound = server.server_address[1]
     shown = f"[{host}]" if ":" in host else host
     lines.say(
-        f"serving http://{shown}:{bound}/metrics for what {reader.name} ({reader.kind}) may read"
+        f"serving http://{shown}:{bound}/metrics (and /health) for what {reader.name} "
+        f"({reader.kind}) may read"
     )
     try:
         with lines.attached():
