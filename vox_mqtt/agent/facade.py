@@ -377,7 +377,7 @@ class VOXAgent:
         """After a restart: re-send the outbox, then settle the commands the ledger left open."""
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
-        await self._runner.resume(interrupted, pending)
+        await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
 
     def _will(self) -> Will | None:
         return self._liveness.will() if self._liveness is not None else None

@@ -219,26 +219,41 @@ class InboundPipeline:
         """Gather what the plan of a message reads; the router is consulted here, once."""
         if duplicate:
             return Facts(duplicate=True), None
-        runner = self.runner
         if message.type == MSG_COMMAND_REQUEST:
-            name = message.payload_as(CommandRequest).command
-            handler = self.router.command_handler(name)
-            local = Local.NONE
-            if handler is not None:
-                local = Local.IDEMPOTENT if is_idempotent(handler) else Local.PLAIN
-            command = CommandFacts(
-                command=name,
-                deadline_passed=deadline_passed(message),
-                stopping=runner.stopping,
-                slot_free=runner.slot_free,
-                local=local,
-                children=runner.children() if handler is None else (),
-                load=runner.load,
-            )
-            return Facts(command=command), handler
+            return self._command_facts(message, slot_free=self.runner.slot_free)
         if message.reply_to is None:
             return Facts(), None
         return Facts(answer=await self._answer_facts(message.reply_to, message)), None
+
+    def _command_facts(
+        self, message: VOXMessage, *, slot_free: bool
+    ) -> tuple[Facts, Handler | None]:
+        """What deciding a command reads: the router, consulted once, and the runner's state."""
+        runner = self.runner
+        name = message.payload_as(CommandRequest).command
+        handler = self.router.command_handler(name)
+        local = Local.NONE
+        if handler is not None:
+            local = Local.IDEMPOTENT if is_idempotent(handler) else Local.PLAIN
+        command = CommandFacts(
+            command=name,
+            deadline_passed=deadline_passed(message),
+            stopping=runner.stopping,
+            slot_free=slot_free,
+            local=local,
+            children=runner.children() if handler is None else (),
+            load=runner.load,
+        )
+        return Facts(command=command), handler
+
+    def plan_resumed(self, message: VOXMessage) -> tuple[Plan, Handler | None]:
+        """Plan a command read back from the ledger at a restart (CommandRunner.resume).
+
+        Its record committed before the restart, so nothing starts with it: no slot is
+        taken at once and nothing runs early.
+        """
+        facts, handler = self._command_facts(message, slot_free=False)
+        return decide(message, facts), handler
 
     async def _answer_facts(self, request_id: UUID, reply: VOXMessage) -> AnswerFacts:
         """Who waits for the request an answer names, as the tracker or the ledger tells."""

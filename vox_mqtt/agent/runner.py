@@ -6,14 +6,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.handlers import call_handler
-from vox_mqtt.agent.outbox import Outbox, deadline_passed
+from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.prepared import Answer, Delegation, NotStarted, QuickAnswer, refused_unrecorded
 from vox_mqtt.agent.roles import Handler
@@ -84,13 +84,10 @@ class CommandRunner:
         """Return how many commands this agent is answering right now."""
         return self._running
 
-    def begin(
-        self, request: VOXMessage, plan: Plan | None = None, handler: Handler | None = None
-    ) -> None:
+    def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
         """Start answering a recorded command_request as its plan says (docs/architecture.md).
 
-        handler: the role's, for a SERVE plan (the router was consulted for the plan). No plan:
-        a command read back at a restart, whose way is found here.
+        handler: the role's, for a SERVE plan (the router was consulted for the plan).
         """
         self._running += 1
         self._idle.clear()
@@ -303,7 +300,7 @@ class CommandRunner:
 
     # --- serving --------------------------------------------------------------------------
 
-    async def _serve(self, request: VOXMessage, plan: Plan | None, handler: Handler | None) -> None:
+    async def _serve(self, request: VOXMessage, plan: Plan, handler: Handler | None) -> None:
         quick = self._quick_answers.pop(request.message_id, None)
         if quick is not None:
             # Answered and recorded with its "received" row: only the publish is left.
@@ -372,12 +369,12 @@ class CommandRunner:
                 return
 
     async def _answer(
-        self, request: VOXMessage, plan: Plan | None, handler: Handler | None
+        self, request: VOXMessage, plan: Plan, handler: Handler | None
     ) -> CommandResult | CommandError:
         payload = request.payload_as(CommandRequest)
         name = payload.command
-        step = None if plan is None else plan.step
-        if step is Step.EXPIRED or (step is None and deadline_passed(request)):
+        step = plan.step
+        if step is Step.EXPIRED:
             # Its master gave up at that deadline: running it now would be work nobody
             # awaits (a re-delivery, a queue that held it, a restart in between).
             return NotStarted(
@@ -386,7 +383,6 @@ class CommandRunner:
                 command=name,
             )
         if step is Step.UNROUTABLE:
-            assert plan is not None
             return self._unroutable(name, plan.code or ErrorCode.NO_ROUTE)
         delegation = self._delegated_at_once.pop(request.message_id, None)
         if delegation is not None:
@@ -422,8 +418,6 @@ class CommandRunner:
                 code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
             )
         timeout = self._timeout_of(payload)
-        if plan is None:
-            handler = self.router.command_handler(name)  # read back at a restart: no plan
         if handler is not None:
             async with self._handler_slots:
                 await self.ctx.ledger.record_message(request, "started")
@@ -562,9 +556,17 @@ class CommandRunner:
     # --- restart --------------------------------------------------------------------------
 
     async def resume(
-        self, interrupted: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str, Any]]
+        self,
+        interrupted: Iterable[Mapping[str, Any]],
+        pending: Iterable[Mapping[str, Any]],
+        plan: Callable[[VOXMessage], tuple[Plan, Handler | None]],
     ) -> None:
-        """After a restart: report interrupted commands, run acknowledged but unstarted ones."""
+        """After a restart: report interrupted commands, run acknowledged but unstarted ones.
+
+        plan: what the pipeline decides for a command read back from the ledger (its
+        `received` row committed long ago, so nothing starts at once: it takes a slot and
+        records `started` as any command that waited for one).
+        """
         for row in interrupted:
             self.ctx.metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
             await self.outbox.send_error_to(
@@ -576,7 +578,7 @@ class CommandRunner:
         for row in pending:
             request = _request_from_row(row)
             if request is not None and request.source in self.config.peers:
-                self.begin(request)
+                self.begin(request, *plan(request))
 
 
 def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
@@ -590,7 +592,12 @@ def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
             source=UUID(row["source"]),
             target=UUID(row["target"]),
             type=MSG_COMMAND_REQUEST,
-            details={"command": details["command"], "params": details.get("params") or {}},
+            details={
+                "command": details["command"],
+                "params": details.get("params") or {},
+                # Its deadline holds after a restart too: past it, it is never started.
+                **({"deadline": details["deadline"]} if details.get("deadline") else {}),
+            },
             reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
         )
     except (KeyError, TypeError, ValueError):
