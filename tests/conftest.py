@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,11 @@ if TYPE_CHECKING:
     from tests.kits.faultkit import Processes
 
 BrokerFactory = Callable[[str], LocalBroker]
+
+# `vox broker reload` watches a broker 20 s after each reload (docs/broker.md); the tests
+# that check the watch ask for it with --watch, every other reload in the suite (and the
+# `vox` processes tests start) skips it.
+os.environ.setdefault("VOX_RELOAD_WATCH", "0")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
