@@ -183,7 +183,8 @@ class _Control:
         with self._cond:
             if not self._cond.wait_for(lambda: self._ready, timeout):
                 raise DynsecApplyFailed(
-                    f"the broker refused `{ADMIN_NAME}` the control topic (is it a dynsec broker?)"
+                    f"no subscription of `{ADMIN_NAME}` to the control topic within "
+                    f"{timeout:g} s (is the broker stopped, or not a dynsec broker?)"
                 )
 
     def call(self, commands: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
