@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,6 +67,11 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
             reporter.write_line(line)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+# `vox broker reload` watches a broker 20 s after each reload (docs/broker.md); the tests
+# that check the watch ask for it with --watch, every other reload in the suite (and the
+# `vox` processes tests start) skips it.
+os.environ.setdefault("VOX_RELOAD_WATCH", "0")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

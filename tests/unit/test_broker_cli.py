@@ -315,3 +315,21 @@ def test_a_dir_with_per_identity_files_is_read_then_migrated(
     assert [p.name for p in (out / "credentials").iterdir()] == ["secrets.json"]
     assert _creds(out) == old
     assert (out / "passwd").read_bytes() == passwd
+
+
+def test_a_tls_broker_is_rendered_for_dynsec_unless_acl_is_asked_for(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/broker.md, SIGHUP and TLS: a TLS broker takes its changes live, never by SIGHUP."""
+    pki = tmp_path / "pki"
+    assert main(["pki", "init", str(pki), str(fleet_file)]) == 0
+    out = tmp_path / "broker"
+    assert _render(fleet_file, out, "--pki", str(pki)) == 0
+    assert (out / "dynsec.json").exists()
+    assert "dynsec" in capsys.readouterr().out
+    acl = tmp_path / "acl-broker"
+    assert _render(fleet_file, acl, "--pki", str(pki), "--format", "acl") == 0
+    assert "acl format with TLS: `vox broker reload` will not SIGHUP" in capsys.readouterr().err
+    assert _render(fleet_file, acl) == 0  # remembered: stays acl, and says so again
+    assert "acl format with TLS" in capsys.readouterr().err
+    assert (acl / "acl").exists()

@@ -34,7 +34,7 @@ from vox_mqtt.broker.lastgood import LAST_GOOD, keep_last_good
 from vox_mqtt.broker.manifest import file_digest, load_manifest, write_manifest
 from vox_mqtt.broker.passwd import Credentials, PasswordHash
 from vox_mqtt.broker.policy import dynsec_answers, load_policy, policy_problems
-from vox_mqtt.broker.probe import probe_rules
+from vox_mqtt.broker.probe import probe_rules, watch_broker
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
 
 __all__ = ["ApplyReport", "DynsecApplyFailed", "apply_dynsec", "plan_commands"]
@@ -56,6 +56,7 @@ class ApplyReport:
     commands: int
     summary: Mapping[str, int]
     proof: str
+    watched: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +183,8 @@ class _Control:
         with self._cond:
             if not self._cond.wait_for(lambda: self._ready, timeout):
                 raise DynsecApplyFailed(
-                    f"the broker refused `{ADMIN_NAME}` the control topic (is it a dynsec broker?)"
+                    f"no subscription of `{ADMIN_NAME}` to the control topic within "
+                    f"{timeout:g} s (is the broker stopped, or not a dynsec broker?)"
                 )
 
     def call(self, commands: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
@@ -267,7 +269,13 @@ def _go_back(
         return f"{failed}; no previous rules were kept: fix the broker now"
     previous = _state(document.get("clients", []), document.get("roles", []))
     # Secrets are not rolled back: an identity re-keyed by this render keeps its new one.
-    commands, failures = _send(admin, previous, secrets, {}, timeout)
+    try:
+        commands, failures = _send(admin, previous, secrets, {}, timeout)
+    except (BrokerUnavailable, DynsecApplyFailed) as exc:
+        return (
+            f"{failed}; the previous rules could not be re-applied ({exc}): the broker may "
+            "hold the new ones, fix it now"
+        )
     if failures:
         return f"{failed}; re-applying the previous rules failed too: {failures[0]}"
     return f"{failed}; re-applied the previous rules ({len(commands)} command(s))"
@@ -292,9 +300,19 @@ def _refuse_unproven(root: Path, path: Path) -> None:
 
 
 def apply_dynsec(
-    out_dir: str | Path, *, timeout: float = 10.0, accept_edit: bool = False
+    out_dir: str | Path,
+    *,
+    timeout: float = 10.0,
+    accept_edit: bool = False,
+    watch: float = 0.0,
+    pid: int | None = None,
+    endpoints: tuple[tuple[str, int], ...] = (),
 ) -> ApplyReport:
-    """Send what differs between the broker's rules and dynsec.json; prove them with the canary."""
+    """Send what differs between the broker's rules and dynsec.json; prove them with the canary.
+
+    Then, for `watch` seconds, the broker (pid, when given) must stay up and every
+    endpoint accept connections.
+    """
     root = Path(out_dir).absolute()
     manifest = load_manifest(root)
     if manifest is None or manifest.canary_nonce is None:
@@ -335,7 +353,15 @@ def apply_dynsec(
     # The plugin saved its state over the rendered file: that is now what render vouched for.
     files = {**manifest.files, "dynsec.json": file_digest(path.read_bytes())}
     write_manifest(root, replace(manifest, files=files))
+    if watch > 0:
+        crashed = watch_broker(pid, endpoints, watch)
+        if crashed is not None:
+            raise DynsecApplyFailed(
+                f"APPLY FAILED: {crashed}: the canary had proven the new rules, which the "
+                "plugin saved and a restarted broker loads (systemd: Restart=on-failure); "
+                "the broker's log says why it stopped"
+            )
     summary: dict[str, int] = {}
     for command in commands:
         summary[command["command"]] = summary.get(command["command"], 0) + 1
-    return ApplyReport(commands=len(commands), summary=summary, proof=proof.reason)
+    return ApplyReport(commands=len(commands), summary=summary, proof=proof.reason, watched=watch)

@@ -9,6 +9,7 @@ the old rules, or lost the canary's block, fails the first (docs/broker.md).
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -19,11 +20,12 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from vox_mqtt.broker.passwd import Credentials
 
-__all__ = ["ProbeResult", "alive", "probe_rules"]
+__all__ = ["ProbeResult", "alive", "probe_rules", "watch_broker"]
 
 _ALLOWED: Final = frozenset({0x00, 0x10})
 _NOT_AUTHORIZED: Final = 0x87
 _ATTEMPT_TIMEOUT: Final = 3.0
+_WATCH_STEP: Final = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,3 +162,36 @@ def probe_rules(
         if "NO ACL" in seen or time.monotonic() > deadline:
             return ProbeResult(ok=False, reason=seen)
         time.sleep(0.1)
+
+
+def _refuses(host: str, port: int) -> bool:
+    """Return whether host:port refuses a TCP connection (nothing listens there)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False  # slow or unreachable for another reason: not a proof of a crash
+
+
+def watch_broker(
+    pid: int | None, endpoints: tuple[tuple[str, int], ...], seconds: float
+) -> str | None:
+    """Watch a broker for `seconds`; return what went wrong, or None if it stayed up.
+
+    A crash after a proven reload is the process gone or a listener refusing
+    connections (docs/broker.md, "Watching after a reload"). A listener that is
+    only slow to accept is not counted: a busy broker is not a crashed one.
+    """
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        if pid is not None and not alive(pid):
+            return f"the broker (pid {pid}) died {elapsed:.1f} s after the reload"
+        for host, port in endpoints:
+            if _refuses(host, port):
+                return f"{host}:{port} refused connections {elapsed:.1f} s after the reload"
+        if elapsed >= seconds:
+            return None
+        time.sleep(min(_WATCH_STEP, max(0.0, seconds - elapsed)))

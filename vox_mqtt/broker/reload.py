@@ -6,8 +6,11 @@ The procedure (docs/broker.md):
 2. they must be bytes Mosquitto reads exactly as we do, and parse as it parses them;
 3. SIGHUP, then the canary proves the broker is alive and enforcing these rules;
 4. if not, the previous files go back, the broker is signalled again, and the
-   reload fails loudly.
-With the dynamic-security plugin there is no signal at all: see dynsecapply.py.
+   reload fails loudly;
+5. then the broker is watched for a while: a crash after the proof fails loudly too.
+A TLS listener that takes the certificate as the username is never signalled unless
+asked (Mosquitto 2.0 crashes after such a SIGHUP, docs/broker.md "SIGHUP and TLS").
+With the dynamic-security plugin there is no signal at all: see dynsec.py.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from vox_mqtt.broker.lastgood import keep_last_good, restore_last_good
 from vox_mqtt.broker.manifest import Manifest, file_digest, load_manifest, write_manifest
 from vox_mqtt.broker.passwd import Credentials, atomic_write, parse_passwd
 from vox_mqtt.broker.policy import acl_answers, load_policy, policy_problems
-from vox_mqtt.broker.probe import ProbeResult, alive, probe_rules
+from vox_mqtt.broker.probe import ProbeResult, alive, probe_rules, watch_broker
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
 
@@ -36,12 +39,18 @@ __all__ = [
     "ReloadReport",
     "broker_settings",
     "check_is_mosquitto",
+    "conf_directives",
+    "listener_endpoints",
     "reload_broker",
+    "tls_sighup_refusal",
 ]
 
 CONF_NAME: Final = "mosquitto.conf"
 DEFAULT_USER: Final = "mosquitto"
 VERIFY_TIMEOUT: Final = 10.0
+# How long `vox broker reload` watches the broker after a proven reload (docs/broker.md).
+WATCH_SECONDS: Final = 20.0
+_CERT_AS_USERNAME: Final = ("use_identity_as_username", "use_subject_as_username")
 # Mosquitto acts on SIGHUP at the end of its current loop turn: give it that turn.
 _SIGNAL_SETTLE: Final = 0.2
 
@@ -60,6 +69,7 @@ class ReloadReport:
     warnings: tuple[str, ...]
     proof: str = ""
     accepted_edits: tuple[str, ...] = ()
+    watched: float = 0.0
 
 
 def broker_settings(root: Path) -> dict[str, str]:
@@ -75,6 +85,56 @@ def broker_settings(root: Path) -> dict[str, str]:
         if key and not key.startswith("#"):
             settings.setdefault(key, value.strip())
     return settings
+
+
+def conf_directives(text: str) -> list[tuple[str, str]]:
+    """Return every (directive, value) of a mosquitto.conf, in order, comments left out."""
+    pairs = []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key and not key.startswith("#"):
+            pairs.append((key, value.strip()))
+    return pairs
+
+
+def listener_endpoints(directives: list[tuple[str, str]]) -> tuple[tuple[str, int], ...]:
+    """Return the (address, port) of every listener, a wildcard bind as 127.0.0.1."""
+    endpoints = []
+    for key, value in directives:
+        if key != "listener":
+            continue
+        port, _, bind = value.partition(" ")
+        if not port.isdigit():
+            continue
+        host = bind.strip() or "127.0.0.1"
+        endpoints.append(("127.0.0.1" if host in ("0.0.0.0", "::") else host, int(port)))
+    return tuple(endpoints)
+
+
+def tls_sighup_refusal(conf: Path, directives: list[tuple[str, str]]) -> str | None:
+    """Return the line refusing to SIGHUP a broker whose certificates are usernames, or None.
+
+    On such a listener Mosquitto 2.0 (to 2.0.22) disconnects every offline persistent
+    session again on SIGHUP and puts it on the session-expiry list a second time; the
+    stale entry crashes the broker later (docs/broker.md, "SIGHUP and TLS").
+    """
+    if not any(k in _CERT_AS_USERNAME and v.lower() == "true" for k, v in directives):
+        return None
+    return (
+        f"{conf}: refusing to SIGHUP a TLS broker that takes certificates as usernames: "
+        "Mosquitto 2.0 crashes after such a reload while a persistent session is offline "
+        "(docs/broker.md, SIGHUP and TLS); re-render with --format dynsec (applied live, "
+        "no signal) or restart the broker to load the rendered files (--tls-sighup "
+        "signals anyway)"
+    )
+
+
+def _read_conf(root: Path) -> list[tuple[str, str]]:
+    conf = root / CONF_NAME
+    try:
+        return conf_directives(conf.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"{conf}: cannot read the broker config: {exc.strerror}"]) from None
 
 
 def _readable_by(path: Path, user: str) -> bool:
@@ -234,8 +294,14 @@ def reload_broker(
     acl_source: str | Path | None = None,
     accept_edit: bool = False,
     verify_timeout: float = VERIFY_TIMEOUT,
+    watch: float = 0.0,
+    tls_sighup: bool = False,
 ) -> ReloadReport:
-    """Check, install, SIGHUP and prove the broker's ACL and passwd; raise ReloadFailed if not."""
+    """Check, install, SIGHUP, prove and watch the broker; raise ReloadFailed if not.
+
+    `watch` seconds after the proof the broker must still run and accept connections on
+    every listener; `tls_sighup` signals a broker tls_sighup_refusal would refuse.
+    """
     # Nothing is replaced or signalled unless every check passes: the broker keeps
     # enforcing the rules it holds in memory.
     root = Path(out_dir).absolute()
@@ -247,6 +313,10 @@ def reload_broker(
                 "applies it live, without a signal (docs/broker.md)"
             ]
         )
+    directives = _read_conf(root)
+    refusal = tls_sighup_refusal(root / CONF_NAME, directives)
+    if refusal is not None and not tls_sighup:
+        raise ConfigError([refusal])
     acl_path = Path(settings["acl_file"])
     passwd_path = Path(settings.get("password_file", root / "passwd"))
     user = settings.get("user", DEFAULT_USER)
@@ -287,6 +357,10 @@ def reload_broker(
         files = {**manifest.files, **{n: file_digest(data[n]) for n in edited}}
         accepted = (*manifest.accepted_edits, *edited)
         write_manifest(root, dataclasses.replace(manifest, files=files, accepted_edits=accepted))
+    if watch > 0:
+        crashed = watch_broker(pid, listener_endpoints(directives), watch)
+        if crashed is not None:
+            raise ReloadFailed(f"RELOAD FAILED: {crashed}: {_AFTER_PROOF}")
     return ReloadReport(
         acl=acl_path,
         rules=len(parsed.entries),
@@ -294,7 +368,14 @@ def reload_broker(
         warnings=parsed.warnings,
         proof=proof.reason,
         accepted_edits=tuple(edited),
+        watched=watch,
     )
+
+
+_AFTER_PROOF: Final = (
+    "the canary had proven the new rules, which stay installed and are what a restarted "
+    "broker loads (systemd: Restart=on-failure); the broker's log says why it stopped"
+)
 
 
 def _go_back(root: Path, pid: int, canary: Credentials, proof: ProbeResult, timeout: float) -> str:

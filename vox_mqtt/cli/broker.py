@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,15 @@ from vox_mqtt.broker.dynsec import apply_dynsec
 from vox_mqtt.broker.federation import bridge_for, broker_spec
 from vox_mqtt.broker.manifest import RenderOptions, load_manifest, resolve_options
 from vox_mqtt.broker.pki import DEFAULT_DAYS, init_pki
-from vox_mqtt.broker.reload import VERIFY_TIMEOUT, broker_settings, reload_broker
+from vox_mqtt.broker.reload import (
+    CONF_NAME,
+    VERIFY_TIMEOUT,
+    WATCH_SECONDS,
+    broker_settings,
+    conf_directives,
+    listener_endpoints,
+    reload_broker,
+)
 from vox_mqtt.broker.render import DEFAULT_USER, render_broker_dir
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
@@ -34,7 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.add_argument("--bind", help="address the listener binds (default: --host)")
     render.add_argument("--port", type=int, help="plain MQTT port (first render: 1883)")
     render.add_argument("--tls-port", type=int, help="TLS port with --pki (first render: 8883)")
-    render.add_argument("--format", choices=("acl", "dynsec"), dest="fmt")
+    render.add_argument(
+        "--format",
+        choices=("acl", "dynsec"),
+        dest="fmt",
+        help="acl (SIGHUP reloads) or dynsec (live, no signal); first render: acl, "
+        "or dynsec with --pki (docs/broker.md, SIGHUP and TLS)",
+    )
     render.add_argument(
         "--broker",
         help="in a fleet with [[brokers]]: the one broker to render (its clients, its ACL "
@@ -101,6 +116,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=VERIFY_TIMEOUT,
         help=f"seconds the canary may take to prove the new rules (default {VERIFY_TIMEOUT:g})",
     )
+    reload.add_argument(
+        "--watch",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after the proof, watch that the broker stays up and its listeners accept "
+        f"connections (default {WATCH_SECONDS:g}, or $VOX_RELOAD_WATCH; 0: no watch)",
+    )
+    reload.add_argument(
+        "--tls-sighup",
+        action="store_true",
+        help="signal a TLS broker that takes certificates as usernames anyway "
+        "(Mosquitto 2.0 may crash after it: docs/broker.md)",
+    )
     reload.set_defaults(func=cmd_reload)
 
     pki = subparsers.add_parser("pki", help="certificates for the broker and every identity")
@@ -147,6 +176,9 @@ def _render_options(args: argparse.Namespace, fleet: Fleet) -> tuple[RenderOptio
         for key, value in (("host", spec.host), ("port", spec.port), ("tls_port", spec.tls_port)):
             if given[key] is None:
                 given[key] = value
+    if args.fmt is None and args.pki is not None and (previous is None or not previous.options.pki):
+        # TLS brokers take changes live: a SIGHUP can crash Mosquitto 2.0 with TLS.
+        given["fmt"] = "dynsec"
     options, changes = resolve_options(given, None if previous is None else previous.options)
     if args.no_pki and options.pki is not None:
         options = replace(options, pki=None)
@@ -179,6 +211,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     for change in changes:
         err_console().print(f"vox: changed: {change}", markup=False)
+    if result.fmt == "acl" and result.tls_port is not None:
+        err_console().print(
+            "vox: warning: acl format with TLS: `vox broker reload` will not SIGHUP this "
+            "broker (Mosquitto 2.0 crashes after it, docs/broker.md); re-render with "
+            "--format dynsec and restart the broker once",
+            markup=False,
+        )
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
     bridge = None if options.broker is None else bridge_for(fleet, options.broker)
@@ -254,12 +293,43 @@ def _read_pid(args: argparse.Namespace) -> int:
     return int(text)
 
 
-def _apply_dynsec(args: argparse.Namespace) -> int:
-    report = apply_dynsec(args.dir, timeout=args.verify_timeout, accept_edit=args.accept_edit)
+def _watch_seconds(args: argparse.Namespace) -> float:
+    """Return --watch, else $VOX_RELOAD_WATCH, else WATCH_SECONDS; refuse a bad value."""
+    if args.watch is not None:
+        value, source = float(args.watch), "--watch"
+    else:
+        text = os.environ.get("VOX_RELOAD_WATCH")
+        if text is None:
+            return WATCH_SECONDS
+        source = "VOX_RELOAD_WATCH"
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError([f"{source}={text[:40]!r} is not a number of seconds"]) from None
+    if not 0 <= value <= 3600:
+        raise ConfigError([f"{source} must be from 0 to 3600 seconds (got {value:g})"])
+    return value
+
+
+def _watched(seconds: float) -> str:
+    return f"; watched {seconds:g} s: still up" if seconds > 0 else ""
+
+
+def _apply_dynsec(args: argparse.Namespace, pid: int | None, watch: float) -> int:
+    root = args.dir.absolute()
+    endpoints = listener_endpoints(conf_directives((root / CONF_NAME).read_text(encoding="utf-8")))
+    report = apply_dynsec(
+        args.dir,
+        timeout=args.verify_timeout,
+        accept_edit=args.accept_edit,
+        watch=watch,
+        pid=pid,
+        endpoints=endpoints,
+    )
     sent = ", ".join(f"{n} {c}" for c, n in sorted(report.summary.items())) or "nothing"
     out_console().print(
         f"applied live through the dynamic-security plugin ({sent}; no signal); "
-        f"canary: {report.proof}",
+        f"canary: {report.proof}{_watched(report.watched)}",
         markup=False,
     )
     return 0
@@ -269,8 +339,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
     """Install what render wrote, SIGHUP (or apply live with dynsec), and prove the rules."""
     given = args.pid is not None or args.pid_file is not None
     pid = _read_pid(args) if given else 0
+    watch = _watch_seconds(args)
     if "plugin" in broker_settings(args.dir.absolute()):
-        return _apply_dynsec(args)
+        return _apply_dynsec(args, pid if given else None, watch)
     if not given:
         raise ConfigError(["--pid or --pid-file is needed: the broker is signalled (SIGHUP)"])
     report = reload_broker(
@@ -279,6 +350,8 @@ def cmd_reload(args: argparse.Namespace) -> int:
         acl_source=args.acl,
         accept_edit=args.accept_edit,
         verify_timeout=args.verify_timeout,
+        watch=watch,
+        tls_sighup=args.tls_sighup,
     )
     for warning in report.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
@@ -287,7 +360,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     action = f"installed {args.acl} as {report.acl}" if report.replaced else f"checked {report.acl}"
     out_console().print(
         f"{action}: {report.rules} rules parse as Mosquitto parses them; sent SIGHUP to {pid}; "
-        f"canary: {report.proof}",
+        f"canary: {report.proof}{_watched(report.watched)}",
         markup=False,
     )
     return 0
