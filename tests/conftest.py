@@ -68,6 +68,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+
 # `vox broker reload` watches a broker 20 s after each reload (docs/broker.md); the tests
 # that check the watch ask for it with --watch, every other reload in the suite (and the
 # `vox` processes tests start) skips it.
