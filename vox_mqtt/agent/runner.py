@@ -16,6 +16,7 @@ from vox_mqtt.agent.handlers import call_handler
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.prepared import Answer, Delegation, NotStarted, QuickAnswer, refused_unrecorded
+from vox_mqtt.agent.restart import request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
@@ -576,30 +577,6 @@ class CommandRunner:
                 "the agent restarted while running this command; it is not run twice",
             )
         for row in pending:
-            request = _request_from_row(row)
+            request = request_from_row(row)
             if request is not None and request.source in self.config.peers:
                 self.begin(request, *plan(request))
-
-
-def _request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
-    """Rebuild an acknowledged command_request from its ledger row."""
-    details = row.get("details") or {}
-    try:
-        return VOXMessage(
-            message_id=UUID(row["message_id"]),
-            message_source=details.get("message_source") or "vox-mqtt",
-            emitted_at=row["emitted_at"],
-            source=UUID(row["source"]),
-            target=UUID(row["target"]),
-            type=MSG_COMMAND_REQUEST,
-            details={
-                "command": details["command"],
-                "params": details.get("params") or {},
-                # Its deadline holds after a restart too: past it, it is never started.
-                **({"deadline": details["deadline"]} if details.get("deadline") else {}),
-            },
-            reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
-        )
-    except (KeyError, TypeError, ValueError):
-        log.warning("cannot resume command from ledger row %r", row)
-        return None

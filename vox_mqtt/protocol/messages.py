@@ -30,6 +30,7 @@ from pydantic import (
 
 from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
 from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.validation import describe
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -226,7 +227,7 @@ class VOXMessage(BaseModel):
         try:
             copy = self.model_validate({**fields, **update})
         except ValidationError as exc:
-            raise InvalidMessage(_describe(exc)) from None
+            raise InvalidMessage(describe(exc)) from None
         _validate_payload(copy)
         return copy
 
@@ -298,7 +299,7 @@ def new_message(
             reply_to=reply_to,
         )
     except ValidationError as exc:
-        raise InvalidMessage(_describe(exc)) from None
+        raise InvalidMessage(describe(exc)) from None
     _validate_payload(message)
     return message
 
@@ -343,7 +344,7 @@ def parse(
     try:
         message = VOXMessage.model_validate_json(text)
     except ValidationError as exc:
-        raise InvalidMessage(_describe(exc), **_peek_identity(raw)) from None
+        raise InvalidMessage(describe(exc), **_peek_identity(raw)) from None
     except (ValueError, RecursionError) as exc:  # pragma: no cover - pydantic wraps these today
         raise InvalidMessage(f"message is not valid JSON: {exc}") from None
     _validate_payload(message)
@@ -355,40 +356,10 @@ def _validate_payload(message: VOXMessage) -> None:
         message.payload()
     except ValidationError as exc:
         raise InvalidMessage(
-            f"{message.type}: {_describe(exc, within='details')}",
+            f"{message.type}: {describe(exc, within='details')}",
             message_id=message.message_id,
             source=message.source,
         ) from None
-
-
-_PLAIN_REASONS = {
-    "missing": "missing (required)",
-    "extra_forbidden": "unexpected field (the envelope is fixed; payload goes in details)",
-    "model_type": "must be a JSON object",
-    "model_attributes_type": "must be a JSON object",
-    "dict_type": "must be a JSON object",
-}
-
-
-def _describe(exc: ValidationError, *, within: str = "") -> str:
-    """Turn pydantic's errors into one line a person can act on."""
-    problems = []
-    for error in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(part) for part in (within, *error["loc"]) if part != "")
-        kind = error["type"]
-        if kind == "json_invalid":
-            problems.append(f"not valid JSON ({error['msg'].removeprefix('Invalid JSON: ')})")
-            continue
-        if kind == "value_error":
-            reason = str(error.get("ctx", {}).get("error", error["msg"]))
-        else:
-            reason = _PLAIN_REASONS.get(kind, error["msg"])
-        if not where:
-            problems.append("message " + reason if kind in _PLAIN_REASONS else reason)
-        else:
-            problems.append(f"{where}: {reason}")
-    more = exc.error_count() - len(problems)
-    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
 def _peek_identity(raw: bytes, *, whole: bool = True) -> dict[str, UUID | None]:

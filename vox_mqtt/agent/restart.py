@@ -1,0 +1,38 @@
+"""A command read back from the ledger at a restart, as the message it was (resume)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage
+
+__all__ = ["request_from_row"]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+
+def request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
+    """Rebuild an acknowledged command_request from its ledger row."""
+    details = row.get("details") or {}
+    try:
+        return VOXMessage(
+            message_id=UUID(row["message_id"]),
+            message_source=details.get("message_source") or "vox-mqtt",
+            emitted_at=row["emitted_at"],
+            source=UUID(row["source"]),
+            target=UUID(row["target"]),
+            type=MSG_COMMAND_REQUEST,
+            details={
+                "command": details["command"],
+                "params": details.get("params") or {},
+                # Its deadline holds after a restart too: past it, it is never started.
+                **({"deadline": details["deadline"]} if details.get("deadline") else {}),
+            },
+            reply_to=UUID(row["reply_to"]) if row.get("reply_to") else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        log.warning("cannot resume command from ledger row %r", row)
+        return None
