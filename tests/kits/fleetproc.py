@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,3 +218,39 @@ async def wait_for_route(console: OperatorConsole, command: str, timeout: float 
             if root is not None and root.healthy and command in root.commands:
                 return
             await asyncio.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[Any], *, grace: float) -> None:
+    """Terminate a process still running; kill it if it has not ended after grace seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@contextlib.contextmanager
+def serving_vox(
+    args: list[str], log_path: Path, ready: Callable[[str], str | None], what: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run `vox ARGS` (a server verb) until ready(its log) gives its URL; stop it after."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vox_mqtt.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env(),
+            cwd=REPO,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while (url := ready(log_path.read_text())) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{what} did not start:\n{log_path.read_text()}")
+            time.sleep(0.05)
+        yield process, url
+    finally:
+        stop(process, grace=15)

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -20,7 +19,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.kits.fleetproc import REPO, child_env
+from tests.kits.fleetproc import REPO, serving_vox, stop
 from vox_mqtt.broker.local import free_port
 
 ALERTS = REPO / "docs" / "vox-alerts.yml"
@@ -75,38 +74,14 @@ def sample(
 @contextlib.contextmanager
 def run_exporter(config: Path, log_path: Path) -> Iterator[Exporter]:
     """Start `vox exporter --listen 127.0.0.1:0` and learn its port from its first line."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vox_mqtt.cli",
-                "exporter",
-                "--config",
-                str(config),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env(),
-            cwd=REPO,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        url = None
-        while url is None:
-            found = re.search(r"serving (http://\S+/metrics)", log_path.read_text())
-            if found:
-                url = found.group(1)
-            elif process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"exporter did not start:\n{log_path.read_text()}")
-            else:
-                time.sleep(0.05)
+
+    def ready(log: str) -> str | None:
+        found = re.search(r"serving (http://\S+/metrics)", log)
+        return None if found is None else found.group(1)
+
+    args = ["exporter", "--config", str(config), "--listen", "127.0.0.1:0"]
+    with serving_vox(args, log_path, ready, "exporter") as (process, url):
         yield Exporter(process=process, url=url, log_path=log_path)
-    finally:
-        stop(process, grace=15)
 
 
 @dataclass
@@ -196,17 +171,6 @@ def run_prometheus(workdir: Path, target: str, *, interval: str = "1s") -> Itera
         yield Prometheus(process=process, base=base, log_path=log_path)
     finally:
         stop(process, grace=20)
-
-
-def stop(process: subprocess.Popen[Any], *, grace: float) -> None:
-    """Terminate a process still running; kill it if it has not ended after grace seconds."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def poll(predicate: Any, timeout: float, what: str, *, every: float = 0.2) -> float:

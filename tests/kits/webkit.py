@@ -12,8 +12,6 @@ import re
 import shutil
 import ssl
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -28,8 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.kits.fleetproc import REPO, child_env
-from tests.kits.promkit import stop
+from tests.kits.fleetproc import REPO, serving_vox
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 DOCS = REPO / "docs"
@@ -80,37 +77,15 @@ class WebConsole:
 @contextlib.contextmanager
 def run_web(config: Path, log_path: Path, *extra: str) -> Iterator[WebConsole]:
     """Start `vox web --listen 127.0.0.1:0` and learn its URL from its first lines."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vox_mqtt.cli",
-                "web",
-                "--config",
-                str(config),
-                "--listen",
-                "127.0.0.1:0",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env(),
-            cwd=REPO,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        url = None
-        while url is None:
-            text = log_path.read_text()
-            found = re.search(r"serving (https?://\S+/) ", text)
-            if found and ("--generate-token" not in extra or "?token=" in text):
-                url = found.group(1)
-            elif process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"vox web did not start:\n{text}")
-            else:
-                time.sleep(0.05)
+
+    def ready(log: str) -> str | None:
+        found = re.search(r"serving (https?://\S+/) ", log)
+        if found is None or ("--generate-token" in extra and "?token=" not in log):
+            return None
+        return found.group(1)
+
+    args = ["web", "--config", str(config), "--listen", "127.0.0.1:0", *extra]
+    with serving_vox(args, log_path, ready, "vox web") as (process, url):
         token = re.search(r"open (https?://\S+\?token=\S+)", log_path.read_text())
         yield WebConsole(
             process=process,
@@ -118,8 +93,6 @@ def run_web(config: Path, log_path: Path, *extra: str) -> Iterator[WebConsole]:
             log_path=log_path,
             token_url=None if token is None else token.group(1),
         )
-    finally:
-        stop(process, grace=15)
 
 
 @contextlib.contextmanager
