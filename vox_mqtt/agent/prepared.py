@@ -25,7 +25,7 @@ __all__ = ["Answer", "Delegation", "NotStarted", "QuickAnswer", "refused_unrecor
 
 @dataclass(frozen=True, kw_only=True)
 class Delegation:
-    """A command bound for a child, its downstream request prepared (delegates_at_once)."""
+    """A command bound for a child, its downstream request prepared (prepare_delegation)."""
 
     child: UUID
     payload: CommandRequest
@@ -34,7 +34,7 @@ class Delegation:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """A delegated command's answer upstream, prepared with the child's (answers_at_once)."""
+    """A delegated command's answer upstream, prepared with the child's (prepare_relayed_answer)."""
 
     request: VOXMessage
     outgoing: Outgoing

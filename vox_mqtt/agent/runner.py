@@ -58,17 +58,17 @@ class CommandRunner:
         self._running = 0
         self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
         # Commands whose "started" row committed with their "received" one, a handler slot
-        # already taken for each (see starts_at_once).
+        # already taken for each (see take_slot).
         self._started_at_once: set[UUID] = set()
         # Commands whose "delegated" row and downstream request committed with their
-        # "received" row (see delegates_at_once), by request id.
+        # "received" row (see prepare_delegation), by request id.
         self._delegated_at_once: dict[UUID, Delegation] = {}
         # Downstream request id -> (the command it serves, its name), while its answer is due.
         self._awaiting_child: dict[UUID, tuple[VOXMessage, str]] = {}
-        # Commands whose answer committed with the child's answer (see answers_at_once).
+        # Commands whose answer committed with the child's answer (see prepare_relayed_answer).
         self._answered_at_once: dict[UUID, Answer] = {}
         # Idempotent commands whose handler started before their record committed (see
-        # runs_at_once), and those whose quick answer committed with it (quick_answer).
+        # run_early), and those whose quick answer committed with it (quick_answer).
         self._running_at_once: dict[UUID, asyncio.Task[CommandResult | CommandError]] = {}
         self._quick_answers: dict[UUID, QuickAnswer] = {}
         self._idle = asyncio.Event()
@@ -181,7 +181,7 @@ class CommandRunner:
         the ordinary path, which says why.
         """
         payload = request.payload_as(CommandRequest)
-        downstream = self._downstream(request, payload, child)
+        downstream = self._downstream(request, child)
         try:
             outgoing = self.outbox.prepare(downstream, expects_reply=True)
         except VoxError:
@@ -192,7 +192,7 @@ class CommandRunner:
         return delegation
 
     def cancel_delegation(self, request: VOXMessage) -> None:
-        """Undo delegates_at_once: the commit with its rows failed, nothing was sent."""
+        """Undo prepare_delegation: the commit with its rows failed, nothing was sent."""
         delegation = self._delegated_at_once.pop(request.message_id, None)
         if delegation is not None:
             self._load(delegation.child, -1)
@@ -244,7 +244,7 @@ class CommandRunner:
         return answer
 
     def answer_recorded(self, answer: Answer, recorded: bool) -> None:
-        """Say whether the commit holding an answers_at_once answer reached the disk."""
+        """Say whether the commit holding a prepare_relayed_answer answer reached the disk."""
         if not recorded:
             self.outbox.forget(answer.outgoing)
             del self._answered_at_once[answer.request.message_id]
@@ -487,7 +487,7 @@ class CommandRunner:
         name = payload.command
         if child is None:
             return self._unroutable(name, code or ErrorCode.NO_ROUTE)
-        downstream = self._downstream(request, payload, child)
+        downstream = self._downstream(request, child)
         started = time.perf_counter()
         self._load(child, +1)
         try:
@@ -514,7 +514,7 @@ class CommandRunner:
             )
         return CommandError(code=code, error=reason, command=name)
 
-    def _downstream(self, request: VOXMessage, payload: CommandRequest, child: UUID) -> VOXMessage:
+    def _downstream(self, request: VOXMessage, child: UUID) -> VOXMessage:
         return new_message(
             MSG_COMMAND_REQUEST,
             source=self.config.id,
