@@ -163,12 +163,6 @@ class InboundPipeline:
         # in-progress map is checked and filled with no await between, so two copies
         # arriving together cannot both pass the ledger check; a copy of a message still
         # being recorded waits for that record, so no ack ever precedes durability.
-        ack = None
-        if message.type != MSG_ACKNOWLEDGED:
-            ack = message.acknowledgement(message_source=config.message_source)
-        # One commit per inbound message: its "received" row, the "sent" row of its ack, and
-        # the rows its plan adds; docs/ledger.md says what a restart proves of each group.
-        then: list[tuple[VOXMessage, str, str | None]] = [(ack, "sent", None)] if ack else []
         recording = self._in_progress.get(message_id)
         plan: Plan
         handler: Handler | None = None
@@ -177,7 +171,7 @@ class InboundPipeline:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
                 return  # the first copy failed to record; the sender will re-send
-            plan = Plan(step=Step.DUPLICATE, acknowledge=ack is not None)
+            plan = decide(message, Facts(duplicate=True))
         else:
             recording = self._in_progress[message_id] = asyncio.Event()
             try:
@@ -196,6 +190,7 @@ class InboundPipeline:
                     await row
                     return
                 if plan.step is not Step.DUPLICATE:
+                    ack, then = self._ack_rows(message, plan)
                     implied = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
                 await self._refuse_unrecordable(message, str(exc))
@@ -204,6 +199,7 @@ class InboundPipeline:
                 del self._in_progress[message_id]
                 recording.set()
         if plan.step is Step.DUPLICATE:
+            ack, then = self._ack_rows(message, plan)
             self.ctx.metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
             if ack is not None:
@@ -214,6 +210,19 @@ class InboundPipeline:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
         await self._hand_on(message, plan, handler)
+
+    def _ack_rows(
+        self, message: VOXMessage, plan: Plan
+    ) -> tuple[VOXMessage | None, list[tuple[VOXMessage, str, str | None]]]:
+        """The ack the plan owes a message, and its "sent" row for the message's commit.
+
+        One commit per inbound message: its "received" row, the "sent" row of its ack, and
+        the rows its plan adds; docs/ledger.md says what a restart proves of each group.
+        """
+        if not plan.acknowledge:
+            return None, []
+        ack = message.acknowledgement(message_source=self.config.message_source)
+        return ack, [(ack, "sent", None)]
 
     async def _facts(self, message: VOXMessage, duplicate: bool) -> tuple[Facts, Handler | None]:
         """Gather what the plan of a message reads; the router is consulted here, once."""
