@@ -22,6 +22,7 @@ from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
 from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
+from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import advertisement, child_share
@@ -66,6 +67,8 @@ class VOXAgent:
             clear_sources=config.ledger_clear_sources,
         )
         self.tracker = RequestTracker(on_change=on_request_change)
+        # The one owner of every request sent or served; the tracker is its view of the sent.
+        self.requests = Requests(self.tracker)
         self.fleet_view = FleetView(stale_after=config.stale_after)
         self.fleet_view.share_of = self._child_share
         for child_id, child_name in config.children.items():
@@ -84,7 +87,11 @@ class VOXAgent:
         self.router = Router()
         self._outbox = Outbox(self._ctx)
         self._runner = CommandRunner(
-            self._ctx, outbox=self._outbox, router=self.router, fleet_view=self.fleet_view
+            self._ctx,
+            outbox=self._outbox,
+            router=self.router,
+            fleet_view=self.fleet_view,
+            requests=self.requests,
         )
         self._inbound = InboundPipeline(
             self._ctx,
@@ -286,14 +293,18 @@ class VOXAgent:
             self._liveness.config = config
 
     def _fail_delegated(self, child: UUID, name: str) -> None:
-        """Answer the requests waiting on a child that is no longer one."""
+        """Answer the requests waiting on a child that is no longer one.
+
+        Each ends failed through the outbox, so its row and its leaving the outbox are one
+        commit: after a restart nothing re-sends it to the former child (docs/ledger.md).
+        """
+        reason = f"{name} is no longer a child of {self.name} (the fleet changed)"
         for tracked in self.tracker.pending():
             if tracked.message.target == child and tracked.expects_reply:
-                self.tracker.failed(
-                    tracked.message_id,
-                    ErrorCode.TARGET_INACTIVE,
-                    f"{name} is no longer a child of {self.name} (the fleet changed)",
+                ending = self._outbox.end(
+                    tracked, RequestState.FAILED, ErrorCode.TARGET_INACTIVE, reason
                 )
+                self._ctx.tasks.spawn(ending, "fail-delegated")
 
     def _forget_if_retired(self, child: UUID) -> None:
         """Forget a child that said RETIRED (`vox fleet retire`), in a task of its own."""

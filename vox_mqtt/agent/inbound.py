@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.outbox import Outbox, Outgoing, deadline_passed
+from vox_mqtt.agent.outbox import Outbox, deadline_passed
 from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
@@ -24,7 +24,7 @@ from vox_mqtt.agent.plan import (
     admit,
     decide,
 )
-from vox_mqtt.agent.prepared import QuickAnswer
+from vox_mqtt.agent.prepared import Row, Staged
 from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
@@ -51,10 +51,6 @@ __all__ = ["InboundPipeline", "Listener", "Observed"]
 log = logging.getLogger("vox_mqtt.agent")
 COMPLETED = RequestState.COMPLETED
 SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
-# How long an idempotent command may take for its answer to commit with its record and stand
-# for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
-# as usual once its record commits; the wait delays nothing else.
-QUICK_ANSWER_WINDOW = 0.005
 RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
@@ -165,8 +161,7 @@ class InboundPipeline:
         # being recorded waits for that record, so no ack ever precedes durability.
         recording = self._in_progress.get(message_id)
         plan: Plan
-        handler: Handler | None = None
-        implied = False  # an answer committed with the record stands for the ack
+        staged = Staged()
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
@@ -191,7 +186,7 @@ class InboundPipeline:
                     return
                 if plan.step is not Step.DUPLICATE:
                     ack, then = self._ack_rows(message, plan)
-                    implied = await self._commit(message, inbound.topic, then, plan, handler)
+                    staged = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
                 await self._refuse_unrecordable(message, str(exc))
                 return
@@ -206,14 +201,12 @@ class InboundPipeline:
                 await self.outbox.publish_ack(message, ack)
             return
         self.ctx.metrics.messages_in.inc(message.type)
-        if ack is not None and not implied:
+        if ack is not None and not staged.implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
-        await self._hand_on(message, plan, handler)
+        await self._hand_on(message, plan, staged)
 
-    def _ack_rows(
-        self, message: VOXMessage, plan: Plan
-    ) -> tuple[VOXMessage | None, list[tuple[VOXMessage, str, str | None]]]:
+    def _ack_rows(self, message: VOXMessage, plan: Plan) -> tuple[VOXMessage | None, list[Row]]:
         """The ack the plan owes a message, and its "sent" row for the message's commit.
 
         One commit per inbound message: its "received" row, the "sent" row of its ack, and
@@ -280,7 +273,7 @@ class InboundPipeline:
             return AnswerFacts(waiter=Waiter.NOBODY)
         if tracked.final and tracked.reply is None and tracked.state is not COMPLETED:
             return AnswerFacts(waiter=Waiter.ENDED, ended_as=str(tracked.state))
-        if self.runner.awaits_child(request_id):
+        if self.runner.requests.relaying(request_id) is not None:
             refused = reply.type == MSG_COMMAND_ERROR and (
                 reply.details.get("code") == ErrorCode.LEDGER_UNAVAILABLE
             )
@@ -293,60 +286,19 @@ class InboundPipeline:
         self,
         message: VOXMessage,
         topic: str,
-        then: list[tuple[VOXMessage, str, str | None]],
+        then: list[Row],
         plan: Plan,
         handler: Handler | None,
-    ) -> bool:
-        """Commit a new message's rows as its plan says; True when its answer is its ack."""
-        runner = self.runner
-        kept: Outgoing | None = None
-        implied = False
-        delegation = answer = None
-        starting = plan.step is Step.SERVE and plan.start_now
+    ) -> Staged:
+        """Commit a new message's rows with what its plan stages; return the staged plan.
+
+        One commit, then one hand-off: the runner stages the plan's rows before it and
+        executes the staged plan after it (_hand_on), or drops it when the commit fails.
+        """
         # A reply proves its request arrived: the request leaves the outbox with this commit
         # even when no acknowledgement of it came (an answer that stands for one).
         answered = message.reply_to if message.type in ANSWERS else None
-        if starting:
-            await runner.take_slot(message)
-            then = [*then, (message, "started", None)]
-            quick = None
-            if plan.run_early:
-                assert handler is not None
-                quick = await self._quick_answer(message, handler)
-            if quick is not None:
-                # Idempotent and answered within the window: one commit holds its record,
-                # its start, its answer (whole in the outbox) and its end; the answer, sent
-                # once that commit is durable, is its acknowledgement (docs/messages.md).
-                kept, implied = quick.outgoing, True
-                then = [
-                    (message, "started", None),
-                    (kept.tracked.message, "sent", None),
-                    (message, quick.end, None),
-                ]
-        elif plan.step is Step.DELEGATE:
-            assert plan.child is not None
-            delegation = runner.prepare_delegation(message, plan.child)
-            if delegation is not None:
-                # Its downstream request and "delegated" row commit here too: one commit on
-                # the way down instead of two (docs/ledger.md).
-                kept = delegation.outgoing
-                then = [
-                    *then,
-                    (kept.tracked.message, "sent", None),
-                    (message, "delegated", str(delegation.child)),
-                ]
-        elif plan.step is Step.RELAY_ANSWER:
-            answer = runner.prepare_relayed_answer(message)
-            if answer is not None:
-                # A child's answer: this agent's answer upstream commits with it, one commit
-                # on the way up instead of two (docs/ledger.md).
-                kept = answer.outgoing
-                then = [
-                    *then,
-                    (kept.tracked.message, "sent", None),
-                    (answer.request, answer.end, None),
-                ]
-        elif plan.step is Step.ANSWER:
+        if plan.step is Step.ANSWER:
             # The caller sees its answer now, beside the commit of its "received" row; the
             # ack waits for that commit, so the answerer re-sends until the answer is durable
             # here (docs/ledger.md, rows that commit together). The ledger keeps the order:
@@ -358,39 +310,26 @@ class InboundPipeline:
             )
             self.outbox.settle_reply(message)
             await recording
-            return False
+            return Staged()
+        staged = await self.runner.stage(message, plan, handler)
+        kept = staged.outgoing
         try:
             await self.ctx.ledger.record_message(
                 message,
                 "received",
                 topic=topic,
-                then=then,
+                # An answer that commits here stands for the ack: no ack row, no ack.
+                then=[*([] if staged.implied else then), *staged.rows],
                 outbox=None if kept is None else (kept.topic, kept.payload),
-                outbox_for=None if kept is None else kept.tracked.message,
+                outbox_for=None if kept is None else kept.message,
                 outbox_done=answered,
             )
         except BaseException:
-            if starting:
-                runner.cancel_start(message)
-            if delegation is not None:
-                runner.cancel_delegation(message)
-            if answer is not None:
-                runner.answer_recorded(answer, False)
+            self.runner.drop(staged)
             raise
-        if answer is not None:
-            runner.answer_recorded(answer, True)
-        return implied
+        return staged
 
-    async def _quick_answer(self, message: VOXMessage, handler: Handler) -> QuickAnswer | None:
-        """Run an idempotent command now; its answer if it comes within QUICK_ANSWER_WINDOW."""
-        running = self.runner.run_early(message, handler)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
-        if not running.done() or running.cancelled() or running.exception() is not None:
-            return None  # slower: its record commits now, and its answer later, as usual
-        return self.runner.quick_answer(message, running.result())
-
-    async def _hand_on(self, message: VOXMessage, plan: Plan, handler: Handler | None) -> None:
+    async def _hand_on(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         """Give a committed message to whoever carries out its plan."""
         if plan.step is Step.LATE:
             # Recorded and acknowledged; never the request's outcome nor a role's to handle.
@@ -403,8 +342,8 @@ class InboundPipeline:
             outcome = listener(message)
             if outcome is not None:
                 await outcome
+        self.runner.execute(staged)
         if message.type == MSG_COMMAND_REQUEST:
-            self.runner.begin(message, plan, handler)
             return
         if message.reply_to is not None:
             self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op

@@ -50,9 +50,10 @@ log = logging.getLogger("vox_mqtt.agent")
 
 @dataclass(frozen=True, kw_only=True)
 class Outgoing:
-    """A message checked and tracked for sending, its record still to commit (Outbox.prepare)."""
+    """A message checked and serialized for sending, its record still to commit (prepare)."""
 
-    tracked: TrackedRequest
+    message: VOXMessage
+    expects_reply: bool
     topic: str
     payload: bytes
 
@@ -88,13 +89,12 @@ class Outbox:
         await self.ctx.ledger.record_message(
             message, "sent", outbox=(outgoing.topic, outgoing.payload), then=then
         )
-        self.dispatch(outgoing)
-        return outgoing.tracked
+        return self.dispatch(outgoing)
 
-    def prepare(self, message: VOXMessage, *, expects_reply: bool) -> Outgoing:
-        """Check and track a message to send; its "sent" row and outbox entry are the caller's.
+    def prepare(self, message: VOXMessage, *, expects_reply: bool = False) -> Outgoing:
+        """Check and serialize a message to send; its "sent" row and outbox entry are the caller's.
 
-        Once they are durable, dispatch() it; if they cannot be recorded, forget() it.
+        Nothing is tracked or published yet: once they are durable, dispatch() it.
         """
         if message.target not in self.config.peers:
             raise VoxError(
@@ -102,19 +102,14 @@ class Outbox:
             )
         payload = serialize(message)
         check_size(message, payload, self.config.max_message_bytes)
-        tracked = self.ctx.tracker.track(message, expects_reply=expects_reply)
         topic = topics.inbox(message.target, self.config.id)
-        return Outgoing(tracked=tracked, topic=topic, payload=payload)
+        return Outgoing(message=message, expects_reply=expects_reply, topic=topic, payload=payload)
 
-    def dispatch(self, outgoing: Outgoing) -> None:
-        """Publish a prepared message whose "sent" row is durable, until it is acknowledged."""
-        self.ctx.tasks.spawn(self._deliver(outgoing.tracked), "deliver")
-
-    def forget(self, outgoing: Outgoing) -> None:
-        """Drop a prepared message that was never recorded, so never sent."""
-        self.ctx.tracker.failed(
-            outgoing.tracked.message_id, ErrorCode.LEDGER_UNAVAILABLE, "never recorded, never sent"
-        )
+    def dispatch(self, outgoing: Outgoing) -> TrackedRequest:
+        """Track and publish a prepared message whose "sent" row is durable, until acknowledged."""
+        tracked = self.ctx.tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
+        self.ctx.tasks.spawn(self._deliver(tracked, outgoing.payload), "deliver")
+        return tracked
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
         """Re-send what the outbox held at the last stop; nobody awaits these any more.
@@ -132,10 +127,12 @@ class Outbox:
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self.ctx.tasks.spawn(ending, "expire")
             else:
-                self.ctx.tasks.spawn(self._deliver(tracked, resend=True), "redeliver")
+                self.ctx.tasks.spawn(self._deliver(tracked, payload, resend=True), "redeliver")
 
-    async def _deliver(self, tracked: TrackedRequest, *, resend: bool = False) -> None:
-        ending = await self._deliver_until_acknowledged(tracked, resend)
+    async def _deliver(
+        self, tracked: TrackedRequest, payload: bytes, *, resend: bool = False
+    ) -> None:
+        ending = await self._deliver_until_acknowledged(tracked, payload, resend)
         if ending is not None:
             await self.end(tracked, *ending)
         # Acknowledged: it left the outbox with its ack's "received" row. Cancelled by a stop:
@@ -143,7 +140,7 @@ class Outbox:
         # passed by then (redeliver).
 
     async def _deliver_until_acknowledged(
-        self, tracked: TrackedRequest, resend: bool
+        self, tracked: TrackedRequest, payload: bytes, resend: bool
     ) -> tuple[RequestState, str, str] | None:
         """Publish until acknowledged; return how it ended if it is given up (end() records it)."""
         session = self.ctx.live_session()
@@ -152,7 +149,6 @@ class Outbox:
         message = tracked.message
         target = message.target
         topic = topics.inbox(target, self.config.id)
-        payload = serialize(message)
         props = self.ctx.publish_props
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
         fixed = None if _expiry(message) else props.inbox(target, message.type)

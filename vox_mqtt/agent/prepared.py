@@ -1,59 +1,37 @@
-"""What the command runner prepares for the pipeline's one commit of an inbound message.
+"""What the command runner stages for the pipeline's one commit of an inbound message.
 
-Each holds an outgoing message checked and tracked but not yet recorded: the pipeline commits
-its rows with the inbound message's, then the runner publishes it (docs/ledger.md, rows that
-commit together).
+A `Staged` holds the rows its plan adds to the message's commit and the one message that
+commit puts in the outbox, checked but not yet sent: the pipeline commits them with the
+inbound message's rows, then hands the staged plan to the runner to execute, or drops it
+in one call when the commit fails (docs/ledger.md, rows that commit together).
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-from uuid import UUID
+from dataclasses import dataclass, field
 
 from vox_mqtt.agent.outbox import Outgoing
-from vox_mqtt.protocol.messages import (
-    CommandError,
-    CommandRequest,
-    CommandResult,
-    ErrorCode,
-    VOXMessage,
-)
+from vox_mqtt.agent.requests import Served
+from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
 
-__all__ = ["Answer", "Delegation", "NotStarted", "QuickAnswer", "refused_unrecorded"]
+__all__ = ["NotStarted", "Row", "Staged", "refused_unrecorded"]
+
+Row = tuple[VOXMessage, str, str | None]  # (message, action, outcome), one ledger row
 
 
-@dataclass(frozen=True, kw_only=True)
-class Delegation:
-    """A command bound for a child, its downstream request prepared (prepare_delegation)."""
+@dataclass(kw_only=True, eq=False)
+class Staged:
+    """A committed-to-be plan: its rows, its outbox message, the request record it touches."""
 
-    child: UUID
-    payload: CommandRequest
-    outgoing: Outgoing
-
-
-@dataclass(frozen=True, kw_only=True)
-class Answer:
-    """A delegated command's answer upstream, prepared with the child's (prepare_relayed_answer)."""
-
-    request: VOXMessage
-    outgoing: Outgoing
-    end: str  # the command's row: "completed" or "failed"
-    code: str | None  # the error code of a command_error
-    recorded: asyncio.Future[bool]  # whether its commit reached the disk
+    served: Served | None = None  # a command_request accepted by this commit
+    relayed: Served | None = None  # RELAY_ANSWER: the command whose answer commits here
+    rows: list[Row] = field(default_factory=list)
+    outgoing: Outgoing | None = None  # whole in the outbox with this commit
+    implied: bool = False  # an answer that commits with the request stands for its ack
 
 
 class NotStarted(CommandError):
     """The answer to a command whose deadline passed before it could start: it ends expired."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class QuickAnswer:
-    """An idempotent command's answer, ready in time to commit with its record (quick_answer)."""
-
-    outgoing: Outgoing
-    end: str  # the command's row: "completed" or "failed"
-    code: str | None  # the error code of a command_error
 
 
 def refused_unrecorded(outcome: CommandResult | CommandError) -> bool:

@@ -1,4 +1,8 @@
-"""The command runner: serve commands here or delegate them down; drain on stop; resume."""
+"""The command runner: serve commands here or delegate them down; drain on stop; resume.
+
+Every command it serves is a `Served` record of the request owner (agent/requests.py); the
+runner holds only what executing needs: the handler slots and `stopping`.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.handlers import call_handler
-from vox_mqtt.agent.outbox import Outbox
+from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import Plan, Step
-from vox_mqtt.agent.prepared import Answer, Delegation, NotStarted, QuickAnswer, refused_unrecorded
+from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded
+from vox_mqtt.agent.requests import Requests, Served, ServedState
 from vox_mqtt.agent.restart import request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
-from vox_mqtt.agent.tracking import TrackedRequest
 from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from vox_mqtt.protocol.messages import (
@@ -37,43 +40,36 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["CommandRunner"]
+__all__ = ["QUICK_ANSWER_WINDOW", "CommandRunner"]
 
 log = logging.getLogger("vox_mqtt.agent")
+# How long an idempotent command may take for its answer to commit with its record and stand
+# for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
+# as usual once its record commits; the wait delays nothing else.
+QUICK_ANSWER_WINDOW = 0.005
+_END = {MSG_COMMAND_RESULT: ServedState.COMPLETED, MSG_COMMAND_ERROR: ServedState.FAILED}
 
 
 class CommandRunner:
     """Answer every command_request: run it locally or delegate it to a healthy child."""
 
     def __init__(
-        self, ctx: AgentContext, *, outbox: Outbox, router: Router, fleet_view: FleetView
+        self,
+        ctx: AgentContext,
+        *,
+        outbox: Outbox,
+        router: Router,
+        fleet_view: FleetView,
+        requests: Requests,
     ) -> None:
         self.ctx = ctx
         self.outbox = outbox
         self.router = router
         self.fleet_view = fleet_view
+        self.requests = requests
         self.stopping = False  # new commands are answered SHUTTING_DOWN
         self._handler_slots = asyncio.Semaphore(ctx.config.max_concurrency)
-        self._delegated: dict[UUID, int] = {}  # child id -> requests in flight
-        self._running = 0
-        self._serving: dict[UUID, VOXMessage] = {}  # command requests being answered
-        # Commands whose "started" row committed with their "received" one, a handler slot
-        # already taken for each (see take_slot).
-        self._started_at_once: set[UUID] = set()
-        # Commands whose "delegated" row and downstream request committed with their
-        # "received" row (see prepare_delegation), by request id.
-        self._delegated_at_once: dict[UUID, Delegation] = {}
-        # Downstream request id -> (the command it serves, its name), while its answer is due.
-        self._awaiting_child: dict[UUID, tuple[VOXMessage, str]] = {}
-        # Commands whose answer committed with the child's answer (see prepare_relayed_answer).
-        self._answered_at_once: dict[UUID, Answer] = {}
-        # Idempotent commands whose handler started before their record committed (see
-        # run_early), and those whose quick answer committed with it (quick_answer).
-        self._running_at_once: dict[UUID, asyncio.Task[CommandResult | CommandError]] = {}
-        self._quick_answers: dict[UUID, QuickAnswer] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
-        ctx.metrics.gauge("inflight_commands", lambda: self._running)
+        ctx.metrics.gauge("inflight_commands", lambda: self.requests.in_flight)
 
     @property
     def config(self) -> AgentConfig:
@@ -83,16 +79,7 @@ class CommandRunner:
     @property
     def in_flight(self) -> int:
         """Return how many commands this agent is answering right now."""
-        return self._running
-
-    def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
-        """Start answering a recorded command_request as its plan says (docs/architecture.md).
-
-        handler: the role's, for a SERVE plan (the router was consulted for the plan).
-        """
-        self._running += 1
-        self._idle.clear()
-        self.ctx.tasks.spawn(self._serve(request, plan, handler), "command")
+        return self.requests.in_flight
 
     @property
     def slot_free(self) -> bool:
@@ -102,158 +89,11 @@ class CommandRunner:
     @property
     def load(self) -> Mapping[UUID, int]:
         """Return the requests in flight per child (read-only)."""
-        return MappingProxyType(self._delegated)
+        return self.requests.load
 
     def children(self) -> list[AgentLiveness | None]:
         """Return this agent's children as the fleet view has them now."""
         return [self.fleet_view.get(c) for c in self.config.children]
-
-    def awaits_child(self, downstream: UUID) -> bool:
-        """Tell whether a request sent down from here is awaited to answer a command upstream."""
-        waiting = self._awaiting_child.get(downstream)
-        tracked = self.ctx.tracker.get(downstream)
-        return waiting is not None and tracked is not None and not tracked.final
-
-    async def take_slot(self, request: VOXMessage) -> None:
-        """Take a handler slot for a command whose plan starts it now (Plan.start_now).
-
-        Its "started" row then commits with its "received" row (docs/ledger.md); if that
-        commit fails, call cancel_start.
-        """
-        await self._handler_slots.acquire()  # free, as the plan found: returns at once
-        self._started_at_once.add(request.message_id)
-
-    def cancel_start(self, request: VOXMessage) -> None:
-        """Give back the slot take_slot took: the commit with the started row failed."""
-        if request.message_id in self._started_at_once:
-            self._started_at_once.discard(request.message_id)
-            self._handler_slots.release()
-        running = self._running_at_once.pop(request.message_id, None)
-        if running is not None:
-            running.cancel()  # idempotent: the sender re-sends, and it runs again then
-        quick = self._quick_answers.pop(request.message_id, None)
-        if quick is not None:
-            self.outbox.forget(quick.outgoing)
-
-    def run_early(
-        self, request: VOXMessage, handler: Handler
-    ) -> asyncio.Task[CommandResult | CommandError]:
-        """Start an idempotent command's handler now, before its record commits (Plan.run_early).
-
-        Only after take_slot; a command not declared idempotent never gets here, as its start
-        must be durable before its handler runs.
-        """
-        payload = request.payload_as(CommandRequest)
-        running = asyncio.ensure_future(
-            self._run(handler, payload.command, payload, self._timeout_of(payload))
-        )
-        self._running_at_once[request.message_id] = running
-        return running
-
-    def quick_answer(
-        self, request: VOXMessage, details: CommandResult | CommandError
-    ) -> QuickAnswer | None:
-        """Prepare the answer of an idempotent command that finished within the window.
-
-        Its "sent" row (whole in the outbox) and the command's end row then commit with the
-        request's "received" and "started" rows; the answer stands for the acknowledgement.
-        None: it takes the ordinary path (too large to send, say, which that path answers).
-        """
-        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
-        try:
-            outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
-        except VoxError:
-            return None
-        quick = QuickAnswer(
-            outgoing=outgoing,
-            end="completed" if kind == MSG_COMMAND_RESULT else "failed",
-            code=details.code if isinstance(details, CommandError) else None,
-        )
-        self._quick_answers[request.message_id] = quick
-        return quick
-
-    def prepare_delegation(self, request: VOXMessage, child: UUID) -> Delegation | None:
-        """Prepare the downstream request of a command its plan delegates to a child.
-
-        The downstream request, its outbox entry and the "delegated" row then commit with the
-        request's "received" row (docs/ledger.md); if that commit fails, call
-        cancel_delegation. None: it cannot be prepared (too large), and serving it takes
-        the ordinary path, which says why.
-        """
-        payload = request.payload_as(CommandRequest)
-        downstream = self._downstream(request, child)
-        try:
-            outgoing = self.outbox.prepare(downstream, expects_reply=True)
-        except VoxError:
-            return None
-        self._load(child, +1)
-        delegation = Delegation(child=child, payload=payload, outgoing=outgoing)
-        self._delegated_at_once[request.message_id] = delegation
-        return delegation
-
-    def cancel_delegation(self, request: VOXMessage) -> None:
-        """Undo prepare_delegation: the commit with its rows failed, nothing was sent."""
-        delegation = self._delegated_at_once.pop(request.message_id, None)
-        if delegation is not None:
-            self._load(delegation.child, -1)
-            self.outbox.forget(delegation.outgoing)
-
-    def prepare_relayed_answer(self, reply: VOXMessage) -> Answer | None:
-        """Prepare the answer upstream to a child's answer (Step.RELAY_ANSWER).
-
-        Its "sent" row (whole in the outbox) and the command's "completed" or "failed" row
-        then commit with the child answer's "received" row (docs/ledger.md); call
-        answer_recorded with the outcome of that commit. None: the command is no longer
-        waiting for it here, or the answer cannot be prepared; the ordinary path answers.
-        """
-        assert reply.reply_to is not None
-        waiting = self._awaiting_child.get(reply.reply_to)
-        if waiting is None:
-            return None
-        request, name = waiting
-        if request.message_id not in self._serving or request.message_id in self._answered_at_once:
-            return None
-        details: CommandResult | CommandError
-        try:
-            if reply.type == MSG_COMMAND_RESULT:
-                result = reply.payload_as(CommandResult)
-                details = CommandResult(
-                    command=name,
-                    result=result.result,
-                    summary=result.summary,
-                    handled_by=self.config.id,
-                )
-            else:
-                error = reply.payload_as(CommandError)
-                details = CommandError(code=error.code, error=error.error, command=name)
-            kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
-            outgoing = self.outbox.prepare(request.reply(kind, details), expects_reply=False)
-        except (ValueError, VoxError):
-            return None  # the ordinary path answers it (too large, malformed)
-        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
-        # Out of _serving: a stop's SHUTTING_DOWN answer must not race this one.
-        del self._serving[request.message_id]
-        answer = Answer(
-            request=request,
-            outgoing=outgoing,
-            end=end,
-            code=None if isinstance(details, CommandResult) else details.code,
-            recorded=asyncio.get_running_loop().create_future(),
-        )
-        self._answered_at_once[request.message_id] = answer
-        return answer
-
-    def answer_recorded(self, answer: Answer, recorded: bool) -> None:
-        """Say whether the commit holding a prepare_relayed_answer answer reached the disk."""
-        if not recorded:
-            self.outbox.forget(answer.outgoing)
-            del self._answered_at_once[answer.request.message_id]
-            self._serving[answer.request.message_id] = answer.request
-        if not answer.recorded.done():
-            answer.recorded.set_result(recorded)
-
-    def _load(self, child: UUID, change: int) -> None:
-        self._delegated[child] = self._delegated.get(child, 0) + change
 
     def choose_child(
         self, command: str, *, avoid: Iterable[UUID] = ()
@@ -261,7 +101,136 @@ class CommandRunner:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
         skip = set(avoid)
         entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
-        return choose_child(command, entries, load=self._delegated)
+        return choose_child(command, entries, load=self.requests.load)
+
+    # --- one commit: stage, then execute or drop --------------------------------------------
+
+    async def stage(self, message: VOXMessage, plan: Plan, handler: Handler | None) -> Staged:
+        """Stage what a plan adds to an inbound message's commit (docs/ledger.md).
+
+        Once that commit is durable, execute() the staged plan; if it fails, drop() it.
+        """
+        if message.type == MSG_COMMAND_REQUEST:
+            served = self.requests.open(message, plan, handler)
+            staged = Staged(served=served)
+            if plan.step is Step.SERVE and plan.start_now:
+                await self._stage_start(staged)
+            elif plan.step is Step.DELEGATE:
+                self._stage_delegation(staged)
+            return staged
+        if plan.step is Step.RELAY_ANSWER:
+            return self._stage_relayed_answer(message)
+        return Staged()
+
+    async def _stage_start(self, staged: Staged) -> None:
+        # The slot is free, as the plan found: taking it returns at once, and the command's
+        # "started" row commits with its "received" one.
+        served = staged.served
+        assert served is not None
+        await self._handler_slots.acquire()
+        served.slot = True
+        staged.rows.append((served.request, "started", None))
+        if not served.plan.run_early:
+            return
+        assert served.handler is not None  # a SERVE plan names its handler
+        # Idempotent: its handler runs while its record commits; answered within the window,
+        # one commit holds its record, start, answer (whole in the outbox) and end, and the
+        # answer, sent once that is durable, is its acknowledgement (docs/messages.md).
+        payload = served.request.payload_as(CommandRequest)
+        running = asyncio.ensure_future(
+            self._run(served.handler, payload.command, payload, self._timeout_of(payload))
+        )
+        served.early = running
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
+        if not running.done() or running.cancelled() or running.exception() is not None:
+            return  # slower: its record commits now, and its answer later, as usual
+        outgoing = self._prepared_answer(served, running.result())
+        if outgoing is not None:
+            staged.outgoing, staged.implied = outgoing, True
+            staged.rows.append((outgoing.message, "sent", None))
+            staged.rows.append((served.request, served.answer_end, None))
+
+    def _stage_delegation(self, staged: Staged) -> None:
+        # Its downstream request and "delegated" row commit with its "received" row: one
+        # commit on the way down instead of two (docs/ledger.md).
+        served = staged.served
+        assert served is not None
+        assert served.plan.child is not None
+        child = served.plan.child
+        try:
+            outgoing = self.outbox.prepare(
+                self._downstream(served.request, child), expects_reply=True
+            )
+        except VoxError:
+            return  # too large to send: the ordinary path says why
+        staged.outgoing = outgoing
+        staged.rows.append((outgoing.message, "sent", None))
+        staged.rows.append((served.request, "delegated", str(child)))
+
+    def _stage_relayed_answer(self, reply: VOXMessage) -> Staged:
+        # A child's answer: this agent's answer upstream commits with it, one commit on the
+        # way up instead of two (docs/ledger.md).
+        assert reply.reply_to is not None
+        served = self.requests.relaying(reply.reply_to)
+        if served is None or not self.requests.claim_answer(served):
+            return Staged()  # no longer awaited here: the ordinary path answers
+        name = str(served.request.details.get("command", ""))
+        details = _relayed_details(reply, name, handled_by=self.config.id)
+        outgoing = None if details is None else self._prepared_answer(served, details)
+        if outgoing is None:
+            served.answering = False  # the ordinary path answers it (too large, malformed)
+            return Staged()
+        served.answer_durable = asyncio.get_running_loop().create_future()
+        staged = Staged(relayed=served, outgoing=outgoing)
+        staged.rows.append((outgoing.message, "sent", None))
+        staged.rows.append((served.request, served.answer_end, None))
+        return staged
+
+    def _prepared_answer(
+        self, served: Served, details: CommandResult | CommandError
+    ) -> Outgoing | None:
+        """Check a command's answer for the outbox; None when it cannot be sent as it is."""
+        kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
+        try:
+            outgoing = self.outbox.prepare(served.request.reply(kind, details))
+        except VoxError:
+            return None
+        served.answer = outgoing
+        served.answer_end = str(_END[kind])
+        served.answer_code = details.code if isinstance(details, CommandError) else None
+        return outgoing
+
+    def drop(self, staged: Staged) -> None:
+        """Undo a staged plan whose commit failed: nothing of it was recorded or sent."""
+        if (served := staged.served) is not None:
+            if served.early is not None:
+                served.early.cancel()  # idempotent: the sender re-sends, and it runs again then
+            self._release(served)
+            self.requests.drop(served)
+        if (relayed := staged.relayed) is not None:
+            relayed.answer = None
+            relayed.answering = False
+            if relayed.answer_durable is not None and not relayed.answer_durable.done():
+                relayed.answer_durable.set_result(False)
+
+    def execute(self, staged: Staged) -> None:
+        """Carry out a staged plan whose commit is durable."""
+        if (relayed := staged.relayed) is not None:
+            assert relayed.answer_durable is not None
+            if not relayed.answer_durable.done():
+                relayed.answer_durable.set_result(True)
+        if staged.served is not None:
+            self.ctx.tasks.spawn(self._serve(staged.served, staged.outgoing), "command")
+
+    def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
+        """Start answering a command_request recorded earlier (a restart) as its plan says."""
+        self.execute(Staged(served=self.requests.open(request, plan, handler)))
+
+    def _release(self, served: Served) -> None:
+        if served.slot:
+            served.slot = False
+            self._handler_slots.release()
 
     # --- stopping -------------------------------------------------------------------------
 
@@ -270,15 +239,17 @@ class CommandRunner:
         self.stopping = True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
-                await self._idle.wait()
-        if not self._idle.is_set():
+                await self.requests.wait_idle()
+        if self.requests.in_flight:
             await self._answer_unfinished_shutting_down()
 
     async def _answer_unfinished_shutting_down(self) -> None:
         """Answer every command still running after the grace period, then let it be cut."""
         answers = []
-        for request in list(self._serving.values()):
-            self._serving.pop(request.message_id, None)
+        for served in self.requests.unanswered():
+            if not self.requests.claim_answer(served):
+                continue
+            request = served.request
             name = str(request.details.get("command", ""))
             error = CommandError(
                 code=ErrorCode.SHUTTING_DOWN,
@@ -289,9 +260,12 @@ class CommandRunner:
             with contextlib.suppress(VoxError):
                 answers.append(
                     await self.outbox.send_message(
-                        request.reply(MSG_COMMAND_ERROR, error), expects_reply=False
+                        request.reply(MSG_COMMAND_ERROR, error),
+                        expects_reply=False,
+                        then=[(request, "failed", None)],
                     )
                 )
+            self.requests.move(served, ServedState.FAILED)
         # A moment for the answers to be acknowledged; unacknowledged ones stay in the
         # outbox and go out after the next start.
         with contextlib.suppress(TimeoutError):
@@ -301,46 +275,53 @@ class CommandRunner:
 
     # --- serving --------------------------------------------------------------------------
 
-    async def _serve(self, request: VOXMessage, plan: Plan, handler: Handler | None) -> None:
-        quick = self._quick_answers.pop(request.message_id, None)
-        if quick is not None:
+    async def _serve(self, served: Served, committed: Outgoing | None) -> None:
+        if served.early is not None and served.answer is not None and committed is not None:
             # Answered and recorded with its "received" row: only the publish is left.
-            self._running_at_once.pop(request.message_id, None)
-            self._started_at_once.discard(request.message_id)
-            self._handler_slots.release()
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
-            if quick.code is not None:
-                self.ctx.metrics.commands_failed.inc(quick.code)
-            self.outbox.dispatch(quick.outgoing)
+            self._release(served)
+            self._finish(served, committed)
             return
-        self._serving[request.message_id] = request
+        if served.slot:
+            self.requests.move(served, ServedState.WORKING)  # its "started" row committed
         try:
-            details = await self._answer(request, plan, handler)
+            details = await self._answer(served, committed)
         except Exception as exc:  # the last line of defence: answer, never crash
             log.exception("%s: command failed", self.config.name)
             details = CommandError(code=ErrorCode.HANDLER_ERROR, error=f"{type(exc).__name__}")
         finally:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
-        answer = self._answered_at_once.get(request.message_id)
-        if answer is not None and await answer.recorded:
+            self._release(served)
+        durable = served.answer_durable
+        if durable is not None and await durable and served.answer is not None:
             # Recorded with the child's answer: publish it, whatever the wait said since.
-            del self._answered_at_once[request.message_id]
-            if answer.code is not None:
-                self.ctx.metrics.commands_failed.inc(answer.code)
-            self.outbox.dispatch(answer.outgoing)
+            self._finish(served, served.answer)
             return
-        if self._serving.pop(request.message_id, None) is None:
+        if not self.requests.claim_answer(served):
             return  # already answered SHUTTING_DOWN when the grace period ran out
+        try:
+            await self._send_answer(served, details)
+        finally:
+            if isinstance(details, NotStarted):
+                self.requests.move(served, ServedState.EXPIRED)
+            elif isinstance(details, CommandResult):
+                self.requests.move(served, ServedState.COMPLETED)
+            else:
+                self.requests.move(served, ServedState.FAILED)
+
+    def _finish(self, served: Served, answer: Outgoing) -> None:
+        """Publish an answer whose "sent" row committed already, and close the command."""
+        if served.answer_code is not None:
+            self.ctx.metrics.commands_failed.inc(served.answer_code)
+        self.requests.move(served, ServedState(served.answer_end))
+        self.outbox.dispatch(answer)
+
+    async def _send_answer(self, served: Served, details: CommandResult | CommandError) -> None:
+        request = served.request
         if isinstance(details, CommandResult):
             kind = MSG_COMMAND_RESULT
         else:
             kind = MSG_COMMAND_ERROR
             self.ctx.metrics.commands_failed.inc(details.code)
-        end = "completed" if kind == MSG_COMMAND_RESULT else "failed"
+        end = str(_END[kind])
         if isinstance(details, NotStarted):
             end = "expired"
         with contextlib.suppress(VoxError):
@@ -352,7 +333,7 @@ class CommandRunner:
                     request.reply(kind, details), expects_reply=False, then=[(request, end, None)]
                 )
             except MessageTooLarge as exc:
-                kind, name = MSG_COMMAND_ERROR, str(request.details.get("command", ""))
+                name = str(request.details.get("command", ""))
                 log.warning("%s: %s: %s", self.config.name, name, exc)
                 too_large = CommandError(
                     code=ErrorCode.MESSAGE_TOO_LARGE,
@@ -360,18 +341,18 @@ class CommandRunner:
                     command=name or None,
                 )
                 await self.outbox.send_message(
-                    request.reply(kind, too_large),
+                    request.reply(MSG_COMMAND_ERROR, too_large),
                     expects_reply=False,
                     then=[(request, "failed", None)],
                 )
             except LedgerError:
                 # It cannot be recorded (the disk is full): answer anyway, once.
                 await self.outbox.publish_unrecorded(request.reply(kind, details))
-                return
 
     async def _answer(
-        self, request: VOXMessage, plan: Plan, handler: Handler | None
+        self, served: Served, committed: Outgoing | None
     ) -> CommandResult | CommandError:
+        request, plan, handler = served.request, served.plan, served.handler
         payload = request.payload_as(CommandRequest)
         name = payload.command
         step = plan.step
@@ -385,45 +366,35 @@ class CommandRunner:
             )
         if step is Step.UNROUTABLE:
             return self._unroutable(name, plan.code or ErrorCode.NO_ROUTE)
-        delegation = self._delegated_at_once.pop(request.message_id, None)
-        if delegation is not None:
+        if step is Step.DELEGATE and committed is not None and plan.child is not None:
             # Its downstream request committed with its "received" row: send it now.
-            self.outbox.dispatch(delegation.outgoing)
+            tracked = self.outbox.dispatch(committed)
+            self.requests.delegate(served, plan.child, tracked)
             timeout = self._timeout_of(payload)
-            outcome = await self._delegation_outcome(
-                request, delegation.child, delegation.outgoing.tracked, timeout
-            )
+            outcome = await self._delegation_outcome(served, timeout, started=time.perf_counter())
             if refused_unrecorded(outcome):
                 return await self._delegate(
-                    request, payload, timeout, refused={delegation.child}, outcome=outcome
+                    served, payload, timeout, refused={plan.child}, outcome=outcome
                 )
             return outcome
-        running = self._running_at_once.pop(request.message_id, None)
-        if running is not None:
-            # Idempotent: its handler started while its record committed.
-            self._started_at_once.discard(request.message_id)
-            try:
-                return await running
-            finally:
-                self._handler_slots.release()
-        if request.message_id in self._started_at_once:
+        if served.early is not None:
+            return await served.early  # idempotent: its handler started while it committed
+        if served.slot:
             # Its "started" row committed with its "received" one, its slot taken then.
-            self._started_at_once.discard(request.message_id)
             assert handler is not None  # a SERVE plan that starts at once names it
-            try:
-                return await self._run(handler, name, payload, self._timeout_of(payload))
-            finally:
-                self._handler_slots.release()
+            return await self._run(handler, name, payload, self._timeout_of(payload))
         if step is Step.STOPPING or self.stopping:
             return CommandError(
                 code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
             )
         timeout = self._timeout_of(payload)
         if handler is not None:
-            async with self._handler_slots:
-                await self.ctx.ledger.record_message(request, "started")
-                return await self._run(handler, name, payload, timeout)
-        return await self._delegate(request, payload, timeout)
+            await self._handler_slots.acquire()
+            served.slot = True
+            await self.ctx.ledger.record_message(request, "started")
+            self.requests.move(served, ServedState.WORKING)
+            return await self._run(handler, name, payload, timeout)
+        return await self._delegate(served, payload, timeout)
 
     async def _run(
         self, handler: Handler, name: str, payload: CommandRequest, timeout: float
@@ -452,7 +423,7 @@ class CommandRunner:
 
     async def _delegate(
         self,
-        request: VOXMessage,
+        served: Served,
         payload: CommandRequest,
         timeout: float,
         *,
@@ -469,35 +440,21 @@ class CommandRunner:
             child, code = self.choose_child(name, avoid=refused)
             if child is None and outcome is not None:
                 return outcome  # every child that could have served it refused it unrecorded
-            outcome = await self._delegate_to(child, code, request, payload, timeout)
+            if child is None:
+                return self._unroutable(name, code or ErrorCode.NO_ROUTE)
+            started = time.perf_counter()
+            # The "delegated" row commits with the downstream request's "sent" row.
+            tracked = await self.outbox.send_message(
+                self._downstream(served.request, child),
+                expects_reply=True,
+                then=[(served.request, "delegated", str(child))],
+            )
+            self.requests.delegate(served, child, tracked)
+            outcome = await self._delegation_outcome(served, timeout, started=started)
             if not refused_unrecorded(outcome):
                 return outcome
             # That child cannot record and did nothing: the work goes to another, if any.
-            assert child is not None
             refused.add(child)
-
-    async def _delegate_to(
-        self,
-        child: UUID | None,
-        code: ErrorCode | None,
-        request: VOXMessage,
-        payload: CommandRequest,
-        timeout: float,
-    ) -> CommandResult | CommandError:
-        name = payload.command
-        if child is None:
-            return self._unroutable(name, code or ErrorCode.NO_ROUTE)
-        downstream = self._downstream(request, child)
-        started = time.perf_counter()
-        self._load(child, +1)
-        try:
-            # The "delegated" row commits with the downstream request's "sent" row.
-            then = [(request, "delegated", str(child))]
-            tracked = await self.outbox.send_message(downstream, expects_reply=True, then=then)
-        except BaseException:
-            self._load(child, -1)
-            raise
-        return await self._delegation_outcome(request, child, tracked, timeout, started=started)
 
     def _unroutable(self, name: str, code: ErrorCode) -> CommandError:
         """Answer a command neither a role here nor a healthy child serves."""
@@ -527,27 +484,19 @@ class CommandRunner:
         )
 
     async def _delegation_outcome(
-        self,
-        request: VOXMessage,
-        child: UUID,
-        tracked: TrackedRequest,
-        timeout: float,
-        *,
-        started: float | None = None,
+        self, served: Served, timeout: float, *, started: float
     ) -> CommandResult | CommandError:
-        """Wait for a sent downstream request's reply and answer for it as this agent."""
-        name = str(request.details.get("command", ""))
+        """Wait for the downstream request's reply and answer for it as this agent."""
+        tracked = served.downstream
+        assert tracked is not None
+        name = str(served.request.details.get("command", ""))
         self.ctx.metrics.commands_delegated.inc(name)
-        self._awaiting_child[tracked.message_id] = (request, name)
         try:
-            reply = await self.outbox.reply_to(
-                tracked, timeout, started=time.perf_counter() if started is None else started
-            )
+            reply = await self.outbox.reply_to(tracked, timeout, started=started)
         except CommandFailed as exc:
             return CommandError(code=exc.code, error=exc.error, command=name)
         finally:
-            del self._awaiting_child[tracked.message_id]
-            self._load(child, -1)
+            self.requests.undelegate(served)
         result = reply.payload_as(CommandResult)
         # The master answers for the work: upstream never learns the child exists.
         return CommandResult(
@@ -580,3 +529,22 @@ class CommandRunner:
             request = request_from_row(row)
             if request is not None and request.source in self.config.peers:
                 self.begin(request, *plan(request))
+
+
+def _relayed_details(
+    reply: VOXMessage, name: str, *, handled_by: UUID
+) -> CommandResult | CommandError | None:
+    """This agent's answer for a child's: it answers for the work (seed 000); None if malformed."""
+    try:
+        if reply.type == MSG_COMMAND_RESULT:
+            result = reply.payload_as(CommandResult)
+            return CommandResult(
+                command=name,
+                result=result.result,
+                summary=result.summary,
+                handled_by=handled_by,
+            )
+        error = reply.payload_as(CommandError)
+        return CommandError(code=error.code, error=error.error, command=name)
+    except ValueError:
+        return None

@@ -1,0 +1,179 @@
+"""The one owner of every request an agent sent or serves: its state, its child, its answer.
+
+A request this agent sent is a `TrackedRequest` (agent/tracking.py, the bounded view the
+outbox moves and callers wait on). A command this agent serves is a `Served` record, from
+its commit to its answer: whether it holds a handler slot, the handler started early, the
+child it went to and the downstream request, the answer prepared to commit with a child's.
+Each state it reaches is a ledger row written in the commit that makes it true
+(docs/ledger.md); a restart rebuilds what was still open from those rows (resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from vox_mqtt.agent.plan import Plan
+from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
+from vox_mqtt.protocol.messages import CommandError, CommandResult, VOXMessage
+
+if TYPE_CHECKING:
+    from vox_mqtt.agent.outbox import Outgoing
+    from vox_mqtt.agent.roles import Handler
+
+__all__ = ["Requests", "Served", "ServedState"]
+
+
+class ServedState(StrEnum):
+    """Where a command this agent serves stands (each is the ledger row of the same name)."""
+
+    RECEIVED = "received"  # recorded and acknowledged, not started (waiting for a slot)
+    WORKING = "started"  # its handler runs here
+    DELEGATED = "delegated"  # its downstream request went to a child
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"  # it reached this agent after its deadline: never started
+
+
+FINAL = frozenset({ServedState.COMPLETED, ServedState.FAILED, ServedState.EXPIRED})
+
+
+@dataclass(eq=False, kw_only=True)
+class Served:
+    """One command this agent serves, from its commit to its answer."""
+
+    request: VOXMessage
+    plan: Plan
+    handler: Handler | None = None  # the role's, for a SERVE plan (the router, asked once)
+    state: ServedState = ServedState.RECEIVED
+    history: list[tuple[ServedState, float]] = field(default_factory=list)
+    slot: bool = False  # holds a handler slot (taken before its commit: Plan.start_now)
+    early: asyncio.Task[CommandResult | CommandError] | None = None  # idempotent, started early
+    # An answer whose "sent" row committed with this command's record (a quick idempotent
+    # answer) or with its child's answer (RELAY_ANSWER): only its publish is left.
+    answer: Outgoing | None = None
+    answer_end: str = ""  # the command's end row for that answer: "completed" or "failed"
+    answer_code: str | None = None  # its error code, for a command_error
+    answer_durable: asyncio.Future[bool] | None = None  # a relayed answer's commit outcome
+    child: UUID | None = None  # DELEGATED: the child it went to
+    downstream: TrackedRequest | None = None  # DELEGATED: the request sent to that child
+    answering: bool = False  # its answer is being sent (by its task, or by a stop)
+
+    @property
+    def message_id(self) -> UUID:
+        """Return the id of the command_request served."""
+        return self.request.message_id
+
+    @property
+    def final(self) -> bool:
+        """Return whether it has been answered (completed, failed or expired)."""
+        return self.state in FINAL
+
+
+class Requests:
+    """Every request this agent sent (the tracker) or serves (Served), by id; one truth each."""
+
+    def __init__(self, sent: RequestTracker) -> None:
+        self.sent = sent
+        self._served: dict[UUID, Served] = {}
+        self._by_downstream: dict[UUID, Served] = {}  # downstream request id -> its command
+        self._load: dict[UUID, int] = {}  # child id -> commands delegated to it, not answered
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # --- served commands ------------------------------------------------------------------
+
+    def open(self, request: VOXMessage, plan: Plan, handler: Handler | None) -> Served:
+        """Start serving a recorded (or about to be recorded) command_request."""
+        served = Served(request=request, plan=plan, handler=handler)
+        served.history.append((served.state, time.monotonic()))
+        self._served[request.message_id] = served
+        self._idle.clear()
+        return served
+
+    def drop(self, served: Served) -> None:
+        """Forget a command whose record never committed: it was never accepted here."""
+        if self._served.get(served.message_id) is served:
+            del self._served[served.message_id]
+        self._unlink(served)
+        if not self._served:
+            self._idle.set()
+
+    def move(self, served: Served, state: ServedState) -> None:
+        """Record where a served command stands now (its ledger row is the caller's)."""
+        if served.final:
+            return
+        served.state = state
+        served.history.append((state, time.monotonic()))
+        if state in FINAL:
+            self._unlink(served)
+            if self._served.get(served.message_id) is served:
+                del self._served[served.message_id]
+            if not self._served:
+                self._idle.set()
+
+    def delegate(self, served: Served, child: UUID, downstream: TrackedRequest) -> None:
+        """Record that a command went to a child as this downstream request."""
+        self._unlink(served)
+        served.child, served.downstream = child, downstream
+        self._by_downstream[downstream.message_id] = served
+        self._load[child] = self._load.get(child, 0) + 1
+        self.move(served, ServedState.DELEGATED)
+
+    def undelegate(self, served: Served) -> None:
+        """The child's part is over (answered, failed or given up): it no longer counts."""
+        self._unlink(served)
+
+    def _unlink(self, served: Served) -> None:
+        if served.downstream is not None:
+            self._by_downstream.pop(served.downstream.message_id, None)
+            served.downstream = None
+        if served.child is not None:
+            left = self._load.get(served.child, 0) - 1
+            if left > 0:
+                self._load[served.child] = left
+            else:
+                self._load.pop(served.child, None)
+            served.child = None
+
+    def relaying(self, downstream_id: UUID) -> Served | None:
+        """Return the command a downstream request serves, while its child's answer is due."""
+        served = self._by_downstream.get(downstream_id)
+        if served is None or served.downstream is None or served.downstream.final:
+            return None
+        return served
+
+    def claim_answer(self, served: Served) -> bool:
+        """Take the right to answer a command; False: someone answers it already (a stop)."""
+        if served.answering or served.final:
+            return False
+        served.answering = True
+        return True
+
+    def get(self, request_id: UUID) -> Served | None:
+        """Return the command being served with this id, if any."""
+        return self._served.get(request_id)
+
+    def unanswered(self) -> list[Served]:
+        """Return the commands still being served whose answer nobody sends yet."""
+        return [s for s in self._served.values() if not s.answering]
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many commands this agent is serving."""
+        return len(self._served)
+
+    @property
+    def load(self) -> Mapping[UUID, int]:
+        """Return the commands delegated to each child and not answered yet (read-only)."""
+        return MappingProxyType(self._load)
+
+    async def wait_idle(self) -> None:
+        """Wait until no command is being served."""
+        await self._idle.wait()
