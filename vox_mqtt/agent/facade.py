@@ -396,6 +396,7 @@ class VOXAgent:
     async def _on_connect(self) -> None:
         if self._liveness is not None:
             await self._liveness.on_connect()
+        self._outbox.reconnected()
 
     def _linked(self, inbound: Inbound) -> None:
         if self._liveness is not None:
@@ -432,6 +433,7 @@ class VOXAgent:
         if self._liveness is not None and session is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
                 await self._liveness.publish_shutdown()
+        self._outbox.close()
         await self._ctx.tasks.cancel_all()
         await self._stack.aclose()
 

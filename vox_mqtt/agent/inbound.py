@@ -77,7 +77,10 @@ class InboundPipeline:
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
-        self._intake_slots = asyncio.Semaphore(ctx.config.max_intake)
+        # Inbox messages wait here for one of max_intake workers: no task per message.
+        self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
+            ctx.config.max_intake
+        )
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
         self._taken_in = asyncio.Event()  # set while no message is in intake
@@ -95,7 +98,9 @@ class InboundPipeline:
         return self.ctx.config
 
     async def run(self) -> None:
-        """Read the session's messages until it ends."""
+        """Read the session's messages until it ends; max_intake workers take the inbox's."""
+        for n in range(self.config.max_intake):
+            self.ctx.tasks.spawn(self._intake_worker(), f"intake-{n}")
         async for inbound in self.ctx.live_session().messages():
             if self.linked is not None and parse_link_topic(inbound.topic) is not None:
                 self.linked(inbound)
@@ -108,22 +113,26 @@ class InboundPipeline:
             if isinstance(topic, topics.StatusTopic | topics.WarroomTopic):
                 await self.observed(inbound, topic)
             else:
-                await self._intake_slots.acquire()
-                self.ctx.tasks.spawn(self._intake(inbound, topic), "intake")
+                self.intake += 1
+                self._taken_in.clear()
+                # Full: every worker is busy and max_intake wait; the session's queue holds
+                # the rest, and its PUBACKs wait with them (backpressure, docs/transport.md).
+                await self._intake_queue.put((inbound, topic))
 
-    async def _intake(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
-        self.intake += 1
-        self._taken_in.clear()
-        try:
-            await self._process(inbound, topic)
-        except Exception:
-            # Nothing a peer sends may stop the agent: log it and go on.
-            log.exception("%s: failed to process a message on %s", self.config.name, inbound.topic)
-        finally:
-            self.intake -= 1
-            if self.intake == 0:
-                self._taken_in.set()
-            self._intake_slots.release()
+    async def _intake_worker(self) -> None:
+        while True:
+            inbound, topic = await self._intake_queue.get()
+            try:
+                await self._process(inbound, topic)
+            except Exception:
+                # Nothing a peer sends may stop the agent: log it and go on.
+                log.exception(
+                    "%s: failed to process a message on %s", self.config.name, inbound.topic
+                )
+            finally:
+                self.intake -= 1
+                if self.intake == 0:
+                    self._taken_in.set()
 
     async def drain(self, timeout: float) -> None:
         """Wait (up to timeout) for the messages already taken in to be recorded and acked.

@@ -48,6 +48,19 @@ __all__ = ["Outbox", "Outgoing", "check_size", "deadline_passed"]
 log = logging.getLogger("vox_mqtt.agent")
 
 
+@dataclass(kw_only=True, eq=False)
+class _Delivery:
+    """One sent message being published until acknowledged: its bytes and its next try."""
+
+    tracked: TrackedRequest
+    payload: bytes
+    props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
+    give_up_at: float
+    delay: float
+    counted: bool = False  # counted in messages_out
+    timer: asyncio.TimerHandle | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outgoing:
     """A message checked and serialized for sending, its record still to commit (prepare)."""
@@ -65,6 +78,8 @@ class Outbox:
         self.ctx = ctx
         self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
         self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
+        self._deliveries: dict[UUID, _Delivery] = {}  # sent, not yet acknowledged
+        self._closed = False
 
     @property
     def config(self) -> AgentConfig:
@@ -108,7 +123,7 @@ class Outbox:
     def dispatch(self, outgoing: Outgoing) -> TrackedRequest:
         """Track and publish a prepared message whose "sent" row is durable, until acknowledged."""
         tracked = self.ctx.tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
-        self.ctx.tasks.spawn(self._deliver(tracked, outgoing.payload), "deliver")
+        self._schedule(tracked, outgoing.payload, resend=False)
         return tracked
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
@@ -127,60 +142,103 @@ class Outbox:
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self.ctx.tasks.spawn(ending, "expire")
             else:
-                self.ctx.tasks.spawn(self._deliver(tracked, payload, resend=True), "redeliver")
+                self._schedule(tracked, payload, resend=True)
 
-    async def _deliver(
-        self, tracked: TrackedRequest, payload: bytes, *, resend: bool = False
-    ) -> None:
-        ending = await self._deliver_until_acknowledged(tracked, payload, resend)
-        if ending is not None:
-            await self.end(tracked, *ending)
-        # Acknowledged: it left the outbox with its ack's "received" row. Cancelled by a stop:
-        # it stays in the outbox and is re-sent after the next start, unless its deadline
-        # passed by then (redeliver).
+    def reconnected(self) -> None:
+        """Try every unacknowledged message again now: a connection is back up."""
+        for delivery in list(self._deliveries.values()):
+            if delivery.timer is not None:
+                delivery.timer.cancel()
+            self._attempt(delivery)
 
-    async def _deliver_until_acknowledged(
-        self, tracked: TrackedRequest, payload: bytes, resend: bool
-    ) -> tuple[RequestState, str, str] | None:
-        """Publish until acknowledged; return how it ended if it is given up (end() records it)."""
-        session = self.ctx.live_session()
-        metrics = self.ctx.metrics
-        tracker = self.ctx.tracker
+    def close(self) -> None:
+        """Stop re-sending: what is still unacknowledged stays in the outbox for the next start."""
+        self._closed = True
+        for delivery in self._deliveries.values():
+            if delivery.timer is not None:
+                delivery.timer.cancel()
+        self._deliveries.clear()
+
+    # --- delivery: publish now, re-send on a timer, no task per message --------------------
+
+    def _schedule(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
         message = tracked.message
-        target = message.target
-        topic = topics.inbox(target, self.config.id)
-        props = self.ctx.publish_props
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
-        fixed = None if _expiry(message) else props.inbox(target, message.type)
-        deadline = time.monotonic() + self.config.request_timeout
-        delay = self.config.resend_initial
-        while not tracked.final and not tracked.acknowledged.is_set():
-            if resend:
-                metrics.resends += 1
-            else:
-                metrics.messages_out.inc(message.type)
-                resend = True
-            try:
-                these = fixed
-                if these is None:
-                    these = props.inbox(target, message.type, expiry=_expiry(message))
-                await session.publish(topic, payload, props=these)
-                tracker.dispatched(message.message_id)
-            except DeliveryFailed as exc:
-                if exc.reason_code is not None and exc.reason_code >= 0x80:
-                    # The broker refused it (ACL): re-sending cannot help.
-                    metrics.delivery_failures += 1
-                    return RequestState.FAILED, ErrorCode.DELIVERY_FAILED, str(exc)
-                log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await tracked.acknowledged.wait()
-            if time.monotonic() >= deadline and not tracked.acknowledged.is_set():
-                metrics.delivery_failures += 1
-                reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
-                return RequestState.EXPIRED, ErrorCode.TIMEOUT, reason
-            delay = min(delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
-        return None
+        fixed = (
+            None if _expiry(message) else self.ctx.publish_props.inbox(message.target, message.type)
+        )
+        delivery = _Delivery(
+            tracked=tracked,
+            payload=payload,
+            props=fixed,
+            give_up_at=time.monotonic() + self.config.request_timeout,
+            delay=self.config.resend_initial,
+        )
+        self._deliveries[tracked.message_id] = delivery
+        self._attempt(delivery, resend=resend)
+
+    def _attempt(self, delivery: _Delivery, *, resend: bool = True) -> None:
+        """Publish once more, unless acknowledged or given up; then wait for the next try."""
+        tracked = delivery.tracked
+        delivery.timer = None
+        if self._closed or tracked.final or tracked.acknowledged.is_set():
+            self._deliveries.pop(tracked.message_id, None)
+            return
+        metrics = self.ctx.metrics
+        if time.monotonic() >= delivery.give_up_at:
+            metrics.delivery_failures += 1
+            reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
+            self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+            return
+        message = tracked.message
+        if resend:
+            metrics.resends += 1
+        elif not delivery.counted:
+            metrics.messages_out.inc(message.type)
+        delivery.counted = True
+        props = delivery.props
+        if props is None:
+            props = self.ctx.publish_props.inbox(
+                message.target, message.type, expiry=_expiry(message)
+            )
+        topic = topics.inbox(message.target, self.config.id)
+        try:
+            outcome = self.ctx.live_session().publish_soon(topic, delivery.payload, props=props)
+        except VoxError as exc:
+            log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
+            outcome = None
+        if outcome is not None:
+            outcome.add_done_callback(functools.partial(self._published, tracked))
+        # No connection up: the next try comes at the same pace; the session reconnects.
+        loop = asyncio.get_running_loop()
+        delivery.timer = loop.call_later(delivery.delay, self._attempt, delivery)
+        delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    def _published(self, tracked: TrackedRequest, outcome: asyncio.Future[Any]) -> None:
+        """The broker's answer to one publish: a PUBACK, a refusal, or a dropped connection."""
+        if outcome.cancelled():
+            return
+        if (exc := outcome.exception()) is not None:
+            # The connection dropped first: the next try re-sends it.
+            log.info("%s: will re-send %s: %s", self.config.name, tracked.message_id, exc)
+            return
+        code = outcome.result()
+        if not code.is_failure:
+            self.ctx.tracker.dispatched(tracked.message_id)
+            return
+        if int(code.value) >= 0x80 and not tracked.final and not tracked.acknowledged.is_set():
+            # The broker refused it (ACL): re-sending cannot help.
+            self.ctx.metrics.delivery_failures += 1
+            reason = f"the broker refused it: {code}"
+            self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
+
+    def _give_up(
+        self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
+    ) -> None:
+        delivery = self._deliveries.pop(tracked.message_id, None)
+        if delivery is not None and delivery.timer is not None:
+            delivery.timer.cancel()
+        self.ctx.tasks.spawn(self.end(tracked, state, code, reason), "give-up")
 
     async def end(
         self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
@@ -334,7 +392,15 @@ class Outbox:
 
     def settle_ack(self, ack: VOXMessage) -> None:
         """Mark the message an acknowledgement answers as received by its peer."""
-        self.ctx.tracker.acknowledged(ack.payload_as(MessageAcknowledged).in_response_to)
+        acknowledged = ack.payload_as(MessageAcknowledged).in_response_to
+        self.ctx.tracker.acknowledged(acknowledged)
+        self._delivered(acknowledged)
+
+    def _delivered(self, message_id: UUID) -> None:
+        """Stop re-sending a message its peer holds (acknowledged or answered)."""
+        delivery = self._deliveries.pop(message_id, None)
+        if delivery is not None and delivery.timer is not None:
+            delivery.timer.cancel()
 
     def settle_reply(self, reply: VOXMessage) -> None:
         """Complete (or fail, for command_error) the request a reply answers."""
@@ -344,6 +410,7 @@ class Outbox:
             self.ctx.tracker.failed(reply.reply_to, error.code, error.error, reply)
         else:
             self.ctx.tracker.completed(reply.reply_to, reply)
+        self._delivered(reply.reply_to)
 
     # --- the API roles and consoles use ---------------------------------------------------
 

@@ -220,8 +220,16 @@ class CommandRunner:
             assert relayed.answer_durable is not None
             if not relayed.answer_durable.done():
                 relayed.answer_durable.set_result(True)
-        if staged.served is not None:
-            self.ctx.tasks.spawn(self._serve(staged.served, staged.outgoing), "command")
+        served = staged.served
+        if served is None:
+            return
+        if staged.implied and staged.outgoing is not None:
+            # Answered and recorded with its "received" row: only the publish is left, and
+            # it needs no task of its own.
+            self._release(served)
+            self._finish(served, staged.outgoing)
+            return
+        self.ctx.tasks.spawn(self._serve(served, staged.outgoing), "command")
 
     def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
         """Start answering a command_request recorded earlier (a restart) as its plan says."""
@@ -276,11 +284,6 @@ class CommandRunner:
     # --- serving --------------------------------------------------------------------------
 
     async def _serve(self, served: Served, committed: Outgoing | None) -> None:
-        if served.early is not None and served.answer is not None and committed is not None:
-            # Answered and recorded with its "received" row: only the publish is left.
-            self._release(served)
-            self._finish(served, committed)
-            return
         if served.slot:
             self.requests.move(served, ServedState.WORKING)  # its "started" row committed
         try:

@@ -1,0 +1,121 @@
+"""Requests: the one owner of what an agent serves; each command's life and its child's load."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID, uuid4
+
+from vox_mqtt.agent.plan import Plan, Step
+from vox_mqtt.agent.requests import Requests, ServedState
+from vox_mqtt.agent.tracking import RequestTracker
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
+
+MASTER, ME, CHILD, OTHER = uuid4(), uuid4(), uuid4(), uuid4()
+
+
+def command(source: UUID = MASTER, target: UUID = ME) -> VOXMessage:
+    return new_message(
+        MSG_COMMAND_REQUEST, source=source, target=target, details={"command": "analyze"}
+    )
+
+
+def owner() -> Requests:
+    return Requests(RequestTracker())
+
+
+def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    assert requests.get(served.message_id) is served
+    assert requests.in_flight == 1
+    requests.move(served, ServedState.WORKING)
+    requests.move(served, ServedState.COMPLETED)
+    assert served.final
+    assert requests.get(served.message_id) is None
+    assert requests.in_flight == 0
+    assert [state for state, _ in served.history] == [
+        ServedState.RECEIVED,
+        ServedState.WORKING,
+        ServedState.COMPLETED,
+    ]
+
+
+def test_a_final_state_is_final() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    requests.move(served, ServedState.EXPIRED)
+    requests.move(served, ServedState.COMPLETED)
+    assert served.state is ServedState.EXPIRED
+    assert not requests.claim_answer(served)
+
+
+def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
+    requests.delegate(served, CHILD, downstream)
+    assert served.state is ServedState.DELEGATED
+    assert dict(requests.load) == {CHILD: 1}
+    assert requests.relaying(downstream.message_id) is served
+    requests.undelegate(served)
+    assert dict(requests.load) == {}
+    assert requests.relaying(downstream.message_id) is None
+
+
+def test_a_second_child_replaces_the_first_and_load_follows() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    first = requests.sent.track(command(ME, CHILD), expects_reply=True)
+    requests.delegate(served, CHILD, first)
+    second = requests.sent.track(command(ME, OTHER), expects_reply=True)
+    requests.delegate(served, OTHER, second)
+    assert dict(requests.load) == {OTHER: 1}
+    assert requests.relaying(first.message_id) is None
+    assert requests.relaying(second.message_id) is served
+
+
+def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
+    requests.delegate(served, CHILD, downstream)
+    requests.sent.expired(downstream.message_id, "no answer")
+    assert requests.relaying(downstream.message_id) is None
+
+
+def test_finishing_a_delegated_command_frees_its_child() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    requests.delegate(served, CHILD, requests.sent.track(command(ME, CHILD), expects_reply=True))
+    requests.move(served, ServedState.FAILED)
+    assert dict(requests.load) == {}
+
+
+def test_only_one_answer_is_claimed() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    assert requests.claim_answer(served)
+    assert not requests.claim_answer(served)
+    assert requests.unanswered() == []
+
+
+def test_a_dropped_command_was_never_accepted() -> None:
+    requests = owner()
+    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    requests.drop(served)
+    assert requests.get(served.message_id) is None
+    assert requests.in_flight == 0
+
+
+def test_idle_is_awaitable_once_nothing_is_served() -> None:
+    async def scenario() -> bool:
+        requests = owner()
+        served = requests.open(command(), Plan(step=Step.SERVE), None)
+        waiting = asyncio.ensure_future(requests.wait_idle())
+        await asyncio.sleep(0)
+        busy = not waiting.done()
+        requests.move(served, ServedState.COMPLETED)
+        await asyncio.wait_for(waiting, 1)
+        return busy
+
+    assert asyncio.run(scenario())
