@@ -12,7 +12,6 @@ from uuid import UUID
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
-from vox_mqtt.protocol.errors import BrokerUnavailable
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.transport.publishprops import PublishProperties
 from vox_mqtt.transport.session import Session
@@ -58,9 +57,9 @@ class AgentContext:
     ledger: VOXAgentMemory
     tracker: RequestTracker
     tasks: TaskSet
+    session: Session  # built with the agent, connected while it runs
     # Every part counts its own work here; the heartbeat carries the snapshot.
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
-    session: Session | None = field(default=None)  # set when the agent starts
     # What an MQTT explorer shows beside each publish, built once per peer and type.
     publish_props: PublishProperties = field(init=False)
 
@@ -81,7 +80,5 @@ class AgentContext:
         return self.config.name
 
     def live_session(self) -> Session:
-        """Return the MQTT session; raise BrokerUnavailable before the agent has started."""
-        if self.session is None:
-            raise BrokerUnavailable(f"{self.config.name} has no MQTT session (not started)")
+        """Return the MQTT session (connected or not: a publish waits or fails as it says)."""
         return self.session

@@ -77,11 +77,20 @@ class VOXAgent:
         if config.metrics:
             self.memory.on_commit = self._count_commit
             self.metrics.gauge("ledger_bytes", self._ledger_bytes)
+        self._liveness: Liveness | None = None  # built at start: it reads the state dir
+        # Built now, connected at start: no part ever finds it missing.
+        self._session = Session(
+            config.broker,
+            subscriptions=self._subscriptions(),
+            will=self._will,
+            on_connect=self._on_connect,
+        )
         self._ctx = AgentContext(
             config=config,
             ledger=self.memory,
             tracker=self.tracker,
             tasks=TaskSet(config.name),
+            session=self._session,
             metrics=self.metrics,
         )
         self.router = Router()
@@ -101,12 +110,12 @@ class VOXAgent:
             observed=self._observed,
             linked=self._linked,
         )
-        self._liveness: Liveness | None = None  # built at start: it reads the state dir
         self._cut_advertisement = 0  # how many child commands the last cut warned about
         self._stack = AsyncExitStack()
         self._children_lock = asyncio.Lock()
         self._stop_requested = asyncio.Event()
         self._stopped = False
+        self._started = False  # connected once (the war room needs a live session)
         for role in roles:
             self.add_role(role)
 
@@ -130,9 +139,9 @@ class VOXAgent:
         return self.memory
 
     @property
-    def session(self) -> Session | None:
-        """Return the MQTT session while the agent runs."""
-        return self._ctx.session
+    def session(self) -> Session:
+        """Return the agent's MQTT session (connected while the agent runs)."""
+        return self._session
 
     @property
     def listeners(self) -> list[Listener]:
@@ -225,7 +234,7 @@ class VOXAgent:
         return await self._live().resolve_own(error_code, description)
 
     def _live(self) -> Liveness:
-        if self._liveness is None or self._ctx.session is None:
+        if self._liveness is None or not self._started:
             raise VoxError(f"{self.name} is not started: it cannot post to the war room")
         return self._liveness
 
@@ -251,21 +260,19 @@ class VOXAgent:
             added = {child: name for child, name in now.items() if child not in was}
             removed = {child: name for child, name in was.items() if child not in now}
             renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
-            session = self._ctx.session
-            if session is not None:
-                # First: a refused subscription (a broker not re-rendered yet) changes nothing.
-                await session.subscribe([topics.status(child) for child in added])
+            session = self._session
+            # First: a refused subscription (a broker not re-rendered yet) changes nothing.
+            await session.subscribe([topics.status(child) for child in added])
             for child, name in now.items():
                 self.fleet_view.watch(child, name).name = name
             self._use(replace(old, children=now, master_name=master_name or old.master_name))
             for child, name in removed.items():
                 self.fleet_view.forget(child)
                 self._fail_delegated(child, name)
-            if session is not None:
-                await session.unsubscribe([topics.status(child) for child in removed])
-                if self._liveness is not None and session.connected:
-                    with contextlib.suppress(VoxError):
-                        await self._liveness.publish_status()  # the new advertisement, now
+            await session.unsubscribe([topics.status(child) for child in removed])
+            if self._liveness is not None and session.connected:
+                with contextlib.suppress(VoxError):
+                    await self._liveness.publish_status()  # the new advertisement, now
             parts = [f"+{name}" for name in sorted(added.values())]
             parts += [f"-{name}" for name in sorted(removed.values())]
             parts += [f"{a}->{b}" for a, b in sorted(renamed.values())]
@@ -283,8 +290,7 @@ class VOXAgent:
         session's next one logs in with the new secret (docs/operations.md).
         """
         self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
-        if self._ctx.session is not None:
-            self._ctx.session.use_password(password)
+        self._session.use_password(password)
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""
@@ -350,14 +356,9 @@ class VOXAgent:
         interrupted = await self.memory.interrupted_commands()
         pending = await self.memory.pending_commands()
         unsent = await self.memory.pending_outbox()
-        session = Session(
-            self.config.broker,
-            subscriptions=self._subscriptions(),
-            will=self._will,
-            on_connect=self._on_connect,
-        )
-        self._ctx.session = session
+        session = self._session
         await self._stack.enter_async_context(session)
+        self._started = True
         self.metrics.commands_served.seed(self.router.commands)
         tasks = self._ctx.tasks
         tasks.spawn(self._inbound.run(), "inbound")
@@ -429,8 +430,8 @@ class VOXAgent:
                 await role.stop()
         await self._inbound.drain(self.config.broker.publish_timeout)
         await self._outbox.flush_acks(self.config.broker.publish_timeout)
-        session = self._ctx.session
-        if self._liveness is not None and session is not None and session.connected:
+        session = self._session
+        if self._liveness is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
                 await self._liveness.publish_shutdown()
         self._outbox.close()

@@ -89,8 +89,7 @@ class InboundPipeline:
 
     def _waiting(self) -> int:
         """Return the messages received and not yet routed: queued in the session or in intake."""
-        session = self.ctx.session
-        return self.intake + (0 if session is None else session.queued)
+        return self.intake + self.ctx.session.queued
 
     @property
     def config(self) -> AgentConfig:
