@@ -39,12 +39,19 @@ async def test_children_come_and_go_without_a_reconnect(
             operator.request("sleep", {"seconds": 20}, to=fleet.root.id, timeout=30)
         )
         await wait_for(lambda: any(t.message.target == spec_b for t in coord.tracker.pending()))
+        down = next(t for t in coord.tracker.pending() if t.message.target == spec_b)
         change = await coord.update_children({spec_a: "spec_a"})
         assert change == "children -spec_b"
         with pytest.raises(CommandFailed) as failed:
             await asyncio.wait_for(slow, 5)
         assert failed.value.code == "TARGET_INACTIVE"
         assert "spec_b is no longer a child of coordinator" in failed.value.error
+        # Its end is durable, as every end is: a "failed" row, and nothing left to re-send.
+        rows = await coord.ledger.find(down.message_id)
+        assert [(r["action"], r["outcome"]) for r in rows if r["action"] == "failed"] == [
+            ("failed", "TARGET_INACTIVE")
+        ]
+        assert all(m != str(down.message_id) for m, _, _ in await coord.ledger.pending_outbox())
         assert coord.advertised_commands() == ["analyze"]
         await wait_for(lambda: root.advertised_commands() == ["analyze"])
         assert topics.status(spec_b) not in coord.session.subscriptions
