@@ -94,9 +94,20 @@ class VOXAgent:
             metrics=self.metrics,
         )
         self.router = Router()
-        self._outbox = Outbox(self._ctx)
+        self._outbox = Outbox(
+            settings=lambda: self.config,
+            ledger=self.memory,
+            publisher=self._session,
+            tracker=self.tracker,
+            metrics=self.metrics,
+            tasks=self._ctx.tasks,
+            props=self._ctx.publish_props,
+        )
         self._runner = CommandRunner(
-            self._ctx,
+            settings=lambda: self.config,
+            ledger=self.memory,
+            metrics=self.metrics,
+            tasks=self._ctx.tasks,
             outbox=self._outbox,
             router=self.router,
             fleet_view=self.fleet_view,

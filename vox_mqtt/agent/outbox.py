@@ -16,8 +16,10 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.ports import Publisher, Recorder, Settings
+from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
+from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import (
     CommandFailed,
@@ -42,6 +44,7 @@ from vox_mqtt.protocol.messages import (
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.transport.publishprops import PublishProperties
 
 __all__ = ["Outbox", "Outgoing", "check_size", "deadline_passed"]
 
@@ -74,8 +77,24 @@ class Outgoing:
 class Outbox:
     """Every message this agent sends but an ack is recorded, tracked and re-sent."""
 
-    def __init__(self, ctx: AgentContext) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ledger: Recorder,
+        publisher: Publisher,
+        tracker: RequestTracker,
+        metrics: AgentMetrics,
+        tasks: TaskSet,
+        props: PublishProperties,
+    ) -> None:
+        self._settings = settings
+        self._ledger = ledger
+        self._publisher = publisher
+        self._tracker = tracker
+        self._metrics = metrics
+        self._tasks = tasks
+        self._props = props
         self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
         self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
         self._deliveries: dict[UUID, _Delivery] = {}  # sent, not yet acknowledged
@@ -84,7 +103,7 @@ class Outbox:
     @property
     def config(self) -> AgentConfig:
         """Return the agent's config as it is now: a reload may change its children."""
-        return self.ctx.config
+        return self._settings()
 
     # --- sending --------------------------------------------------------------------------
 
@@ -101,7 +120,7 @@ class Outbox:
         """
         outgoing = self.prepare(message, expects_reply=expects_reply)
         # Kept until acknowledged: a crash before then re-sends it on restart.
-        await self.ctx.ledger.record_message(
+        await self._ledger.record_message(
             message, "sent", outbox=(outgoing.topic, outgoing.payload), then=then
         )
         return self.dispatch(outgoing)
@@ -122,7 +141,7 @@ class Outbox:
 
     def dispatch(self, outgoing: Outgoing) -> TrackedRequest:
         """Track and publish a prepared message whose "sent" row is durable, until acknowledged."""
-        tracked = self.ctx.tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
+        tracked = self._tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
         self._schedule(tracked, outgoing.payload, resend=False)
         return tracked
 
@@ -136,11 +155,11 @@ class Outbox:
                 message = parse(payload)
             except InvalidMessage:
                 continue
-            tracked = self.ctx.tracker.track(message, expects_reply=False)
+            tracked = self._tracker.track(message, expects_reply=False)
             if deadline_passed(message):
                 reason = "its deadline passed while this agent was stopped"
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
-                self.ctx.tasks.spawn(ending, "expire")
+                self._tasks.spawn(ending, "expire")
             else:
                 self._schedule(tracked, payload, resend=True)
 
@@ -164,9 +183,7 @@ class Outbox:
     def _schedule(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
-        fixed = (
-            None if _expiry(message) else self.ctx.publish_props.inbox(message.target, message.type)
-        )
+        fixed = None if _expiry(message) else self._props.inbox(message.target, message.type)
         delivery = _Delivery(
             tracked=tracked,
             payload=payload,
@@ -184,7 +201,7 @@ class Outbox:
         if self._closed or tracked.final or tracked.acknowledged.is_set():
             self._deliveries.pop(tracked.message_id, None)
             return
-        metrics = self.ctx.metrics
+        metrics = self._metrics
         if time.monotonic() >= delivery.give_up_at:
             metrics.delivery_failures += 1
             reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
@@ -198,12 +215,10 @@ class Outbox:
         delivery.counted = True
         props = delivery.props
         if props is None:
-            props = self.ctx.publish_props.inbox(
-                message.target, message.type, expiry=_expiry(message)
-            )
+            props = self._props.inbox(message.target, message.type, expiry=_expiry(message))
         topic = topics.inbox(message.target, self.config.id)
         try:
-            outcome = self.ctx.live_session().publish_soon(topic, delivery.payload, props=props)
+            outcome = self._publisher.publish_soon(topic, delivery.payload, props=props)
         except VoxError as exc:
             log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
             outcome = None
@@ -224,11 +239,11 @@ class Outbox:
             return
         code = outcome.result()
         if not code.is_failure:
-            self.ctx.tracker.dispatched(tracked.message_id)
+            self._tracker.dispatched(tracked.message_id)
             return
         if int(code.value) >= 0x80 and not tracked.final and not tracked.acknowledged.is_set():
             # The broker refused it (ACL): re-sending cannot help.
-            self.ctx.metrics.delivery_failures += 1
+            self._metrics.delivery_failures += 1
             reason = f"the broker refused it: {code}"
             self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
 
@@ -238,7 +253,7 @@ class Outbox:
         delivery = self._deliveries.pop(tracked.message_id, None)
         if delivery is not None and delivery.timer is not None:
             delivery.timer.cancel()
-        self.ctx.tasks.spawn(self.end(tracked, state, code, reason), "give-up")
+        self._tasks.spawn(self.end(tracked, state, code, reason), "give-up")
 
     async def end(
         self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
@@ -254,13 +269,13 @@ class Outbox:
             return
         message_id = tracked.message_id
         if state is RequestState.EXPIRED:
-            self.ctx.tracker.expired(message_id, reason)
+            self._tracker.expired(message_id, reason)
         else:
-            self.ctx.tracker.failed(message_id, code, reason)
+            self._tracker.failed(message_id, code, reason)
         recorded = asyncio.get_running_loop().create_future()
         self._ending[message_id] = recorded
         try:
-            await self.ctx.ledger.record_message(
+            await self._ledger.record_message(
                 tracked.message, str(state), outcome=code, reason=reason, outbox_done=message_id
             )
         except VoxError as exc:
@@ -276,9 +291,7 @@ class Outbox:
         payload = serialize(message)
         try:
             check_size(message, payload, self.config.max_message_bytes)
-            await self.ctx.live_session().publish(
-                topics.inbox(message.target, self.config.id), payload
-            )
+            await self._publisher.publish(topics.inbox(message.target, self.config.id), payload)
         except VoxError as exc:
             log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
@@ -290,16 +303,16 @@ class Outbox:
         agent leaves.
         """
         topic = topics.inbox(message.source, self.config.id)
-        props = self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED)
+        props = self._props.inbox(message.source, MSG_ACKNOWLEDGED)
         try:
-            outcome = self.ctx.live_session().publish_soon(topic, serialize(ack), props=props)
+            outcome = self._publisher.publish_soon(topic, serialize(ack), props=props)
         except VoxError as exc:
             log.warning("%s: ack for %s not sent: %s", self.config.name, message.message_id, exc)
             return
         if outcome is None:  # no connection up: wait for one in the background
-            outcome = self.ctx.tasks.spawn(self.publish_ack(message, ack), "ack")
+            outcome = self._tasks.spawn(self.publish_ack(message, ack), "ack")
         else:
-            self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
+            self._metrics.messages_out.inc(MSG_ACKNOWLEDGED)
             outcome.add_done_callback(functools.partial(self._acked, message.message_id))
         self._acking.add(outcome)
         outcome.add_done_callback(self._acking.discard)
@@ -310,10 +323,10 @@ class Outbox:
         name = self.config.name
         if (exc := outcome.exception()) is not None:
             # The connection dropped (or was closed) first: the sender will re-send.
-            self.ctx.metrics.delivery_failures += 1
+            self._metrics.delivery_failures += 1
             log.info("%s: ack for %s not confirmed: %s", name, message_id, exc)
         elif (code := outcome.result()).is_failure:
-            self.ctx.metrics.delivery_failures += 1
+            self._metrics.delivery_failures += 1
             log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
 
     async def flush_acks(self, timeout: float) -> None:
@@ -327,16 +340,16 @@ class Outbox:
 
     async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
         """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
-        session = self.ctx.live_session()
-        self.ctx.metrics.messages_out.inc(MSG_ACKNOWLEDGED)
+        session = self._publisher
+        self._metrics.messages_out.inc(MSG_ACKNOWLEDGED)
         try:
             await session.publish(
                 topics.inbox(message.source, self.config.id),
                 serialize(ack),
-                props=self.ctx.publish_props.inbox(message.source, MSG_ACKNOWLEDGED),
+                props=self._props.inbox(message.source, MSG_ACKNOWLEDGED),
             )
         except DeliveryFailed as exc:
-            self.ctx.metrics.delivery_failures += 1
+            self._metrics.delivery_failures += 1
             # The sender re-sends until acknowledged; its duplicate gets a new ack.
             log.warning(
                 "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
@@ -383,7 +396,7 @@ class Outbox:
             await recording  # given up by its delivery: the waiter learns once it is durable
         if message.type == MSG_COMMAND_REQUEST:
             # End to end as the requester sees it, answered or not.
-            self.ctx.metrics.command_roundtrip_seconds.time_since(started)
+            self._metrics.command_roundtrip_seconds.time_since(started)
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
@@ -393,7 +406,7 @@ class Outbox:
     def settle_ack(self, ack: VOXMessage) -> None:
         """Mark the message an acknowledgement answers as received by its peer."""
         acknowledged = ack.payload_as(MessageAcknowledged).in_response_to
-        self.ctx.tracker.acknowledged(acknowledged)
+        self._tracker.acknowledged(acknowledged)
         self._delivered(acknowledged)
 
     def _delivered(self, message_id: UUID) -> None:
@@ -407,9 +420,9 @@ class Outbox:
         assert reply.reply_to is not None
         if reply.type == MSG_COMMAND_ERROR:
             error = reply.payload_as(CommandError)
-            self.ctx.tracker.failed(reply.reply_to, error.code, error.error, reply)
+            self._tracker.failed(reply.reply_to, error.code, error.error, reply)
         else:
-            self.ctx.tracker.completed(reply.reply_to, reply)
+            self._tracker.completed(reply.reply_to, reply)
         self._delivered(reply.reply_to)
 
     # --- the API roles and consoles use ---------------------------------------------------

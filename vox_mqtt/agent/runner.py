@@ -14,16 +14,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from vox_mqtt.agent.context import AgentContext
+from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.handlers import call_handler
 from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import Plan, Step
+from vox_mqtt.agent.ports import Recorder, Settings
 from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded
 from vox_mqtt.agent.requests import Requests, Served, ServedState
 from vox_mqtt.agent.restart import request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
+from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
 from vox_mqtt.protocol.messages import (
@@ -55,26 +57,32 @@ class CommandRunner:
 
     def __init__(
         self,
-        ctx: AgentContext,
         *,
+        settings: Settings,
+        ledger: Recorder,
+        metrics: AgentMetrics,
+        tasks: TaskSet,
         outbox: Outbox,
         router: Router,
         fleet_view: FleetView,
         requests: Requests,
     ) -> None:
-        self.ctx = ctx
+        self._settings = settings
+        self._ledger = ledger
+        self._metrics = metrics
+        self._tasks = tasks
         self.outbox = outbox
         self.router = router
         self.fleet_view = fleet_view
         self.requests = requests
         self.stopping = False  # new commands are answered SHUTTING_DOWN
-        self._handler_slots = asyncio.Semaphore(ctx.config.max_concurrency)
-        ctx.metrics.gauge("inflight_commands", lambda: self.requests.in_flight)
+        self._handler_slots = asyncio.Semaphore(settings().max_concurrency)
+        metrics.gauge("inflight_commands", lambda: self.requests.in_flight)
 
     @property
     def config(self) -> AgentConfig:
         """Return the agent's config as it is now: a reload may change its children."""
-        return self.ctx.config
+        return self._settings()
 
     @property
     def in_flight(self) -> int:
@@ -229,7 +237,7 @@ class CommandRunner:
             self._release(served)
             self._finish(served, staged.outgoing)
             return
-        self.ctx.tasks.spawn(self._serve(served, staged.outgoing), "command")
+        self._tasks.spawn(self._serve(served, staged.outgoing), "command")
 
     def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
         """Start answering a command_request recorded earlier (a restart) as its plan says."""
@@ -264,7 +272,7 @@ class CommandRunner:
                 error=f"{self.config.name} is stopping and {name!r} did not finish in time",
                 command=name or None,
             )
-            self.ctx.metrics.commands_failed.inc(ErrorCode.SHUTTING_DOWN)
+            self._metrics.commands_failed.inc(ErrorCode.SHUTTING_DOWN)
             with contextlib.suppress(VoxError):
                 answers.append(
                     await self.outbox.send_message(
@@ -313,7 +321,7 @@ class CommandRunner:
     def _finish(self, served: Served, answer: Outgoing) -> None:
         """Publish an answer whose "sent" row committed already, and close the command."""
         if served.answer_code is not None:
-            self.ctx.metrics.commands_failed.inc(served.answer_code)
+            self._metrics.commands_failed.inc(served.answer_code)
         self.requests.move(served, ServedState(served.answer_end))
         self.outbox.dispatch(answer)
 
@@ -323,7 +331,7 @@ class CommandRunner:
             kind = MSG_COMMAND_RESULT
         else:
             kind = MSG_COMMAND_ERROR
-            self.ctx.metrics.commands_failed.inc(details.code)
+            self._metrics.commands_failed.inc(details.code)
         end = str(_END[kind])
         if isinstance(details, NotStarted):
             end = "expired"
@@ -394,7 +402,7 @@ class CommandRunner:
         if handler is not None:
             await self._handler_slots.acquire()
             served.slot = True
-            await self.ctx.ledger.record_message(request, "started")
+            await self._ledger.record_message(request, "started")
             self.requests.move(served, ServedState.WORKING)
             return await self._run(handler, name, payload, timeout)
         return await self._delegate(served, payload, timeout)
@@ -402,7 +410,7 @@ class CommandRunner:
     async def _run(
         self, handler: Handler, name: str, payload: CommandRequest, timeout: float
     ) -> CommandResult | CommandError:
-        metrics = self.ctx.metrics
+        metrics = self._metrics
         metrics.commands_served.inc(name)
         started = time.perf_counter()
         try:
@@ -493,7 +501,7 @@ class CommandRunner:
         tracked = served.downstream
         assert tracked is not None
         name = str(served.request.details.get("command", ""))
-        self.ctx.metrics.commands_delegated.inc(name)
+        self._metrics.commands_delegated.inc(name)
         try:
             reply = await self.outbox.reply_to(tracked, timeout, started=started)
         except CommandFailed as exc:
@@ -521,7 +529,7 @@ class CommandRunner:
         records `started` as any command that waited for one).
         """
         for row in interrupted:
-            self.ctx.metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
+            self._metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
             await self.outbox.send_error_to(
                 UUID(row["source"]),
                 UUID(row["message_id"]),
