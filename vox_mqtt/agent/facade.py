@@ -114,7 +114,12 @@ class VOXAgent:
             requests=self.requests,
         )
         self._inbound = InboundPipeline(
-            self._ctx,
+            settings=lambda: self.config,
+            ledger=self.memory,
+            session=self._session,
+            tracker=self.tracker,
+            metrics=self.metrics,
+            tasks=self._ctx.tasks,
             outbox=self._outbox,
             runner=self._runner,
             router=self.router,

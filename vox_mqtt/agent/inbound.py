@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from vox_mqtt.agent.context import AgentContext
+from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.outbox import Outbox, deadline_passed
 from vox_mqtt.agent.plan import (
     ANSWERS,
@@ -24,11 +24,14 @@ from vox_mqtt.agent.plan import (
     admit,
     decide,
 )
+from vox_mqtt.agent.ports import Settings
 from vox_mqtt.agent.prepared import Row, Staged
 from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
-from vox_mqtt.agent.tracking import RequestState
+from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import InvalidMessage, LedgerError, TopicError
 from vox_mqtt.protocol.messages import (
@@ -44,7 +47,7 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.protocol.sitelinks import parse_link_topic
-from vox_mqtt.transport.session import Inbound
+from vox_mqtt.transport.session import Inbound, Session
 
 __all__ = ["InboundPipeline", "Listener", "Observed"]
 
@@ -62,15 +65,25 @@ class InboundPipeline:
 
     def __init__(
         self,
-        ctx: AgentContext,
         *,
+        settings: Settings,
+        ledger: VOXAgentMemory,
+        session: Session,
+        tracker: RequestTracker,
+        metrics: AgentMetrics,
+        tasks: TaskSet,
         outbox: Outbox,
         runner: CommandRunner,
         router: Router,
         observed: Observed,
         linked: Callable[[Inbound], None] | None = None,
     ) -> None:
-        self.ctx = ctx
+        self._settings = settings
+        self._ledger = ledger
+        self._session = session
+        self._tracker = tracker
+        self._metrics = metrics
+        self._tasks = tasks
         self.outbox = outbox
         self.runner = runner
         self.router = router
@@ -79,28 +92,28 @@ class InboundPipeline:
         self.listeners: list[Listener] = []  # see every verified inbound message
         # Inbox messages wait here for one of max_intake workers: no task per message.
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
-            ctx.config.max_intake
+            settings().max_intake
         )
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
         self._taken_in = asyncio.Event()  # set while no message is in intake
         self._taken_in.set()
-        ctx.metrics.gauge("intake_queue", self._waiting)
+        metrics.gauge("intake_queue", self._waiting)
 
     def _waiting(self) -> int:
         """Return the messages received and not yet routed: queued in the session or in intake."""
-        return self.intake + self.ctx.session.queued
+        return self.intake + self._session.queued
 
     @property
     def config(self) -> AgentConfig:
         """Return the agent's config as it is now: a reload may change its children."""
-        return self.ctx.config
+        return self._settings()
 
     async def run(self) -> None:
         """Read the session's messages until it ends; max_intake workers take the inbox's."""
         for n in range(self.config.max_intake):
-            self.ctx.tasks.spawn(self._intake_worker(), f"intake-{n}")
-        async for inbound in self.ctx.live_session().messages():
+            self._tasks.spawn(self._intake_worker(), f"intake-{n}")
+        async for inbound in self._session.messages():
             if self.linked is not None and parse_link_topic(inbound.topic) is not None:
                 self.linked(inbound)
                 continue
@@ -144,7 +157,7 @@ class InboundPipeline:
                 await self._taken_in.wait()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
-        ledger = self.ctx.ledger
+        ledger = self._ledger
         try:
             message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
         except InvalidMessage as exc:
@@ -189,7 +202,7 @@ class InboundPipeline:
                         message, topic=inbound.topic, outbox_done=done
                     )
                     self.outbox.settle_ack(message)
-                    self.ctx.metrics.messages_in.inc(message.type)
+                    self._metrics.messages_in.inc(message.type)
                     await row
                     return
                 if plan.step is not Step.DUPLICATE:
@@ -203,12 +216,12 @@ class InboundPipeline:
                 recording.set()
         if plan.step is Step.DUPLICATE:
             ack, then = self._ack_rows(message, plan)
-            self.ctx.metrics.duplicates += 1
+            self._metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
             if ack is not None:
                 await self.outbox.publish_ack(message, ack)
             return
-        self.ctx.metrics.messages_in.inc(message.type)
+        self._metrics.messages_in.inc(message.type)
         if ack is not None and not staged.implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
@@ -267,13 +280,13 @@ class InboundPipeline:
 
     async def _answer_facts(self, request_id: UUID, reply: VOXMessage) -> AnswerFacts:
         """Who waits for the request an answer names, as the tracker or the ledger tells."""
-        tracked = self.ctx.tracker.get(request_id)
+        tracked = self._tracker.get(request_id)
         if tracked is None:
             # Not tracked (a restart since): the ledger holds how it ended, if it did.
             me = str(self.config.id)
             ends = [
                 row["action"]
-                for row in await self.ctx.ledger.find(request_id)
+                for row in await self._ledger.find(request_id)
                 if row["source"] == me and row["action"] in SENDER_ENDS
             ]
             if ends:
@@ -312,7 +325,7 @@ class InboundPipeline:
             # here (docs/ledger.md, rows that commit together). The ledger keeps the order:
             # whatever the caller records next commits after this row.
             recording = asyncio.ensure_future(
-                self.ctx.ledger.record_message(
+                self._ledger.record_message(
                     message, "received", topic=topic, then=then, outbox_done=answered
                 )
             )
@@ -322,7 +335,7 @@ class InboundPipeline:
         staged = await self.runner.stage(message, plan, handler)
         kept = staged.outgoing
         try:
-            await self.ctx.ledger.record_message(
+            await self._ledger.record_message(
                 message,
                 "received",
                 topic=topic,
@@ -342,7 +355,7 @@ class InboundPipeline:
         if plan.step is Step.LATE:
             # Recorded and acknowledged; never the request's outcome nor a role's to handle.
             log.info("%s: a late %s: %s", self.config.name, message.type, plan.reason)
-            await self.ctx.ledger.record_message(
+            await self._ledger.record_message(
                 message, "late", outcome=plan.ended, reason=plan.reason
             )
             return
@@ -356,7 +369,7 @@ class InboundPipeline:
         if message.reply_to is not None:
             self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op
         for event_handler in self.router.event_handlers(message.type):
-            self.ctx.tasks.spawn(self._run_event(event_handler, message), f"event-{message.type}")
+            self._tasks.spawn(self._run_event(event_handler, message), f"event-{message.type}")
 
     async def _refuse(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, plan: Plan
@@ -392,11 +405,11 @@ class InboundPipeline:
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
     ) -> None:
-        self.ctx.metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
+        self._metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
         log.warning(
             "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
         )
-        await self.ctx.ledger.record_message(
+        await self._ledger.record_message(
             message,
             "rejected",
             outcome=ErrorCode.UNAUTHORIZED_SOURCE,
@@ -415,7 +428,7 @@ class InboundPipeline:
         log.warning(
             "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
         )
-        await self.ctx.ledger.record_message(
+        await self._ledger.record_message(
             message,
             "rejected",
             outcome=ErrorCode.INVALID_MESSAGE,
@@ -426,11 +439,11 @@ class InboundPipeline:
     async def _reject_unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
-        self.ctx.metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
+        self._metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
         )
-        await self.ctx.ledger.record_rejected(
+        await self._ledger.record_rejected(
             inbound.payload,
             exc.reason,
             topic=inbound.topic,
