@@ -451,7 +451,8 @@ class AgentDaemon:
                 continue
             self.notifier.reloading()
             await self.reload()
-            self.notifier.ready(self._ready_text(self.agent))
+            health = self._assess("serving", self.agent)
+            self.notifier.ready(status_line(health, self._ready_text(self.agent)))
 
     async def reload(self) -> None:
         """Reopen the log file, re-read the config, apply new children and a new secret live.

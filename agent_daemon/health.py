@@ -58,7 +58,7 @@ def assess(*, phase: str, connected: bool, ledger_failure: str | None, broker: s
     if phase in ("stopping", "stopped"):
         return Health(state=phase, ledger=ledger, text=phase)
     if not connected:
-        text = f"disconnected: broker at {broker} lost, reconnecting; ledger {ledger}"
+        text = f"disconnected: broker at {broker} lost; reconnecting, ledger {ledger}"
         return Health(state="disconnected", ledger=ledger, text=text)
     if ledger_failure is not None:
         # It accepts no work it could not record (docs/liveness.md, DEGRADED).

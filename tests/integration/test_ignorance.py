@@ -9,17 +9,21 @@ state dir (ledger, names, incidents) and its view of the fleet (`vox status --co
 
 from __future__ import annotations
 
-import json
+import asyncio
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.kits.faultkit import Deployment, Processes, deploy_fleet, run_vox
+from tests.kits.recorder import Recorder, Seen
 from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol import topics
 
 pytestmark = pytest.mark.slow
 
@@ -79,20 +83,26 @@ def _files(*paths: Path) -> bytes:
     return out
 
 
-def _send(dep: Deployment, *args: str) -> None:
-    out = run_vox("send", *args, "--config", dep.operator_config, "--json", "--timeout", "20")
-    assert out.returncode == 0, out.stdout + out.stderr
+def _send(dep: Deployment, calls: list[tuple[str, dict[str, Any]]]) -> None:
+    """Send commands as the operator (one console, in this process) and wait for each answer."""
+
+    async def send() -> None:
+        async with OperatorConsole(dep.operator_config) as console:
+            for command, params in calls:
+                answer = await console.send_command(command, params, wait=20)
+                assert answer.type == "command_result", answer
+
+    asyncio.run(send())
 
 
-def _wait_commands(dep: Deployment, name: str, want: list[str], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        out = run_vox("status", "--config", dep.operator_config, "--json", "--wait", "1")
-        if out.returncode == 0 and all(c in out.stdout for c in want):
-            agents = {a["name"]: a for a in json.loads(out.stdout)["agents"]}
-            if sorted(agents.get(name, {}).get("commands", [])) == want:
-                return
-        assert time.monotonic() < deadline, out.stdout[-2000:]
+def _advertised(rec: Recorder, dep: Deployment, want: list[str], after: float) -> None:
+    """Wait until the root's status advertises exactly these commands (after `after`)."""
+    topic = topics.status(dep.id("apex"))
+
+    def matches(item: Seen) -> bool:
+        return item.topic == topic and sorted(item.json()["details"]["commands"]) == want
+
+    rec.wait(matches, after=after, timeout=30, what=f"the root advertising {want}")
 
 
 def test_a_specialist_and_a_coordinator_learn_nothing_above_their_master(
@@ -103,22 +113,19 @@ def test_a_specialist_and_a_coordinator_learn_nothing_above_their_master(
     broker_factory(dep.conf_text(), port=dep.port)
     witnesses = {name: _witness(dep, name) for name in ("spec_a", "lead")}
     try:
-        processes.start(dep)
-        _wait_commands(dep, "apex", EVERYTHING)
-        # Work through every branch: each answer passes the lead and the middle.
-        _send(dep, "analyze", "target=hello")
-        _send(dep, "numbers", "count=2")
-        _send(dep, "echo", "text=hi")
-        # A sibling of the lead dies and comes back: its will, the middle's new advertisement.
-        processes["sidekick"].signal(signal.SIGKILL)
-        _wait_commands(dep, "apex", ["analyze", "numbers"])
-        processes["sidekick"].start()
-        _wait_commands(dep, "apex", EVERYTHING)
-        # And a restart of the root: its will and its birth.
-        processes["apex"].signal(signal.SIGKILL)
-        processes["apex"].start()
-        _wait_commands(dep, "apex", EVERYTHING)
-        _send(dep, "analyze", "target=again")
+        with dep.recorder() as rec:
+            processes.start(dep)
+            _advertised(rec, dep, EVERYTHING, 0.0)
+            # Work through every branch: each answer passes the lead and the middle.
+            _send(dep, [("analyze", {"target": "hello"}), ("numbers", {"count": 2}), ("echo", {})])
+            # The lead's sibling dies and comes back: its will, the middle's new advertisement.
+            killed = time.monotonic()
+            processes["sidekick"].signal(signal.SIGKILL)
+            _advertised(rec, dep, ["analyze", "numbers"], killed)
+            reborn = time.monotonic()
+            processes["sidekick"].start()
+            _advertised(rec, dep, EVERYTHING, reborn)
+            _send(dep, [("analyze", {"target": "again"})])
         views = {
             name: run_vox("status", "--config", dep.configs[name], "--json", "--wait", "2")
             for name in ("spec_a", "lead")
