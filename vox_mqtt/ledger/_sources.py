@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from cryptography.exceptions import InvalidTag
@@ -80,7 +80,7 @@ class SourceKeeper:
             return None
         return clear.decode("utf-8", "surrogatepass")
 
-    def unseal_payload(self, payload: bytes, path: object, default: str) -> bytes:
+    def unseal_payload(self, payload: bytes, path: object, default: str = DEFAULT) -> bytes:
         """Return an outbox payload with its envelope's message_source in clear again."""
         try:
             text = payload.decode()
@@ -104,10 +104,10 @@ class SourceKeeper:
         return (text[:start] + json.dumps(clear, ensure_ascii=False) + text[end:]).encode()
 
     def with_origins(
-        self, rows: list[dict[str, Any]], held: Iterable[Mapping[str, Any]], path: object
+        self, rows: list[dict[str, Any]], held: Iterable[Sequence[Any]], path: object
     ) -> list[dict[str, Any]]:
         """Return pending command rows, each with `origin_source` from what was held."""
-        kept = {str(h["message_id"]): str(h["source"]) for h in held}
+        kept = {str(message_id): str(sealed) for message_id, sealed in held}
         for row in rows:
             sealed = kept.get(str(row.get("message_id")))
             row["origin_source"] = None if sealed is None else self.unseal(sealed, path)

@@ -42,7 +42,7 @@ from vox_mqtt.ledger._schema import (
     _row_dict,
     _scrub,
 )
-from vox_mqtt.ledger._sources import DEFAULT, SourceKeeper
+from vox_mqtt.ledger._sources import SourceKeeper
 from vox_mqtt.ledger._writer import (
     SYNC_MODES,
     Head,
@@ -304,12 +304,8 @@ class VOXAgentMemory:
         kept = held = None
         if outbox is not None:  # the origin's source sealed, for a re-send after a restart
             keep = message if outbox_for is None else outbox_for
-            sealed = self._sources.seal(keep.message_source, self.path)
-            kept = (
-                str(keep.message_id),
-                outbox[0],
-                _outbox_payload(outbox[1], keep.message_source, sealed),
-            )
+            sealed = self._sources.seal(origin := keep.message_source, self.path)
+            kept = (str(keep.message_id), outbox[0], _outbox_payload(outbox[1], origin, sealed))
         if message.type == MSG_COMMAND_REQUEST and action == "received":
             # Kept until it starts: a restart resumes it with its origin's message_source.
             held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
@@ -351,8 +347,8 @@ class VOXAgentMemory:
             rows = await self._reader.execute_fetchall(
                 "SELECT message_id, topic, payload FROM outbox ORDER BY rowid"
             )
-        unseal = functools.partial(self._sources.unseal_payload, path=self.path, default=DEFAULT)
-        return [(str(r[0]), str(r[1]), unseal(bytes(r[2]))) for r in rows]
+        unseal = self._sources.unseal_payload
+        return [(str(r[0]), str(r[1]), unseal(bytes(r[2]), self.path)) for r in rows]
 
     async def record_rejected(
         self,
@@ -522,7 +518,10 @@ class VOXAgentMemory:
 
     async def pending_commands(self) -> list[dict[str, Any]]:
         """Return received command_requests never started, finished nor answered (+ origin)."""
-        rows, held = await self._read(_PENDING), await self._read("SELECT * FROM held")
+        rows = await self._read(_PENDING)
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            held = await self._reader.execute_fetchall("SELECT message_id, source FROM held")
         return self._sources.with_origins(rows, held, self.path)
 
     async def interrupted_commands(self) -> list[dict[str, Any]]:
