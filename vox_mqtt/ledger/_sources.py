@@ -91,6 +91,8 @@ class SourceKeeper:
         if at < 0:
             return payload
         start = at + len(_FIELD)
+        while text[start : start + 1].isspace():
+            start += 1
         try:
             value, end = json.JSONDecoder().raw_decode(text, start)
         except ValueError:
