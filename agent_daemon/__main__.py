@@ -1,4 +1,5 @@
-"""`vox-agent --config FILE`: run one agent daemon (`--check [--login]`: only check it)."""
+"""`vox-agent --config FILE`: run one agent daemon (`--check [--login]`: only check it;
+`--health`: print the running daemon's health)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ from .daemon import (
     EXIT_CONFIG,
     EXIT_FAILURE,
     EXIT_OK,
+    RUN_LOCK,
     AgentDaemon,
     Prepared,
     daemon_running,
     prepare,
 )
+from .health import read_health
 from .logs import LEVELS, LogSetup
 
 log = logging.getLogger("vox-agent")
@@ -49,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --check: also log in to the broker and subscribe to the inbox, then "
         "disconnect (refused while this agent's daemon runs if client ids are locked)",
+    )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="print the running daemon's health and exit 0 (connected, ledger ok) or 1",
     )
     parser.add_argument(
         "--log-level",
@@ -86,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("%s", problem)
         log.error("not starting: fix %s and start again", args.config)
         return EXIT_CONFIG
+    if args.health:
+        return _health(prepared)
     if args.check:
         print(f"{args.config}: OK ({prepared.config.name}, {len(prepared.role_specs)} role(s))")
         if not args.login:
@@ -109,6 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     finally:
         logs.close()
+
+
+def _health(prepared: Prepared) -> int:
+    """Print the health the running daemon keeps in its state dir; 0 if it serves, else 1."""
+    state_dir = Path(prepared.config.state_dir)
+    name = prepared.config.name
+    if daemon_running(state_dir) is False:
+        # No process holds the run lock: whatever the file says is from a former run.
+        print(f"{name}: not running (no vox-agent holds {state_dir / RUN_LOCK})")
+        return EXIT_FAILURE
+    ok, text = read_health(state_dir)
+    print(f"{name}: {text}")
+    return EXIT_OK if ok else EXIT_FAILURE
 
 
 def _locked(prepared: Prepared) -> bool:

@@ -32,6 +32,7 @@ from vox_mqtt.protocol.errors import (
 from vox_mqtt.protocol.settings import BrokerSettings
 from vox_mqtt.protocol.sitelinks import LinkMap
 
+from .health import Health, assess, status_line, write_health
 from .logs import LogSetup
 from .reload import plan_reload
 from .sdnotify import Notifier, watchdog_interval
@@ -224,6 +225,7 @@ class AgentDaemon:
         self._stop_reason = ""
         self._reload = asyncio.Event()
         self._watchdog = watchdog_interval()
+        self._health: Health | None = None  # the last one told to systemd and the file
 
     @property
     def name(self) -> str:
@@ -262,6 +264,7 @@ class AgentDaemon:
             return EXIT_FAILURE
         finally:
             if lock is not None:
+                self._write_health(self._assess("stopped", None))  # only the lock's holder
                 os.close(lock)
             reloader.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -284,6 +287,7 @@ class AgentDaemon:
         while not self._stop.is_set():
             attempt += 1
             agent = VOXAgent(self.prepared.config, self.prepared.new_roles())
+            self._write_health(self._assess("starting", None))
             self.notifier.status(f"connecting to the broker at {broker.address} (try {attempt})")
             # The connect attempt itself waits up to connect_timeout.
             self.notifier.extend_timeout(broker.connect_timeout + 30)
@@ -336,7 +340,9 @@ class AgentDaemon:
         # the agent counted as entered: READY=1 now means "reachable and announced".
         ready = self._ready_text(agent)
         log.info("%s", ready)
-        self.notifier.ready(ready)
+        self._health = health = self._assess("serving", agent)
+        self._write_health(health)
+        self.notifier.ready(status_line(health, ready))
         monitor = asyncio.ensure_future(self._monitor(agent))
         try:
             await self._stop.wait()
@@ -348,6 +354,7 @@ class AgentDaemon:
         busy = agent.in_flight
         text = f"stopping on {self._stop_reason}: {busy} command(s) in flight, grace {grace:g}s"
         log.info("%s", text)
+        self._write_health(self._assess("stopping", agent))
         self.notifier.stopping(text)
         # A grace longer than the unit's TimeoutStopSec must not be cut short.
         self.notifier.extend_timeout(grace + 15)
@@ -366,6 +373,34 @@ class AgentDaemon:
             f"serving {self.name} ({agent.id}) on {self.prepared.config.broker.address}, "
             f"epoch {epoch}, commands: {commands}"
         )
+
+    def _assess(self, phase: str, agent: VOXAgent | None) -> Health:
+        connected = agent is not None and agent.session is not None and agent.session.connected
+        failure = None if agent is None else agent.ledger.write_failure
+        broker = self.prepared.config.broker.address
+        return assess(phase=phase, connected=connected, ledger_failure=failure, broker=broker)
+
+    def _health_bound(self) -> float:
+        """Return how long a health file stays true: a few of the monitor's checks."""
+        timeout = self._watchdog
+        tick = timeout / 2 / _CHECKS_PER_PING if timeout is not None else _IDLE_CHECK
+        return round(3 * tick + 5.0, 3)
+
+    def _write_health(self, health: Health) -> None:
+        if not write_health(
+            Path(self.prepared.config.state_dir), health, valid_for=self._health_bound()
+        ):
+            log.debug("cannot write the health file in %s", self.prepared.config.state_dir)
+
+    def _check_health(self, agent: VOXAgent) -> None:
+        """Keep the health file fresh; tell systemd's status line when the health changes."""
+        health = self._assess("serving", agent)
+        self._write_health(health)
+        if health != self._health:
+            self._health = health
+            level = logging.INFO if health.ok else logging.WARNING
+            log.log(level, "health: %s", health.text)
+            self.notifier.status(status_line(health, self._ready_text(agent)))
 
     async def _monitor(self, agent: VOXAgent) -> None:
         """Ping the watchdog while the loop runs and the session is up (or only briefly down)."""
@@ -386,13 +421,10 @@ class AgentDaemon:
             connected = agent.session is not None and agent.session.connected
             if connected and down_since is not None:
                 log.info("broker session is back after %.1fs", now - down_since)
-                self.notifier.status(self._ready_text(agent))
                 down_since, withheld = None, False
             elif not connected and down_since is None:
                 down_since = now
-                self.notifier.status(
-                    f"broker at {self.prepared.config.broker.address} lost; reconnecting"
-                )
+            self._check_health(agent)  # connected, degraded (the ledger) or disconnected
             if timeout is None or period is None or now - last_ping < period:
                 continue
             if down_since is not None and now - down_since > timeout:
@@ -419,7 +451,8 @@ class AgentDaemon:
                 continue
             self.notifier.reloading()
             await self.reload()
-            self.notifier.ready(self._ready_text(self.agent))
+            health = self._assess("serving", self.agent)
+            self.notifier.ready(status_line(health, self._ready_text(self.agent)))
 
     async def reload(self) -> None:
         """Reopen the log file, re-read the config, apply new children and a new secret live.

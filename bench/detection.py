@@ -68,10 +68,11 @@ def arrival(
 
 
 def status_is(agent: UUID, **expect: Any) -> Callable[[str, bytes], bool]:
-    """Match a status message of agent whose details hold every expected value."""
+    """Match a status (or presence: the will lands there) of agent holding every expected value."""
+    wanted = {topics.status(agent), topics.presence(agent)}
 
     def test(topic: str, payload: bytes) -> bool:
-        if topic != topics.status(agent) or not payload.startswith(b"{"):
+        if topic not in wanted or not payload.startswith(b"{"):
             return False
         details = json.loads(payload)["details"]
         return all(details.get(k) == v for k, v in expect.items())

@@ -79,8 +79,8 @@ class Analyst(Role):
     # start while its record commits (docs/ledger.md, rows that commit together).
     @command(idempotent=True)
     async def analyze(self, target: str) -> dict[str, Any]:
-        """Analyze a target string and say which specialist did it."""
-        return {**analyze_text(target), "analyst": self.agent.name}
+        """Analyze a target string; the answer names no specialist: the root never learns who."""
+        return analyze_text(target)
 
 
 # --- coordinator ------------------------------------------------------------------------------

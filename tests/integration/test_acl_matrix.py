@@ -39,6 +39,7 @@ def probe_filters(who: Who, fleet: Fleet) -> dict[str, bool]:
     return {
         f"vox/{who.id}/inbox/+": who.kind != "look",
         "vox/+/status": who.kind in ("operator", "look"),
+        "vox/+/presence": who.kind in ("operator", "look"),
         "vox/warroom/#": who.kind in ("operator", "look") or who.id == fleet.root.id,
         f"vox/{other}/inbox/+": False,
         "vox/+/inbox/+": False,
@@ -234,7 +235,16 @@ def test_the_named_cases_of_the_issue(observed: Observed) -> None:
     assert not any(t.startswith("vox/warroom/") for _, t in observed.live[name])
     assert (sibling.name, f"vox/{sibling.id}/status") in observed.witness
     assert (sibling.name, f"vox/{sibling.id}/status") not in observed.live[name]
-    assert (coord.name, f"vox/{coord.id}/status") in observed.live[name]
+    assert (sibling.name, f"vox/{sibling.id}/presence") not in observed.live[name]
+    # Ignorance enforced: of its master, the presence only, never the full status (which
+    # names the master's master and the siblings' commands); so for a coordinator too.
+    assert (coord.name, f"vox/{coord.id}/status") in observed.witness
+    assert (coord.name, f"vox/{coord.id}/status") not in observed.live[name]
+    assert (coord.name, f"vox/{coord.id}/presence") in observed.live[name]
+    assert (root.name, f"vox/{root.id}/status") not in observed.live[coord.name]
+    assert (root.name, f"vox/{root.id}/presence") in observed.live[coord.name]
+    assert (spec.name, f"vox/{spec.id}/status") in observed.live[coord.name]
+    assert not any(root.name == w for w, _ in observed.live[name])
     # A coordinator cannot reach the other coordinator's children; the operator only the root.
     assert observed.puback[(coord.name, f"vox/{f.agent('spec_b1').id}/inbox/{coord.id}")] == (
         NOT_AUTHORIZED
@@ -280,11 +290,12 @@ def test_wills_obey_the_write_acl(secure: SecureBroker, observed: Observed) -> N
         witness.sync(root, f"vox/{f.root.id}/status")
         _crash_with_will(secure, "spec_b1", f"vox/{f.root.id}/status")
         _crash_with_will(secure, "spec_b1", f"vox/{f.agent('coord_b').id}/inbox/{f.root.id}")
-        _crash_with_will(secure, "spec_b1", f"vox/{spec.id}/status")
-        assert witness.wait_line(f"vox/{spec.id}/status will-of-spec_b1")
+        _crash_with_will(secure, "spec_b1", f"vox/{f.root.id}/presence")
+        _crash_with_will(secure, "spec_b1", f"vox/{spec.id}/presence")
+        assert witness.wait_line(f"vox/{spec.id}/presence will-of-spec_b1")
         witness.sync(root, f"vox/{f.root.id}/status")
         wills = [line for line in witness.lines if "will-of-" in line]
-        assert wills == [f"vox/{spec.id}/status will-of-spec_b1"]
+        assert wills == [f"vox/{spec.id}/presence will-of-spec_b1"]
     finally:
         root.close()
         witness.close()

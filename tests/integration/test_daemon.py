@@ -134,7 +134,10 @@ def test_ready_only_once_the_birth_is_on_the_broker(
     assert retained["status"] == "ACTIVE"
     assert retained["epoch"] == first["epoch"]
     assert sorted(retained["commands"]) == ["echo", "slow", "wedge"]
-    status = next(line for line in notify.lines() if line.startswith("STATUS=serving"))
+    # systemd's status line: the health first (connected, the ledger), then what it serves.
+    status = next(line for line in notify.lines() if "; serving root" in line)
+    assert status.startswith("STATUS=connected to 127.0.0.1:")
+    assert ", ledger ok; serving root" in status
     assert f"epoch {retained['epoch']}" in status
     assert notify.lines().index("READY=1") > 0  # the connecting STATUS came first
     daemon.signal(signal.SIGTERM)

@@ -185,7 +185,11 @@ async def test_analyze_goes_down_the_tree_and_back(fleet_fixture: Fixture) -> No
         chain = await coordinator.memory.trace(from_root["message_id"])
     result = reply.details["result"]
     assert result["kind"] == "file name (.pdf)"
-    assert result["analyst"] in ("specialist_a", "specialist_b")
+    # The answer reaching the root names no specialist: not by name, not by id.
+    assert "analyst" not in result
+    for name in ("specialist_a", "specialist_b"):
+        assert name not in json.dumps(reply.details)
+        assert str(f.agents[name].id) not in json.dumps(reply.details)
     assert reply.details["handled_by"] == str(root.id)
     kinds = ["command_request", "command_request", "command_result", "command_result"]
     # Each ledger holds its own hop: request in, request down, result up, result out.

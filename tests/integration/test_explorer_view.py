@@ -87,17 +87,20 @@ async def test_every_vox_publish_names_its_type_sender_and_target(
     up = props("root", "operator")
     assert {p["vox-type"] for p in up} >= {"command_result", "command_error"}
     assert {(p["vox-from"], p["vox-to"]) for p in up} == {("root", "operator")}
-    # A status names its sender only: its master's name is not for every reader of it.
+    # A status (and a presence) names its sender only: its master's name is not for every
+    # reader of it.
     statuses = seen_on(explorer, topics.status(ids["spec_a"]))
+    presences = seen_on(explorer, topics.presence(ids["spec_a"]))
     assert statuses
-    for seen in statuses:
+    assert presences
+    for seen in statuses + presences:
         assert (seen["vox-type"], seen["vox-from"], seen["format"]) == (
             "agent_status",
             "spec_a",
             "1",
         )
         assert "vox-to" not in seen
-    assert "VM_CONNECTION_LOST" in statuses[-1]["payload"]  # the will, as the broker sent it
+    assert "VM_CONNECTION_LOST" in presences[-1]["payload"]  # the will, as the broker sent it
     posts = seen_on(explorer, topics.warroom(ids["coordinator"], ids["spec_a"]))
     assert posts
     assert (posts[0]["vox-type"], posts[0]["vox-from"], posts[0]["format"]) == (

@@ -179,17 +179,20 @@ def test_each_bridge_carries_exactly_what_must_cross(chain: Fleet) -> None:
     assert set(west.out_topics) == {
         topics.inbox(ids["coord"], ids["spec_w"]),
         topics.status(ids["spec_w"]),  # coord and the operator watch it
+        topics.presence(ids["spec_w"]),  # and its will
         topics.warroom(ids["spec_w"], ids["spec_w"]),  # its own incidents, toward the root
     }
+    # Of its master, spec_w reads the presence only: coord's full status never crosses.
     assert set(west.in_topics) == {
         topics.inbox(ids["spec_w"], ids["coord"]),
-        topics.status(ids["coord"]),
+        topics.presence(ids["coord"]),
     }
     # east -> core: coord's talk with root, every status and war-room post below (each about
     # its poster or the poster's child; coord also owns west's link), west's link state.
     assert set(east.out_topics) == {
         topics.inbox(ids["root"], ids["coord"]),
         *(topics.status(ids[n]) for n in ("coord", "spec_e", "spec_w")),
+        *(topics.presence(ids[n]) for n in ("coord", "spec_e", "spec_w")),
         *(topics.warroom(ids[n], ids[n]) for n in ("coord", "spec_e", "spec_w")),
         *(topics.warroom(ids["coord"], ids[n]) for n in ("spec_e", "spec_w")),
         topics.warroom(ids["coord"], west.id),
@@ -197,7 +200,7 @@ def test_each_bridge_carries_exactly_what_must_cross(chain: Fleet) -> None:
     }
     assert set(east.in_topics) == {
         topics.inbox(ids["coord"], ids["root"]),
-        topics.status(ids["root"]),
+        topics.presence(ids["root"]),
     }
     # Nothing of the core's own subtree (coord_core, spec_core) ever goes down a bridge.
     for topic in (*east.in_topics, *west.in_topics, *west.out_topics):

@@ -43,22 +43,23 @@ def secure(secure_broker_factory: Any) -> SecureBroker:
 def explorer(secure: SecureBroker) -> Any:
     client = Client(secure.creds("explorer"))
     assert client.connect() == 0
-    client.subscribe([topics.STATUS_FILTER, topics.WARROOM_FILTER])
+    client.subscribe([*topics.LIVENESS_FILTERS, topics.WARROOM_FILTER])
     yield client
     client.close()
 
 
-def statuses(client: Client, agent: UUID) -> list[dict[str, Any]]:
+def statuses(client: Client, agent: UUID, *, presence: bool = False) -> list[dict[str, Any]]:
+    topic = topics.presence(agent) if presence else topics.status(agent)
     return [
         json.loads(m.payload)["details"]
         for m in list(client.messages)
-        if m.topic == topics.status(agent) and m.payload
+        if m.topic == topic and m.payload
     ]
 
 
-def last(client: Client, agent: UUID, key: str) -> Any:
-    """Return one field of the latest status of agent, or None before the first."""
-    seen = statuses(client, agent)
+def last(client: Client, agent: UUID, key: str, *, presence: bool = False) -> Any:
+    """Return one field of the latest status (or presence) of agent, or None before the first."""
+    seen = statuses(client, agent, presence=presence)
     return seen[-1][key] if seen else None
 
 
@@ -98,6 +99,16 @@ async def test_birth_heartbeats_shutdown_will_and_epochs(
         1,
     )
     assert (tmp_path / "spec_a" / "epoch").read_text().strip() == "1"
+    # The presence: the same liveness, addressed to itself, naming no master and no command.
+    alive = [m for m in list(explorer.messages) if m.topic == topics.presence(spec)]
+    assert alive
+    assert {json.loads(m.payload)["target"] for m in alive} == {str(spec)}
+    shown = [json.loads(m.payload)["details"] for m in alive]
+    assert shown[0]["status"] == "ACTIVE"
+    assert shown[-1]["error_code"] == "SHUTDOWN"
+    assert all(
+        p["commands"] == [] and p["metrics"] == {} and p.get("ledger_head") is None for p in shown
+    )
 
     explorer.messages.clear()
     agent = VOXAgent(config, [Analyst()])
@@ -106,10 +117,10 @@ async def test_birth_heartbeats_shutdown_will_and_epochs(
         await until(explorer, lambda: len(statuses(explorer, spec)) >= 1)
         assert agent.session is not None
         await agent.session.disconnect_abruptly()  # a crash: the broker publishes the will
-        await until(explorer, lambda: last(explorer, spec, "status") == "INACTIVE")
+        await until(explorer, lambda: last(explorer, spec, "status", presence=True) == "INACTIVE")
     finally:
         await agent.stop()
-    will = statuses(explorer, spec)[-1]
+    will = statuses(explorer, spec, presence=True)[-1]
     assert (will["error_code"], will["epoch"], will["commands"]) == ("VM_CONNECTION_LOST", 2, [])
 
 
@@ -373,20 +384,20 @@ async def test_an_agent_that_reads_its_own_status_puts_its_birth_back_over_a_lat
     secure: SecureBroker, explorer: Client, tmp_path: Path
 ) -> None:
     spec = secure.fleet.agent("spec_a").id
-    topic = f"vox/{spec}/status"
+    topic = f"vox/{spec}/presence"  # where its will lands
     config = agent_config(secure, "spec_a", tmp_path, heartbeat_interval=0.2)
     agent = VOXAgent(config)
     await agent.__aenter__()
     assert agent.session is not None
     await agent.session.disconnect_abruptly()
-    await until(explorer, lambda: last(explorer, spec, "status") == "INACTIVE")
+    await until(explorer, lambda: last(explorer, spec, "status", presence=True) == "INACTIVE")
     late_will = [m.payload for m in explorer.messages if m.topic == topic][-1]
     await agent.stop()
-    # Reborn with a slow heartbeat, reading its own status topic.
+    # Reborn with a slow heartbeat, reading its own presence topic.
     config = agent_config(secure, "spec_a", tmp_path, heartbeat_interval=30.0, observe=(topic,))
     async with VOXAgent(config):
-        await until(explorer, lambda: last(explorer, spec, "epoch") == 2)
-        seen_before = len(statuses(explorer, spec))
+        await until(explorer, lambda: last(explorer, spec, "epoch", presence=True) == 2)
+        seen_before = len(statuses(explorer, spec, presence=True))
         intruder = Client(secure.creds("spec_a"), client_id=f"{spec}-late")
         assert intruder.connect() == 0
         assert await asyncio.to_thread(intruder.publish, topic, late_will, retain=True) == 0
@@ -395,11 +406,11 @@ async def test_an_agent_that_reads_its_own_status_puts_its_birth_back_over_a_lat
         def reborn_after_the_late_will() -> bool:
             # The agent may republish more than once (it can see old news twice); what
             # counts is an epoch-2 status after the late epoch-1 one.
-            epochs = [s["epoch"] for s in statuses(explorer, spec)][seen_before:]
+            epochs = [s["epoch"] for s in statuses(explorer, spec, presence=True)][seen_before:]
             return 1 in epochs and 2 in epochs[epochs.index(1) :]
 
         await until(explorer, reborn_after_the_late_will)
-        # A look that connects now finds the newer session's status retained.
+        # A look that connects now finds the newer session's presence retained.
         fresh = Client(secure.creds("explorer"), client_id="fresh-look")
         assert fresh.connect() == 0
         fresh.subscribe([topic])

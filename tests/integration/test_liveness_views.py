@@ -131,7 +131,8 @@ def test_each_identity_sees_only_what_the_acl_lets_it_read_and_a_stale_will_flip
             late = Client(creds(dep, "spec_a"), client_id=f"{spec_a}-late-will")
             assert late.connect() == 0
             injected = time.monotonic()
-            assert late.publish(f"vox/{spec_a}/status", will.payload, retain=True) == 0
+            assert will.topic == f"vox/{spec_a}/presence"  # where a will lands
+            assert late.publish(will.topic, will.payload, retain=True) == 0
             late.close()
             output, errors = watch.communicate(timeout=30)
         assert watch.returncode == 0, errors

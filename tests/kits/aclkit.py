@@ -45,7 +45,7 @@ def expected_write(who: Who, topic: str, root: UUID) -> bool:
     levels = topic.split("/")
     if len(levels) == 4 and levels[0] == "vox" and levels[2] == "inbox":
         return levels[3] == str(who.id) and UUID(levels[1]) in who.peers
-    if len(levels) == 3 and levels[0] == "vox" and levels[2] == "status":
+    if len(levels) == 3 and levels[0] == "vox" and levels[2] in ("status", "presence"):
         return who.kind == "agent" and levels[1] == str(who.id)
     if len(levels) == 4 and levels[:2] == ["vox", "warroom"]:
         # Posts about itself or one of its own children, never about anyone else.
@@ -59,11 +59,18 @@ def expected_write(who: Who, topic: str, root: UUID) -> bool:
 
 
 def expected_read(who: Who, topic: str, root: UUID) -> bool:
-    """Own inbox; status of self, master, children (operator: all); war room: root and operator."""
+    """Own inbox; status of self and children, presence of them and the master (operator: all).
+
+    The war room: root and operator. A master's full status names its own master and its
+    other children's commands: its children read only its presence.
+    """
     levels = topic.split("/")
     if len(levels) == 4 and levels[0] == "vox" and levels[2] == "inbox":
         return levels[1] == str(who.id)
     if len(levels) == 3 and levels[0] == "vox" and levels[2] == "status":
+        subject = UUID(levels[1])
+        return who.kind in ("operator", "look") or subject == who.id or subject in who.children
+    if len(levels) == 3 and levels[0] == "vox" and levels[2] == "presence":
         subject = UUID(levels[1])
         return who.kind in ("operator", "look") or subject == who.id or subject in who.peers
     if len(levels) >= 3 and levels[:2] == ["vox", "warroom"]:
@@ -78,10 +85,12 @@ def universe(fleet: Fleet) -> list[str]:
     root = fleet.root.id
     topics = [f"vox/{t}/inbox/{s}" for t, s in itertools.product(ids, ids)]
     topics += [f"vox/{i}/status" for i in ids]
+    topics += [f"vox/{i}/presence" for i in ids]
     topics += [f"vox/warroom/{s}/{about}" for s, about in itertools.product(ids, ids)]
     topics += [
         f"vox/{root}/inbox",
         f"vox/{root}/status/extra",
+        f"vox/{root}/presence/extra",
         f"vox/warroom/{root}",
         f"vox/warroom/{root}/{root}/extra",
         f"vox/{root}/inbox/{fleet.operator_id}/extra",

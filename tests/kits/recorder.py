@@ -50,7 +50,7 @@ class Recorder:
             CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5
         )
         client.username_pw_set(self.username, self.password)
-        wanted = [(topics.STATUS_FILTER, 1), (topics.WARROOM_FILTER, 1)]
+        wanted = [(f, 1) for f in (*topics.LIVENESS_FILTERS, topics.WARROOM_FILTER)]
         client.on_connect = lambda c, *_: c.subscribe(wanted)
         client.on_message = self._on_message
         client.reconnect_delay_set(min_delay=0.1, max_delay=1)  # type: ignore[arg-type]
@@ -97,11 +97,14 @@ class Recorder:
         min_epoch: int = 0,
         **expect: Any,
     ) -> Seen:
-        """Wait for a status of agent whose details hold every expected key=value."""
-        topic = topics.status(agent)
+        """Wait for a status of agent whose details hold every expected key=value.
+
+        Its presence counts too: the will lands there (docs/liveness.md).
+        """
+        wanted = {topics.status(agent), topics.presence(agent)}
 
         def matches(item: Seen) -> bool:
-            if item.topic != topic or not item.payload:
+            if item.topic not in wanted or not item.payload:
                 return False
             details = item.json()["details"]
             if details["epoch"] < min_epoch:

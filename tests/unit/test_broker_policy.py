@@ -66,3 +66,23 @@ def test_dynsec_answers_by_role_then_default() -> None:
     opened = json.loads(json.dumps(document))
     opened["defaultACLAccess"]["publishClientSend"] = True
     assert dynsec_allows(opened, "a", "vox/z", True)
+
+
+def test_each_agent_is_probed_not_to_read_its_masters_status() -> None:
+    fleet = seven_agent_fleet()
+    identities = fleet_identities(fleet)
+    probes = policy_probes(identities)
+    for agent in fleet:
+        master = fleet.master_of(agent.id)
+        wanted = f"vox/{master}/status"
+        mine = [p for p in probes if p.user == str(agent.id) and p.topic == wanted]
+        assert [(p.write, p.allowed) for p in mine] == [(False, False)], agent.name
+    # An ACL widened by hand to let a specialist read its coordinator's status is refused.
+    spec, coord = fleet.agent("spec_a1"), fleet.agent("coord_a")
+    text = render_acl_file(identities).replace(
+        f"user {spec.id}\n", f"user {spec.id}\ntopic read vox/{coord.id}/status\n"
+    )
+    widened = parse_acl_file(text)
+    wrong, lines = policy_problems(probes, lambda u, t, w: acl_allows(widened, u, t, w))
+    assert wrong == 1
+    assert f"read vox/{coord.id}/status must be forbidden" in lines[0]

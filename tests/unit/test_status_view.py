@@ -126,3 +126,52 @@ def test_retained_status_ages_from_its_emitted_at() -> None:
     change = view.update(old, retained=True)
     assert change is not None
     assert change.new == "STALE"
+
+
+def presence(state: str, epoch: int, *, code: str | None = None) -> VOXMessage:
+    """The same liveness on the presence topic: no commands, addressed to the agent itself."""
+    report = AgentStatus(
+        name="spec",
+        status=state,
+        error_code=code,
+        epoch=epoch,  # type: ignore[arg-type]
+        started_at="2026-01-01T00:00:00+00:00",
+        heartbeat_interval=1.0,
+        commands=[],
+    )
+    return new_message(MSG_AGENT_STATUS, source=AGENT, target=AGENT, details=report)
+
+
+def test_a_presence_brings_the_liveness_and_keeps_the_status_report() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 1, commands=["analyze", "sleep"]))
+    view.update(presence("ACTIVE", 1), presence=True)
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert (entry.master_id, entry.commands, entry.rejected) == (MASTER, ("analyze", "sleep"), None)
+    # The will lands on the presence: INACTIVE, and the commands go with it.
+    view.update(presence("INACTIVE", 1, code="VM_CONNECTION_LOST"), presence=True)
+    assert (entry.status, entry.error_code, entry.commands) == (
+        "INACTIVE",
+        "VM_CONNECTION_LOST",
+        (),
+    )
+    # The status retained from before the crash (same epoch, ACTIVE) is a leftover.
+    assert view.update(status("ACTIVE", 1), retained=True) is None
+    assert entry.status == "INACTIVE"
+    assert entry.master_id == MASTER
+
+
+def test_a_birth_seen_first_on_the_presence_waits_for_its_commands() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 1, commands=["old"]))
+    view.update(presence("ACTIVE", 2), presence=True)
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert (entry.status, entry.epoch, entry.commands) == ("ACTIVE", 2, ())
+    view.update(status("ACTIVE", 2, commands=["new"]))
+    assert entry.commands == ("new",)
+    # Heartbeats on the presence change nothing of them, nor count as advertisement changes.
+    for _ in range(100):
+        view.update(presence("ACTIVE", 2), presence=True)
+    assert (entry.commands, entry.rejected) == (("new",), None)

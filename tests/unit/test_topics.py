@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import TopicError
 from vox_mqtt.protocol.topics import (
     PREFIX,
@@ -111,3 +112,27 @@ def test_foreign_topics_are_refused(topic: str) -> None:
     with pytest.raises(TopicError) as caught:
         parse_topic(topic)
     assert repr(topic) in str(caught.value)
+
+
+def test_the_presence_topic_parses_as_a_status_topic_that_says_so() -> None:
+    agent = uuid4()
+    parsed = topics.parse_topic(f"vox/{agent}/presence")
+    assert isinstance(parsed, topics.StatusTopic)
+    assert (parsed.agent, parsed.presence, parsed.topic) == (agent, True, topics.presence(agent))
+    status = topics.parse_topic(topics.status(agent))
+    assert isinstance(status, topics.StatusTopic)
+    assert not status.presence
+    assert topics.LIVENESS_FILTERS == ("vox/+/status", "vox/+/presence")
+
+
+def test_an_agent_reads_its_masters_presence_never_its_status() -> None:
+    me, master, kids = uuid4(), uuid4(), sorted([uuid4(), uuid4()])
+    wanted = topics.liveness_topics(me, master, reversed(kids), own=True)
+    assert wanted == [
+        topics.presence(master),
+        *(t for kid in kids for t in (topics.status(kid), topics.presence(kid))),
+        topics.status(me),
+        topics.presence(me),
+    ]
+    assert topics.status(master) not in wanted
+    assert topics.liveness_topics(me, None, [], own=False) == []

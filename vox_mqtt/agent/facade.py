@@ -278,14 +278,14 @@ class VOXAgent:
             renamed = {c: (was[c], n) for c, n in now.items() if c in was and was[c] != n}
             session = self._session
             # First: a refused subscription (a broker not re-rendered yet) changes nothing.
-            await session.subscribe([topics.status(child) for child in added])
+            await session.subscribe([t for child in added for t in topics.child_liveness(child)])
             for child, name in now.items():
                 self.fleet_view.watch(child, name).name = name
             self._use(replace(old, children=now, master_name=master_name or old.master_name))
             for child, name in removed.items():
                 self.fleet_view.forget(child)
                 self._fail_delegated(child, name)
-            await session.unsubscribe([topics.status(child) for child in removed])
+            await session.unsubscribe([t for c in removed for t in topics.child_liveness(c)])
             if self._liveness is not None and session.connected:
                 with contextlib.suppress(VoxError):
                     await self._liveness.publish_status()  # the new advertisement, now
@@ -386,11 +386,10 @@ class VOXAgent:
 
     def _subscriptions(self) -> list[str]:
         subscriptions = [topics.inbox_filter(self.id)]
-        subscriptions += [topics.status(peer) for peer in sorted(self.config.peers)]
-        if self.config.publish_status:
-            # Our own status too: a late will of an older session landing there is
-            # answered with our birth at once (see Liveness._on_own_status).
-            subscriptions.append(topics.status(self.id))
+        config = self.config  # the master's presence, children's status and presence, our own
+        subscriptions += topics.liveness_topics(
+            self.id, config.master_id, config.children, own=config.publish_status
+        )
         subscriptions += list(self.config.observe)
         subscriptions += [] if self.config.links is None else self.config.links.topics
         return subscriptions

@@ -105,8 +105,18 @@ class Liveness:
         *,
         head: tuple[int, str] | None = None,
         detail: str | None = None,
+        presence: bool = False,
     ) -> VOXMessage:
-        target = self.config.master_id or topics.WARROOM_ID
+        """Return the full status, or (presence) what its children may read of it.
+
+        The presence names no master and no command, and is addressed to the agent itself:
+        its children learn only that it is alive, its state and epoch (docs/liveness.md).
+        """
+        if presence:
+            target = self.config.id
+            metrics, head, detail = None, None, None
+        else:
+            target = self.config.master_id or topics.WARROOM_ID
         report = AgentStatus(
             name=self.config.name,
             status=_STATUS_WORDS.get(status, "INACTIVE"),
@@ -114,7 +124,7 @@ class Liveness:
             epoch=self.epoch,
             started_at=self.started_at,
             heartbeat_interval=self.config.heartbeat_interval,
-            commands=self.advertise() if status == ACTIVE else [],
+            commands=self.advertise() if status == ACTIVE and not presence else [],
             version=__version__,
             metrics=metrics or {},
             ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
@@ -133,9 +143,11 @@ class Liveness:
         if not self.config.publish_status:
             return None
         self.epoch = self.epoch_counter.next()
-        message = self._status_message(INACTIVE, VM_CONNECTION_LOST)
+        # One will per connection, on the presence: its children and its master (who reads
+        # both topics) learn of the loss alike; the full status keeps its last report.
+        message = self._status_message(INACTIVE, VM_CONNECTION_LOST, presence=True)
         return Will(
-            topic=topics.status(self.config.id),
+            topic=topics.presence(self.config.id),
             payload=serialize(message),
             retain=True,
             user_properties=self.ctx.publish_props.will(MSG_AGENT_STATUS),
@@ -149,10 +161,16 @@ class Liveness:
         session = self.ctx.session
         self._resumed = session is not None and session.session_present
         if self.config.publish_status:
-            await self.publish_status()
+            await self.publish_status(presence=True)
 
-    async def publish_status(self, metrics: dict[str, Any] | None = None) -> None:
-        """Publish the retained ACTIVE status (birth, heartbeat, new advertisement)."""
+    async def publish_status(
+        self, metrics: dict[str, Any] | None = None, *, presence: bool = False
+    ) -> None:
+        """Publish the retained ACTIVE status (birth, heartbeat, new advertisement).
+
+        presence: the presence too (birth, heartbeat, a change of state); a new
+        advertisement alone changes nothing there.
+        """
         session = self.ctx.session
         if session is None or not self.config.publish_status:
             return
@@ -162,16 +180,21 @@ class Liveness:
         self._published_failure = failure
         head = await self._ledger_head()
         if failure is None:
-            message = self._status_message(ACTIVE, None, metrics, head=head)
+            state, code, detail = ACTIVE, None, None
         else:
             # It cannot record, so it accepts nothing: its master routes elsewhere.
-            detail = f"cannot record: {failure}"
-            message = self._status_message(
-                DEGRADED, LEDGER_UNAVAILABLE, metrics, head=head, detail=detail
-            )
+            state, code, detail = DEGRADED, LEDGER_UNAVAILABLE, f"cannot record: {failure}"
+        message = self._status_message(state, code, metrics, head=head, detail=detail)
         self._advertised = list(message.details.get("commands", []))
+        await self._publish(message)
+        if presence:
+            await self._publish(self._status_message(state, code, presence=True), presence=True)
+
+    async def _publish(self, message: VOXMessage, *, presence: bool = False) -> None:
+        session = self.ctx.live_session()
+        topic = topics.presence(self.config.id) if presence else topics.status(self.config.id)
         await session.publish(
-            topics.status(self.config.id),
+            topic,
             self._checked(message),
             retain=True,
             props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
@@ -184,12 +207,11 @@ class Liveness:
             # The last counts of this process stay readable after it stops, and its ledger's
             # last head lets its master mark it final (nothing may follow it).
             head = await self._ledger_head()
-            message = self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head)
-            await session.publish(
-                topics.status(self.config.id),
-                self._checked(message),
-                retain=True,
-                props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
+            await self._publish(
+                self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head)
+            )
+            await self._publish(
+                self._status_message(INACTIVE, SHUTDOWN, presence=True), presence=True
             )
 
     def _checked(self, message: VOXMessage) -> bytes:
@@ -219,7 +241,8 @@ class Liveness:
                 continue
             self.fleet_view.refresh()
             if self.ctx.ledger.write_failure != self._published_failure and self._online():
-                await self._safely(self.publish_status())  # DEGRADED now, or ACTIVE again
+                # DEGRADED now, or ACTIVE again: its children see the change of state too.
+                await self._safely(self.publish_status(presence=True))
             await self._reconcile()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
@@ -251,7 +274,7 @@ class Liveness:
             with contextlib.suppress(LedgerError):
                 await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
         metrics = self._figures()
-        await self._safely(self.publish_status(metrics))
+        await self._safely(self.publish_status(metrics, presence=True))
         await self._safely(self.posts.check_host(metrics))
 
     async def _safely(self, action: Awaitable[None]) -> None:
@@ -319,9 +342,14 @@ class Liveness:
         if topic.agent == self.config.id:
             await self._on_own_status(message, retained=inbound.retain)
         else:
-            self.fleet_view.update(message, retained=inbound.retain)
+            self.fleet_view.update(message, retained=inbound.retain, presence=topic.presence)
             entry = self.fleet_view.get(topic.agent)
-            if topic.agent in self.config.children and entry is not None and entry.ledger_head:
+            if (
+                topic.agent in self.config.children
+                and not topic.presence  # the head comes with the full status only
+                and entry is not None
+                and entry.ledger_head
+            ):
                 final = entry.status == INACTIVE and entry.error_code == SHUTDOWN
                 # Its own commit, off the path that reads the session's messages.
                 self.ctx.tasks.spawn(
@@ -349,7 +377,7 @@ class Liveness:
             epoch,
             self.epoch,
         )
-        await self._safely(self.publish_status())
+        await self._safely(self.publish_status(presence=True))
 
     async def _react(self, entry: AgentLiveness, old: str, new: str) -> None:
         log.info(

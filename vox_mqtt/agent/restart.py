@@ -13,6 +13,21 @@ __all__ = ["request_from_row"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
+DEFAULT = "vox-mqtt"  # AgentConfig.message_source's default
+
+
+def _origin(row: Mapping[str, Any]) -> str:
+    """Return the message_source a resumed command carries: its origin's, as held."""
+    held = row.get("origin_source")
+    if isinstance(held, str) and held:
+        return held
+    stored = (row.get("details") or {}).get("message_source")
+    if isinstance(stored, str) and stored and not stored.startswith(("hmac:", "sealed:")):
+        return stored  # a ledger that keeps sources in clear
+    # Received before the ledger held sources (an upgrade): the origin is unknown.
+    log.warning("resuming %s without its origin's message_source", row.get("message_id"))
+    return DEFAULT
+
 
 def request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
     """Rebuild an acknowledged command_request from its ledger row."""
@@ -20,7 +35,8 @@ def request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
     try:
         return VOXMessage(
             message_id=UUID(row["message_id"]),
-            message_source=details.get("message_source") or "vox-mqtt",
+            # The origin's, as the ledger held it sealed; never the row's digest (docs/ledger.md).
+            message_source=_origin(row),
             emitted_at=row["emitted_at"],
             source=UUID(row["source"]),
             target=UUID(row["target"]),

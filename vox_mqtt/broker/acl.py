@@ -180,10 +180,14 @@ def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
         Rule(topic=topics.inbox_filter(agent_id), read=True),
         Rule(topic=topics.inbox(master, agent_id), write=True),
         *(Rule(topic=topics.inbox(child, agent_id), write=True) for child in children),
-        # Written by the agent and by its will; read back to resume its epoch.
+        # Written by the agent (its will on the presence); read back to resume its epoch.
         Rule(topic=topics.status(agent_id), read=True, write=True),
-        Rule(topic=topics.status(master), read=True),
+        Rule(topic=topics.presence(agent_id), read=True, write=True),
+        # Of its master only the presence: the full status names the master's own master
+        # and its other children's commands, which this agent must not learn (docs/broker.md).
+        Rule(topic=topics.presence(master), read=True),
         *(Rule(topic=topics.status(child), read=True) for child in children),
+        *(Rule(topic=topics.presence(child), read=True) for child in children),
         # Posts about itself and its own children only: a forged incident about the
         # root or another branch is refused at the broker (docs/broker.md).
         Rule(topic=topics.warroom(agent_id, agent_id), write=True),
@@ -200,6 +204,7 @@ def _operator_rules(fleet: Fleet) -> tuple[Rule, ...]:
         Rule(topic=topics.inbox_filter(operator), read=True),
         Rule(topic=topics.inbox(fleet.root.id, operator), write=True),
         Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.PRESENCE_FILTER, read=True),
         Rule(topic=topics.WARROOM_FILTER, read=True),
     )
 
@@ -212,6 +217,7 @@ def look_name(purpose: str) -> str:
 def _looks(fleet: Fleet) -> list[Identity]:
     rules = (
         Rule(topic=topics.STATUS_FILTER, read=True),
+        Rule(topic=topics.PRESENCE_FILTER, read=True),
         Rule(topic=topics.WARROOM_FILTER, read=True),
     )
     return [

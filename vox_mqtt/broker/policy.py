@@ -28,7 +28,8 @@ from vox_mqtt.broker.acl import (
     topic_matches,
 )
 from vox_mqtt.broker.passwd import atomic_write
-from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import ConfigError, TopicError
 
 __all__ = [
     "MAX_PROBES_PER_IDENTITY",
@@ -92,6 +93,25 @@ def _first_forbidden(probe: Any, other: Identity) -> list[Probe]:
     return []
 
 
+def _presence_only(probe: Any, identity: Identity) -> list[Probe]:
+    """Return the full statuses of those whose presence alone it reads (its master's).
+
+    Ignorance enforced: a child reads its master's presence, never its status, which
+    names the master's own master and its other children's commands (docs/broker.md).
+    """
+    found: list[Probe] = []
+    for rule in identity.rules:
+        try:
+            parsed = topics.parse_topic(rule.topic)
+        except TopicError:
+            continue
+        if isinstance(parsed, topics.StatusTopic) and parsed.presence and rule.read:
+            candidate: Probe = probe(topics.status(parsed.agent), False)
+            if not candidate.allowed:
+                found.append(candidate)
+    return found[:1]
+
+
 def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
     """Return at most MAX_PROBES_PER_IDENTITY probes per identity (a pure function)."""
     probes: list[Probe] = []
@@ -119,7 +139,7 @@ def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
             for write in (False, True)
             if (rule.write if write else rule.read)
         ][:_MAX_ALLOWED]
-        forbidden = [probe(canary_forbidden_topic(), True)]
+        forbidden = [probe(canary_forbidden_topic(), True), *_presence_only(probe, identity)]
         # Another identity's paths (the next ones in the fleet's order) it may not use:
         # one per neighbour, so the work per identity stays bounded.
         count = len(identities)

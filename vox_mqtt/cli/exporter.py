@@ -155,9 +155,9 @@ def _wanted(reader: Reader) -> list[str]:
     if reader.kind == "agent":
         # An agent's ACL grants exactly these (docs/broker.md); a dynsec broker refuses the
         # wildcard, and a session retrying in the background cannot fall back on its own.
-        exact = [topics.status(peer) for peer in reader.peers]
+        exact = reader.exact_liveness()
         return exact + ([topics.WARROOM_FILTER] if reader.warroom else [])
-    return [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if reader.warroom else [])
+    return [*topics.LIVENESS_FILTERS] + ([topics.WARROOM_FILTER] if reader.warroom else [])
 
 
 async def _pump(session: Session, observer: FleetObserver) -> None:

@@ -31,7 +31,7 @@ from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol.errors import ConfigError, LedgerError, VoxError
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet, seed_fleet_toml
 from vox_mqtt.protocol.sites import chain_up
-from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
+from vox_mqtt.protocol.topics import LIVENESS_FILTERS, WARROOM_FILTER
 from vox_mqtt.transport.session import BrokerSettings
 
 __all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
@@ -366,7 +366,7 @@ class ExplorerWatch:
                 state_dir=state_dir,
                 broker=replace(broker, session_expiry=0),
                 publish_status=False,
-                observe=(STATUS_FILTER, WARROOM_FILTER),
+                observe=(*LIVENESS_FILTERS, WARROOM_FILTER),
             )
         )
 

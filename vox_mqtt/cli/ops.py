@@ -100,6 +100,11 @@ class Reader:
     # The bridge links this identity watches, from NAME.links.json (docs/federation.md).
     links: LinkMap | None = None
 
+    def exact_liveness(self) -> list[str]:
+        """Return an agent's own liveness topics, its master's presence, its children's."""
+        me, master, *children = self.peers
+        return topics.liveness_topics(me, master, children, own=True)
+
     def link_watch(self) -> LinkWatch | None:
         """Return a fresh watch of this reader's links, or None in a one-broker fleet."""
         return None if self.links is None else LinkWatch(self.links)
@@ -232,14 +237,14 @@ async def observing(
     """Log in as the reader and keep a FleetObserver (and the link watch) up to date."""
     observer = FleetObserver(stale_after=reader.stale_after)
     link_topics = [] if links is None else links.map.topics
-    wanted = [topics.STATUS_FILTER] + ([topics.WARROOM_FILTER] if warroom else []) + link_topics
+    wanted = [*topics.LIVENESS_FILTERS, *([topics.WARROOM_FILTER] if warroom else []), *link_topics]
     try:
         session = await _connect(reader.broker, wanted)
     except SubscriptionRefused:
         if reader.kind != "agent":
             raise
         # The dynsec plugin refuses a wildcard it does not grant: ask for each topic instead.
-        exact = [topics.status(peer) for peer in reader.peers]
+        exact = reader.exact_liveness()
         exact += [topics.WARROOM_FILTER] if warroom and reader.warroom else []
         session = await _connect(reader.broker, exact + link_topics)
     try:

@@ -176,10 +176,10 @@ def _family(host: str) -> socket.AddressFamily:
 def _wanted(reader: Reader) -> list[str]:
     link_topics = [] if reader.links is None else list(reader.links.topics)
     if reader.kind == "agent":
-        exact = [topics.status(peer) for peer in reader.peers]
+        exact = reader.exact_liveness()
         return exact + ([topics.WARROOM_FILTER] if reader.warroom else []) + link_topics
     warroom = [topics.WARROOM_FILTER] if reader.warroom else []
-    return [topics.STATUS_FILTER, *warroom, *link_topics]
+    return [*topics.LIVENESS_FILTERS, *warroom, *link_topics]
 
 
 async def _serve(

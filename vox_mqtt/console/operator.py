@@ -18,7 +18,7 @@ from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
-from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
+from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
 
@@ -124,4 +124,4 @@ class OperatorConsole:
         return entries
 
 
-WATCH_FILTERS = (ALL_STATUS, WARROOM_FILTER)
+WATCH_FILTERS = (ALL_STATUS, PRESENCE_FILTER, WARROOM_FILTER)  # a will lands on the presence

@@ -162,7 +162,7 @@ class _Look:
         self.observer = FleetObserver()
         self.session = Session(
             _look_settings(creds),
-            subscriptions=[topics.STATUS_FILTER, topics.WARROOM_FILTER],
+            subscriptions=[*topics.LIVENESS_FILTERS, topics.WARROOM_FILTER],
         )
         self._pump: asyncio.Task[None] | None = None
 
@@ -296,7 +296,7 @@ async def retire_agent(
     async with _Look(operator_creds, agent_id) as check:
         await check.settle(min(wait, 1.0))
         if check.status is not None:
-            report.left.append(f"{topics.status(agent_id)}: still retained")
+            report.left.append(f"{topics.status(agent_id)} or its presence: still retained")
         noted = {line.split(":", 1)[0] for line in report.left}
         for (source, subject), what in sorted(check.posts().items()):
             topic = topics.warroom(source, subject)
@@ -319,8 +319,9 @@ async def _clear_own(
     async with Session(_settings(creds, creds.client_id), subscriptions=()) as session:
         await session.publish(topics.status(agent_id), _retired_status(name, agent_id, last))
         report.told = True
-        await session.publish(topics.status(agent_id), b"", retain=True)
-        report.cleared.append(topics.status(agent_id))
+        for topic in (topics.status(agent_id), topics.presence(agent_id)):
+            await session.publish(topic, b"", retain=True)
+            report.cleared.append(topic)
         for source, subject in sorted(look.posts()):
             if source == agent_id:
                 await session.publish(topics.warroom(source, subject), b"", retain=True)

@@ -66,6 +66,9 @@ _ENSURE_TRIGGERS: Final = "".join(
     sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1) + "\n"
     for sql in _TRIGGER_SQL.values()
 )
+# A received command's origin message_source, sealed, until it starts (docs/ledger.md).
+_HELD: Final = """CREATE TABLE IF NOT EXISTS held (message_id TEXT PRIMARY KEY,
+    source TEXT NOT NULL);"""
 _MARK_TRIGGERS: Final = "INSERT INTO ledger_meta (key, value) VALUES ('triggers', '2');\n"
 _SCHEMA: Final = f"""
 BEGIN IMMEDIATE;
@@ -77,6 +80,7 @@ CREATE TABLE IF NOT EXISTS logs (
     prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (message_id TEXT PRIMARY KEY, topic TEXT NOT NULL,
     payload BLOB NOT NULL);
+{_HELD}
 CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
 CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
 CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);
@@ -224,7 +228,7 @@ def _source_digest(key: bytes, source: str) -> str:
 
 
 def _outbox_payload(payload: bytes, source: str, stored_source: str) -> bytes:
-    """Return a sent message as the outbox may keep it: no note_to_human, the source as stored.
+    """Return a sent message as the outbox may keep it: no note_to_human, the source sealed.
 
     A restart re-sends this form; until then the agent re-sends the whole message from
     memory (docs/ledger.md, "The outbox").

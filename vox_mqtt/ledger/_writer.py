@@ -16,11 +16,14 @@ from vox_mqtt.ledger._schema import (
     _ALL,
     _COLUMNS,
     _HEAD,
+    _HELD,
     _SCHEMA,
     _TRIGGERS_VERSION,
     _UPGRADE,
+    DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
+    STARTED_ACTIONS,
     _chain_hash,
 )
 from vox_mqtt.protocol.errors import LedgerError
@@ -153,6 +156,7 @@ def open_writer(
             # A ledger from before the insert triggers: add them, once. A trigger dropped
             # from a newer file is never put back here; verify() reports it.
             db.executescript(_UPGRADE)
+        db.execute(_HELD)  # a ledger from before it gets the table (empty: nothing was held)
         meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
     except sqlite3.Error as exc:
         raise LedgerError(f"ledger {path}: not a vox ledger: {exc}") from None
@@ -173,14 +177,37 @@ def read_head(db: sqlite3.Connection) -> Head:
     return (0, GENESIS_HASH) if found is None else (int(found[0]), str(found[1]))
 
 
+_ENDS: Final = frozenset((*STARTED_ACTIONS, *DONE_ACTIONS))
+_ANSWERS: Final = frozenset(("command_result", "command_error"))
+# Where _released reads a row (laid out as _COLUMNS, then prev_hash and hash).
+_ACTION, _MESSAGE_ID, _TYPE, _REPLY_TO = (
+    _COLUMNS.index(c) for c in ("action", "message_id", "message_type", "reply_to")
+)
+
+
+def _released(rows: Sequence[Row]) -> list[tuple[str]]:
+    """Return the commands these rows start, end or answer: their held sources go."""
+    out: list[tuple[str]] = []
+    for row in rows:
+        if row[_ACTION] in _ENDS and row[_MESSAGE_ID]:
+            out.append((str(row[_MESSAGE_ID]),))
+        elif row[_ACTION] == "sent" and row[_TYPE] in _ANSWERS and row[_REPLY_TO]:
+            out.append((str(row[_REPLY_TO]),))
+    return out
+
+
 def write_batch(
     db: sqlite3.Connection,
     rows: list[Row],
     added: list[tuple[str, str, bytes]],
     removed: list[tuple[str]],
     chained: bool,
+    held: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[Row], Head | None]:
     """Append rows and change the outbox in one transaction; return the rows as written.
+
+    held: received commands' sealed sources, kept until a row says the command started,
+    ended or was answered (`_released`), in the same transaction as that row.
 
     Rows arrive chained onto the head this writer last committed (chained=True). If another
     connection appended meanwhile, the first id collides (ids are explicit and contiguous):
@@ -204,6 +231,10 @@ def write_batch(
             db.executemany("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)", added)
         if removed:
             db.executemany("DELETE FROM outbox WHERE message_id = ?", removed)
+        if held:
+            db.executemany("INSERT OR IGNORE INTO held VALUES (?, ?)", held)
+        if released := _released(rows):
+            db.executemany("DELETE FROM held WHERE message_id = ?", released)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

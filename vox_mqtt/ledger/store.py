@@ -41,8 +41,8 @@ from vox_mqtt.ledger._schema import (
     _outbox_payload,
     _row_dict,
     _scrub,
-    _source_digest,
 )
+from vox_mqtt.ledger._sources import SourceKeeper
 from vox_mqtt.ledger._writer import (
     SYNC_MODES,
     Head,
@@ -53,7 +53,7 @@ from vox_mqtt.ledger._writer import (
 )
 from vox_mqtt.ledger.privatefs import private_file
 from vox_mqtt.protocol.errors import LedgerError
-from vox_mqtt.protocol.messages import VOXMessage
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage
 
 __all__ = [
     "DONE_ACTIONS",
@@ -80,6 +80,7 @@ class _Pending:
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
     received: list[Received] | None = None  # for the dedupe index, once committed
+    held: tuple[str, str] | None = None  # a received command's sealed source, until it starts
 
 
 class VOXAgentMemory:
@@ -128,8 +129,7 @@ class VOXAgentMemory:
         self.write_failure: str | None = None
         # message_source may name a client: kept as a keyed digest unless asked for in clear.
         self.clear_sources = clear_sources
-        self._source_key = source_key
-        self._stored_sources: dict[str, str] = {}  # message_source -> as stored (few of them)
+        self._sources = SourceKeeper(clear=clear_sources, key=source_key)  # digest, seal
 
     @property
     def commit_count(self) -> int:
@@ -178,9 +178,9 @@ class VOXAgentMemory:
             )
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA query_only = ON")
-        if not self.clear_sources and self._source_key is None:
+        if not self.clear_sources and self._sources.key is None:
             try:
-                self._source_key = _load_key(self.path.with_suffix(".key"))
+                self._sources.key = _load_key(self.path.with_suffix(".key"))
             except (OSError, ValueError) as exc:
                 raise LedgerError(f"ledger {self.path}: digest key: {exc}") from None
         for message_id, emitted in received:
@@ -301,28 +301,20 @@ class VOXAgentMemory:
             message_row(other, self.stored_source(other.message_source), what, result, None, None)
             for other, what, result in then
         ]
-        kept = None
-        if outbox is not None:
+        kept = held = None
+        if outbox is not None:  # the origin's source sealed, for a re-send after a restart
             keep = message if outbox_for is None else outbox_for
-            stored = source if outbox_for is None else self.stored_source(keep.message_source)
-            payload = _outbox_payload(outbox[1], keep.message_source, stored)
-            kept = (str(keep.message_id), outbox[0], payload)
+            sealed = self._sources.seal(origin := keep.message_source, self.path)
+            kept = (str(keep.message_id), outbox[0], _outbox_payload(outbox[1], origin, sealed))
+        if message.type == MSG_COMMAND_REQUEST and action == "received":
+            # Kept until it starts: a restart resumes it with its origin's message_source.
+            held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
         done = None if outbox_done is None else str(outbox_done)
-        return await self._submit(rows, outbox=kept, outbox_done=done)
+        return await self._submit(rows, outbox=kept, outbox_done=done, held=held)
 
     def stored_source(self, message_source: str) -> str:
         """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
-        if self.clear_sources:
-            return message_source[:200]
-        known = self._stored_sources.get(message_source)
-        if known is None:
-            if self._source_key is None:
-                raise LedgerError(f"ledger {self.path} is not open")
-            if len(self._stored_sources) >= 256:  # a few senders; never grow without bound
-                self._stored_sources.clear()
-            known = _source_digest(self._source_key, message_source)
-            self._stored_sources[message_source] = known
-        return known
+        return self._sources.stored(message_source, self.path)
 
     def record_received_later(
         self, message: VOXMessage, *, topic: str | None, outbox_done: UUID | None
@@ -355,7 +347,8 @@ class VOXAgentMemory:
             rows = await self._reader.execute_fetchall(
                 "SELECT message_id, topic, payload FROM outbox ORDER BY rowid"
             )
-        return [(str(r[0]), str(r[1]), bytes(r[2])) for r in rows]
+        unseal = self._sources.unseal_payload
+        return [(str(r[0]), str(r[1]), unseal(bytes(r[2]), self.path)) for r in rows]
 
     async def record_rejected(
         self,
@@ -377,6 +370,7 @@ class VOXAgentMemory:
         *,
         outbox: tuple[str, str, bytes] | None = None,
         outbox_done: str | None = None,
+        held: tuple[str, str] | None = None,
     ) -> int:
         """Queue rows that commit together; return the first one's id once they are durable."""
         if self._reader is None:  # set once the writer is open too
@@ -389,7 +383,7 @@ class VOXAgentMemory:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         received = [seen for _, seen in rows if seen is not None] or None
         values = [row for row, _ in rows]
-        self._enqueue(_Pending(values, future, outbox, outbox_done, received))
+        self._enqueue(_Pending(values, future, outbox, outbox_done, received, held))
         return await future
 
     def _enqueue(self, pending: _Pending, *, urgent: bool = True) -> None:
@@ -422,7 +416,7 @@ class VOXAgentMemory:
             return
         batch = self._buffer[: self._max_batch]
         del self._buffer[: self._max_batch]
-        rows, added, removed = [], [], []
+        rows, added, removed, held = [], [], [], []
         last_id, prev = self._head or (0, GENESIS_HASH)
         for pending in batch:
             for values in pending.rows:
@@ -434,12 +428,13 @@ class VOXAgentMemory:
                 added.append(pending.outbox)
             if pending.outbox_done is not None:
                 removed.append((pending.outbox_done,))
+            held += [pending.held] if pending.held is not None else []
         thread = self._thread
         chained = self._head is not None
 
         def job() -> tuple[list[tuple[Any, ...]], Head | None]:
             assert thread.db is not None
-            return write_batch(thread.db, rows, added, removed, chained)
+            return write_batch(thread.db, rows, added, removed, chained, held)
 
         self._in_flight = True
         thread.submit(job, functools.partial(self._written, batch, time.perf_counter()))
@@ -522,8 +517,12 @@ class VOXAgentMemory:
         return await self._read(sql, (_id_text(message_id),))
 
     async def pending_commands(self) -> list[dict[str, Any]]:
-        """Return received command_requests that were never started, finished nor answered."""
-        return await self._read(_PENDING)
+        """Return received command_requests never started, finished nor answered (+ origin)."""
+        rows = await self._read(_PENDING)
+        assert self._reader is not None
+        with self._errors("cannot read"):
+            held = await self._reader.execute_fetchall("SELECT message_id, source FROM held")
+        return self._sources.with_origins(rows, held, self.path)
 
     async def interrupted_commands(self) -> list[dict[str, Any]]:
         """Return commands started or delegated but neither finished nor answered."""

@@ -65,4 +65,4 @@ class FleetObserver:
         elif isinstance(topic, topics.StatusTopic):
             message = read_status(inbound, topic)
             if message is not None:
-                self.view.update(message, retained=inbound.retain)
+                self.view.update(message, retained=inbound.retain, presence=topic.presence)

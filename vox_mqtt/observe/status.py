@@ -191,6 +191,7 @@ class AgentLiveness:
     # changes of them it may make now.
     advertised: tuple[str, ...] | None = None
     changes: ChangeBudget = dataclass_field(default_factory=ChangeBudget)
+    epoch_of_commands: int = -1  # the epoch of the full status `commands` came from
 
     def misbehaving(self, now: float | None = None) -> bool:
         """Return whether a status of this agent was refused within the hold time."""
@@ -320,8 +321,14 @@ class FleetView:
         now = self._clock()
         return {str(a.id): a.as_dict(now) for a in self._agents.values()}
 
-    def update(self, message: VOXMessage, *, retained: bool = False) -> StatusChange | None:
-        """Apply a status message; return the change it made, if any."""
+    def update(
+        self, message: VOXMessage, *, retained: bool = False, presence: bool = False
+    ) -> StatusChange | None:
+        """Apply a status message; return the change it made, if any.
+
+        presence: it came on the presence topic, which says alive or not and the epoch but
+        no master, commands or figures: only the liveness is taken from it.
+        """
         if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
         try:
@@ -330,14 +337,14 @@ class FleetView:
             self._reject(message.source, _describe(exc))
             return None
         entry = self.watch(message.source, report.name)
-        problem = self._out_of_bounds(entry, report, message.emitted_at)
+        problem = self._out_of_bounds(entry, report, message.emitted_at, presence=presence)
         if problem is not None:
             self._reject(message.source, problem)
             return None
         if not self._supersedes(entry, report):
             return None
         now = self._clock()
-        if report.status == ACTIVE:
+        if report.status == ACTIVE and not presence:
             listed = tuple(report.commands)
             if entry.advertised is not None and listed != entry.advertised:
                 entry.changes.take(now)
@@ -352,32 +359,40 @@ class FleetView:
             except ValueError:
                 pass
         entry.name = report.name
-        entry.master_id = message.target
         entry.error_code = report.error_code
         entry.epoch = report.epoch
         entry.started_at = report.started_at
         entry.heartbeat_interval = report.heartbeat_interval
-        entry.commands = tuple(report.commands) if report.status == ACTIVE else ()
-        entry.metrics = report.metrics or entry.metrics
         entry.version = report.version
         entry.last_heartbeat = message.emitted_at
         entry.received_at = received_at
         entry.retained = retained
-        head = report.ledger_head
-        entry.ledger_head = None if head is None else (head.row, head.hash)
+        if report.status != ACTIVE:
+            entry.commands = ()
+        elif presence and entry.epoch_of_commands != report.epoch:
+            # A birth seen first on the presence: its commands come with its full status.
+            entry.commands = ()
+        if not presence:
+            entry.master_id = message.target
+            if report.status == ACTIVE:
+                entry.commands = tuple(report.commands)
+                entry.epoch_of_commands = report.epoch
+            entry.metrics = report.metrics or entry.metrics
+            head = report.ledger_head
+            entry.ledger_head = None if head is None else (head.row, head.hash)
         new_status: str = report.status
         if new_status == ACTIVE and self._is_stale(entry, now):
             new_status = STALE
         return self._set_status(entry, new_status)
 
     def _out_of_bounds(
-        self, entry: AgentLiveness, report: AgentStatus, emitted_at: str
+        self, entry: AgentLiveness, report: AgentStatus, emitted_at: str, *, presence: bool
     ) -> str | None:
         """Return why a well-formed status is still not to be believed, or None."""
         problem = metrics_problem(report.metrics)
         if problem is not None:
             return problem
-        if report.status == ACTIVE:
+        if report.status == ACTIVE and not presence:
             problem = self._advertisement_problem(entry, report)
             if problem is not None:
                 return problem

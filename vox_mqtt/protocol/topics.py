@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 from uuid import UUID
@@ -10,17 +11,22 @@ from vox_mqtt.protocol.errors import TopicError
 
 __all__ = [
     "LINK_FILTER",
+    "LIVENESS_FILTERS",
     "PREFIX",
+    "PRESENCE_FILTER",
     "STATUS_FILTER",
     "WARROOM_FILTER",
     "WARROOM_ID",
     "InboxTopic",
     "StatusTopic",
     "WarroomTopic",
+    "child_liveness",
     "inbox",
     "inbox_filter",
     "link",
+    "liveness_topics",
     "parse_topic",
+    "presence",
     "status",
     "warroom",
     "warroom_filter",
@@ -33,6 +39,10 @@ WARROOM_ID: Final = UUID("00000000-0000-4000-8000-000000000911")
 WARROOM_FILTER: Final = f"{PREFIX}/warroom/#"
 # Every agent's retained status: what the operator's console and observers read.
 STATUS_FILTER: Final = f"{PREFIX}/+/status"
+# Every agent's retained presence (alive, epoch): its children read it, and its will lands
+# there (docs/liveness.md); a watcher of the whole fleet reads both filters.
+PRESENCE_FILTER: Final = f"{PREFIX}/+/presence"
+LIVENESS_FILTERS: Final = (STATUS_FILTER, PRESENCE_FILTER)
 # A site broker's bridge keeps its state ("1" up, "0" down) here (docs/federation.md).
 LINK_FILTER: Final = f"{PREFIX}/link/+"
 
@@ -52,14 +62,15 @@ class InboxTopic:
 
 @dataclass(frozen=True, slots=True)
 class StatusTopic:
-    """`vox/<agent>/status`: the agent's retained liveness."""
+    """`vox/<agent>/status` (its full report) or `vox/<agent>/presence` (alive, epoch)."""
 
     agent: UUID
+    presence: bool = False  # the presence topic, which its children may read too
 
     @property
     def topic(self) -> str:
         """Return the topic string."""
-        return status(self.agent)
+        return presence(self.agent) if self.presence else status(self.agent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,34 @@ def inbox_filter(agent: UUID) -> str:
 def status(agent: UUID) -> str:
     """Return the agent's retained status topic."""
     return f"{PREFIX}/{agent}/status"
+
+
+def presence(agent: UUID) -> str:
+    """Return the agent's retained presence topic: alive or not, its epoch, nothing more."""
+    return f"{PREFIX}/{agent}/presence"
+
+
+def child_liveness(child: UUID) -> list[str]:
+    """Return what a master reads of one child: its full status and its presence (the will)."""
+    return [status(child), presence(child)]
+
+
+def liveness_topics(
+    agent: UUID, master: UUID | None, children: Iterable[UUID], *, own: bool
+) -> list[str]:
+    """Return the liveness topics an agent subscribes to (docs/topics.md).
+
+    Its master's presence only: the master's full status names the master's own master
+    and its other children's commands, which a child must not learn.
+    """
+    out = [] if master is None else [presence(master)]
+    for child in sorted(children):
+        out += child_liveness(child)
+    if own:
+        # Our own too: a late will of an older session landing there is answered with our
+        # birth at once (Liveness._on_own_status).
+        out += [status(agent), presence(agent)]
+    return out
 
 
 def warroom(source: UUID, subject: UUID) -> str:
@@ -123,8 +162,8 @@ def parse_topic(topic: str) -> InboxTopic | StatusTopic | WarroomTopic:
         raise TopicError(f"{topic!r} is not a VOX topic")
     if levels[1] == "warroom" and len(levels) == 4:
         return WarroomTopic(_uuid(levels[2], topic), _uuid(levels[3], topic))
-    if len(levels) == 3 and levels[2] == "status":
-        return StatusTopic(_uuid(levels[1], topic))
+    if len(levels) == 3 and levels[2] in ("status", "presence"):
+        return StatusTopic(_uuid(levels[1], topic), presence=levels[2] == "presence")
     if len(levels) == 4 and levels[2] == "inbox":
         return InboxTopic(_uuid(levels[1], topic), _uuid(levels[3], topic))
     raise TopicError(f"{topic!r} is not a VOX topic")
