@@ -95,12 +95,17 @@ QUICK = [
     (REQUEST_IN, ("completed", "command_request"), None),
     (ACK_IN, ACK_IN, "command_result"),
 ]
-CASES = [
-    *[("root", p, False) for p in hop("tally", DELEGATING)],
-    *[("coordinator", p, False) for p in hop("tally", DELEGATING)],
-    *[("specialist", p, False) for p in hop("tally", SERVING)],
-    *[("specialist", p, True) for p in hop("count", QUICK)],
+BY_ROLE = [
+    [("root", p, False) for p in hop("tally", DELEGATING)],
+    [("coordinator", p, False) for p in hop("tally", DELEGATING)],
+    [
+        *[("specialist", p, False) for p in hop("tally", SERVING)],
+        *[("specialist", p, True) for p in hop("count", QUICK)],
+    ],
 ]
+# Roles take turns, so each daemon's next standby run has imported before it is needed.
+CASES = [case for turn in itertools.zip_longest(*BY_ROLE) for case in turn if case is not None]
+STANDBYS = 2  # per daemon, started ahead (tests/kits/killpoint.py, Standby)
 
 
 @dataclass
@@ -110,20 +115,21 @@ class Fleet:
     procs: FleetProcesses
     tally: Path
     numbers: Iterator[int]
-    standbys: dict[str, Standby] = field(default_factory=dict)
+    standbys: dict[str, list[Standby]] = field(default_factory=dict)
 
     def arm_file(self, name: str) -> Path:
         return self.procs.root / f"killpoint-{name}.json"
 
     def restart(self, name: str) -> None:
         """Start the killed daemon again (its standby run, already imported)."""
-        self.standbys.pop(name).go()
+        self.standbys[name].pop(0).go()  # the oldest: it has had the longest to import
 
     def ready_standbys(self) -> None:
-        """Start a standby run for each daemon that has none."""
+        """Keep STANDBYS standby runs of each daemon started ahead."""
         for name in DAEMONS:
-            if name not in self.standbys:
-                self.standbys[name] = Standby(self.procs.agents[name])
+            queue = self.standbys.setdefault(name, [])
+            while len(queue) < STANDBYS:
+                queue.append(Standby(self.procs.agents[name]))
 
     def tallies(self, n: int) -> int:
         text = self.tally.read_text() if self.tally.exists() else ""
@@ -146,8 +152,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         try:
             yield found
         finally:
-            for standby in found.standbys.values():
-                standby.cancel()
+            for queue in found.standbys.values():
+                for standby in queue:
+                    standby.cancel()
 
 
 async def poll(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
