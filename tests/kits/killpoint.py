@@ -12,6 +12,9 @@ Points are named by rows, not by code: the commit holding a `received` `command_
 the one holding `started`, `delegated`, an answer's `sent`, an ack's `received` of a given
 kind. A row belongs to the command under test when its details name that command, or when it
 replies to a message that does (an acknowledgement), so other traffic never fires a point.
+
+Also here: `Standby`, the next run of a daemon started ahead of its restart, and `Counted`,
+an idempotent command that counts its runs.
 """
 
 from __future__ import annotations
