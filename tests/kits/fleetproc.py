@@ -65,6 +65,9 @@ class AgentProcess:
     state_dir: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    # What `python -m` runs and what it adds to child_env(): a test's launcher may wrap the daemon.
+    module: str = "agent_daemon"
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
         """Start (or restart) the daemon; the log is appended to."""
@@ -72,11 +75,11 @@ class AgentProcess:
             self.kill()  # reap the previous run, whatever signal ended it
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent_daemon", "--config", str(self.config)],
+                [sys.executable, "-m", self.module, "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=child_env(),
+                env=child_env() | dict(self.env),
                 cwd=REPO,
                 start_new_session=True,
             )

@@ -1,0 +1,314 @@
+"""A SIGKILL at each commit of a hop, in each agent of the path: the fleet converges.
+
+operator -> root -> coordinator -> specialist, each agent its own `vox-agent` process on
+one real broker. For each role and each commit on the path of one command (named by the
+rows it holds: docs/ledger.md, "Rows that commit together"), the agent kills itself just
+before or just after that commit (tests/kits/killpoint.py), is restarted, and then:
+
+- the operator holds exactly one answer to its request: a result or a clear failure;
+- the non-idempotent command ran at most once (its tally file and its `started` rows), and
+  exactly once when the answer is a result;
+- an idempotent command is answered once (it may run twice by design);
+- a command the specialist completed is not reported failed (one account of what happened);
+- every outbox empties, no command is left pending or interrupted, and every ledger
+  verifies (`vox ledger verify` on the killed agent's, the chain check on all; the last
+  test runs `vox ledger verify` on every ledger once all the kills are done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from tests.kits.fleetproc import (
+    AgentProcess,
+    FleetProcesses,
+    fleet_text,
+    run_fleet,
+)
+from tests.kits.killpoint import ENV, MODULE, KillPoint, Standby, fired
+from vox_mqtt.cli import main as vox
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import VOXMessage
+from vox_mqtt.protocol.topics import STATUS_FILTER
+
+pytestmark = pytest.mark.slow
+
+DAEMONS = ("root", "coordinator", "specialist")
+SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
+ANSWERS = ("command_result", "command_error")
+SERVING_LINE = "INFO vox-agent: serving "  # the daemon's log line once it is connected
+WAIT = 20.0  # seconds: any one step; a kill point converges in a few
+
+
+def point(
+    when: Literal["before", "after"], action: str, kind: str, command: str, acks: str | None
+) -> KillPoint:
+    return KillPoint(when, action, kind, command, acks)
+
+
+def hop(
+    command: str, groups: list[tuple[tuple[str, str], tuple[str, str], str | None]]
+) -> list[KillPoint]:
+    """Before the commit holding a group's first row and after the one holding its last.
+
+    A group is rows docs/ledger.md says commit together; if a change splits one, these
+    two points still bracket it.
+    """
+    return [
+        p
+        for first, last, acks in groups
+        for p in (point("before", *first, command, acks), point("after", *last, command, acks))
+    ]
+
+
+REQUEST_IN = ("received", "command_request")
+ACK_IN = ("received", "message_acknowledged")
+# An agent that passes the command on: its arrival and delegation, the child's ack of the
+# request passed down, the child's answer and this agent's answer up, the master's ack.
+DELEGATING = [
+    (REQUEST_IN, ("delegated", "command_request"), None),
+    (ACK_IN, ACK_IN, "command_request"),
+    (("received", "command_result"), ("sent", "command_result"), None),
+    (ACK_IN, ACK_IN, "command_result"),
+]
+# The agent that serves it: arrival and start, its answer and end, the master's ack.
+SERVING = [
+    (REQUEST_IN, ("started", "command_request"), None),
+    (("sent", "command_result"), ("completed", "command_request"), None),
+    (ACK_IN, ACK_IN, "command_result"),
+]
+# An idempotent command answered at once: arrival, start, answer and end in one commit.
+QUICK = [
+    (REQUEST_IN, ("completed", "command_request"), None),
+    (ACK_IN, ACK_IN, "command_result"),
+]
+BY_ROLE = [
+    [("root", p, False) for p in hop("tally", DELEGATING)],
+    [("coordinator", p, False) for p in hop("tally", DELEGATING)],
+    [
+        *[("specialist", p, False) for p in hop("tally", SERVING)],
+        *[("specialist", p, True) for p in hop("count", QUICK)],
+    ],
+]
+# Roles take turns, so each daemon's next standby run has imported before it is needed.
+CASES = [case for turn in itertools.zip_longest(*BY_ROLE) for case in turn if case is not None]
+STANDBYS = 2  # per daemon, started ahead (tests/kits/killpoint.py, Standby)
+
+
+@dataclass
+class Fleet:
+    """The running fleet, its tally file, the arm file and the next run of each daemon."""
+
+    procs: FleetProcesses
+    tally: Path
+    numbers: Iterator[int]
+    standbys: dict[str, list[Standby]] = field(default_factory=dict)
+
+    def arm_file(self, name: str) -> Path:
+        return self.procs.root / f"killpoint-{name}.json"
+
+    def restart(self, name: str) -> None:
+        """Start the killed daemon again (its standby run, already imported)."""
+        self.standbys[name].pop(0).go()  # the oldest: it has had the longest to import
+
+    def ready_standbys(self) -> None:
+        """Keep STANDBYS standby runs of each daemon started ahead."""
+        for name in DAEMONS:
+            queue = self.standbys.setdefault(name, [])
+            while len(queue) < STANDBYS:
+                queue.append(Standby(self.procs.agents[name]))
+
+    def tallies(self, n: int) -> int:
+        text = self.tally.read_text() if self.tally.exists() else ""
+        return text.split().count(str(n))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    root = tmp_path_factory.mktemp("kill-at-each-commit")
+    tally = root / "tally.txt"
+    roles = {"specialist": ["tests.kits.agentkit:Tally", "tests.kits.killpoint:Counted"]}
+    settings = {"specialist": {"tally_file": str(tally)}}
+    with run_fleet(root, fleet_text(SHAPE, roles=roles, settings=settings), start=False) as procs:
+        found = Fleet(procs, tally, itertools.count(1))
+        for name in DAEMONS:
+            agent = procs.agents[name]
+            agent.module, agent.env = MODULE, {ENV: str(found.arm_file(name))}
+        procs.start_all()
+        found.ready_standbys()
+        try:
+            yield found
+        finally:
+            for queue in found.standbys.values():
+                for standby in queue:
+                    standby.cancel()
+
+
+async def poll(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """Await check() (sync or async) until it returns something true; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if asyncio.iscoroutine(found):
+            found = await found
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def ledgers(fleet: Fleet) -> AsyncIterator[dict[str, VOXAgentMemory]]:
+    """Open every daemon's ledger read-only beside the daemon writing it."""
+    async with AsyncExitStack() as stack:
+        yield {
+            name: await stack.enter_async_context(
+                VOXAgentMemory(fleet.procs.ledger(name), read_only=True)
+            )
+            for name in DAEMONS
+        }
+
+
+async def route_is_up(console: OperatorConsole, command: str) -> bool:
+    root = console.view.get(console.root_id)
+    return root is not None and root.healthy and command in root.commands
+
+
+async def converged(memories: dict[str, VOXAgentMemory]) -> bool:
+    """Nothing left to re-send anywhere, nothing acknowledged and not yet answered."""
+    for name, memory in memories.items():
+        if await memory.pending_outbox():
+            return False
+        if name in DAEMONS and (
+            await memory.pending_commands() or await memory.interrupted_commands()
+        ):
+            return False
+    return True
+
+
+def of_number(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Rows about a command_request whose params are {"n": n}."""
+    return [
+        r
+        for r in rows
+        if r["message_type"] == "command_request"
+        and (r["details"] or {}).get("params", {}).get("n") == n
+    ]
+
+
+@pytest.mark.parametrize(
+    ("role", "point", "idempotent"),
+    CASES,
+    ids=[f"{role}-{p.command}-{p.label}" for role, p, _ in CASES],
+)
+async def test_a_kill_at_this_commit_converges(
+    fleet: Fleet, role: str, point: KillPoint, idempotent: bool
+) -> None:
+    procs, agent, n = fleet.procs, fleet.procs.agents[role], next(fleet.numbers)
+    arm = fleet.arm_file(role)
+    try:
+        async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+            await poll(lambda: route_is_up(console, point.command), "the route to the specialist")
+            point.arm(arm)
+
+            async def ask() -> VOXMessage | CommandFailed:
+                try:
+                    return await console.send_command(point.command, {"n": n}, wait=WAIT)
+                except CommandFailed as exc:
+                    return exc
+
+            answer = asyncio.ensure_future(ask())
+            await poll(lambda: not agent_runs(agent), f"{role} to reach the point and die")
+            assert agent.process is not None
+            assert agent.process.returncode == -signal.SIGKILL, agent.log()[-3000:]
+            batch = json.loads(fired(arm).read_text())
+            runs = agent.log().count(SERVING_LINE)
+            fleet.restart(role)
+            await poll(lambda: agent.log().count(SERVING_LINE) > runs, f"{role} to serve again")
+            outcome = await answer
+            async with ledgers(fleet) as memories:
+                memories["operator"] = console.agent.memory
+                await poll(lambda: converged(memories), "every outbox to empty")
+                await check(fleet, memories, n, outcome, idempotent, batch)
+        # `vox ledger DB verify` on the killed agent's ledger, in a thread (its own loop),
+        # in this process: a process of its own would cost seconds of imports per test.
+        code = await asyncio.to_thread(vox, ["ledger", str(procs.ledger(role)), "verify"])
+        assert code == 0, f"vox ledger {procs.ledger(role)} verify exited {code}"
+    except BaseException:
+        print(procs.logs()[-20000:])
+        raise
+    finally:
+        arm.unlink(missing_ok=True)  # a point never reached must not fire in a later test
+        fleet.ready_standbys()
+
+
+def agent_runs(agent: AgentProcess) -> bool:
+    return agent.process is not None and agent.process.poll() is None
+
+
+async def check(
+    fleet: Fleet,
+    memories: dict[str, VOXAgentMemory],
+    n: int,
+    outcome: VOXMessage | CommandFailed,
+    idempotent: bool,
+    batch: list[dict[str, Any]],
+) -> None:
+    """One answer, at most one run (one when it succeeded), one truth, ledgers that verify."""
+    what = f"killed at a commit of {[(r['action'], r['message_type']) for r in batch]}"
+    op_rows = await memories["operator"].get_recent(100_000)
+    (request,) = [r for r in of_number(op_rows, n) if r["action"] == "sent"]
+    answers = {
+        r["message_id"]
+        for r in op_rows
+        if r["action"] == "received"
+        and r["message_type"] in ANSWERS
+        and r["reply_to"] == request["message_id"]
+    }
+    assert len(answers) == 1, f"{what}: the operator got {len(answers)} answers, {outcome!r}"
+    ran = fleet.tallies(n)
+    if isinstance(outcome, CommandFailed):
+        # A clear failure from the fleet (work cut by the kill), never the operator's own
+        # deadline: that would be an answer lost.
+        assert outcome.code == "HANDLER_ERROR", f"{what}: {outcome!r}"
+        assert ran <= 1 or idempotent, f"{what}: ran {ran} times"
+    else:
+        assert outcome.details["result"] == n
+        assert ran == 1 or (idempotent and ran >= 1), f"{what}: ran {ran} times"
+    spec_rows = of_number(await memories["specialist"].get_recent(100_000), n)
+    if not idempotent:
+        started = [r for r in spec_rows if r["action"] == "started"]
+        assert len(started) <= 1, f"{what}: started {len(started)} times"
+    # The fleet converges on one truth: a command its server completed is not reported to
+    # the operator as failed (a request its caller was told had failed, run anyway).
+    if any(r["action"] == "completed" for r in spec_rows):
+        assert not isinstance(outcome, CommandFailed), (
+            f"{what}: the specialist completed the command (ran {ran}x) but the operator"
+            f" was answered {outcome.code}: {outcome.error}"
+        )
+    for name, memory in memories.items():
+        report = await memory.verify()
+        assert report.ok, f"{name}'s ledger: {report}"
+
+
+def test_every_ledger_verifies_with_vox_ledger_verify(fleet: Fleet, capsys: Any) -> None:
+    """After all those kills (this module's last test), `vox ledger DB verify` passes on each."""
+    operator = fleet.procs.root / "state" / fleet.procs.fleet.operator_name / "logs.db"
+    for ledger in [*map(fleet.procs.ledger, DAEMONS), operator]:
+        code = vox(["ledger", str(ledger), "verify"])
+        out = capsys.readouterr().out
+        assert code == 0, f"vox ledger {ledger} verify exited {code}: {out}"
+        assert "hash chain intact" in out, out
