@@ -370,8 +370,12 @@ class VOXAgent:
         )
         # Read before connecting: anything recorded after this is this run's own work.
         interrupted = await self.memory.interrupted_commands()
+        delegated = await self.memory.delegated_commands()
         pending = await self.memory.pending_commands()
         unsent = await self.memory.pending_outbox()
+        # Before connecting, so a child's answer that waited on the broker finds its command.
+        adopted = self._runner.adopt(delegated)
+        interrupted = [row for row in interrupted if row["message_id"] not in adopted]
         session = self._session
         await self._stack.enter_async_context(session)
         self._started = True

@@ -155,7 +155,11 @@ class Outbox:
                 message = parse(payload)
             except InvalidMessage:
                 continue
-            tracked = self._tracker.track(message, expects_reply=False)
+            # A downstream request adopted after the restart is tracked already, its answer
+            # awaited (CommandRunner.adopt); anything else nobody awaits now.
+            tracked = self._tracker.get(message.message_id) or self._tracker.track(
+                message, expects_reply=False
+            )
             if deadline_passed(message):
                 reason = "its deadline passed while this agent was stopped"
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)

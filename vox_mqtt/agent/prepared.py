@@ -9,12 +9,19 @@ in one call when the commit fails (docs/ledger.md, rows that commit together).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from vox_mqtt.agent.outbox import Outgoing
 from vox_mqtt.agent.requests import Served
-from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_RESULT,
+    CommandError,
+    CommandResult,
+    ErrorCode,
+    VOXMessage,
+)
 
-__all__ = ["NotStarted", "Row", "Staged", "refused_unrecorded"]
+__all__ = ["NotStarted", "Row", "Staged", "refused_unrecorded", "relayed_details"]
 
 Row = tuple[VOXMessage, str, str | None]  # (message, action, outcome), one ledger row
 
@@ -37,3 +44,22 @@ class NotStarted(CommandError):
 def refused_unrecorded(outcome: CommandResult | CommandError) -> bool:
     """Tell whether a child refused the work because it could not record it (did nothing)."""
     return isinstance(outcome, CommandError) and outcome.code == ErrorCode.LEDGER_UNAVAILABLE
+
+
+def relayed_details(
+    reply: VOXMessage, name: str, *, handled_by: UUID
+) -> CommandResult | CommandError | None:
+    """This agent's answer for a child's: it answers for the work (seed 000); None if malformed."""
+    try:
+        if reply.type == MSG_COMMAND_RESULT:
+            result = reply.payload_as(CommandResult)
+            return CommandResult(
+                command=name,
+                result=result.result,
+                summary=result.summary,
+                handled_by=handled_by,
+            )
+        error = reply.payload_as(CommandError)
+        return CommandError(code=error.code, error=error.error, command=name)
+    except ValueError:
+        return None

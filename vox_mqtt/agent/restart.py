@@ -9,7 +9,7 @@ from uuid import UUID
 
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage
 
-__all__ = ["request_from_row"]
+__all__ = ["downstream_from_row", "request_from_row"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -52,3 +52,20 @@ def request_from_row(row: Mapping[str, Any]) -> VOXMessage | None:
     except (KeyError, TypeError, ValueError):
         log.warning("cannot resume command from ledger row %r", row)
         return None
+
+
+def downstream_from_row(
+    row: Mapping[str, Any], request: VOXMessage, *, me: UUID
+) -> tuple[UUID, VOXMessage]:
+    """Rebuild the request sent down for a delegated command from its "sent" row."""
+    child = UUID(str(row["target"]))
+    return child, VOXMessage(
+        message_id=UUID(str(row["message_id"])),
+        message_source=request.message_source,
+        emitted_at=row["emitted_at"],
+        source=me,
+        target=child,
+        type=MSG_COMMAND_REQUEST,
+        details=request.details,
+        reply_to=request.message_id,
+    )

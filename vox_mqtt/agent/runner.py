@@ -19,9 +19,9 @@ from vox_mqtt.agent.handlers import call_handler
 from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.ports import Recorder, Settings
-from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded
+from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded, relayed_details
 from vox_mqtt.agent.requests import Requests, Served, ServedState
-from vox_mqtt.agent.restart import request_from_row
+from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child
@@ -184,7 +184,7 @@ class CommandRunner:
         if served is None or not self.requests.claim_answer(served):
             return Staged()  # no longer awaited here: the ordinary path answers
         name = str(served.request.details.get("command", ""))
-        details = _relayed_details(reply, name, handled_by=self.config.id)
+        details = relayed_details(reply, name, handled_by=self.config.id)
         outgoing = None if details is None else self._prepared_answer(served, details)
         if outgoing is None:
             served.answering = False  # the ordinary path answers it (too large, malformed)
@@ -377,6 +377,15 @@ class CommandRunner:
             )
         if step is Step.UNROUTABLE:
             return self._unroutable(name, plan.code or ErrorCode.NO_ROUTE)
+        if served.downstream is not None and served.child is not None:
+            # Adopted after a restart (adopt): its child's answer is still due.
+            child, timeout = served.child, self._timeout_of(payload)
+            outcome = await self._delegation_outcome(served, timeout, started=time.perf_counter())
+            if refused_unrecorded(outcome):
+                return await self._delegate(
+                    served, payload, timeout, refused={child}, outcome=outcome
+                )
+            return outcome
         if step is Step.DELEGATE and committed is not None and plan.child is not None:
             # Its downstream request committed with its "received" row: send it now.
             tracked = self.outbox.dispatch(committed)
@@ -516,6 +525,31 @@ class CommandRunner:
 
     # --- restart --------------------------------------------------------------------------
 
+    def adopt(self, delegated: Iterable[Mapping[str, Any]]) -> set[str]:
+        """After a restart, before connecting: wait again for the answers children owe.
+
+        Each command delegated before the restart (and not answered) becomes a `Served`
+        record again, DELEGATED to its child with the downstream request tracked, so the
+        child's answer, whenever it comes, is relayed up as if nothing had happened; its
+        deadline still bounds the wait. Returns the ids adopted; any other interrupted
+        command is reported as before (resume).
+        """
+        adopted: set[str] = set()
+        for row in delegated:
+            request = request_from_row(row)
+            down = row.get("downstream")
+            if request is None or down is None or request.source not in self.config.peers:
+                continue
+            child, downstream = downstream_from_row(down, request, me=self.config.id)
+            if child not in self.config.children:
+                continue  # no longer a child (the fleet changed): reported interrupted
+            tracked = self.requests.sent.track(downstream, expects_reply=True)
+            served = self.requests.open(request, Plan(step=Step.DELEGATE, child=child), None)
+            self.requests.delegate(served, child, tracked)
+            self._tasks.spawn(self._serve(served, None), "adopted")
+            adopted.add(str(request.message_id))
+        return adopted
+
     async def resume(
         self,
         interrupted: Iterable[Mapping[str, Any]],
@@ -540,22 +574,3 @@ class CommandRunner:
             request = request_from_row(row)
             if request is not None and request.source in self.config.peers:
                 self.begin(request, *plan(request))
-
-
-def _relayed_details(
-    reply: VOXMessage, name: str, *, handled_by: UUID
-) -> CommandResult | CommandError | None:
-    """This agent's answer for a child's: it answers for the work (seed 000); None if malformed."""
-    try:
-        if reply.type == MSG_COMMAND_RESULT:
-            result = reply.payload_as(CommandResult)
-            return CommandResult(
-                command=name,
-                result=result.result,
-                summary=result.summary,
-                handled_by=handled_by,
-            )
-        error = reply.payload_as(CommandError)
-        return CommandError(code=error.code, error=error.error, command=name)
-    except ValueError:
-        return None

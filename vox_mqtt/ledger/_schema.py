@@ -66,7 +66,7 @@ _ENSURE_TRIGGERS: Final = "".join(
     sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1) + "\n"
     for sql in _TRIGGER_SQL.values()
 )
-# A received command's origin message_source, sealed, until it starts (docs/ledger.md).
+# A received command's origin message_source, sealed, until it starts or ends (docs/ledger.md).
 _HELD: Final = """CREATE TABLE IF NOT EXISTS held (message_id TEXT PRIMARY KEY,
     source TEXT NOT NULL);"""
 _MARK_TRIGGERS: Final = "INSERT INTO ledger_meta (key, value) VALUES ('triggers', '2');\n"
@@ -135,6 +135,9 @@ def _unfinished(starts: tuple[str, ...], ends: tuple[str, ...]) -> str:
 
 _PENDING: Final = _unfinished(("received",), (*STARTED_ACTIONS, *DONE_ACTIONS))
 _INTERRUPTED: Final = _unfinished(STARTED_ACTIONS, DONE_ACTIONS)
+# The requests sent down for a command (their reply_to), oldest first.
+_DOWNSTREAM: Final = f"""SELECT {_ALL} FROM logs WHERE reply_to = ? AND action = 'sent'
+    AND message_type = '{MSG_COMMAND_REQUEST}' ORDER BY id"""
 
 # The payload keys worth keeping per type: identifiers and codes, never free text.
 _KEPT_DETAILS: Final[dict[str, tuple[str, ...]]] = {

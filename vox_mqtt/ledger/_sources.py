@@ -14,12 +14,13 @@ import hmac
 import json
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from vox_mqtt.ledger._schema import _source_digest
+from vox_mqtt.ledger._schema import _load_key, _source_digest
 from vox_mqtt.protocol.errors import LedgerError
 
 __all__ = ["DEFAULT", "SEALED", "SourceKeeper"]
@@ -38,6 +39,16 @@ class SourceKeeper:
         self.clear = clear  # sources kept in clear: nothing to digest or seal
         self.key = key
         self._digests: dict[str, str] = {}  # message_source -> digest (a few senders)
+
+    def load_key(self, path: Path, *, create: bool) -> None:
+        """Read the ledger's key beside it (creating it when create), unless not needed."""
+        key = path.with_suffix(".key")
+        if self.clear or self.key is not None or not (create or key.is_file()):
+            return
+        try:
+            self.key = _load_key(key)
+        except (OSError, ValueError) as exc:
+            raise LedgerError(f"ledger {path}: digest key: {exc}") from None
 
     def _key(self, path: object) -> bytes:
         if self.key is None:

@@ -23,7 +23,6 @@ from vox_mqtt.ledger._schema import (
     DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
-    STARTED_ACTIONS,
     _chain_hash,
 )
 from vox_mqtt.protocol.errors import LedgerError
@@ -177,7 +176,8 @@ def read_head(db: sqlite3.Connection) -> Head:
     return (0, GENESIS_HASH) if found is None else (int(found[0]), str(found[1]))
 
 
-_ENDS: Final = frozenset((*STARTED_ACTIONS, *DONE_ACTIONS))
+# A delegated command keeps its source held: a restart resumes waiting for its child.
+_ENDS: Final = frozenset(("started", *DONE_ACTIONS))
 _ANSWERS: Final = frozenset(("command_result", "command_error"))
 # Where _released reads a row (laid out as _COLUMNS, then prev_hash and hash).
 _ACTION, _MESSAGE_ID, _TYPE, _REPLY_TO = (

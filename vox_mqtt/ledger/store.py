@@ -18,6 +18,7 @@ import aiosqlite
 
 from vox_mqtt.ledger._index import ReceivedIndex
 from vox_mqtt.ledger._queries import VerifyReport, trace_chain, verify_chain
+from vox_mqtt.ledger._resume import delegated_commands
 from vox_mqtt.ledger._rows import Received, Values, make_row, message_row
 from vox_mqtt.ledger._schema import (
     _ALL,
@@ -37,7 +38,6 @@ from vox_mqtt.ledger._schema import (
     WITNESS_EVENT,
     _chain_hash,
     _id_text,
-    _load_key,
     _outbox_payload,
     _row_dict,
     _scrub,
@@ -80,7 +80,7 @@ class _Pending:
     outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
     outbox_done: str | None = None  # message_id to remove
     received: list[Received] | None = None  # for the dedupe index, once committed
-    held: tuple[str, str] | None = None  # a received command's sealed source, until it starts
+    held: tuple[str, str] | None = None  # a command's sealed source, until it starts or ends
 
 
 class VOXAgentMemory:
@@ -163,7 +163,11 @@ class VOXAgentMemory:
                 self._reader = db
                 await db.execute("PRAGMA busy_timeout = 10000")
                 await db.execute("PRAGMA query_only = ON")
-            return await self._check_schema(db, create=False)
+            await self._check_schema(db, create=False)
+            # A reader beside the agent opens what the outbox keeps sealed with its key.
+            with contextlib.suppress(LedgerError):
+                self._sources.load_key(self.path, create=False)
+            return None
         try:
             # SQLite gives the -wal and -shm files the database file's own mode.
             private_file(self.path)
@@ -178,11 +182,7 @@ class VOXAgentMemory:
             )
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA query_only = ON")
-        if not self.clear_sources and self._sources.key is None:
-            try:
-                self._sources.key = _load_key(self.path.with_suffix(".key"))
-            except (OSError, ValueError) as exc:
-                raise LedgerError(f"ledger {self.path}: digest key: {exc}") from None
+        self._sources.load_key(self.path, create=True)
         for message_id, emitted in received:
             self._received.add(message_id, emitted)
         self._guard = asyncio.create_task(self._watch(), name=f"ledger {self.path}")
@@ -307,7 +307,7 @@ class VOXAgentMemory:
             sealed = self._sources.seal(origin := keep.message_source, self.path)
             kept = (str(keep.message_id), outbox[0], _outbox_payload(outbox[1], origin, sealed))
         if message.type == MSG_COMMAND_REQUEST and action == "received":
-            # Kept until it starts: a restart resumes it with its origin's message_source.
+            # Kept until it starts or ends: a restart resumes (or adopts) it with its origin's.
             held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
         done = None if outbox_done is None else str(outbox_done)
         return await self._submit(rows, outbox=kept, outbox_done=done, held=held)
@@ -473,12 +473,14 @@ class VOXAgentMemory:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    async def _fetch(self, sql: str, params: Iterable[Any] = ()) -> Iterable[Any]:
         await self.init_db()
         assert self._reader is not None
         with self._errors("cannot read"):
-            found = await self._reader.execute_fetchall(sql, tuple(params))
-        return [_row_dict(row) for row in found]
+            return await self._reader.execute_fetchall(sql, tuple(params))
+
+    async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return [_row_dict(row) for row in await self._fetch(sql, params)]
 
     async def get_recent(self, limit: int = 10) -> list[dict[str, Any]]:
         """Return the newest rows first, as dicts."""
@@ -505,11 +507,7 @@ class VOXAgentMemory:
         ):
             return key in self._received
         sql = "SELECT 1 FROM logs WHERE message_id = ? AND action = ? LIMIT 1"
-        await self.init_db()
-        assert self._reader is not None
-        with self._errors("cannot read"):
-            found = await self._reader.execute_fetchall(sql, (key, action))
-        return bool(found)
+        return bool(await self._fetch(sql, (key, action)))
 
     async def find(self, message_id: UUID) -> list[dict[str, Any]]:
         """Return every row about a message id, oldest first."""
@@ -518,15 +516,20 @@ class VOXAgentMemory:
 
     async def pending_commands(self) -> list[dict[str, Any]]:
         """Return received command_requests never started, finished nor answered (+ origin)."""
-        rows = await self._read(_PENDING)
-        assert self._reader is not None
-        with self._errors("cannot read"):
-            held = await self._reader.execute_fetchall("SELECT message_id, source FROM held")
-        return self._sources.with_origins(rows, held, self.path)
+        return self._sources.with_origins(await self._read(_PENDING), await self._held(), self.path)
+
+    async def _held(self) -> list[tuple[str, str]]:
+        rows = await self._fetch("SELECT message_id, source FROM held")
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     async def interrupted_commands(self) -> list[dict[str, Any]]:
         """Return commands started or delegated but neither finished nor answered."""
         return await self._read(_INTERRUPTED)
+
+    async def delegated_commands(self) -> list[dict[str, Any]]:
+        """Return commands delegated and not answered, with `downstream` and their origin."""
+        rows = await delegated_commands(self._read)
+        return self._sources.with_origins(rows, await self._held(), self.path)
 
     async def trace(self, message_id: UUID) -> list[dict[str, Any]]:
         """Rebuild the reply_to chain around a message: one row per message, in ledger order."""
@@ -534,10 +537,7 @@ class VOXAgentMemory:
 
     async def head(self) -> tuple[int, str]:
         """Return the newest row's id and hash ((0, the genesis hash) when empty)."""
-        await self.init_db()
-        assert self._reader is not None
-        with self._errors("cannot read"):
-            found = await self._reader.execute_fetchall(_HEAD)
+        found = await self._fetch(_HEAD)
         return next(((int(r[0]), str(r[1])) for r in found), (0, GENESIS_HASH))
 
     async def row_hashes(self, ids: Iterable[int]) -> dict[int, str]:

@@ -1,0 +1,25 @@
+"""What a restart reads back of a delegated command: the request it sent down for it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from vox_mqtt.ledger._schema import _DOWNSTREAM, _INTERRUPTED
+
+__all__ = ["delegated_commands"]
+
+Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
+
+
+async def delegated_commands(read: Read) -> list[dict[str, Any]]:
+    """Commands delegated, never started here, neither finished nor answered.
+
+    Each row carries `downstream`: the row of the last request sent down for it, whose
+    answer the command still waits for.
+    """
+    rows = [r for r in await read(_INTERRUPTED, ()) if r["action"] == "delegated"]
+    for row in rows:
+        sent = await read(_DOWNSTREAM, (row["message_id"],))
+        row["downstream"] = sent[-1] if sent else None
+    return rows
