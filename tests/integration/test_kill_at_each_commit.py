@@ -18,9 +18,11 @@ before or just after that commit (tests/kits/killpoint.py), is restarted, and th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -187,10 +189,23 @@ async def route_is_up(console: OperatorConsole, command: str) -> bool:
     return root is not None and root.healthy and command in root.commands
 
 
+def outbox_size(ledger: Path) -> int:
+    """Count a ledger's outbox entries with sqlite3 itself (read-only, beside its writer).
+
+    Not VOXAgentMemory.pending_outbox(): it unseals each entry, and a read-only ledger holds
+    no key to unseal with.
+    """
+    with contextlib.closing(
+        sqlite3.connect(f"{ledger.resolve().as_uri()}?mode=ro", uri=True)
+    ) as db:
+        db.execute("PRAGMA busy_timeout = 10000")
+        return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
+
+
 async def converged(memories: dict[str, VOXAgentMemory]) -> bool:
     """Nothing left to re-send anywhere, nothing acknowledged and not yet answered."""
     for name, memory in memories.items():
-        if await memory.pending_outbox():
+        if outbox_size(memory.path):
             return False
         if name in DAEMONS and (
             await memory.pending_commands() or await memory.interrupted_commands()
