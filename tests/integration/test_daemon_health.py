@@ -6,9 +6,6 @@ cannot record, `--health` says so and exits 1; once the space is back it exits 0
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,45 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.kits.diskkit import NEEDS_MOUNT, fill, small_tmpfs
 from tests.kits.faultkit import ANALYST, Deployment, Processes, deploy_fleet
 from tests.kits.fleetproc import REPO, child_env
 from vox_mqtt.broker.local import LocalBroker
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("mount") is None,
-        reason="mounting a small filesystem for the full disk needs root",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_MOUNT]
 
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
     """A root and a leaf whose state dir is a mounted 8 MiB tmpfs, removed after the test."""
     dep = deploy_fleet(tmp_path, {"root": (None, ()), "leaf": ("root", (ANALYST,))}, heartbeat=0.5)
-    mount = dep.state_dir("leaf")
-    mount.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
-    try:
+    with small_tmpfs(dep.state_dir("leaf")):
         yield dep
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Fill the filesystem to 100 % in one go; return the file that holds the space."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as handle:
-        for size in (1 << 20, 512):  # whatever a whole chunk did not fit into goes too
-            try:
-                while handle.write(b"\0" * size):
-                    pass
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-    assert shutil.disk_usage(disk).free < 4096
-    return filler
 
 
 def _health(config: Path) -> subprocess.CompletedProcess[str]:
@@ -94,7 +66,7 @@ def test_health_exits_1_while_the_ledger_cannot_record_and_0_after(
     assert up.startswith("leaf: connected to 127.0.0.1:")
     assert "ledger ok" in up
 
-    filler = _fill(dep.state_dir("leaf"))
+    filler = fill(dep.state_dir("leaf"))
     down, took = _until(config, 1)
     print(f"\nFIGURE --health exits 1 {took:.1f}s after the disk filled")
     assert "degraded" in down

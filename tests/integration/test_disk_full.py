@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -17,51 +13,20 @@ import pytest
 
 from tests.kits.agentkit import Analyst, Slow, operator_config, start_agents, wait_for
 from tests.kits.brokerkit import SEED_TREE, SecureBroker, tree_fleet
+from tests.kits.diskkit import NEEDS_MOUNT, fill, small_tmpfs
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, new_message, now_iso
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("mount") is None,
-        reason="mounting a small filesystem for the full disk needs root",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_MOUNT]
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 8 MiB filesystem (tmpfs), mounted for the test and removed after it."""
-    mount = tmp_path / "specialist_a"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "specialist_a") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill the filesystem to 100 % in one go; return the file that holds the space."""
-    filler = disk / "filler"
-    chunk = b"\0" * (1 << 20)
-    with filler.open("wb", buffering=0) as handle:
-        while True:
-            try:
-                handle.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-        # Whatever a whole chunk did not fit into goes too.
-        with contextlib.suppress(OSError):
-            while handle.write(b"\0" * 512):
-                pass
-    usage = shutil.disk_usage(disk)
-    assert usage.free < 4096, usage
-    return filler
 
 
 def kick(secure: SecureBroker, name: str) -> None:
