@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,18 @@ def job_mail(
         f"From: {sender}\nSubject: Translation\nStart: {start}\nEnd: {end}\n"
         f"Effort-Minutes: {effort}\nPrice: {price}\n\n{NOTE}\n"
     )
+
+
+def next_monday(hour: int = 0, *, weeks: int = 1) -> datetime:
+    """Return a Monday at least `weeks` weeks ahead at this UTC hour: a job not yet expired."""
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today + timedelta(days=7 - today.weekday() + 7 * weeks, hours=hour)
+
+
+def future_mail(start_hour: int, end_hour: int, effort: int, price: int, *, weeks: int = 1) -> str:
+    """Return a job mail for a window of a future Monday (the kit's coordinator works Mondays)."""
+    start, end = next_monday(start_hour, weeks=weeks), next_monday(end_hour, weeks=weeks)
+    return job_mail(start.isoformat(), end.isoformat(), effort=effort, price=f"{price} USD")
 
 
 def drop(intake: Path, name: str, text: str) -> None:
