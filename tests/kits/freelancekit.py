@@ -87,7 +87,9 @@ class Fixture:
         self.agents: dict[str, Any] = {}
         self.console: OperatorConsole | None = None
 
-    async def start(self, stack: AsyncExitStack, names: list[str] | None = None) -> None:
+    async def start(
+        self, stack: AsyncExitStack, names: list[str] | None = None, *, console: bool = True
+    ) -> None:
         watcher = MailWatcher(
             settings={"intake_dir": str(self.intake), "poll_interval": 0.05, "settle": 0.05}
         )
@@ -98,7 +100,7 @@ class Fixture:
             "specialist_b": [Analyst()],
         }
         self.agents.update(await start_agents(stack, self.secure, self.tmp, roles, names))
-        if self.console is None:
+        if self.console is None and console:
             self.console = await stack.enter_async_context(
                 console_for(self.secure, self.tmp / "operator")
             )
