@@ -95,7 +95,9 @@ def judge(
             code=JOB_EXPIRED, reason=f"job {job_id} expired: its window ended at {job.end_time}"
         )
     if verdict != APPROVE:
-        return Recorded(verdict=verdict, outcome="rejected: it held no capacity, none is freed")
+        return Recorded(
+            verdict=verdict, outcome="nothing booked: it held no capacity, so none is freed"
+        )
     fit = schedule.fit(job.booking(), approved)
     if fit.fits:
         return Recorded(verdict=verdict, outcome=f"booked: {fit.reason}")

@@ -85,6 +85,9 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
         (tmp_path / "operator-cli" / "decisions.jsonl").unlink()
         fleet_refusal = await capture("decide", *op, "1", "reject")
         code, out, err = await capture("inbox", *op, "--wait", "0", "--undecided")
+        # The root's trace of job #1 shows the decision, its verdict and the outcome.
+        root_db = f.tmp / "root" / "logs.db"
+        traced = await capture("ledger", root_db, "trace", jobs[0]["message_id"][:8])
     assert refusals["1"][:2] == (2, "")
     assert refusals["1"][2].startswith("vox: error: decide #1 reject: job #1 was already approved")
     assert refusals["3"][0] == 2
@@ -98,5 +101,9 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
     # With its record gone the console shows job #1 undecided again; the coordinator knows.
     assert "job_detected #1" in out
     assert "job_detected #2" in out
+    assert traced[0] == 0, traced
+    assert "decision " in traced[1]
+    assert "verdict=approve" in traced[1]
+    assert "outcome=booked: 180 min of work" in traced[1]
     book = f.agents["coordinator"].roles[0].book
     assert [job.decision for job in book.jobs()] == ["approve", None]

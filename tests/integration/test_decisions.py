@@ -83,7 +83,7 @@ async def test_three_overlapping_jobs_reach_the_operator_and_only_the_approved_o
         chain = await f.agents["root"].memory.trace(a)
     assert approved.type == "decision_recorded"
     assert approved.details["outcome"].startswith("booked: 180 min of work")
-    assert rejected.details["outcome"] == "rejected: it held no capacity, none is freed"
+    assert rejected.details["outcome"] == "nothing booked: it held no capacity, so none is freed"
     # Exactly the approved job holds time; the fourth job was not notified for it.
     assert decisions == {10: APPROVE, 20: REJECT, 30: None, 50: None}
     assert 40 not in by_price(f)

@@ -88,7 +88,7 @@ def test_an_approval_beyond_the_allotted_time_is_recorded_and_says_by_how_much()
 def test_a_rejection_frees_nothing() -> None:
     judged = judge("reject", job(9, 17, 60), job_id="x", approved=[], schedule=WEEK, now=NOW)
     assert judged == Recorded(
-        verdict="reject", outcome="rejected: it held no capacity, none is freed"
+        verdict="reject", outcome="nothing booked: it held no capacity, so none is freed"
     )
 
 
