@@ -57,11 +57,11 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
     async with AsyncExitStack() as stack:
         await f.start(stack, console=False)
         drop(f.intake, "1-a.eml", future_mail(9, 13, 180, 10))
-        await wait_for(lambda: len(f.received_jobs("root")) == 1)  # so it is job #1
+        await wait_for(lambda: len(f.received_jobs("root")) == 1, timeout=30)  # so it is job #1
         # A job whose window ended long ago is notified, and cannot be decided.
         past = "2026-01-12T09:00:00+00:00", "2026-01-12T17:00:00+00:00"
         drop(f.intake, "2-past.eml", job_mail(*past, effort=60, price="20 USD"))
-        await wait_for(lambda: len(f.received_jobs("root")) == 2)
+        await wait_for(lambda: len(f.received_jobs("root")) == 2, timeout=30)
         jobs: list[dict[str, Any]] = []
         for _ in range(20):  # each run collects what the broker queued for the operator
             code, out, _ = await capture("inbox", *op, "--wait", "0.5", "--json", "--keep-unread")

@@ -54,7 +54,7 @@ async def three_jobs(f: Fixture) -> dict[int, dict[str, Any]]:
     for count, (name, text) in enumerate(THREE.items(), start=1):
         drop(f.intake, name, text)
         # One at a time, so each notification's overlaps are the ones before it.
-        await wait_for(lambda n=count: len(f.inbox()) == n)
+        await wait_for(lambda n=count: len(f.inbox()) == n, timeout=30)
     return by_price(f)
 
 
@@ -75,8 +75,8 @@ async def test_three_overlapping_jobs_reach_the_operator_and_only_the_approved_o
         rejected = await f.console.decide(b, "reject", wait=10)
         drop(f.intake, "4-overlaps-a.eml", OVERLAPS_A)
         drop(f.intake, "5-only-b.eml", ONLY_B)
-        await wait_for(lambda: len(rows(f, "coordinator", action="not_notified")) == 1)
-        await wait_for(lambda: 50 in by_price(f))
+        await wait_for(lambda: len(rows(f, "coordinator", action="not_notified")) == 1, timeout=30)
+        await wait_for(lambda: 50 in by_price(f), timeout=30)
         book = f.agents["coordinator"].roles[0].book
         decisions = {job.value: job.decision for job in book.jobs()}
         numbered = f.console.jobs()
@@ -131,10 +131,10 @@ async def test_refused_decisions_say_why_and_leave_a_rejected_row(fleet_fixture:
         await f.start(stack)
         assert f.console is not None
         drop(f.intake, "1-future.eml", future_mail(9, 17, 60, 10))
-        await wait_for(lambda: 10 in by_price(f))
+        await wait_for(lambda: 10 in by_price(f), timeout=30)
         # A job whose window is over can still be notified; it cannot be decided.
         drop(f.intake, "2-past.eml", job_mail(*past, effort=60, price="20 USD"))
-        await wait_for(lambda: 20 in by_price(f))
+        await wait_for(lambda: 20 in by_price(f), timeout=30)
         future, over = (UUID(by_price(f)[price]["message_id"]) for price in (10, 20))
         await f.console.decide(future, "approve", wait=10)
         failures: dict[str, CommandFailed] = {}

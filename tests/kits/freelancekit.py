@@ -94,7 +94,7 @@ class Fixture:
             settings={"intake_dir": str(self.intake), "poll_interval": 0.05, "settle": 0.05}
         )
         roles: dict[str, list[Role]] = {
-            "root": [Root(settings={"ask_timeout": 5})],
+            "root": [Root(settings={"ask_timeout": 15})],  # loaded machines: a hop may take seconds
             "coordinator": [Coordinator(settings={"work_week": {"mon": ["09:00-17:00"]}})],
             "specialist_a": [Analyst(), watcher],
             "specialist_b": [Analyst()],
