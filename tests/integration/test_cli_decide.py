@@ -56,6 +56,11 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
     op = ("--config", operator)
     async with AsyncExitStack() as stack:
         await f.start(stack, console=False)
+        # The operator's persistent session first, as once set up: the broker then queues
+        # the root's notifications in the order they were sent (before it, none is kept and
+        # the root's re-sends come in any order).
+        code, _, err = await capture("inbox", *op, "--wait", "0")
+        assert code == 0, err
         drop(f.intake, "1-a.eml", future_mail(9, 13, 180, 10))
         await wait_for(lambda: len(f.received_jobs("root")) == 1, timeout=30)  # so it is job #1
         # A job whose window ended long ago is notified, and cannot be decided.
@@ -76,7 +81,7 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
         assert "2 job(s) undecided" in out
 
         code, out, err = await capture("decide", *op, "1", "approve", "--note", "yes please")
-        assert (code, err) == (0, "")
+        assert code == 0, err
         assert out.startswith("job #1 approved: booked: 180 min of work")
         refusals = {}
         for args in (("1", "reject"), ("3", "approve"), ("2", "approve")):
@@ -89,15 +94,16 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
         root_db = f.tmp / "root" / "logs.db"
         traced = await capture("ledger", root_db, "trace", jobs[0]["message_id"][:8])
     assert refusals["1"][:2] == (2, "")
-    assert refusals["1"][2].startswith("vox: error: decide #1 reject: job #1 was already approved")
+    assert "vox: error: decide #1 reject: job #1 was already approved" in refusals["1"][2]
     assert refusals["3"][0] == 2
     assert "no job #3: the inbox holds 2 job(s), #1 to #2" in refusals["3"][2]
     assert refusals["2"][0] == 2
     assert "job #2 expired: its window ended at 2026-01-12T17:00:00+00:00" in refusals["2"][2]
     assert fleet_refusal[0] == 2
-    assert fleet_refusal[2].startswith("vox: error: decide #1 reject: ALREADY_DECIDED: job ")
+    assert "vox: error: decide #1 reject: ALREADY_DECIDED: job " in fleet_refusal[2]
     for _, _, message in (*refusals.values(), fleet_refusal):
-        assert message.count("\n") == 1  # one line each
+        # One line each (a loaded machine may add the runtime's own log lines to stderr).
+        assert len([line for line in message.splitlines() if "error" in line]) == 1, message
     # With its record gone the console shows job #1 undecided again; the coordinator knows.
     assert "job_detected #1" in out
     assert "job_detected #2" in out
