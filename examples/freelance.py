@@ -2,9 +2,11 @@
 
 - MailWatcher (specialist): turns e-mail files dropped in an intake folder into job_detected.
 - Analyst (specialist): the `analyze` command of seed 000's delegation flow.
-- Coordinator: checks each job against its allotted work time and notifies the root;
+- Coordinator: checks each job against its allotted work time (the approved jobs take) and
+  notifies the root, naming the undecided jobs it overlaps; records the human's decisions;
   answers the root's data_request for a financial_summary.
-- Root: notifies the operator of jobs; `financial_summary` asks the coordinator.
+- Root: notifies the operator of jobs, relays the operator's decisions to the coordinator
+  that notified each job; `financial_summary` asks the coordinators.
 """
 
 from __future__ import annotations
@@ -15,22 +17,26 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from vox_mqtt.agent.roles import Role, command, on
+from vox_mqtt.agent.roles import AgentHandle, Role, command, on
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
     MSG_DATA_REQUEST,
     MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
     MSG_JOB_DETECTED,
     CommandError,
     DataRequest,
     DataResponse,
+    Decision,
     ErrorCode,
     Price,
     VOXMessage,
@@ -39,7 +45,16 @@ from vox_mqtt.protocol.messages import (
 )
 
 from ._settings import positive_seconds
-from .jobbook import BookedJob, JobBook
+from .decisions import (
+    OVERLAPS,
+    UNKNOWN_JOB,
+    Refusal,
+    judge,
+    notified_as,
+    overlapping,
+    translate_overlaps,
+)
+from .jobbook import APPROVE, BookedJob, JobBook
 from .mailwatcher import MailWatcher
 from .schedule import Booking, WeeklySchedule
 
@@ -101,7 +116,9 @@ class _JobFacts(BaseModel):
 class Coordinator(Role):
     """Check each job_detected against the allotted work time and notify the root if it fits.
 
-    Phase 1: it decides nothing, changes no job and contacts no client. Settings:
+    Only approved jobs take time: an undecided job never keeps a later one from being
+    notified, and each notification names the undecided jobs it overlaps. It records the
+    human's decisions and decides nothing, changes no job and contacts no client. Settings:
     timezone (IANA, default UTC), work_week (e.g. {mon = ["09:00-17:00"], ...}, default
     Monday to Friday 09:00-17:00), currency (of financial summaries, default USD).
     """
@@ -145,6 +162,7 @@ class Coordinator(Role):
         async with self._lock:  # check and book as one step: two jobs cannot take one slot
             if message.message_id in self.book:
                 return
+            # Only what the human approved takes time (docs: examples/README.md, decisions).
             fit = self.schedule.fit(job, self.book.bookings())
             if not fit.fits:
                 await self._record(message, "not_notified", reason=f"does not fit: {fit.reason}")
@@ -155,10 +173,14 @@ class Coordinator(Role):
                     fit.reason,
                 )
                 return
-            # The details go up unchanged: note_to_human is opaque here, for the human only,
-            # so it is passed through without being read, logged or stored (seed 003).
+            overlaps = overlapping(job, self.book.undecided())
+            # The details go up unchanged but for the overlaps: note_to_human is opaque here,
+            # for the human only, so it is passed through without being read, logged or
+            # stored (seed 003).
             tracked = await self.agent.notify_master(
-                MSG_JOB_DETECTED, message.details, message_source=message.message_source
+                MSG_JOB_DETECTED,
+                {**message.details, OVERLAPS: overlaps},
+                message_source=message.message_source,
             )
             booked = BookedJob(
                 message_id=str(message.message_id),
@@ -173,13 +195,60 @@ class Coordinator(Role):
             await asyncio.to_thread(self.book.add, booked)
         await self._record(message, "notified", forwarded_as=str(tracked.message_id))
         log.info(
-            "%s: job %s fits (%s); notified %s as %s",
+            "%s: job %s fits (%s); notified %s as %s, overlapping %d undecided job(s)",
             self.agent.name,
             message.message_id,
             fit.reason,
             self.agent.config.master_name,
             tracked.message_id,
+            len(overlaps),
         )
+
+    @on(MSG_DECISION)
+    async def decision(self, message: VOXMessage) -> None:
+        """Record the human's verdict on a notified job; answer what it changed, or why not."""
+        if message.source != self.agent.config.master_id:
+            reason = "a decision comes from the master alone"
+            await refuse_decision(self.agent, message, ErrorCode.UNAUTHORIZED_SOURCE, reason)
+            return
+        decision = message.payload_as(Decision)
+        job_id = str(decision.in_response_to)
+        async with self._lock:  # one verdict per job, against the approvals of that moment
+            job = self.book.notified_as(job_id)
+            approved = [
+                j.booking()
+                for j in self.book.jobs()
+                if j.decision == APPROVE and (job is None or j.message_id != job.message_id)
+            ]
+            judged = judge(
+                decision.verdict,
+                job,
+                job_id=job_id,
+                approved=approved,
+                schedule=self.schedule,
+                now=datetime.now(UTC),
+            )
+            if isinstance(judged, Refusal):
+                await refuse_decision(self.agent, message, judged.code, judged.reason)
+                return
+            assert job is not None  # judge refuses a decision on an unknown job
+            await asyncio.to_thread(self.book.decide, job.message_id, decision.verdict, now_iso())
+        # The decision's own id is the row's: `vox ledger trace` shows it beside the job.
+        await self.agent.memory.record(
+            "job",
+            "approved" if decision.verdict == APPROVE else "rejected",
+            message.source,
+            self.agent.id,
+            {"message_id": str(message.message_id), "in_response_to": job_id,
+             "outcome": judged.outcome},
+        )  # fmt: skip
+        answer = Decision(
+            in_response_to=decision.in_response_to,
+            verdict=decision.verdict,
+            outcome=judged.outcome,
+        )
+        await self.agent.reply(message, MSG_DECISION_RECORDED, answer)
+        log.info("%s: job %s %s", self.agent.name, job_id, judged.outcome)
 
     async def _record(self, message: VOXMessage, action: str, **details: str) -> None:
         # Message-first: the ledger row names the message, never the job's business details.
@@ -256,23 +325,101 @@ class Root(Role):
     @on(MSG_JOB_DETECTED)
     async def job_detected(self, message: VOXMessage) -> None:
         """Pass a coordinator's job to the operator, whose inbox shows it to the human."""
-        if message.source not in self.agent.config.children:
+        master = self.agent.config.master_id
+        if message.source not in self.agent.config.children or master is None:
             log.warning("%s: job_detected %s not from a child", self.agent.name, message.message_id)
             return
-        tracked = await self.agent.notify_master(
-            MSG_JOB_DETECTED, message.details, message_source=message.message_source
+        details = dict(message.details)
+        if OVERLAPS in details:  # the overlapping jobs, by the ids the operator knows them as
+            details[OVERLAPS] = translate_overlaps(details[OVERLAPS], self.agent.id)
+        forwarded = notified_as(self.agent.id, message.message_id)
+        # The row that ties the notification to the job it passes up, before it is sent: a
+        # decision on it goes to the child that notified the job, and its reply_to makes
+        # `vox ledger trace` show the job, its notification and the decision as one chain.
+        await self.agent.memory.record(
+            "job",
+            "notified",
+            message.source,
+            master,
+            {"message_id": str(forwarded), "reply_to": str(message.message_id)},
         )
+        notice = VOXMessage(
+            message_id=forwarded,
+            message_source=message.message_source,
+            emitted_at=now_iso(),
+            source=self.agent.id,
+            target=master,
+            type=MSG_JOB_DETECTED,
+            details=details,
+        )
+        await self.agent.send_message(notice, expects_reply=False)
         log.info(
             "%s: job %s from %s notified to the operator as %s",
             self.agent.name,
             message.message_id,
             self.agent.config.children[message.source],
-            tracked.message_id,
+            forwarded,
         )
+
+    @on(MSG_DECISION)
+    async def decision(self, message: VOXMessage) -> None:
+        """Relay the operator's decision to the child that notified the job; answer back."""
+        if message.source != self.agent.config.master_id:
+            reason = "a decision comes from the operator alone"
+            await refuse_decision(self.agent, message, ErrorCode.UNAUTHORIZED_SOURCE, reason)
+            return
+        decision = message.payload_as(Decision)
+        link = await self._notified(decision.in_response_to)
+        if link is None:
+            reason = f"no job was notified as {decision.in_response_to}"
+            await refuse_decision(self.agent, message, UNKNOWN_JOB, reason)
+            return
+        child, received = link
+        # The root relays and decides nothing: the coordinator records the verdict.
+        relayed = Decision(in_response_to=received, verdict=decision.verdict, note=decision.note)
+        try:
+            answer = await self.agent.ask(
+                MSG_DECISION, relayed, to=child, timeout=self.ask_timeout, reply_to=received
+            )
+        except CommandFailed as exc:
+            await refuse_decision(self.agent, message, exc.code, exc.error)
+            return
+        # Validated as its type on arrival: a decision_recorded's payload is a Decision.
+        recorded = answer.type == MSG_DECISION_RECORDED
+        outcome = answer.payload_as(Decision).outcome if recorded else None
+        if outcome is None:
+            reason = f"{self.agent.config.children[child]} answered the decision with no outcome"
+            await refuse_decision(self.agent, message, ErrorCode.HANDLER_ERROR, reason)
+            return
+        await self.agent.reply(
+            message,
+            MSG_DECISION_RECORDED,
+            Decision(
+                in_response_to=decision.in_response_to, verdict=decision.verdict, outcome=outcome
+            ),
+        )
+        log.info(
+            "%s: decision %s on job %s relayed to %s: %s",
+            self.agent.name,
+            message.message_id,
+            decision.in_response_to,
+            self.agent.config.children.get(child, child),
+            outcome,
+        )
+
+    async def _notified(self, forwarded: UUID) -> tuple[UUID, UUID] | None:
+        """Return (child, job as received) of a notification this root sent, from its ledger."""
+        for row in await self.agent.memory.find(forwarded):
+            if (row["event_type"], row["action"]) != ("job", "notified"):
+                continue
+            child, received = UUID(row["source"]), UUID(row["reply_to"])
+            if child in self.agent.config.children:
+                return child, received
+        return None
 
     @command
     async def financial_summary(self, start_date: str, end_date: str) -> dict[str, Any]:
-        """Ask every coordinator for the total of notified jobs between two dates."""
+        """Ask every coordinator for the total of approved jobs between two dates."""
         try:
             request = DataRequest(
                 subject=FINANCIAL_SUMMARY,
@@ -325,3 +472,17 @@ class Root(Role):
             )
         except CommandFailed as exc:
             raise RuntimeError(f"{exc.code}: {exc.error}") from None
+
+
+async def refuse_decision(agent: AgentHandle, message: VOXMessage, code: str, reason: str) -> None:
+    """Refuse a decision: a rejected row under its id, and a command_error saying why."""
+    reason = " ".join(reason.split())[:1000]
+    log.warning("%s: decision %s refused: %s: %s", agent.name, message.message_id, code, reason)
+    await agent.memory.record(
+        "decision",
+        "rejected",
+        message.source,
+        agent.id,
+        {"message_id": str(message.message_id), "code": code, "reason": reason},
+    )
+    await agent.reply(message, MSG_COMMAND_ERROR, CommandError(code=code, error=reason))

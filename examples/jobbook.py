@@ -1,4 +1,4 @@
-"""The coordinator's book of notified jobs (a JSON file in its state dir) and its reports."""
+"""The coordinator's book of notified jobs and the human's decisions (a JSON file), and reports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -17,9 +17,13 @@ from vox_mqtt.protocol.messages import parse_timestamp
 
 from .schedule import Booking
 
-__all__ = ["BookedJob", "JobBook", "Summary"]
+__all__ = ["APPROVE", "REJECT", "BookedJob", "JobBook", "Summary"]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+# Version 1 books came before decisions: their jobs are read as undecided.
+READABLE_VERSIONS: Final = (1, 2)
+APPROVE: Final = "approve"
+REJECT: Final = "reject"
 CSV_COLUMNS: Final = (
     "message_id",
     "start_time",
@@ -33,7 +37,7 @@ CSV_COLUMNS: Final = (
 
 @dataclass(frozen=True, kw_only=True)
 class BookedJob:
-    """A job the coordinator notified to the root: scheduling and money facts only."""
+    """A job the coordinator notified to the root: scheduling and money facts, and its verdict."""
 
     message_id: str  # the specialist's job_detected
     forwarded_as: str  # the coordinator's job_detected to the root
@@ -43,6 +47,8 @@ class BookedJob:
     currency: str
     value: int
     notified_at: str
+    decision: str | None = None  # APPROVE or REJECT once the human decided; None: undecided
+    decided_at: str | None = None
 
     def booking(self) -> Booking:
         """Return the job as the schedule counts it."""
@@ -79,7 +85,7 @@ class JobBook:
             return
         except (OSError, ValueError) as exc:
             raise ValueError(f"{self.path}: cannot read the job book: {exc}") from None
-        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+        if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"{self.path}: not a version {FORMAT_VERSION} job book")
         try:
             jobs = [BookedJob(**row) for row in data["jobs"]]
@@ -98,21 +104,43 @@ class JobBook:
         return list(self._jobs.values())
 
     def bookings(self) -> list[Booking]:
-        """Return every booked job as the schedule counts it."""
-        return [job.booking() for job in self._jobs.values()]
+        """Return the approved jobs as the schedule counts them: only they hold capacity."""
+        return [job.booking() for job in self._jobs.values() if job.decision == APPROVE]
+
+    def undecided(self) -> dict[str, Booking]:
+        """Return the jobs nobody decided yet, by the id they were notified to the root as."""
+        return {j.forwarded_as: j.booking() for j in self._jobs.values() if j.decision is None}
+
+    def notified_as(self, forwarded_as: str) -> BookedJob | None:
+        """Return the job notified to the root under this message id, if any."""
+        return next((j for j in self._jobs.values() if j.forwarded_as == forwarded_as), None)
 
     def add(self, job: BookedJob) -> None:
         """Book a job and write the file before returning."""
         self._jobs[job.message_id] = job
+        self._write()
+
+    def decide(self, message_id: str, verdict: str, at: str) -> BookedJob:
+        """Record the human's verdict on a job and write the file before returning."""
+        job = replace(self._jobs[message_id], decision=verdict, decided_at=at)
+        self._jobs[message_id] = job
+        self._write()
+        return job
+
+    def _write(self) -> None:
         rows = [asdict(j) for j in self._jobs.values()]
         _atomic_write(self.path, json.dumps({"version": FORMAT_VERSION, "jobs": rows}, indent=1))
 
     def summary(
         self, start: datetime, end: datetime, *, currency: str, request_id: UUID, reports: Path
     ) -> Summary:
-        """Total the jobs starting in [start, end] and write them to a CSV in reports/."""
+        """Total the approved jobs starting in [start, end] and write them to a CSV in reports/."""
         chosen = sorted(
-            (j for j in self._jobs.values() if start <= parse_timestamp(j.start_time) <= end),
+            (
+                j
+                for j in self._jobs.values()
+                if j.decision == APPROVE and start <= parse_timestamp(j.start_time) <= end
+            ),
             key=lambda j: (parse_timestamp(j.start_time), j.message_id),
         )
         total = sum(j.value for j in chosen if j.currency == currency)

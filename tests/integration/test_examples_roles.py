@@ -6,13 +6,24 @@ import asyncio
 import json
 import logging
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
 from examples.freelance import MailWatcher
 from tests.kits.agentkit import start_agents, wait_for
-from tests.kits.freelancekit import NOTE, Fixture, drop, fleet_fixture, job_mail, seed_fleet
+from tests.kits.freelancekit import (
+    NOTE,
+    Fixture,
+    drop,
+    fleet_fixture,
+    future_mail,
+    job_mail,
+    next_monday,
+    seed_fleet,
+)
 from vox_mqtt.protocol.errors import CommandFailed
 
 __all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
@@ -97,25 +108,32 @@ async def test_bad_intake_files_are_rejected_kept_and_never_sent(
     assert len(sent) == 1
 
 
-async def test_jobs_that_do_not_fit_the_allotted_time_are_not_notified(
+async def test_jobs_that_do_not_fit_the_time_approved_jobs_leave_are_not_notified(
     fleet_fixture: Fixture,
 ) -> None:
     f = fleet_fixture
     async with AsyncExitStack() as stack:
         await f.start(stack)
-        drop(f.intake, "1-monday.eml", job_mail(effort=400))
+        assert f.console is not None
+        drop(f.intake, "1-monday.eml", future_mail(9, 17, 400, 30))
         await wait_for(lambda: len(f.inbox()) == 1)
+        await f.console.decide(UUID(f.inbox()[0]["message_id"]), "approve", wait=10)
         # Only 80 of Monday's 480 minutes are left, and Saturday has none.
-        drop(f.intake, "2-too-big.eml", job_mail(effort=100, price="50 USD"))
+        drop(f.intake, "2-too-big.eml", future_mail(9, 17, 100, 50))
+        saturday = next_monday(9) + timedelta(days=5)
         drop(
             f.intake,
             "3-saturday.eml",
-            job_mail("2026-01-17T09:00:00+00:00", "2026-01-17T12:00:00+00:00", effort=10),
+            job_mail(saturday.isoformat(), (saturday + timedelta(hours=3)).isoformat(), effort=10),
         )
-        drop(f.intake, "4-fits.eml", job_mail(effort=80, price="20 USD"))
+        drop(f.intake, "4-fits.eml", future_mail(9, 17, 80, 20))
         await wait_for(lambda: len(list((f.intake / "processed").iterdir())) == 4)
         await wait_for(lambda: len(f.inbox()) == 2)
-        await asyncio.sleep(0.3)  # a wrong third notification would have arrived by now
+        await wait_for(
+            lambda: (
+                len([r for r in f.ledger_rows("coordinator") if r["action"] == "not_notified"]) == 2
+            )
+        )
     assert [n["details"]["price"]["value"] for n in f.inbox()] == [30, 20]
     not_notified = [r for r in f.ledger_rows("coordinator") if r["action"] == "not_notified"]
     assert len(not_notified) == 2
@@ -125,20 +143,25 @@ async def test_jobs_that_do_not_fit_the_allotted_time_are_not_notified(
 
 async def test_financial_summary_goes_root_to_coordinator_and_back(fleet_fixture: Fixture) -> None:
     f = fleet_fixture
+    monday = next_monday()
     async with AsyncExitStack() as stack:
         await f.start(stack)
-        drop(f.intake, "1.eml", job_mail(price="30 USD"))
-        drop(f.intake, "2.eml", job_mail(price="45 USD"))
-        drop(
-            f.intake,
-            "3.eml",
-            job_mail("2026-02-02T09:00:00+00:00", "2026-02-02T10:00:00+00:00", price="99 USD"),
-        )
-        await wait_for(lambda: len(f.inbox()) == 3)
         assert f.console is not None
+        drop(f.intake, "1.eml", future_mail(9, 17, 60, 30))
+        drop(f.intake, "2.eml", future_mail(9, 17, 60, 45))
+        drop(f.intake, "3.eml", future_mail(9, 10, 60, 99, weeks=2))
+        drop(f.intake, "4.eml", future_mail(9, 17, 60, 7))
+        await wait_for(lambda: len(f.inbox()) == 4)
+        # Only approved jobs count: the fourth stays undecided.
+        for entry in f.inbox():
+            if entry["details"]["price"]["value"] != 7:
+                await f.console.decide(UUID(entry["message_id"]), "approve", wait=10)
         reply = await f.console.send_command(
             "financial_summary",
-            {"start_date": "2026-01-01T00:00:00+00:00", "end_date": "2026-01-31T23:59:59+00:00"},
+            {
+                "start_date": monday.isoformat(),
+                "end_date": (monday + timedelta(hours=23, minutes=59)).isoformat(),
+            },
             wait=10,
         )
         with pytest.raises(CommandFailed) as failure:

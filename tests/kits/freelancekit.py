@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,18 @@ def job_mail(
         f"From: {sender}\nSubject: Translation\nStart: {start}\nEnd: {end}\n"
         f"Effort-Minutes: {effort}\nPrice: {price}\n\n{NOTE}\n"
     )
+
+
+def next_monday(hour: int = 0, *, weeks: int = 1) -> datetime:
+    """Return a Monday at least `weeks` weeks ahead at this UTC hour: a job not yet expired."""
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today + timedelta(days=7 - today.weekday() + 7 * weeks, hours=hour)
+
+
+def future_mail(start_hour: int, end_hour: int, effort: int, price: int, *, weeks: int = 1) -> str:
+    """Return a job mail for a window of a future Monday (the kit's coordinator works Mondays)."""
+    start, end = next_monday(start_hour, weeks=weeks), next_monday(end_hour, weeks=weeks)
+    return job_mail(start.isoformat(), end.isoformat(), effort=effort, price=f"{price} USD")
 
 
 def drop(intake: Path, name: str, text: str) -> None:
@@ -74,18 +87,20 @@ class Fixture:
         self.agents: dict[str, Any] = {}
         self.console: OperatorConsole | None = None
 
-    async def start(self, stack: AsyncExitStack, names: list[str] | None = None) -> None:
+    async def start(
+        self, stack: AsyncExitStack, names: list[str] | None = None, *, console: bool = True
+    ) -> None:
         watcher = MailWatcher(
             settings={"intake_dir": str(self.intake), "poll_interval": 0.05, "settle": 0.05}
         )
         roles: dict[str, list[Role]] = {
-            "root": [Root(settings={"ask_timeout": 5})],
+            "root": [Root(settings={"ask_timeout": 15})],  # loaded machines: a hop may take seconds
             "coordinator": [Coordinator(settings={"work_week": {"mon": ["09:00-17:00"]}})],
             "specialist_a": [Analyst(), watcher],
             "specialist_b": [Analyst()],
         }
         self.agents.update(await start_agents(stack, self.secure, self.tmp, roles, names))
-        if self.console is None:
+        if self.console is None and console:
             self.console = await stack.enter_async_context(
                 console_for(self.secure, self.tmp / "operator")
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from uuid import uuid4
@@ -174,7 +176,9 @@ def test_bad_schedules_are_refused(
         WeeklySchedule(week, timezone=timezone)
 
 
-def booked(start: str, value: int, currency: str = "USD") -> BookedJob:
+def booked(
+    start: str, value: int, currency: str = "USD", decision: str | None = "approve"
+) -> BookedJob:
     return BookedJob(
         message_id=str(uuid4()),
         forwarded_as=str(uuid4()),
@@ -184,18 +188,23 @@ def booked(start: str, value: int, currency: str = "USD") -> BookedJob:
         currency=currency,
         value=value,
         notified_at="2026-01-01T00:00:00+00:00",
+        decision=decision,
+        decided_at=None if decision is None else "2026-01-02T00:00:00+00:00",
     )
 
 
-def test_job_book_persists_and_sums_a_range(tmp_path: Path) -> None:
+def test_job_book_persists_and_sums_a_range_of_approved_jobs(tmp_path: Path) -> None:
     book = JobBook(tmp_path / "jobs.json")
     book.add(booked("2026-01-05T09:00:00+00:00", 30))
     book.add(booked("2026-01-20T09:00:00+00:00", 45))
     book.add(booked("2026-01-21T09:00:00+00:00", 10, "EUR"))
     book.add(booked("2026-02-02T09:00:00+00:00", 1000))
+    # Undecided and rejected jobs are in the book but in no total.
+    book.add(booked("2026-01-06T09:00:00+00:00", 7, decision=None))
+    book.add(booked("2026-01-07T09:00:00+00:00", 8, decision="reject"))
     again = JobBook(tmp_path / "jobs.json")
     again.load()
-    assert len(again) == 4
+    assert len(again) == 6
     request = uuid4()
     summary = again.summary(
         at("2026-01-01T00:00:00+00:00"),
@@ -210,6 +219,34 @@ def test_job_book_persists_and_sums_a_range(tmp_path: Path) -> None:
     rows = list(csv.DictReader(summary.csv_path.read_text().splitlines()))
     assert [row["value"] for row in rows] == ["30", "45", "10"]
     assert "note_to_human" not in summary.csv_path.read_text()
+
+
+def test_only_approved_jobs_hold_capacity_and_a_verdict_is_kept(tmp_path: Path) -> None:
+    book = JobBook(tmp_path / "jobs.json")
+    undecided = booked("2026-01-05T09:00:00+00:00", 30, decision=None)
+    book.add(undecided)
+    book.add(booked("2026-01-06T09:00:00+00:00", 40, decision="reject"))
+    assert book.bookings() == []
+    assert list(book.undecided()) == [undecided.forwarded_as]
+    assert book.notified_as(undecided.forwarded_as) == undecided
+    assert book.notified_as(str(uuid4())) is None
+    decided = book.decide(undecided.message_id, "approve", "2026-01-03T00:00:00+00:00")
+    assert (decided.decision, decided.decided_at) == ("approve", "2026-01-03T00:00:00+00:00")
+    again = JobBook(tmp_path / "jobs.json")
+    again.load()
+    assert again.bookings() == [undecided.booking()]
+    assert again.undecided() == {}
+
+
+def test_a_version_1_job_book_is_read_as_undecided_jobs(tmp_path: Path) -> None:
+    row = asdict(booked("2026-01-05T09:00:00+00:00", 30))
+    del row["decision"], row["decided_at"]
+    (tmp_path / "jobs.json").write_text(json.dumps({"version": 1, "jobs": [row]}))
+    book = JobBook(tmp_path / "jobs.json")
+    book.load()
+    (job,) = book.jobs()
+    assert job.decision is None
+    assert book.bookings() == []
 
 
 def test_a_damaged_job_book_is_named(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_RESULT,
     MSG_DATA_REQUEST,
     MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
     MSG_JOB_DETECTED,
     MSG_SYSTEM_FAILURE,
     PAYLOAD_MODELS,
@@ -24,6 +26,7 @@ from vox_mqtt.protocol.messages import (
     CommandResult,
     DataRequest,
     DataResponse,
+    Decision,
     JobDetected,
     MessageAcknowledged,
     Price,
@@ -121,6 +124,13 @@ VALID = [
     (MSG_DATA_REQUEST, {"subject": "x", "parameters": {"region": "south"}}, DataRequest),
     (MSG_DATA_RESPONSE, DATA_RESPONSE, DataResponse),
     (MSG_DATA_RESPONSE, {"request_id": AN_ID}, DataResponse),
+    (MSG_DECISION, {"in_response_to": AN_ID, "verdict": "approve"}, Decision),
+    (MSG_DECISION, {"in_response_to": AN_ID, "verdict": "reject", "note": "too cheap"}, Decision),
+    (
+        MSG_DECISION_RECORDED,
+        {"in_response_to": AN_ID, "verdict": "approve", "outcome": "booked: 60 min of work"},
+        Decision,
+    ),
 ]
 
 
@@ -264,6 +274,17 @@ INVALID = [
         MSG_DATA_RESPONSE,
         with_changes(DATA_RESPONSE, attachments=["a.pdf", 2]),
         "details.attachments.1: Input should be a valid string",
+    ),
+    (MSG_DECISION, {"verdict": "approve"}, "details.in_response_to: missing"),
+    (
+        MSG_DECISION,
+        {"in_response_to": AN_ID, "verdict": "maybe"},
+        "details.verdict: Input should be 'approve' or 'reject'",
+    ),
+    (
+        MSG_DECISION_RECORDED,
+        {"in_response_to": AN_ID, "verdict": "reject", "outcome": "x" * 1001},
+        "details.outcome: String should have at most 1000 characters",
     ),
 ]
 

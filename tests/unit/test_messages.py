@@ -20,6 +20,8 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_RESULT,
     MSG_DATA_REQUEST,
     MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
     MSG_JOB_DETECTED,
     MSG_SYSTEM_FAILURE,
     PAYLOAD_MODELS,
@@ -342,9 +344,11 @@ def test_every_type_constant_has_a_payload_model() -> None:
         MSG_JOB_DETECTED,
         MSG_DATA_REQUEST,
         MSG_DATA_RESPONSE,
+        MSG_DECISION,
+        MSG_DECISION_RECORDED,
     }
     assert set(PAYLOAD_MODELS) == constants
-    assert len(constants) == 8
+    assert len(constants) == 10
 
 
 def test_error_codes_are_the_designed_set() -> None:

@@ -466,6 +466,7 @@ class Outbox:
         *,
         to: UUID,
         timeout: float | None = None,
+        reply_to: UUID | None = None,
     ) -> VOXMessage:
         """Send a message that expects an answer linked by reply_to, and return the answer."""
         message = new_message(
@@ -473,6 +474,7 @@ class Outbox:
             source=self.config.id,
             target=to,
             details=details,
+            reply_to=reply_to,
             message_source=self.config.message_source,
         )
         return await self.await_reply(message, timeout)

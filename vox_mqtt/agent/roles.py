@@ -64,6 +64,7 @@ class AgentHandle(Protocol):
         *,
         to: UUID,
         timeout: float | None = None,
+        reply_to: UUID | None = None,
     ) -> VOXMessage: ...
     async def reply(
         self, message: VOXMessage, type: str, details: dict[str, Any] | BaseModel

@@ -21,6 +21,7 @@ _VERB_MODULES = (
     "agent",
     "broker",
     "session",
+    "decide",
     "ops",
     "exporter",
     "web",

@@ -21,6 +21,7 @@ from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol.errors import ConfigError, VoxError
 
 from ._common import EXIT_RUNTIME, fail, out_console
+from .demo_decisions import DecisionStep
 from .fleet import draw_tree
 from .localfleet import DemoLayout, ExplorerWatch, Ledgers, LocalFleet, VoxRun, run_vox
 
@@ -118,6 +119,9 @@ class Demo:
                     self.say(f"web console: open {self.web_url}  [dim](vox web, read-only)[/]")
                 await self.analyze()
                 await self.job_by_email()
+                intake = self.layout.state(MAIL_WATCHER) / "intake"
+                tuesday = _next_monday() + timedelta(days=1)
+                await DecisionStep(self, intake=intake, tuesday=tuesday, mail=_mail).run()
                 await self.financial_summary()
                 await self.kill_a_specialist()
                 if self.keep_running:

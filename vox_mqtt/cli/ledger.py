@@ -148,7 +148,7 @@ def _short(value: str | None) -> str:
 def _note(row: dict[str, Any], names: Names) -> str:
     details = row["details"]
     parts = [row["outcome"], row["reason"]]
-    for key in ("command", "code", "handled_by", "in_response_to"):
+    for key in ("command", "code", "handled_by", "in_response_to", "verdict", "outcome"):
         value = details.get(key)
         if not isinstance(value, str):
             continue

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.console.decisions import OVERLAPS
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
@@ -23,6 +24,7 @@ from ._common import (
     out_console,
     print_json,
 )
+from .decide import job_json
 
 __all__ = ["parse_params", "register"]
 
@@ -51,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--wait", type=float, default=2.0, help="seconds to collect queued ones (default 2)"
     )
     inbox.add_argument("--unread", action="store_true", help="show only the unread ones")
+    inbox.add_argument(
+        "--undecided", action="store_true", help="show only the jobs nobody decided yet"
+    )
     inbox.add_argument(
         "--keep-unread", action="store_true", help="do not move the read mark (a peek)"
     )
@@ -135,15 +140,22 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         async with OperatorConsole(path) as console:
             await asyncio.sleep(args.wait)
             entries = console.notifications()
+            jobs = console.jobs()
             mark = ReadMark(console.inbox_path.with_name("inbox.read"))
             root_name = console.file.operator.root_name
             root_id = str(console.root_id)
         unread_from = mark.first_unread(entries)
+        by_id = {job.message_id: job for job in jobs}
         for index, entry in enumerate(entries):
             entry["read"] = index < unread_from
             source = entry.get("source", root_id)  # the root is the console's only peer
             entry["source_name"] = root_name if source == root_id else ""
+            job = by_id.pop(str(entry.get("message_id")), None)
+            if job is not None:  # the first copy of a job notification carries its number
+                entry.update(job_json(job, jobs))
         shown = entries[unread_from:] if args.unread else entries
+        if args.undecided:
+            shown = [e for e in shown if "job" in e and e.get("decision") is None]
         if not args.keep_unread and entries and isinstance(entries[-1].get("message_id"), str):
             mark.advance(entries[-1]["message_id"])
         if args.json:
@@ -158,19 +170,26 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 def _print_inbox(entries: list[dict[str, Any]], *, unread: int) -> None:
     out = out_console()
     out.print(f"[bold]operator inbox[/]: {len(entries)} notification(s), {unread} new")
+    undecided = sum(1 for e in entries if "job" in e and e.get("decision") is None)
+    if undecided:
+        out.print(f"{undecided} job(s) undecided: `vox decide N approve|reject [--note TEXT]`")
     for entry in entries:
         # A kept notification is shown as text whatever it holds (docs/operations.md).
         raw = entry.get("details")
         details = dict(raw) if isinstance(raw, dict) else {"details": raw}
         note = details.pop("note_to_human", None)
+        details.pop(OVERLAPS, None)  # shown as job numbers below
         flag = "  " if entry.get("read") else "[bold yellow]● [/]"
         sender = entry.get("source_name") or entry.get("source") or "?"
         via = entry.get("message_source")
+        number = f" [bold]#{entry['job']}[/]" if isinstance(entry.get("job"), int) else ""
         out.print(
             f"{flag}{shown(entry.get('emitted_at', '?'))} [bold]{shown(entry.get('type', '?'))}[/]"
-            f" from {shown(sender)}{f' ({shown(via)})' if via else ''}: "
+            f"{number} from {shown(sender)}{f' ({shown(via)})' if via else ''}: "
             f"{shown(json.dumps(details, default=str), 20_000)}"
         )
+        if number:
+            out.print(f"    [cyan]{shown(str(entry.get('summary', '')))}[/]")
         if note:
             for line in str(note).splitlines():
                 out.print(f"    {shown(line)}")

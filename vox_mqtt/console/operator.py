@@ -10,14 +10,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from uuid import UUID
 
 from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.console.decisions import Job, number_jobs
 from vox_mqtt.fleet.config import ConsoleFile, load_console_config
 from vox_mqtt.ledger.peernames import write_names
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.protocol.errors import ConfigError
-from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from vox_mqtt.protocol.messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_REQUEST,
+    MSG_DECISION,
+    Decision,
+    VOXMessage,
+    now_iso,
+)
 from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
@@ -49,6 +58,7 @@ class OperatorConsole:
         client_id = str(op.id) if persistent else f"{op.id}-{secrets.token_hex(4)}"
         agent_config = config.agent_config(base, client_id=client_id, observe=observe)
         self.inbox_path = agent_config.state_dir / "inbox.jsonl"
+        self.decisions_path = agent_config.state_dir / "decisions.jsonl"
         self.agent = VOXAgent(agent_config)
         self.agent.listeners.append(self._keep_notification)
 
@@ -88,6 +98,38 @@ class OperatorConsole:
         """Send a command_request to the root and return the command_result."""
         return await self.agent.request(command, params, to=self.root_id, timeout=wait)
 
+    async def decide(
+        self, job: UUID, verdict: str, *, note: str | None = None, wait: float | None = None
+    ) -> VOXMessage:
+        """Send the human's decision on a job notification to the root; return its answer.
+
+        The decision answers the notification (reply_to), so each ledger's trace of the job
+        shows it; once recorded it is kept in decisions.jsonl (CommandFailed if refused).
+        """
+        # ValueError (pydantic's ValidationError) for a verdict other than approve/reject.
+        decision = Decision(in_response_to=job, verdict=verdict, note=note)
+        answer = await self.agent.ask(
+            MSG_DECISION, decision, to=self.root_id, timeout=wait, reply_to=job
+        )
+        entry = {
+            "job": str(job),
+            "verdict": verdict,
+            "note": note,
+            "decided_at": now_iso(),
+            "decision": str(answer.reply_to),
+            "outcome": answer.details.get("outcome"),
+        }
+        _append_line(self.decisions_path, entry)
+        return answer
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """Return every decision recorded so far, oldest first."""
+        return _read_lines(self.decisions_path)
+
+    def jobs(self) -> list[Job]:
+        """Return the job notifications, numbered, each with its decision if one was made."""
+        return number_jobs(self.notifications(), self.decisions())
+
     def _keep_notification(self, message: VOXMessage) -> None:
         """Keep what the root reports to the human (note_to_human included) in the inbox file."""
         if message.type in _NOT_NOTIFICATIONS or message.reply_to is not None:
@@ -101,27 +143,37 @@ class OperatorConsole:
             "message_source": message.message_source,
             "details": message.details,
         }
-        private_dir(self.inbox_path.parent)
-        with self.inbox_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        _append_line(self.inbox_path, entry)
 
     def notifications(self) -> list[dict[str, Any]]:
         """Return every notification kept so far, oldest first."""
+        return _read_lines(self.inbox_path)
+
+
+def _append_line(path: Path, entry: dict[str, Any]) -> None:
+    """Append one JSON line to a file of the operator's private state dir, durably."""
+    private_dir(path.parent)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """Return the JSON objects of a file the console appends to, oldest first."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in lines:
         try:
-            lines = self.inbox_path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        entries = []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # a torn last line after a crash
-            if isinstance(entry, dict):  # anything else was never written by this console
-                entries.append(entry)
-        return entries
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a torn last line after a crash
+        if isinstance(entry, dict):  # anything else was never written by this console
+            entries.append(entry)
+    return entries
 
 
 WATCH_FILTERS = (ALL_STATUS, PRESENCE_FILTER, WARROOM_FILTER)  # a will lands on the presence

@@ -148,6 +148,8 @@ _KEPT_DETAILS: Final[dict[str, tuple[str, ...]]] = {
     "system_failure": ("error_code", "severity", "subject", "epoch", "resolved"),
     "data_request": ("subject",),
     "data_response": ("request_id",),
+    "decision": ("in_response_to", "verdict"),
+    "decision_recorded": ("in_response_to", "verdict", "outcome"),
 }
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "MSG_COMMAND_RESULT",
     "MSG_DATA_REQUEST",
     "MSG_DATA_RESPONSE",
+    "MSG_DECISION",
+    "MSG_DECISION_RECORDED",
     "MSG_JOB_DETECTED",
     "MSG_SYSTEM_FAILURE",
     "PAYLOAD_MODELS",
@@ -60,6 +62,7 @@ __all__ = [
     "CommandResult",
     "DataRequest",
     "DataResponse",
+    "Decision",
     "ErrorCode",
     "FrozenDict",
     "FrozenList",
@@ -89,6 +92,9 @@ MSG_JOB_DETECTED: Final = "job_detected"
 MSG_DATA_REQUEST: Final = "data_request"
 MSG_DATA_RESPONSE: Final = "data_response"
 MSG_SYSTEM_FAILURE: Final = "system_failure"
+# The human's verdict on a job, and its answer (docs/messages.md, decisions).
+MSG_DECISION: Final = "decision"
+MSG_DECISION_RECORDED: Final = "decision_recorded"
 # Liveness (the retained status of docs/liveness.md).
 MSG_AGENT_STATUS: Final = "agent_status"
 
@@ -568,6 +574,15 @@ class DataResponse(_Payload):
     attachments: list[StrictStr] = Field(default_factory=list)
 
 
+class Decision(_Payload):
+    """The human's verdict on a job_detected; its answer, decision_recorded, adds the outcome."""
+
+    in_response_to: Uuid  # the job_detected as the receiver of this decision got it
+    verdict: Literal["approve", "reject"]
+    note: Annotated[StrictStr, Field(max_length=2000)] | None = None  # free text, never parsed
+    outcome: Annotated[StrictStr, Field(max_length=1000)] | None = None  # decision_recorded
+
+
 PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {
     MSG_COMMAND_REQUEST: CommandRequest,
     MSG_ACKNOWLEDGED: MessageAcknowledged,
@@ -577,4 +592,6 @@ PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {
     MSG_JOB_DETECTED: JobDetected,
     MSG_DATA_REQUEST: DataRequest,
     MSG_DATA_RESPONSE: DataResponse,
+    MSG_DECISION: Decision,
+    MSG_DECISION_RECORDED: Decision,
 }
