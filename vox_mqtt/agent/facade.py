@@ -37,6 +37,7 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode
 from vox_mqtt.protocol.settings import AgentConfig, Will
+from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Inbound, Session
 
 __all__ = ["AgentConfig", "VOXAgent"]
@@ -307,6 +308,12 @@ class VOXAgent:
         """
         self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
         self._session.use_password(password)
+
+    def update_signing(self, signing: Signing | None) -> None:
+        """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
+        self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
+        if self._ctx.session is not None:
+            self._ctx.session.use_signing(signing)
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""
