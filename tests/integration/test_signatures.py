@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,15 @@ import pytest
 
 from tests.kits.attackerkit import Attacker, Captured, add_attacker
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from vox_mqtt.broker.signkeys import load_keys
+from vox_mqtt.cli import main
 from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import now_iso
+from vox_mqtt.protocol.signing import sign
 from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
 
 pytestmark = pytest.mark.slow
@@ -242,3 +247,76 @@ async def wait_rejections(console: OperatorConsole, count: int) -> None:
             if sum(console.agent.metrics.rejected.values.values()) >= count:
                 return
             await asyncio.sleep(0.05)
+
+
+ROTATE_SHAPE: dict[str, str | None] = {
+    "root": None,
+    "coordinator": "root",
+    "specialist_a": "coordinator",
+    "specialist_b": "coordinator",
+}
+
+
+def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
+    roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
+    text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
+    with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
+        ids = {spec.name: spec.id for spec in procs.fleet}
+        asyncio.run(first_answer(procs, "before.pdf"))
+        old = load_keys(procs.broker_dir.root).current[ids["coordinator"]]
+        code = main(
+            [
+                "pki",
+                "keys",
+                str(tmp_path / "fleet.toml"),
+                "--out",
+                str(procs.broker_dir.root),
+                "--rotate",
+                "coordinator",
+            ]
+        )
+        assert code == 0
+        new = load_keys(procs.broker_dir.root).current[ids["coordinator"]]
+        assert new.kid != old.kid
+        # Its bundle, its master's and its children's: rendered again, then SIGHUP.
+        for name in ROTATE_SHAPE:
+            agent = procs.agents[name]
+            render_agent_config(
+                procs.fleet,
+                name,
+                procs.broker_dir.root,
+                agent.config,
+                agent.state_dir,
+                keepalive=5,
+            )
+            agent.signal(signal.SIGHUP)
+        for name in ROTATE_SHAPE:
+            wait_until(
+                lambda name=name: "new signing keys" in procs.agents[name].log(),
+                20,
+                f"{name} to take the new keys",
+            )
+        asyncio.run(first_answer(procs, "after.pdf"))  # the new key verifies both ways
+        # The retired key is refused by name at a child.
+        attacker = Attacker(procs.broker_dir.port)
+        try:
+            topic = topics.inbox(ids["specialist_a"], ids["coordinator"])
+            command = {"command": "analyze", "params": {"target": "old-key.pdf"}}
+            payload = envelope("command_request", ids["coordinator"], ids["specialist_a"], command)
+            attacker.publish(
+                topic, payload, user_properties=[("vox-sig", sign(topic, payload, old))]
+            )
+        finally:
+            attacker.close()
+        reasons = wait_rejected(procs, "specialist_a", 1)
+        assert reasons[0].startswith("RETIRED_KEY"), reasons
+        # Nobody reconnected: one connection per daemon, the rotated one too.
+        for name, agent in procs.agents.items():
+            assert agent.log().count("connected to") == 1, (name, agent.log())
+
+
+async def first_answer(procs: FleetProcesses, target: str) -> None:
+    async with OperatorConsole(procs.operator_config) as console:
+        await wait_for_route(console, "analyze")
+        reply = await console.send_command("analyze", {"target": target}, wait=20)
+        assert reply.details["result"]["target"] == target
