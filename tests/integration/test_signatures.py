@@ -23,6 +23,8 @@ from vox_mqtt.broker.signkeys import load_keys
 from vox_mqtt.cli import main
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.fleet.config import SigningSection
+from vox_mqtt.ledger.signatures import check_signatures
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol import topics
@@ -102,6 +104,14 @@ def test_forgeries_and_replays_are_refused_and_real_traffic_goes_on(tmp_path: Pa
             asyncio.run(scenario(procs, attacker, ids))
         finally:
             attacker.close()
+        # Each ledger proves who sent what it received (`vox ledger verify --keys`).
+        for name in SHAPE:
+            keys = procs.agents[name].config.parent / f"{name}.signing.toml"
+            assert main(["ledger", str(procs.ledger(name)), "verify", "--keys", str(keys)]) == 0
+            keyring = SigningSection(keys_file=keys).signing(Path.cwd()).keyring
+            report = check_signatures(ledger(procs, name), keyring)
+            assert report.unsigned == 0, name
+            assert report.verified > 0 or name.startswith("spec"), name  # some served nothing
         # No byte of what the attacker forged became a handler's work anywhere.
         for name in SHAPE:
             for row in ledger(procs, name):

@@ -147,3 +147,33 @@ def test_the_will_is_signed_for_its_own_topic_and_payload() -> None:
         is None
     )
     assert signed_will(Signing(mode="off", key=KEY), will) is will
+
+
+def _row(row_id: int, topic: str, payload: bytes, value: str | None) -> dict[str, object]:
+    details: dict[str, object] = {"topic": topic}
+    if value is not None:
+        details |= {"signature": value, "payload_sha256": payload_digest(payload).hex()}
+    return {"id": row_id, "action": "received", "details": details}
+
+
+def test_a_ledger_proves_who_sent_each_message_it_recorded() -> None:
+    from vox_mqtt.ledger.signatures import check_signatures
+
+    old = SigningKey.generate()
+    ring = Keyring(current=RING.current, retired={old.kid: (SENDER, old.public)})
+    forged = _row(4, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, KEY))
+    forged["details"]["payload_sha256"] = payload_digest(b"other").hex()  # type: ignore[index]
+    other = topics.inbox(TARGET, OTHER)
+    rows = [
+        _row(1, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, KEY)),
+        _row(2, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old)),  # before a rotation: still proof
+        _row(3, TOPIC, PAYLOAD, None),
+        forged,
+        _row(5, other, PAYLOAD, sign(other, PAYLOAD, KEY)),  # SENDER's key on OTHER's topic
+        {"id": 6, "action": "sent", "details": {}},
+    ]
+    report = check_signatures(rows, ring)
+    assert (report.verified, report.unsigned) == (2, 1)
+    assert [row for row, _ in report.problems] == [4, 5]
+    assert "does not verify" in report.problems[0][1]
+    assert f"not by {OTHER}" in report.problems[1][1]

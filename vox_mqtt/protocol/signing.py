@@ -38,6 +38,7 @@ __all__ = [
     "Keyring",
     "Mode",
     "SealKey",
+    "SignedTopic",
     "Signing",
     "SigningKey",
     "check",
@@ -149,6 +150,25 @@ class Signing:
     def signs(self) -> bool:
         """Return whether this identity signs its publishes."""
         return self.key is not None and self.mode != "off"
+
+
+class SignedTopic(str):
+    """A received topic that also carries its message's verified signature and payload digest.
+
+    The session hands it on as the Inbound's topic, so the ledger keeps what proves who sent
+    each message it records (docs/ledger.md) without another argument on the way.
+    """
+
+    signature: str
+    digest: str  # the payload's SHA-256, hex
+
+    @classmethod
+    def of(cls, topic: str, signature: str, digest: bytes) -> SignedTopic:
+        """Return topic carrying signature and the payload's digest."""
+        signed = cls(topic)
+        signed.signature = signature
+        signed.digest = digest.hex()
+        return signed
 
 
 def payload_digest(payload: bytes) -> bytes:

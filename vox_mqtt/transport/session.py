@@ -22,7 +22,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
-from vox_mqtt.protocol.signing import Signing
+from vox_mqtt.protocol.signing import SignedTopic, Signing
 from vox_mqtt.transport._mqttclient import (
     Client,
     broker_error,
@@ -280,8 +280,14 @@ class Session:
             log.warning(
                 "%s: refused a message on %s: %s", self.settings.client_id, topic, verdict.forgery
             )
+        if verdict.signature is not None and verdict.forgery is None:
+            topic = SignedTopic.of(topic, verdict.signature, verdict.digest)  # for the ledger
         return replace(
-            inbound, signature=verdict.signature, forgery=verdict.forgery, digest=verdict.digest
+            inbound,
+            topic=topic,
+            signature=verdict.signature,
+            forgery=verdict.forgery,
+            digest=verdict.digest,
         )
 
     def _unreachable(self, timeout: float | None) -> BrokerUnavailable:
