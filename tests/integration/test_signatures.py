@@ -19,6 +19,7 @@ import pytest
 
 from tests.kits.attackerkit import Attacker, Captured, add_attacker
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from tests.kits.freelancekit import NOTE, drop, job_mail
 from vox_mqtt.broker.signkeys import load_keys
 from vox_mqtt.cli import main
 from vox_mqtt.console.operator import OperatorConsole
@@ -330,3 +331,48 @@ async def first_answer(procs: FleetProcesses, target: str) -> None:
         await wait_for_route(console, "analyze")
         reply = await console.send_command("analyze", {"target": target}, wait=20)
         assert reply.details["result"]["target"] == target
+
+
+def test_the_note_to_human_is_sealed_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    intake = tmp_path / "intake"
+    roles = {
+        "root": ["examples.freelance:Root"],
+        "coordinator": ["examples.freelance:Coordinator"],
+        "specialist_a": ["examples.freelance:MailWatcher"],
+        "specialist_b": ANALYST,
+    }
+    settings = {"specialist_a": {"intake_dir": str(intake), "poll_interval": 0.05, "settle": 0.05}}
+    text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles, settings=settings)
+    with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
+        attacker = Attacker(procs.broker_dir.port)
+        try:
+            asyncio.run(first_answer(procs, "up.pdf"))
+            intake.mkdir(exist_ok=True)
+            drop(intake, "job-1.eml", job_mail())
+            wait_until(
+                lambda: any(
+                    r["action"] == "received" and r["message_type"] == "job_detected"
+                    for r in ledger(procs, "root")
+                ),
+                30,
+                "the job at the root",
+            )
+            capsys.readouterr()
+            code = main(["inbox", "--config", str(procs.operator_config), "--json", "--wait", "2"])
+            assert code == 0
+            [job] = [e for e in json.loads(capsys.readouterr().out) if e["type"] == "job_detected"]
+            assert NOTE in job["details"]["note_to_human"]  # opened with the operator's key
+            captured = attacker.captured()
+        finally:
+            attacker.close()
+    jobs = [c for c in captured if b'"job_detected"' in c.payload]
+    assert jobs, "the attacker saw the job go by"
+    for secret in (b"Client: Netwire", b"O-26-XXXXX"):
+        # Not on the broker (every message, as the all-powerful identity saw them) ...
+        assert not [c.topic for c in captured if secret in c.payload], secret
+        # ... nor in any file of any state directory (ledgers, WALs, the operator's inbox).
+        for path in sorted((tmp_path / "state").rglob("*")):
+            if path.is_file():
+                assert secret not in path.read_bytes(), path

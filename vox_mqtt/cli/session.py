@@ -134,7 +134,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with OperatorConsole(path) as console:
             await asyncio.sleep(args.wait)
-            entries = console.notifications()
+            entries = [console.opened(entry) for entry in console.notifications()]
             mark = ReadMark(console.inbox_path.with_name("inbox.read"))
             root_name = console.file.operator.root_name
             root_id = str(console.root_id)

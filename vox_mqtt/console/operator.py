@@ -18,6 +18,7 @@ from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, VOXMessage
+from vox_mqtt.protocol.signing import is_sealed, open_sealed
 from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
@@ -106,6 +107,24 @@ class OperatorConsole:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+    def opened(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Return a kept notification with its sealed note_to_human opened (docs/security.md).
+
+        The inbox file keeps the note sealed; only a reading with the operator's key opens it.
+        """
+        details = entry.get("details")
+        note = details.get("note_to_human") if isinstance(details, dict) else None
+        if not isinstance(details, dict) or not is_sealed(note):
+            return entry
+        signing = self.agent.config.broker.signing
+        try:
+            if signing is None or signing.seal_key is None:
+                raise ValueError("this console has no sealing key")
+            text = open_sealed(str(note), signing.seal_key)
+        except ValueError as exc:
+            text = f"(sealed note_to_human, not opened: {exc})"
+        return {**entry, "details": {**details, "note_to_human": text}}
 
     def notifications(self) -> list[dict[str, Any]]:
         """Return every notification kept so far, oldest first."""

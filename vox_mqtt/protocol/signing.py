@@ -47,6 +47,7 @@ __all__ = [
     "open_sealed",
     "payload_digest",
     "seal",
+    "seal_note",
     "sender_of",
     "sign",
     "signed_bytes",
@@ -281,3 +282,10 @@ def open_sealed(value: str, key: SealKey) -> str:
         return box.decrypt(raw).decode()
     except (binascii.Error, nacl.exceptions.CryptoError, UnicodeDecodeError) as exc:
         raise ValueError(f"the sealed note does not open with this key: {exc}") from None
+
+
+def seal_note(text: str, signing: Signing | None) -> str:
+    """Return note_to_human sealed to the operator's key, or as it is in a fleet without one."""
+    if signing is None or signing.seal_to is None or is_sealed(text):
+        return text
+    return seal(text, signing.seal_to)
