@@ -177,3 +177,17 @@ def test_a_ledger_proves_who_sent_each_message_it_recorded() -> None:
     assert [row for row, _ in report.problems] == [4, 5]
     assert "does not verify" in report.problems[0][1]
     assert f"not by {OTHER}" in report.problems[1][1]
+
+
+def test_the_fleet_file_names_the_mode() -> None:
+    from vox_mqtt.protocol.errors import FleetError
+    from vox_mqtt.protocol.hierarchy import parse_fleet, seed_fleet_toml
+
+    assert parse_fleet(seed_fleet_toml()).signatures == "require"  # what `vox init` writes
+    older = seed_fleet_toml().replace('signatures = "require"\n', "")
+    assert parse_fleet(older).signatures == "off"  # a fleet file from before signatures
+    with pytest.raises(FleetError) as refused:
+        parse_fleet('signatures = "yes"\n' + older)
+    assert refused.value.problems == [
+        'fleet.toml: signatures = \'yes\': must be "require", "accept" or "off"'
+    ]
