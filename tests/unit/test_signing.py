@@ -191,3 +191,11 @@ def test_the_fleet_file_names_the_mode() -> None:
     assert refused.value.problems == [
         'fleet.toml: signatures = \'yes\': must be "require", "accept" or "off"'
     ]
+
+
+def test_forged_traffic_is_told_once_per_window() -> None:
+    from vox_mqtt.protocol.signing import FORGERY_WINDOW, incident_due
+
+    assert incident_due(None, 100.0)
+    assert not incident_due(100.0, 100.0 + FORGERY_WINDOW - 1)
+    assert incident_due(100.0, 100.0 + FORGERY_WINDOW)

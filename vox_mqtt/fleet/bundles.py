@@ -108,9 +108,10 @@ def _write_keys(
         return None
     ensure_keys(broker_dir, fleet)
     keys = load_keys(broker_dir)
-    if kind != "agent":
+    if kind != "agent" or ident_id == fleet.root.id:
         # The operator's machine holds every key already; its looks and the explorer check
-        # every status and war-room post they show.
+        # every status and war-room post they show. The root reads the whole war room, so it
+        # checks every agent's posts: it gets every public key (never a private one).
         peers = [(fleet.operator_id, fleet.operator_name), *((a.id, a.name) for a in fleet)]
     else:
         view = fleet.view_of(ident_id)

@@ -28,6 +28,8 @@ from vox_mqtt.protocol.topics import PREFIX, InboxTopic, StatusTopic, parse_topi
 
 __all__ = [
     "BAD_SIGNATURE",
+    "FORGED_TRAFFIC",
+    "FORGERY_WINDOW",
     "MALFORMED_SIGNATURE",
     "MISSING_SIGNATURE",
     "MODES",
@@ -42,6 +44,7 @@ __all__ = [
     "Signing",
     "SigningKey",
     "check",
+    "incident_due",
     "is_sealed",
     "key_id",
     "open_sealed",
@@ -68,6 +71,10 @@ RETIRED_KEY: Final = "RETIRED_KEY"
 BAD_SIGNATURE: Final = "BAD_SIGNATURE"
 UNKNOWN_SENDER: Final = "UNKNOWN_SENDER"
 SEALED_PREFIX: Final = "vox-sealed:1:"
+# The war-room cause an agent raises when traffic on its topics fails its signature, at most
+# once per window (its open incident stands for the rest: docs/security.md).
+FORGED_TRAFFIC: Final = "FORGED_TRAFFIC"
+FORGERY_WINDOW: Final = 600.0
 _LINK_PREFIX: Final = f"{PREFIX}/link/"
 
 
@@ -289,3 +296,8 @@ def seal_note(text: str, signing: Signing | None) -> str:
     if signing is None or signing.seal_to is None or is_sealed(text):
         return text
     return seal(text, signing.seal_to)
+
+
+def incident_due(last: float | None, now: float, window: float = FORGERY_WINDOW) -> bool:
+    """Return whether a forgery seen at now deserves a war-room incident (one per window)."""
+    return last is None or now - last >= window

@@ -118,6 +118,7 @@ class Session:
         self._spare_will: tuple[Will | None] | None = None
         self.forged = 0  # messages delivered with a forgery verdict
         self.unsigned = 0  # unsigned messages let through in "accept" mode
+        self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
 
     @property
     def queued(self) -> int:
@@ -277,6 +278,8 @@ class Session:
             self.unsigned += 1
         if verdict.forgery is not None:
             self.forged += 1
+            if self.on_forgery is not None:
+                self.on_forgery(topic, verdict.forgery)
             log.warning(
                 "%s: refused a message on %s: %s", self.settings.client_id, topic, verdict.forgery
             )
