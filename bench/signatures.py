@@ -41,12 +41,14 @@ def sizes(quick: bool) -> tuple[int, int, int, float]:
 
 
 def signed(bench: BenchBroker, config: AgentConfig, on: bool) -> AgentConfig:
-    """Return config with the identity's key and its peers' (itself included), or as it is."""
+    """Return config with the identity's key and every public key, or as it is.
+
+    Every key, as the root and the operator hold them: both read the whole war room.
+    """
     if not on:
         return config
     keys = load_keys(bench.root)
-    peers = {config.id, *config.peers}
-    keyring = Keyring(current={p: {keys.current[p].kid: keys.current[p].public} for p in peers})
+    keyring = Keyring(current={p: {k.kid: k.public} for p, k in keys.current.items()})
     signing = Signing(mode="require", key=keys.current[config.id], keyring=keyring)
     return replace(config, broker=replace(config.broker, signing=signing))
 

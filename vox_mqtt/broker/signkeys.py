@@ -80,14 +80,23 @@ def _save(broker_dir: str | Path, keys: FleetKeys) -> None:
     atomic_write(_path(broker_dir), keys.to_json(), mode=0o600)
 
 
-def ensure_keys(broker_dir: str | Path, fleet: Fleet) -> int:
+def ensure_keys(broker_dir: str | Path, fleet: Fleet, *, upstream: str | Path | None = None) -> int:
     """Make a key for each of the fleet's agents and its operator that has none; return how many.
 
     The operator also gets its sealing key. Keys of identities no longer in the fleet are
-    kept: a retired agent's ledger rows still verify.
+    kept: a retired agent's ledger rows still verify. A site broker of a federated fleet
+    takes every key its upstream's directory holds (`--upstream-dir`), rotations included:
+    one identity has one key across every broker (docs/security.md).
     """
     keys = load_keys(broker_dir)
     made = 0
+    if upstream is not None and (Path(upstream) / KEYS_FILE).is_file():
+        fleetwide = load_keys(upstream)
+        taken = {i: k for i, k in fleetwide.current.items() if keys.current.get(i) != k}
+        keys.current.update(fleetwide.current)
+        keys.retired.update(fleetwide.retired)
+        made += len(taken) + (fleetwide.seal != keys.seal)
+        keys.seal = fleetwide.seal or keys.seal
     for identity in (fleet.operator_id, *(agent.id for agent in fleet)):
         if identity not in keys.current:
             keys.current[identity] = SigningKey.generate()

@@ -229,7 +229,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
     if fleet.signatures != "off":
-        ensure_keys(args.out, fleet)  # the signing keys live with the other secrets
+        # The signing keys live with the other secrets; a site's come from its upstream's.
+        ensure_keys(args.out, fleet, upstream=options.upstream_dir)
     bridge = None if options.broker is None else bridge_for(fleet, options.broker)
     names = sorted(result.identities)
     security = result.acl if result.acl is not None else result.dynsec

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_id
 from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.manifest import load_manifest
 from vox_mqtt.broker.passwd import Credentials, LookLogin, atomic_write, render_credentials
 from vox_mqtt.broker.signkeys import ensure_keys, load_keys
 from vox_mqtt.fleet.config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
@@ -106,7 +107,10 @@ def _write_keys(
     """
     if fleet.signatures == "off":
         return None
-    ensure_keys(broker_dir, fleet)
+    home = _keys_home(Path(broker_dir))
+    ensure_keys(home, fleet)
+    if home != Path(broker_dir):  # a site broker: one key per identity across the fleet
+        ensure_keys(broker_dir, fleet, upstream=home)
     keys = load_keys(broker_dir)
     if kind != "agent" or ident_id == fleet.root.id:
         # The operator's machine holds every key already; its looks and the explorer check
@@ -141,6 +145,20 @@ def _write_keys(
     name = f"{identity}.signing.toml"
     atomic_write(folder / name, "\n".join(lines) + "\n", mode=0o600)
     return {"mode": fleet.signatures, "keys_file": name}
+
+
+def _keys_home(broker_dir: Path) -> Path:
+    """Return the broker directory whose keys are the fleet's: the top of its upstream chain."""
+    seen: set[Path] = set()
+    here = broker_dir
+    while here.absolute() not in seen:
+        seen.add(here.absolute())
+        manifest = load_manifest(here.absolute())
+        upstream = None if manifest is None else manifest.options.upstream_dir
+        if not upstream:
+            return here
+        here = Path(upstream)
+    return here
 
 
 def _signing_text(signing: dict[str, Any] | None) -> str:
