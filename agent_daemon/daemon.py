@@ -121,7 +121,10 @@ def _read_bundle(
 ) -> tuple[DaemonFile, BrokerSettings, LinkMap | None]:
     """Read the config on disk, the secret and the links it names: all of them, or raise."""
     fresh = load_daemon_config(path)
-    secret = fresh.broker.settings(running.broker.client_id, base=path.absolute().parent)
+    base = path.absolute().parent
+    secret = fresh.broker.settings(running.broker.client_id, base=base)
+    if fresh.signing is not None:  # keys a rotation changed (docs/security.md)
+        secret = replace(secret, signing=fresh.signing.signing(base))
     return fresh, secret, LinkMap.beside(path)
 
 
@@ -492,7 +495,8 @@ class AgentDaemon:
                 ", ".join(plan.restart_keys),
             )
             return
-        if plan.unchanged:
+        rekeyed = secret.signing != running.broker.signing
+        if plan.unchanged and not rekeyed:
             log.info("SIGHUP: logs reopened; %s is valid and unchanged", path)
             return
         agent = self.agent
@@ -524,6 +528,9 @@ class AgentDaemon:
             change += (
                 "; " if change else ""
             ) + "a new broker secret, used from the next connection on"
+        if rekeyed:
+            agent.update_signing(secret.signing)
+            change += ("; " if change else "") + "new signing keys, used at once"
         self.prepared = replace(self.prepared, file=fresh, config=agent.config)
         keep_names(agent.config, keep_former=True)
         if change:

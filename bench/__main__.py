@@ -32,6 +32,7 @@ from bench import (
     one_hop,
     reload_sessions,
     render_large,
+    signatures,
     three_levels,
     throughput,
     web_console,
@@ -55,6 +56,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "metrics_cost": (12, metrics_cost.run),
     "faststream": (13, faststream_rpc.run),
     "web_console": (14, web_console.run),
+    "signatures": (15, signatures.run),
 }
 
 

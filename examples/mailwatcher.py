@@ -18,6 +18,7 @@ from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.tracking import RequestState, TrackedRequest
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, VOXMessage
+from vox_mqtt.protocol.signing import seal_note
 
 from ._settings import positive_seconds
 from .intake import IntakeError, decode_mail, read_bytes
@@ -67,6 +68,11 @@ class MailWatcher(Role):
         for folder in (self.intake_dir, self.intake_dir / PROCESSED, self.intake_dir / REJECTED):
             folder.mkdir(parents=True, exist_ok=True)
         log.info("%s: watching %s for e-mail files", self.agent.name, self.intake_dir)
+        signing = self.agent.config.broker.signing
+        if signing is None or signing.seal_to is None:
+            log.info(
+                "%s: no operator key in this fleet: note_to_human goes in clear", self.agent.name
+            )
 
     async def run(self) -> None:
         """Scan the intake folder every poll_interval until the agent stops."""
@@ -109,6 +115,10 @@ class MailWatcher(Role):
             self._reject(path, str(exc))
             return
         details = mail.job.model_dump(mode="json")
+        # Sealed to the operator: no agent on the way and no broker can read it (docs/security.md).
+        details["note_to_human"] = seal_note(
+            details["note_to_human"], self.agent.config.broker.signing
+        )
         message = self._job_message(path, raw, mail.sender, details)
         tracked = await self.agent.send_message(message, expects_reply=False)
         self._in_flight.add(path.name)

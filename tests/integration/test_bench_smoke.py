@@ -37,6 +37,7 @@ ROWS = {
     "metrics_cost": 3,
     "faststream": 2,
     "web_console": 2,
+    "signatures": 3,
 }
 
 

@@ -80,6 +80,7 @@ def test_tree_draws_the_seed_picture(tmp_path: Path) -> None:
         f"        │     master_id: {coordinator}\n"
         f"        └── specialist_b (id: {b})\n"
         f"              master_id: {coordinator}\n"
+        "signatures: require (docs/security.md)\n"  # what `vox init` writes
     )
 
 
@@ -91,6 +92,7 @@ def test_tree_json_is_for_scripts(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["operator"] == {"name": "operator", "id": str(fleet.operator_id)}
+    assert data["signatures"] == "require"
     root = data["root"]
     assert (root["name"], UUID(root["id"]), root["master_id"]) == ("root", fleet.root.id, "")
     (coordinator,) = root["children"]

@@ -24,8 +24,10 @@ from tests.kits.demokit import (
     run_demo,
     started_pids,
 )
+from vox_mqtt.fleet.config import load_console_config
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.hierarchy import load_fleet
+from vox_mqtt.protocol.signing import is_sealed, open_sealed
 
 # A whole demo run is one bounded process (run_demo's timeout): on a loaded machine it takes
 # longer than the suite's default per-test cap, so this module gets a cap of its own.
@@ -205,7 +207,15 @@ def test_the_job_went_specialist_coordinator_root_operator(demo_run: tuple[Path,
     assert len({e["message_id"] for e in inbox}) == 5
     assert entry["message_id"] == notified["message_id"]
     assert entry["message_source"] == "ana@netwire.example"
-    assert "Client: Netwire" in entry["details"]["note_to_human"]
+    # Kept sealed to the operator (docs/security.md); its key opens it, as `vox inbox` does.
+    sealed = entry["details"]["note_to_human"]
+    assert is_sealed(sealed)
+    config = directory / "config" / "operator.toml"
+    section = load_console_config(config).signing
+    assert section is not None
+    seal_key = section.signing(config.parent).seal_key
+    assert seal_key is not None
+    assert "Client: Netwire" in open_sealed(sealed, seal_key)
     # note_to_human is never in the coordinator's ledger, job book or reports.
     for path in (directory / "state" / "coordinator").rglob("*"):
         if path.is_file():

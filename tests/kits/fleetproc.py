@@ -161,15 +161,25 @@ class FleetProcesses:
 
 @contextlib.contextmanager
 def run_fleet(
-    tmp: Path, fleet_toml: str, *, keepalive: int = 5, start: bool = True
+    tmp: Path,
+    fleet_toml: str,
+    *,
+    keepalive: int = 5,
+    start: bool = True,
+    before_broker: Callable[[BrokerDir], None] | None = None,
 ) -> Iterator[FleetProcesses]:
-    """Render and run a fleet; stop everything and print the logs if the test fails."""
+    """Render and run a fleet; stop everything and print the logs if the test fails.
+
+    before_broker(broker_dir) may change the rendered broker files before it starts.
+    """
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "fleet.toml").write_text(fleet_toml)
     fleet = load_fleet(tmp / "fleet.toml")
     broker_dir = render_broker_dir(
         fleet, tmp / "broker", port=free_port(), explorer=True, run_as_user=getpass.getuser()
     )
+    if before_broker is not None:
+        before_broker(broker_dir)
     broker = LocalBroker(broker_dir.conf, port=broker_dir.port)
     broker.start()
     etc = tmp / "etc"

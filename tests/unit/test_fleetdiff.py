@@ -302,7 +302,7 @@ def test_the_command_says_no_change(tmp_path: Path, capsys: pytest.CaptureFixtur
     old = write(tmp_path, "old.toml", fleet())
     assert run(capsys, "fleet", "diff", old, old)[:2] == (
         0,
-        "no change: the fleet runs as this file describes\n",
+        "no change: the fleet runs as this file describes\nsignatures: off (unchanged)\n",
     )
 
 

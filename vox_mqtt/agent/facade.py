@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -37,6 +38,7 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode
 from vox_mqtt.protocol.settings import AgentConfig, Will
+from vox_mqtt.protocol.signing import FORGED_TRAFFIC, Signing, incident_due
 from vox_mqtt.transport.session import Inbound, Session
 
 __all__ = ["AgentConfig", "VOXAgent"]
@@ -85,6 +87,7 @@ class VOXAgent:
             will=self._will,
             on_connect=self._on_connect,
         )
+        self._session.on_forgery = self._forged  # docs/security.md
         self._ctx = AgentContext(
             config=config,
             ledger=self.memory,
@@ -132,6 +135,7 @@ class VOXAgent:
         self._stop_requested = asyncio.Event()
         self._stopped = False
         self._started = False  # connected once (the war room needs a live session)
+        self._forged_at: float | None = None  # the last forged-traffic incident (docs/security.md)
         for role in roles:
             self.add_role(role)
 
@@ -308,6 +312,12 @@ class VOXAgent:
         self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
         self._session.use_password(password)
 
+    def update_signing(self, signing: Signing | None) -> None:
+        """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
+        self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
+        if self._ctx.session is not None:
+            self._ctx.session.use_signing(signing)
+
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""
         self.config = self._ctx.config = config
@@ -409,6 +419,18 @@ class VOXAgent:
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
         await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
+
+    def _forged(self, topic: str, problem: str) -> None:
+        """Tell the war room, once per window, that traffic on this agent's topics is forged."""
+        now = time.monotonic()
+        if self._liveness is None or not self.config.publish_status:
+            return
+        if not incident_due(self._forged_at, now):
+            return
+        self._forged_at = now
+        text = f"refused a message whose signature failed ({problem})"[:300]
+        post = self._liveness.raise_own(FORGED_TRAFFIC, text, severity="CRITICAL")
+        self._ctx.tasks.spawn(post, "forged-traffic")
 
     def _will(self) -> Will | None:
         return self._liveness.will() if self._liveness is not None else None

@@ -158,6 +158,12 @@ class InboundPipeline:
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
         ledger = self._ledger
+        if inbound.forgery is not None:  # the session's verdict, before parse (docs/security.md)
+            self._metrics.rejected.inc(inbound.forgery.partition(":")[0])
+            await ledger.record_rejected(
+                inbound.payload, inbound.forgery, topic=inbound.topic, source=None, message_id=None
+            )
+            return
         try:
             message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
         except InvalidMessage as exc:

@@ -325,6 +325,9 @@ class Liveness:
         self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
     ) -> None:
         """Take a status or war-room message the session delivered."""
+        if inbound.forgery is not None:  # refused by the session (docs/security.md)
+            self.ctx.metrics.rejected.inc(inbound.forgery.partition(":")[0])
+            return
         if isinstance(topic, topics.WarroomTopic):
             refused = self._guard.refuse(
                 topic.source, topic.subject, len(inbound.payload), self._master_of

@@ -21,6 +21,7 @@ from vox_mqtt.broker.reload import (
     reload_broker,
 )
 from vox_mqtt.broker.render import DEFAULT_USER, render_broker_dir
+from vox_mqtt.broker.signkeys import ensure_keys, rotate_key
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 
@@ -148,6 +149,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     init.add_argument("--explorer", action="store_true", help="also certify the explorer")
     init.add_argument("--days", type=int, default=DEFAULT_DAYS, help="validity of new certs")
     init.set_defaults(func=cmd_pki_init)
+    keys = pki_verbs.add_parser(
+        "keys", help="make the missing signing keys, or rotate one identity's (docs/security.md)"
+    )
+    keys.add_argument("fleet", type=Path, help="the fleet file (TOML)")
+    keys.add_argument("--out", type=Path, required=True, help="the broker directory")
+    keys.add_argument("--rotate", metavar="NAME", help="give this agent (or operator) a new key")
+    keys.set_defaults(func=cmd_pki_keys)
 
 
 def _render_options(args: argparse.Namespace, fleet: Fleet) -> tuple[RenderOptions, list[str]]:
@@ -220,6 +228,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         )
     for warning in result.warnings:
         err_console().print(f"vox: warning: {warning}", markup=False)
+    if fleet.signatures != "off":
+        # The signing keys live with the other secrets; a site's come from its upstream's.
+        ensure_keys(args.out, fleet, upstream=options.upstream_dir)
     bridge = None if options.broker is None else bridge_for(fleet, options.broker)
     names = sorted(result.identities)
     security = result.acl if result.acl is not None else result.dynsec
@@ -381,6 +392,23 @@ def cmd_pki_init(args: argparse.Namespace) -> int:
     )
     console.print(
         f"next: vox broker render {args.fleet} --out DIR --pki {report.layout.root}",
+        markup=False,
+    )
+    return 0
+
+
+def cmd_pki_keys(args: argparse.Namespace) -> int:
+    """Make the signing keys the fleet lacks, or rotate one identity's key."""
+    fleet = load_fleet(args.fleet)
+    console = out_console()
+    if args.rotate is None:
+        made = ensure_keys(args.out, fleet)
+        console.print(f"{args.out}: {made} signing keys made", markup=False)
+        return 0
+    old, new = rotate_key(args.out, fleet, args.rotate)
+    console.print(f"{args.rotate}: key {old} retired, now {new}", markup=False)
+    console.print(
+        f"next: vox agent render for {args.rotate}, its master and its children; SIGHUP them",
         markup=False,
     )
     return 0

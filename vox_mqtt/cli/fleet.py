@@ -194,7 +194,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
     """Print the tree of a fleet file; exit 2 if a role path it names is wrong."""
     fleet = load_fleet(args.fleet)
     if args.json:
-        print_json(tree_as_json(fleet))
+        print_json({**tree_as_json(fleet), "signatures": fleet.signatures})
     else:
         print(draw_tree(fleet))
+        print(f"signatures: {fleet.signatures} (docs/security.md)")
     return EXIT_USAGE if report_roles(fleet, args.fleet) else 0

@@ -69,15 +69,33 @@ def cmd_diff(args: argparse.Namespace) -> int:
     old, new = load_fleet(args.old), load_fleet(args.new)
     diff = diff_fleets(old, new)
     steps = plan_steps(diff, fleet=str(args.new), broker_dir=args.broker_dir, bundles=args.bundles)
+    signatures = {"old": old.signatures, "new": new.signatures}
     if args.json:
-        print_json({**diff.as_dict(), "steps": [step.as_dict() for step in steps]})
+        print_json(
+            {
+                **diff.as_dict(),
+                "steps": [step.as_dict() for step in steps],
+                "signatures": signatures,
+            }
+        )
     if diff.refused:
         for reason in diff.refused:
             fail(f"{args.new}: {reason}")
         return EXIT_USAGE
     if not args.json:
         out_console().print(_diff_text(diff, steps), markup=False, end="")
+        out_console().print(_signatures_text(old.signatures, new.signatures), markup=False)
     return 0
+
+
+def _signatures_text(old: str, new: str) -> str:
+    """Say which signature mode is in force, and what a change of it takes."""
+    if old == new:
+        return f"signatures: {new} (unchanged)"
+    return (
+        f"signatures: {old} -> {new}: `vox broker render`, then `vox agent render` every bundle "
+        "and SIGHUP every agent; each applies it without reconnecting (docs/security.md)"
+    )
 
 
 def _diff_text(diff: FleetDiff, steps: list[Any]) -> str:

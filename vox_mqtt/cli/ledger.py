@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from vox_mqtt.console.safetext import shown
+from vox_mqtt.fleet.config import SigningSection
+from vox_mqtt.ledger.signatures import check_signatures
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.ledger.witness import check_against_witness
 from vox_mqtt.protocol.errors import LedgerError
@@ -66,6 +68,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=_uuid,
         metavar="ID",
         help="whose ledger DB is, when the witness recorded several children",
+    )
+    verify.add_argument(
+        "--keys",
+        type=Path,
+        metavar="SIGNING_TOML",
+        help="also verify each received message's signature with this keys file "
+        "(the agent's NAME.signing.toml from `vox agent render`: docs/security.md)",
     )
     verify.set_defaults(func=cmd_verify)
 
@@ -266,7 +275,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"ok: {shown(args.db)}: {report.rows} rows, hash chain intact,"
             " append-only triggers in place"
         )
+        if args.keys is not None and (code := await _signed(memory)) != 0:
+            return code
         return 0 if args.witness is None else await _witnessed(memory)
+
+    async def _signed(memory: VOXAgentMemory) -> int:
+        keyring = SigningSection(keys_file=args.keys.absolute()).signing(Path.cwd()).keyring
+        seen = check_signatures(await memory.get_recent(2**62), keyring)
+        if not seen.ok:
+            row, why = seen.problems[0]
+            fail(
+                f"ledger {args.db}: {len(seen.problems)} received messages whose signature does "
+                f"not verify (first: row {row}: {why})"
+            )
+            return EXIT_RUNTIME
+        out_console().print(
+            f"ok: {shown(args.db)}: {seen.verified} received messages signed by their senders"
+            + (f", {seen.unsigned} unsigned" if seen.unsigned else "")
+        )
+        return 0
 
     async def _witnessed(memory: VOXAgentMemory) -> int:
         async def compare(witness: VOXAgentMemory) -> int:

@@ -28,7 +28,7 @@ from rich.tree import Tree
 
 from vox_mqtt.broker.passwd import Credentials, load_credentials
 from vox_mqtt.console.safetext import shown
-from vox_mqtt.fleet.config import load_console_config, load_daemon_config
+from vox_mqtt.fleet.config import SigningSection, load_console_config, load_daemon_config
 from vox_mqtt.fleet.explorer import load_explorer_config
 from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
@@ -143,6 +143,15 @@ def _look_client_id(identity: UUID) -> str:
     return f"{identity}-status-{secrets.token_hex(4)}"
 
 
+def _verifying(
+    broker: BrokerSettings, section: SigningSection | None, base: Path
+) -> BrokerSettings:
+    """Return the look's settings with the keys it verifies with; a look signs nothing."""
+    if section is None:
+        return broker
+    return replace(broker, signing=replace(section.signing(base), key=None))
+
+
 def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     """Read an operator, explorer or agent config; the look logs in with no session."""
     path = config_path(given)
@@ -154,7 +163,9 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     if kind == "explorer":
         explorer = load_explorer_config(path)
         e = explorer.explorer
-        broker = explorer.broker.settings(_look_client_id(e.id), base=base)
+        broker = _verifying(
+            explorer.broker.settings(_look_client_id(e.id), base=base), explorer.signing, base
+        )
         return Reader(
             kind="explorer",
             name=e.name,
@@ -178,7 +189,9 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
                     "console config instead"
                 ]
             )
-        broker = daemon.broker.settings(_look_client_id(a.id), base=base)
+        broker = _verifying(
+            daemon.broker.settings(_look_client_id(a.id), base=base), daemon.signing, base
+        )
         return Reader(
             kind="agent",
             name=a.name,
@@ -193,7 +206,9 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
         )
     console = load_console_config(path)
     op = console.operator
-    broker = console.broker.settings(_look_client_id(op.id), base=base)
+    broker = _verifying(
+        console.broker.settings(_look_client_id(op.id), base=base), console.signing, base
+    )
     broker = _as_look(broker, _credentials(console.broker.password_file, base), purpose, base)
     return Reader(
         kind="operator",

@@ -139,7 +139,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with OperatorConsole(path) as console:
             await asyncio.sleep(args.wait)
-            entries = console.notifications()
+            entries = [console.opened(entry) for entry in console.notifications()]
             jobs = console.jobs()
             mark = ReadMark(console.inbox_path.with_name("inbox.read"))
             root_name = console.file.operator.root_name

@@ -27,6 +27,7 @@ from vox_mqtt.protocol.messages import (
     VOXMessage,
     now_iso,
 )
+from vox_mqtt.protocol.signing import is_sealed, open_sealed
 from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole"]
@@ -144,6 +145,24 @@ class OperatorConsole:
             "details": message.details,
         }
         _append_line(self.inbox_path, entry)
+
+    def opened(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Return a kept notification with its sealed note_to_human opened (docs/security.md).
+
+        The inbox file keeps the note sealed; only a reading with the operator's key opens it.
+        """
+        details = entry.get("details")
+        note = details.get("note_to_human") if isinstance(details, dict) else None
+        if not isinstance(details, dict) or not is_sealed(note):
+            return entry
+        signing = self.agent.config.broker.signing
+        try:
+            if signing is None or signing.seal_key is None:
+                raise ValueError("this console has no sealing key")
+            text = open_sealed(str(note), signing.seal_key)
+        except ValueError as exc:
+            text = f"(sealed note_to_human, not opened: {exc})"
+        return {**entry, "details": {**details, "note_to_human": text}}
 
     def notifications(self) -> list[dict[str, Any]]:
         """Return every notification kept so far, oldest first."""

@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_id
 from vox_mqtt.broker.credstore import CredentialStore
+from vox_mqtt.broker.manifest import load_manifest
 from vox_mqtt.broker.passwd import Credentials, LookLogin, atomic_write, render_credentials
+from vox_mqtt.broker.signkeys import ensure_keys, load_keys
 from vox_mqtt.fleet.config import AgentSection, ConsoleFile, DaemonFile, OperatorSection
 from vox_mqtt.fleet.explorer import ExplorerFile
 from vox_mqtt.protocol.errors import ConfigError
@@ -77,19 +79,92 @@ def render_agent_config(
     except OSError as exc:
         raise ConfigError([f"--out {out}: cannot create its folder: {exc.strerror}"]) from None
     secrets, broker = _copy_secrets(creds, out, identity, keepalive)
+    signing = _write_keys(fleet, kind, ident_id, identity, broker_dir, out.parent)
+    if signing is not None:
+        secrets = (*secrets, out.parent / signing["keys_file"])
     if kind == "operator":
         state = Path(state_dir) if state_dir is not None else Path(f"{identity}-state")
-        text = _operator_text(fleet, state, broker)
+        text = _operator_text(fleet, state, broker) + _signing_text(signing)
         _check(text, ConsoleFile, out)
     elif kind == "explorer":
-        text = _explorer_text(fleet, ident_id, broker)
+        text = _explorer_text(fleet, ident_id, broker) + _signing_text(signing)
         _check(text, ExplorerFile, out)
     else:
         state = Path(state_dir) if state_dir is not None else DEFAULT_STATE_ROOT / identity
-        text = _agent_text(fleet, ident_id, state, broker, shutdown_grace)
+        text = _agent_text(fleet, ident_id, state, broker, shutdown_grace) + _signing_text(signing)
         _check(text, DaemonFile, out)
     atomic_write(out, text, mode=0o640)
     return RenderedConfig(config=out, kind=kind, name=identity, secrets=secrets)
+
+
+def _write_keys(
+    fleet: Fleet, kind: str, ident_id: Any, identity: str, broker_dir: str | Path, folder: Path
+) -> dict[str, Any] | None:
+    """Write the identity's keys file; return its [signing] table (None: signatures off).
+
+    It holds the identity's own private key and the public keys of its master and children
+    only (the root's master is the operator), so no host learns the rest of the fleet's keys.
+    """
+    if fleet.signatures == "off":
+        return None
+    home = _keys_home(Path(broker_dir))
+    ensure_keys(home, fleet)
+    if home != Path(broker_dir):  # a site broker: one key per identity across the fleet
+        ensure_keys(broker_dir, fleet, upstream=home)
+    keys = load_keys(broker_dir)
+    if kind != "agent" or ident_id == fleet.root.id:
+        # The operator's machine holds every key already; its looks and the explorer check
+        # every status and war-room post they show. The root reads the whole war room, so it
+        # checks every agent's posts: it gets every public key (never a private one).
+        peers = [(fleet.operator_id, fleet.operator_name), *((a.id, a.name) for a in fleet)]
+    else:
+        view = fleet.view_of(ident_id)
+        peers = [(ident_id, identity), (view.master_id, view.master_name)]
+        peers += [(child.id, child.name) for child in view.children]
+    lines = [
+        f"# vox-mqtt signing keys of {identity!r}: its own private key and the public keys of",
+        "# its master and children only (docs/security.md). Keep it 0600 on its host.",
+    ]
+    if kind != "explorer":  # the explorer only reads: it has no key of its own
+        lines.append(f"key = {_value(keys.current[ident_id].seed.hex())}")
+    assert keys.seal is not None
+    if kind == "explorer":
+        pass
+    elif kind == "operator":
+        lines.append(f"seal_key = {_value(keys.seal.private.hex())}")
+    else:
+        lines.append(f"seal_to = {_value(keys.seal.public.hex())}  # the operator's: notes")
+    for peer, name in peers:
+        lines += [
+            "",
+            f"[peers.{_key(str(peer))}]",
+            f"name = {_value(name)}",
+            f"keys = {_value([keys.current[peer].public.hex()])}",
+            f"retired = {_value([old.hex() for old in keys.retired.get(peer, [])])}",
+        ]
+    name = f"{identity}.signing.toml"
+    atomic_write(folder / name, "\n".join(lines) + "\n", mode=0o600)
+    return {"mode": fleet.signatures, "keys_file": name}
+
+
+def _keys_home(broker_dir: Path) -> Path:
+    """Return the broker directory whose keys are the fleet's: the top of its upstream chain."""
+    seen: set[Path] = set()
+    here = broker_dir
+    while here.absolute() not in seen:
+        seen.add(here.absolute())
+        manifest = load_manifest(here.absolute())
+        upstream = None if manifest is None else manifest.options.upstream_dir
+        if not upstream:
+            return here
+        here = Path(upstream)
+    return here
+
+
+def _signing_text(signing: dict[str, Any] | None) -> str:
+    if signing is None:
+        return ""
+    return "\n".join(["", "[signing]  # docs/security.md", *_assignments(signing)]) + "\n"
 
 
 def _identity(fleet: Fleet, name: str) -> tuple[str, str, Any]:

@@ -22,12 +22,14 @@ from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import MAX_CHILDREN
 from vox_mqtt.protocol.messages import MAX_HEARTBEAT_INTERVAL
 from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
+from vox_mqtt.protocol.signing import Keyring, SealKey, Signing, SigningKey, key_id
 from vox_mqtt.protocol.topics import WARROOM_FILTER, WARROOM_ID
 
 __all__ = [
     "BrokerSection",
     "ConsoleFile",
     "DaemonFile",
+    "SigningSection",
     "load_console_config",
     "load_daemon_config",
 ]
@@ -88,6 +90,41 @@ class BrokerSection(_Section):
             keepalive=self.keepalive,
             session_expiry=self.session_expiry,
         )
+
+
+class SigningSection(_Section):
+    """Whether this identity signs and verifies, and the keys file `vox agent render` wrote."""
+
+    mode: Literal["require", "accept", "off"] = "require"
+    keys_file: Path  # its own private key and its peers' public keys (0600)
+
+    def signing(self, base: Path) -> Signing:
+        """Return the keys, read from the keys file (bounded, regular files only)."""
+        path = _resolve_path(base, self.keys_file)
+        try:
+            data = tomllib.loads(read_regular(path, limit=MAX_CONFIG_BYTES).decode("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{path}: cannot read the signing keys: {exc}"]) from None
+        try:
+            current: dict[UUID, dict[str, bytes]] = {}
+            retired: dict[str, tuple[UUID, bytes]] = {}
+            for owner, entry in dict(data.get("peers", {})).items():
+                who = UUID(owner)
+                current[who] = {key_id(k): k for k in map(bytes.fromhex, entry["keys"])}
+                for old in map(bytes.fromhex, entry.get("retired", [])):
+                    retired[key_id(old)] = (who, old)
+            seal_key = data.get("seal_key")
+            return Signing(
+                mode=self.mode,
+                key=SigningKey(bytes.fromhex(data["key"])) if "key" in data else None,
+                keyring=Keyring(current=current, retired=retired),
+                seal_to=bytes.fromhex(data["seal_to"]) if "seal_to" in data else None,
+                seal_key=None if seal_key is None else SealKey(bytes.fromhex(seal_key)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                [f"{path}: not a signing keys file from `vox agent render`: {exc}"]
+            ) from None
 
 
 class AgentSection(_Section):
@@ -193,10 +230,13 @@ class DaemonFile(_Section):
     kind: Literal["agent"] = "agent"
     agent: AgentSection
     broker: BrokerSection
+    signing: SigningSection | None = None  # absent: signatures "off" (docs/security.md)
 
     def agent_config(self, base: Path) -> AgentConfig:
         """Return the runtime config of this agent."""
         broker = self.broker.settings(str(self.agent.id), base=base)
+        if self.signing is not None:
+            broker = replace(broker, signing=self.signing.signing(base))
         return self.agent.agent_config(broker, base=base)
 
 
@@ -206,6 +246,7 @@ class ConsoleFile(_Section):
     kind: Literal["operator"] = "operator"
     operator: OperatorSection
     broker: BrokerSection
+    signing: SigningSection | None = None  # absent: signatures "off" (docs/security.md)
 
     def agent_config(
         self, base: Path, *, client_id: str | None = None, observe: Sequence[str] = ()
@@ -216,6 +257,8 @@ class ConsoleFile(_Section):
         if client_id is not None and client_id != str(op.id):
             # A second, read-only console keeps no session behind it.
             broker = replace(broker, session_expiry=0)
+        if self.signing is not None:
+            broker = replace(broker, signing=self.signing.signing(base))
         return op.agent_config(broker, base=base, observe=observe)
 
 

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from vox_mqtt.fleet.config import BrokerSection
+from vox_mqtt.fleet.config import BrokerSection, SigningSection
 from vox_mqtt.protocol.errors import ConfigError
 
 __all__ = ["ExplorerFile", "ExplorerSection", "load_explorer_config"]
@@ -34,6 +34,7 @@ class ExplorerFile(BaseModel):
     kind: Literal["explorer"] = "explorer"
     explorer: ExplorerSection
     broker: BrokerSection
+    signing: SigningSection | None = None  # every agent's public key (docs/security.md)
 
 
 def load_explorer_config(path: str | Path) -> ExplorerFile:

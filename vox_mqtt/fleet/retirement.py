@@ -27,6 +27,7 @@ from vox_mqtt.broker.acl import CANARY_NAME, EXPLORER_NAME, LOOK_PURPOSES
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.manifest import MANIFEST_NAME, FleetRecord, load_manifest
 from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.broker.signkeys import load_keys
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, RETIRED, AgentLiveness
 from vox_mqtt.protocol import topics
@@ -34,6 +35,7 @@ from vox_mqtt.protocol.errors import ConfigError, VoxError
 from vox_mqtt.protocol.hierarchy import Fleet
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 from vox_mqtt.protocol.settings import BrokerSettings
+from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Session
 
 __all__ = ["RetireReport", "retire_agent", "retire_refusal"]
@@ -121,6 +123,12 @@ def _settings(creds: Credentials, client_id: str) -> BrokerSettings:
         connect_timeout=_CONNECT_TIMEOUT,
         reconnect_max=5.0,
     )
+
+
+def _signed(settings: BrokerSettings, root: Path) -> BrokerSettings:
+    """Sign as that identity when the broker directory holds its key (docs/security.md)."""
+    key = load_keys(root).current.get(UUID(settings.username or ""))
+    return settings if key is None else replace(settings, signing=Signing(mode="require", key=key))
 
 
 def _look_settings(creds: Credentials) -> BrokerSettings:
@@ -285,7 +293,7 @@ async def retire_agent(
                     f"(systemctl disable --now vox-agent@{name}), or pass --force"
                 )
         try:
-            await _clear_own(look, agent_creds, name, last, report)
+            await _clear_own(look, agent_creds, name, last, report, root)
         except VoxError as exc:
             raise VoxError(
                 f"the broker did not let {name!r} clear its topics ({exc}): was it re-rendered "
@@ -311,12 +319,14 @@ async def _clear_own(
     name: str,
     last: AgentLiveness | None,
     report: RetireReport,
+    root: Path,
 ) -> None:
     """As the agent: say RETIRED live, then clear its status and its own posts."""
     agent_id = look.agent_id
     # Its own client id with no session expiry: the broker drops whatever it still queued
     # for the agent when this connection ends.
-    async with Session(_settings(creds, creds.client_id), subscriptions=()) as session:
+    settings = _signed(_settings(creds, creds.client_id), root)
+    async with Session(settings, subscriptions=()) as session:
         await session.publish(topics.status(agent_id), _retired_status(name, agent_id, last))
         report.told = True
         for topic in (topics.status(agent_id), topics.presence(agent_id)):
@@ -357,6 +367,7 @@ async def _clear_others(
             report.left.append(f"{topic}: no credentials for its poster {source} here")
             continue
         client = f"{creds[source].username}-retire-{secrets.token_hex(4)}"
-        async with Session(_settings(creds[source], client), subscriptions=()) as session:
+        settings = _signed(_settings(creds[source], client), root)
+        async with Session(settings, subscriptions=()) as session:
             await session.publish(topic, b"", retain=True)
         report.cleared.append(topic)

@@ -10,6 +10,7 @@ from vox_mqtt.ledger._index import emitted_epoch
 from vox_mqtt.ledger._schema import _KEPT_DETAILS, _MAX_REASON, _canonical, _id_text, _scrub
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import VOXMessage, now_iso
+from vox_mqtt.protocol.signing import SignedTopic
 
 __all__ = ["Received", "Values", "make_row", "message_row"]
 
@@ -31,7 +32,10 @@ def message_row(
         if key in message.details:
             details[key] = message.details[key]
     if topic is not None:
-        details["topic"] = topic
+        details["topic"] = str(topic)
+        if isinstance(topic, SignedTopic):  # what proves who sent it (docs/ledger.md)
+            details["signature"] = topic.signature
+            details["payload_sha256"] = topic.digest
     meta = {
         "message_id": _id_text(message.message_id),
         "message_type": message.type,

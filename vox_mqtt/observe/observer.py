@@ -46,10 +46,14 @@ class FleetObserver:
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}
         self.on_incident: Callable[[Incident], None] | None = None
         self.messages = 0  # status and war-room messages taken so far
+        self.forged = 0  # refused: their signature did not verify
         self._guard = WarroomGuard()
 
     def take(self, inbound: Inbound) -> None:
         """Apply one message of the observer's subscriptions."""
+        if inbound.forgery is not None:  # refused by the session (docs/security.md)
+            self.forged += 1
+            return
         try:
             topic = topics.parse_topic(inbound.topic)
         except TopicError:

@@ -94,6 +94,8 @@ class Fleet:
     operator_name: str
     agents: tuple[AgentSpec, ...]
     brokers: tuple[BrokerSpec, ...] = ()
+    # Whether messages must be signed: "require", "accept" or "off" (docs/security.md).
+    signatures: str = "off"
     _by_id: dict[UUID, AgentSpec] = field(init=False, repr=False, compare=False)
     _by_name: dict[str, AgentSpec] = field(init=False, repr=False, compare=False)
     _children: dict[UUID, tuple[AgentSpec, ...]] = field(init=False, repr=False, compare=False)
@@ -211,9 +213,15 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     except tomllib.TOMLDecodeError as exc:
         raise FleetError([f"{source}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
-    unknown_top = sorted(set(data) - {"operator", "agents", "brokers"})
+    unknown_top = sorted(set(data) - {"operator", "agents", "brokers", "signatures"})
     if unknown_top:
         problems.append(f"{source}: unknown section(s) {', '.join(unknown_top)}")
+    # Absent: "off", as every fleet file before signatures; `vox init` writes "require".
+    signatures = data.get("signatures", "off")
+    if signatures not in ("require", "accept", "off"):
+        problems.append(
+            f'{source}: signatures = {signatures!r}: must be "require", "accept" or "off"'
+        )
 
     operator = data.get("operator")
     operator_id: UUID | None = None
@@ -263,7 +271,7 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     if problems or operator_id is None:
         raise FleetError(problems)
     specs = [replace(spec, broker=placement[spec.id]) for spec in specs]
-    return Fleet(operator_id, operator_name, tuple(specs), brokers)
+    return Fleet(operator_id, operator_name, tuple(specs), brokers, str(signatures))
 
 
 def _parse_agent(
@@ -425,6 +433,8 @@ def seed_fleet_toml() -> str:
 # vox-mqtt fleet file: one [operator] and one [[agents]] table per agent.
 # The agent without master_id is the root; its master is the operator.
 # roles = ["module:Class"] are loaded by each agent's daemon.
+# Every message is signed and verified; "accept" or "off" for a fleet that upgrades.
+signatures = "require"
 
 [operator]
 name = "operator"

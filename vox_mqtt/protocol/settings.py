@@ -10,6 +10,7 @@ from uuid import UUID
 
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.messages import MAX_HEARTBEAT_INTERVAL, MAX_MESSAGE_BYTES
+from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.protocol.sitelinks import LinkMap
 
 __all__ = ["AgentConfig", "BrokerSettings", "Will"]
@@ -33,6 +34,8 @@ class BrokerSettings:
     reconnect_min: float = 0.5
     reconnect_max: float = 30.0
     publish_timeout: float = 10.0
+    # What this identity signs with and whom it believes (docs/security.md); None: "off".
+    signing: Signing | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = []

@@ -25,7 +25,9 @@ __all__ = [
     "PackedProperties",
     "PublishProperties",
     "packed",
+    "signature_of",
     "vox_properties",
+    "with_user_property",
 ]
 
 CONTENT_TYPE: Final = "application/json"
@@ -33,6 +35,7 @@ TYPE_KEY: Final = "vox-type"
 FROM_KEY: Final = "vox-from"
 TO_KEY: Final = "vox-to"
 _UTF8: Final = 1  # payload-format indicator: the payload is UTF-8 text
+_USER_PROPERTY: Final = 0x26  # its identifier in a packed property list (MQTT v5 2.2.2.2)
 
 
 class PackedProperties(Properties):
@@ -111,3 +114,60 @@ class PublishProperties:
     def will(self, type: str) -> tuple[tuple[str, str], ...]:
         """Return the user properties of the will (a status): the sender's name only."""
         return ((TYPE_KEY, type), (FROM_KEY, self.name))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _skip_varint(data: bytes) -> int:
+    """Return the offset after the variable byte integer data starts with."""
+    at = 0
+    while data[at] & 0x80:
+        at += 1
+    return at + 1
+
+
+def _utf8(text: str) -> bytes:
+    encoded = text.encode()
+    return len(encoded).to_bytes(2, "big") + encoded
+
+
+def with_user_property(props: Properties, key: str, value: str) -> Properties:
+    """Return props with one more user property, packed at once (props is not changed).
+
+    Appended to the packed bytes rather than rebuilt: a signature differs per message, and
+    paho would otherwise pack every property again (see PackedProperties).
+    """
+    packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
+    body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY])
+    body += _utf8(key) + _utf8(value)
+    result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    result.__dict__["_packed"] = _varint(len(body)) + body
+    return result
+
+
+def signature_of(packed_props: bytes, key: str) -> str | None:
+    """Return the value of the last user property `key` in packed properties; None if absent.
+
+    A plain search: the signature is the last property a signer appends, and whatever a
+    forger puts before it can only name a signature that must still verify (docs/security.md).
+    """
+    marker = bytes([_USER_PROPERTY]) + _utf8(key)
+    at = packed_props.rfind(marker)
+    if at < 0:
+        return None
+    at += len(marker)
+    size = int.from_bytes(packed_props[at : at + 2], "big")
+    raw = packed_props[at + 2 : at + 2 + size]
+    if len(raw) != size:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None

@@ -10,7 +10,7 @@ import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiomqtt
@@ -22,6 +22,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
+from vox_mqtt.protocol.signing import SignedTopic, Signing
 from vox_mqtt.transport._mqttclient import (
     Client,
     broker_error,
@@ -30,6 +31,7 @@ from vox_mqtt.transport._mqttclient import (
     tls_context,
 )
 from vox_mqtt.transport._mqttdecode import RawProperties
+from vox_mqtt.transport.signing import judge, signed_properties, signed_will
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will"]
 
@@ -59,6 +61,11 @@ class Inbound:
     # Left packed as received: no agent reads them, and decoding costs more than the rest of
     # the PUBLISH (see _mqttdecode.py).
     raw_properties: RawProperties | Properties | None = None
+    # The message's `vox-sig` as received, and why it may not be believed (None: it may,
+    # or signatures are off); set by the session before anyone sees it (docs/security.md).
+    signature: str | None = None
+    forgery: str | None = None
+    digest: bytes | None = field(default=None, repr=False)  # SHA-256 of the payload, if checked
 
     @functools.cached_property
     def properties(self) -> dict[str, Any]:
@@ -109,6 +116,9 @@ class Session:
         self._last_error: BrokerUnavailable | None = None
         self._first_logged = ""  # the last cause logged while the first connect is retried
         self._spare_will: tuple[Will | None] | None = None
+        self.forged = 0  # messages delivered with a forgery verdict
+        self.unsigned = 0  # unsigned messages let through in "accept" mode
+        self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
 
     @property
     def queued(self) -> int:
@@ -195,6 +205,7 @@ class Session:
             raise ValueError(f"message expiry must be >= 1 s, not {expiry}")
         if props is None:
             props = publish_properties(content_type, expiry)
+        props = self._signed(topic, payload, props)
         timeout = self.settings.publish_timeout
         rc: ReasonCode | None = None
         sent = False
@@ -237,7 +248,50 @@ class Session:
             return None
         if props is None:
             props = publish_properties(content_type, None)
-        return client.publish_soon(topic, payload, 1, False, props)
+        return client.publish_soon(topic, payload, 1, False, self._signed(topic, payload, props))
+
+    def use_signing(self, signing: Signing | None) -> None:
+        """Sign and verify with these keys from now on (a rotation picked up on SIGHUP).
+
+        The will already registered keeps its signature: it is signed again at the next
+        connection (docs/security.md).
+        """
+        self.settings = replace(self.settings, signing=signing)
+
+    def _signed(self, topic: str, payload: bytes, props: Properties) -> Properties:
+        return signed_properties(self.settings.signing, topic, payload, props)
+
+    def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
+        """Wrap a received message with the verdict on its signature (docs/security.md)."""
+        payload = bytes(message.payload)
+        inbound = Inbound(
+            topic=topic,
+            payload=payload,
+            retain=bool(message.retain),
+            raw_properties=message.properties,
+        )
+        signing = self.settings.signing
+        if signing is None or signing.mode == "off":
+            return inbound
+        verdict = judge(signing, topic, payload, message.properties)
+        if verdict.unsigned:
+            self.unsigned += 1
+        if verdict.forgery is not None:
+            self.forged += 1
+            if self.on_forgery is not None:
+                self.on_forgery(topic, verdict.forgery)
+            log.warning(
+                "%s: refused a message on %s: %s", self.settings.client_id, topic, verdict.forgery
+            )
+        if verdict.signature is not None and verdict.forgery is None:
+            topic = SignedTopic.of(topic, verdict.signature, verdict.digest)  # for the ledger
+        return replace(
+            inbound,
+            topic=topic,
+            signature=verdict.signature,
+            forgery=verdict.forgery,
+            digest=verdict.digest,
+        )
 
     def _unreachable(self, timeout: float | None) -> BrokerUnavailable:
         if self._closing:
@@ -281,7 +335,7 @@ class Session:
         if self._spare_will is not None:  # the last attempt never sent its CONNECT
             (will,), self._spare_will = self._spare_will, None
         else:
-            will = self._will() if self._will is not None else None
+            will = signed_will(s.signing, self._will() if self._will is not None else None)
         return _client(s, will=will, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM)
 
     async def _open(self) -> Client:
@@ -471,7 +525,7 @@ class Session:
         """Queue a message straight from paho's callback if there is room (Client.sink)."""
         if self._queue.full():
             return False
-        self._queue.put_nowait(_inbound(message.topic, message))
+        self._queue.put_nowait(self._inbound(message.topic, message))
         return True
 
     async def _pump(self, client: Client) -> None:
@@ -479,7 +533,7 @@ class Session:
         with contextlib.suppress(aiomqtt.MqttError):
             async for message in client.messages:
                 # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
-                await self._queue.put(_inbound(message.topic.value, message))
+                await self._queue.put(self._inbound(message.topic.value, message))
                 client._client.ack(message.mid, message.qos)
 
 
@@ -542,12 +596,3 @@ async def probe_login(s: BrokerSettings, subscribe: str) -> None:
             f"subscription to {subscribe!r}: {code} — check the broker's ACL (docs/broker.md)",
             topic=subscribe,
         )
-
-
-def _inbound(topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
-    return Inbound(
-        topic=topic,
-        payload=bytes(message.payload),
-        retain=bool(message.retain),
-        raw_properties=message.properties,
-    )

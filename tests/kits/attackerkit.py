@@ -1,0 +1,99 @@
+"""An identity with the broker's power: it may read and write every topic (docs/security.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from vox_mqtt.broker.render import BrokerDir
+
+ATTACKER = "attacker"
+ATTACKER_PASSWORD = "all-powerful-secret"
+
+
+def add_attacker(broker_dir: BrokerDir) -> None:
+    """Give the rendered broker one more login that may read and write everything."""
+    assert broker_dir.acl is not None, "acl format only"
+    assert broker_dir.passwd is not None
+    with broker_dir.acl.open("a") as acl:
+        acl.write(f"\nuser {ATTACKER}\ntopic readwrite #\n")
+    subprocess.run(
+        ["mosquitto_passwd", "-b", str(broker_dir.passwd), ATTACKER, ATTACKER_PASSWORD],
+        check=True,
+        capture_output=True,
+        timeout=20,
+    )
+
+
+@dataclass
+class Captured:
+    """One message the attacker saw, with its user properties."""
+
+    topic: str
+    payload: bytes
+    retain: bool
+    user_properties: list[tuple[str, str]]
+
+
+@dataclass
+class Attacker:
+    """A raw paho MQTT v5 client logged in as the attacker, capturing everything on `#`."""
+
+    port: int
+    seen: list[Captured] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=ATTACKER, protocol=mqtt.MQTTv5
+        )
+        self.client.username_pw_set(ATTACKER, ATTACKER_PASSWORD)
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", self.port, keepalive=30)
+        self.client.loop_start()
+        deadline = time.monotonic() + 10
+        while not self.client.is_connected():
+            assert time.monotonic() < deadline, "the attacker could not log in"
+            time.sleep(0.02)
+        _, mid = self.client.subscribe("#", qos=1)
+        assert mid is not None
+
+    def _on_message(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
+        pairs = list(getattr(message.properties, "UserProperty", None) or [])
+        with self._lock:
+            self.seen.append(Captured(message.topic, bytes(message.payload), message.retain, pairs))
+
+    def captured(self) -> list[Captured]:
+        """Return what it saw so far."""
+        with self._lock:
+            return list(self.seen)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        user_properties: list[tuple[str, str]] | None = None,
+        retain: bool = False,
+    ) -> None:
+        """Publish at QoS 1 and wait until the broker took it (its ACL lets it write all)."""
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        props.ContentType = "application/json"
+        if user_properties:
+            props.UserProperty = user_properties
+        info = self.client.publish(topic, payload, qos=1, retain=retain, properties=props)
+        info.wait_for_publish(10)
+        assert info.is_published(), f"the broker did not take the attacker's {topic}"
+
+    def close(self) -> None:
+        """Disconnect."""
+        self.client.disconnect()
+        self.client.loop_stop()

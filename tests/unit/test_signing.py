@@ -1,0 +1,201 @@
+"""The signing rules: what a signature covers, each refusal and its reason, sealed notes."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.settings import Will
+from vox_mqtt.protocol.signing import (
+    Keyring,
+    SealKey,
+    Signing,
+    SigningKey,
+    check,
+    is_sealed,
+    open_sealed,
+    payload_digest,
+    seal,
+    sender_of,
+    sign,
+    verify_digest,
+)
+from vox_mqtt.transport.publishprops import signature_of, vox_properties, with_user_property
+from vox_mqtt.transport.signing import judge, received_signature, signed_will
+
+SENDER, TARGET, OTHER = uuid4(), uuid4(), uuid4()
+KEY = SigningKey.generate()
+TOPIC = topics.inbox(TARGET, SENDER)
+PAYLOAD = b'{"type":"command_request","details":{"command":"analyze"}}'
+RING = Keyring(current={SENDER: {KEY.kid: KEY.public}})
+
+
+def reason(problem: str | None) -> str | None:
+    return None if problem is None else problem.partition(":")[0]
+
+
+def test_a_signed_message_verifies() -> None:
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, KEY), RING) is None
+
+
+def test_a_changed_payload_or_topic_is_a_bad_signature() -> None:
+    value = sign(TOPIC, PAYLOAD, KEY)
+    assert reason(check(TOPIC, PAYLOAD + b" ", value, RING)) == "BAD_SIGNATURE"
+    moved = topics.inbox(OTHER, SENDER)  # another inbox, the same sender
+    assert reason(check(moved, PAYLOAD, value, RING)) == "BAD_SIGNATURE"
+
+
+def test_a_key_of_another_identity_is_unknown_for_this_sender() -> None:
+    ring = Keyring(current={SENDER: {KEY.kid: KEY.public}, OTHER: {}})
+    value = sign(topics.inbox(TARGET, OTHER), PAYLOAD, KEY)  # SENDER's key, OTHER's topic
+    assert reason(check(topics.inbox(TARGET, OTHER), PAYLOAD, value, ring)) == "UNKNOWN_KEY"
+
+
+def test_a_retired_key_is_refused_by_name() -> None:
+    old, new = SigningKey.generate(), SigningKey.generate()
+    ring = Keyring(current={SENDER: {new.kid: new.public}}, retired={old.kid: (SENDER, old.public)})
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring)) == "RETIRED_KEY"
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, new), ring) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "MISSING_SIGNATURE"),
+        ("", "MALFORMED_SIGNATURE"),
+        ("nodot", "MALFORMED_SIGNATURE"),
+        (f"{KEY.kid}.{'!' * 86}", "MALFORMED_SIGNATURE"),
+        (f"{KEY.kid}.{'A' * 86}", "BAD_SIGNATURE"),
+        (f"{'0' * 16}.{'A' * 86}", "UNKNOWN_KEY"),
+    ],
+)
+def test_each_malformed_signature_has_its_reason(value: str | None, expected: str) -> None:
+    assert reason(check(TOPIC, PAYLOAD, value, RING)) == expected
+
+
+def test_the_signer_is_the_sender_the_topic_names() -> None:
+    assert sender_of(topics.inbox(TARGET, SENDER)) == SENDER
+    assert sender_of(topics.status(SENDER)) == SENDER
+    assert sender_of(topics.warroom(SENDER, OTHER)) == SENDER
+    assert sender_of("vox/not-a-topic") is None
+    value = sign("vox/x/y/z/w", PAYLOAD, KEY)
+    assert reason(check("vox/x/y/z/w", PAYLOAD, value, RING)) == "UNKNOWN_SENDER"
+
+
+def test_a_bridge_state_is_not_judged() -> None:
+    assert check(f"vox/link/{uuid4()}", b"1", None, RING) is None
+
+
+def test_a_ledger_row_verifies_from_its_digest_alone() -> None:
+    value = sign(TOPIC, PAYLOAD, KEY)
+    assert verify_digest(TOPIC, payload_digest(PAYLOAD), value, KEY.public)
+    assert not verify_digest(TOPIC, payload_digest(b"other"), value, KEY.public)
+    assert not verify_digest(TOPIC, payload_digest(PAYLOAD), "junk", KEY.public)
+
+
+def test_a_sealed_note_opens_only_with_its_key() -> None:
+    operator = SealKey.generate()
+    sealed = seal("call the client about the contract", operator.public)
+    assert is_sealed(sealed)
+    assert "contract" not in sealed
+    assert open_sealed(sealed, operator) == "call the client about the contract"
+    with pytest.raises(ValueError, match="does not open"):
+        open_sealed(sealed, SealKey.generate())
+    with pytest.raises(ValueError, match="not a sealed note"):
+        open_sealed("plain text", operator)
+
+
+def test_the_signature_is_appended_as_the_last_user_property() -> None:
+    props = vox_properties(type="command_request", sender="a", target="b", expiry=30)
+    value = sign(TOPIC, PAYLOAD, KEY)
+    signed = with_user_property(props, "vox-sig", value)
+    decoded = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    decoded.unpack(signed.pack())  # type: ignore[no-untyped-call]
+    assert decoded.UserProperty[-1] == ("vox-sig", value)
+    assert decoded.MessageExpiryInterval == 30
+    assert signature_of(signed.pack(), "vox-sig") == value
+    assert received_signature(decoded) == value
+    assert signature_of(props.pack(), "vox-sig") is None
+
+
+def test_the_modes() -> None:
+    unsigned = judge(Signing(mode="accept", keyring=RING), TOPIC, PAYLOAD, None)
+    assert unsigned.forgery is None
+    assert unsigned.unsigned
+    required = judge(Signing(mode="require", keyring=RING), TOPIC, PAYLOAD, None)
+    assert reason(required.forgery) == "MISSING_SIGNATURE"
+    props = with_user_property(
+        vox_properties(type="t", sender="a"), "vox-sig", sign(TOPIC, b"x", KEY)
+    )
+    decoded = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    decoded.unpack(props.pack())  # type: ignore[no-untyped-call]
+    bad = judge(Signing(mode="accept", keyring=RING), TOPIC, PAYLOAD, decoded)
+    assert reason(bad.forgery) == "BAD_SIGNATURE"  # "accept" verifies what is signed
+
+
+def test_the_will_is_signed_for_its_own_topic_and_payload() -> None:
+    will = Will(topic=topics.status(SENDER), payload=b'{"status":"INACTIVE"}')
+    signed = signed_will(Signing(mode="require", key=KEY), will)
+    assert signed is not None
+    value = dict(signed.user_properties)["vox-sig"]
+    assert (
+        check(will.topic, will.payload, value, Keyring(current={SENDER: {KEY.kid: KEY.public}}))
+        is None
+    )
+    assert signed_will(Signing(mode="off", key=KEY), will) is will
+
+
+def _row(row_id: int, topic: str, payload: bytes, value: str | None) -> dict[str, object]:
+    details: dict[str, object] = {"topic": topic}
+    if value is not None:
+        details |= {"signature": value, "payload_sha256": payload_digest(payload).hex()}
+    return {"id": row_id, "action": "received", "details": details}
+
+
+def test_a_ledger_proves_who_sent_each_message_it_recorded() -> None:
+    from vox_mqtt.ledger.signatures import check_signatures
+
+    old = SigningKey.generate()
+    ring = Keyring(current=RING.current, retired={old.kid: (SENDER, old.public)})
+    forged = _row(4, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, KEY))
+    forged["details"]["payload_sha256"] = payload_digest(b"other").hex()  # type: ignore[index]
+    other = topics.inbox(TARGET, OTHER)
+    rows = [
+        _row(1, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, KEY)),
+        _row(2, TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old)),  # before a rotation: still proof
+        _row(3, TOPIC, PAYLOAD, None),
+        forged,
+        _row(5, other, PAYLOAD, sign(other, PAYLOAD, KEY)),  # SENDER's key on OTHER's topic
+        {"id": 6, "action": "sent", "details": {}},
+    ]
+    report = check_signatures(rows, ring)
+    assert (report.verified, report.unsigned) == (2, 1)
+    assert [row for row, _ in report.problems] == [4, 5]
+    assert "does not verify" in report.problems[0][1]
+    assert f"not by {OTHER}" in report.problems[1][1]
+
+
+def test_the_fleet_file_names_the_mode() -> None:
+    from vox_mqtt.protocol.errors import FleetError
+    from vox_mqtt.protocol.hierarchy import parse_fleet, seed_fleet_toml
+
+    assert parse_fleet(seed_fleet_toml()).signatures == "require"  # what `vox init` writes
+    older = seed_fleet_toml().replace('signatures = "require"\n', "")
+    assert parse_fleet(older).signatures == "off"  # a fleet file from before signatures
+    with pytest.raises(FleetError) as refused:
+        parse_fleet('signatures = "yes"\n' + older)
+    assert refused.value.problems == [
+        'fleet.toml: signatures = \'yes\': must be "require", "accept" or "off"'
+    ]
+
+
+def test_forged_traffic_is_told_once_per_window() -> None:
+    from vox_mqtt.protocol.signing import FORGERY_WINDOW, incident_due
+
+    assert incident_due(None, 100.0)
+    assert not incident_due(100.0, 100.0 + FORGERY_WINDOW - 1)
+    assert incident_due(100.0, 100.0 + FORGERY_WINDOW)

@@ -1,0 +1,69 @@
+"""What the session does with signatures: sign each publish and will, judge each delivery.
+
+The decisions are protocol/signing.py's; this module only finds the `vox-sig` property in
+what paho received and adds it to what paho sends (docs/security.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from paho.mqtt.properties import Properties
+
+from vox_mqtt.protocol.settings import Will
+from vox_mqtt.protocol.signing import SIG_KEY, Signing, check, payload_digest, sign
+from vox_mqtt.transport._mqttdecode import RawProperties
+from vox_mqtt.transport.publishprops import signature_of, with_user_property
+
+__all__ = ["Verdict", "judge", "signed_properties", "signed_will"]
+
+_LINK_PREFIX = "vox/link/"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a received message's signature says."""
+
+    signature: str | None
+    forgery: str | None  # why it may not be believed; None: it may
+    digest: bytes
+    unsigned: bool  # unsigned and let through ("accept" mode)
+
+
+def signed_properties(
+    signing: Signing | None, topic: str, payload: bytes, props: Properties
+) -> Properties:
+    """Return props with this identity's signature of (topic, payload), when it signs."""
+    if signing is None or signing.key is None or signing.mode == "off":
+        return props
+    return with_user_property(props, SIG_KEY, sign(topic, payload, signing.key))
+
+
+def signed_will(signing: Signing | None, will: Will | None) -> Will | None:
+    """Return the will with its signature: the broker may publish it long after."""
+    if will is None or signing is None or signing.key is None or signing.mode == "off":
+        return will
+    value = sign(will.topic, will.payload, signing.key)
+    return replace(will, user_properties=(*will.user_properties, (SIG_KEY, value)))
+
+
+def received_signature(raw: RawProperties | Properties | None) -> str | None:
+    """Return the `vox-sig` of received properties, packed or decoded."""
+    if raw is None:
+        return None
+    if isinstance(raw, RawProperties):
+        return signature_of(raw.packed, SIG_KEY)
+    pairs = getattr(raw, "UserProperty", None) or ()
+    return next((value for key, value in reversed(pairs) if key == SIG_KEY), None)
+
+
+def judge(
+    signing: Signing, topic: str, payload: bytes, raw: RawProperties | Properties | None
+) -> Verdict:
+    """Return the verdict on one received message under signing's mode (not "off")."""
+    value = received_signature(raw)
+    digest = payload_digest(payload)
+    if value is None and signing.mode == "accept":
+        return Verdict(None, None, digest, unsigned=not topic.startswith(_LINK_PREFIX))
+    forgery = check(topic, payload, value, signing.keyring, digest=digest)
+    return Verdict(value, forgery, digest, unsigned=False)
