@@ -38,6 +38,7 @@ ROWS = {
     "faststream": 2,
     "web_console": 2,
     "signatures": 3,
+    "scale": 5,
 }
 
 
