@@ -16,7 +16,7 @@ on their own site broker, bridged to the core with the bridge, ACL and credentia
 - a core restart: the time until the fresh view sees all ACTIVE again and the core
   broker's CPU peak while everything comes back.
 
-    python -m bench.scale [--quick]
+    python -m bench.scale [--quick]      (VOX_BENCH_SCALE=10x100 for a tenth of it)
 """
 
 from __future__ import annotations
@@ -54,9 +54,15 @@ from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 CORE = "core"
 
 
+SIZE_ENV = "VOX_BENCH_SCALE"  # "SITESxAGENTS", e.g. 10x100: a smaller run of the same figure
+
+
 def sizes(quick: bool) -> tuple[int, int, float, float]:
     """Return (sites, agents per site, heartbeat interval, steady window in seconds)."""
-    return (2, 20, 5.0, 6.0) if quick else (10, 1000, 15.0, 60.0)
+    if quick:
+        return (2, 20, 5.0, 6.0)
+    sites, _, per_site = os.environ.get(SIZE_ENV, "10x1000").partition("x")
+    return (int(sites), int(per_site), 15.0, 60.0)
 
 
 def site_name(index: int) -> str:
