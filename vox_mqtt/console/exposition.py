@@ -47,7 +47,12 @@ from vox_mqtt.console.exporter import (
     new_family,
     warroom_family,
 )
-from vox_mqtt.observe.metrics import MetricsSnapshot, host_figure, parse_snapshot
+from vox_mqtt.observe.metrics import (
+    SNAPSHOT_VERSION,
+    MetricsSnapshot,
+    host_figure,
+    parse_snapshot,
+)
 from vox_mqtt.observe.observer import FleetObserver
 
 __all__ = ["GZIP_LEVEL", "CachedExposition", "FamilyList", "metrics_app", "render_families"]
@@ -59,8 +64,8 @@ _CACHED_GROUPS: Final = (LIVENESS, COUNTERS_GROUP, GAUGES_GROUP, HISTOGRAMS_GROU
 # Each family's text starts at a HELP line; sample lines start with a metric name, and
 # label values are escaped (no newline), so a line-start "# HELP " is always a header.
 _HEADER: Final = re.compile(rb"^# HELP ", re.MULTILINE)
-# prometheus_client compresses at zlib's level 9: about 4 s for the 128 MB of 10,000 agents
-# on the 2-core VM of docs/performance.md. Level 1 takes a fraction and is still ~10 x smaller.
+# prometheus_client compresses at gzip.compress's default, level 9; level 1 is the cheapest and
+# still shrinks the 131 MB of 10,000 agents 10 x (figure 11 times it: docs/performance.md).
 GZIP_LEVEL: Final = 1
 _NEVER: Final = object()  # the inputs of a group not rendered yet: equal to nothing
 
@@ -117,7 +122,7 @@ def _inputs(group: str, row: AgentRow) -> Any:
     if group == LIVENESS:
         return (row.status, row.interval, row.epoch)
     raw = row.metrics.get("agent")
-    if not isinstance(raw, dict) or raw.get("v") != 1:
+    if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
         return None  # no snapshot: the group is empty
     section = {COUNTERS_GROUP: "counters", GAUGES_GROUP: "gauges"}.get(group, "histograms")
     return (True, raw.get(section))
