@@ -237,7 +237,7 @@ def exporter_scrapes(console_file: Path, log: Path, agents: int) -> dict[str, An
         size = 0
         for _ in range(3):
             started = time.perf_counter()
-            with urllib.request.urlopen(url, timeout=60) as answer:
+            with urllib.request.urlopen(url, timeout=600) as answer:
                 size = len(answer.read())
             times.append(round(time.perf_counter() - started, 3))
         return {
@@ -341,11 +341,14 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             detail["vox_status_json_seconds"] = round(seconds, 2)
             detail["vox_status_peak_rss_mib"] = peak
             detail["vox_status_active_listed"] = listed
-            detail.update(
-                await asyncio.to_thread(
-                    exporter_scrapes, console_file, workdir / "exporter.log", agents
+            try:
+                detail.update(
+                    await asyncio.to_thread(
+                        exporter_scrapes, console_file, workdir / "exporter.log", agents
+                    )
                 )
-            )
+            except (OSError, AssertionError) as exc:  # reported, and the rest still measured
+                detail["exporter_error"] = f"{type(exc).__name__}: {exc}"[:300]
             # A core restart under the whole fleet: the bridges and the core's own agents
             # come back; the fresh view counts everyone ACTIVE again.
             core_broker = fed.brokers[CORE]
