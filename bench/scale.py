@@ -1,4 +1,4 @@
-"""Figure 15: ten thousand agents on ten site brokers bridged to a core (docs/federation.md).
+"""Figure 16: ten thousand agents on ten site brokers bridged to a core (docs/federation.md).
 
 Ten sites of 1,000 agents each (2 x 20 with --quick), every agent a VOXAgent with its own
 identity, status and heartbeat (15 s), in worker processes as figure 9 runs them: one
@@ -375,7 +375,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
 
 
 def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Measure figure 15 and return its rows."""
+    """Measure figure 16 and return its rows."""
     detail = asyncio.run(measure(workdir, quick))
     agents = detail["agents"]
     on = f"{agents} agents on {detail['sites']} bridged sites"
@@ -424,7 +424,7 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    """Run figure 15 alone and print it as JSON."""
+    """Run figure 16 alone and print it as JSON."""
     return run_alone(__doc__ or "", run)
 
 

@@ -53,7 +53,7 @@ def check_rows(rows: list[dict[str, Any]]) -> None:
         assert row["met"] in (True, False, None), row
 
 
-# Figure 15 starts eleven brokers and 40 agents, vox status and vox exporter even when tiny.
+# Figure 16 starts eleven brokers and 40 agents, vox status and vox exporter even when tiny.
 @pytest.mark.parametrize(
     "name",
     [pytest.param(n, marks=pytest.mark.timeout(600)) if n == "scale" else n for n in FIGURES],

@@ -1,7 +1,7 @@
 """Broker restarts under a fleet of three sites of 100 agents: no storm of false incidents.
 
 The agents run in one worker process per broker (bench.fleet_worker, as the bench's
-figures 9 and 15 run them), each a VOXAgent with its own identity, ledger and heartbeat;
+figures 9 and 16 run them), each a VOXAgent with its own identity, ledger and heartbeat;
 the site masters on the core own their site's link (docs/federation.md). An independent
 mosquitto_sub on the core records every war-room post. Bounds (docs/federation.md,
 "Restarts and partitions"): after a core restart at most one SITE_LINK_LOST per site and
