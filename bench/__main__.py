@@ -32,6 +32,7 @@ from bench import (
     one_hop,
     reload_sessions,
     render_large,
+    scale,
     signatures,
     three_levels,
     throughput,
@@ -57,6 +58,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "faststream": (13, faststream_rpc.run),
     "web_console": (14, web_console.run),
     "signatures": (15, signatures.run),
+    "scale": (16, scale.run),
 }
 
 

@@ -14,6 +14,7 @@ import asyncio
 import signal
 import sys
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench` importable
@@ -21,7 +22,23 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 
 from bench.common import BenchBroker
 from vox_mqtt.agent.facade import VOXAgent
-from vox_mqtt.protocol.hierarchy import load_fleet
+from vox_mqtt.agent.roles import load_role
+from vox_mqtt.broker.federation import link_map
+from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
+
+STARTING_TOGETHER = 25
+CONNECT_TIMEOUT = 120.0
+
+
+def _agent(fleet: Fleet, bench: BenchBroker, name: str, heartbeat: float) -> VOXAgent:
+    """Return the VOXAgent of one agent of the fleet, its roles loaded as a daemon would."""
+    agent = fleet.agent(name)
+    # In a federated fleet the link owners watch their bridges, as daemons do with the
+    # NAME.links.json `vox agent render` writes (docs/federation.md).
+    config = bench.agent_config(name, heartbeat_interval=heartbeat, links=link_map(fleet, agent.id))
+    # Thousands of agents starting on two cores: a connect may wait its turn for long.
+    config = replace(config, broker=replace(config.broker, connect_timeout=CONNECT_TIMEOUT))
+    return VOXAgent(config, [load_role(spec, agent.settings) for spec in agent.roles])
 
 
 async def serve(bench: BenchBroker, names: list[str], heartbeat: float) -> None:
@@ -31,11 +48,19 @@ async def serve(bench: BenchBroker, names: list[str], heartbeat: float) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     fleet = bench.fleet
-    names.sort(key=lambda n: -fleet.depth_of(fleet.agent(n).id))
+    by_depth: dict[int, list[str]] = {}
+    for name in names:
+        by_depth.setdefault(fleet.depth_of(fleet.agent(name).id), []).append(name)
     async with AsyncExitStack() as stack:
-        for name in names:
-            config = bench.agent_config(name, heartbeat_interval=heartbeat)
-            await stack.enter_async_context(VOXAgent(config))
+        # Leaves first, a level at a time; within a level STARTING_TOGETHER at once, so a
+        # thousand agents do not wait for each other's connect and first commit in turn.
+        for depth in sorted(by_depth, reverse=True):
+            level = by_depth[depth]
+            for first in range(0, len(level), STARTING_TOGETHER):
+                chunk = level[first : first + STARTING_TOGETHER]
+                await asyncio.gather(
+                    *(stack.enter_async_context(_agent(fleet, bench, n, heartbeat)) for n in chunk)
+                )
         print(f"ready {len(names)}", flush=True)
         await stop.wait()
 

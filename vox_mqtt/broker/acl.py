@@ -269,6 +269,8 @@ def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity,
 
 def topic_matches(filter_: str, topic: str) -> bool:
     """Return whether a topic filter matches a topic, as Mosquitto decides it."""
+    if "+" not in filter_ and "#" not in filter_:
+        return filter_ == topic  # no wildcard: every level equal is the same text
     if filter_.startswith("$") != topic.startswith("$"):
         return False
     levels, parts = filter_.split("/"), topic.split("/")
@@ -286,6 +288,11 @@ def sub_topic_problem(topic: str) -> str | None:
         return "longer than 65535 bytes"
     if "+" not in topic and "#" not in topic:
         return None
+    levels = topic.split("/")
+    if all(level == "+" or ("+" not in level and "#" not in level) for level in levels[:-1]):
+        last = levels[-1]
+        if last in ("+", "#") or ("+" not in last and "#" not in last):
+            return None  # every wildcard a whole level, '#' only last: the rules' own shape
     previous = ""
     for index, char in enumerate(topic):
         following = topic[index + 1] if index + 1 < len(topic) else ""

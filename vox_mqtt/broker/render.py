@@ -18,7 +18,8 @@ import glob
 import hashlib
 import os
 import pwd
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -267,7 +268,8 @@ def _local_host(bind: str) -> str:
 
 def _secrets(
     root: Path, identities: Sequence[Identity], rotate: bool, rotate_names: Collection[str]
-) -> tuple[dict[UUID, str], dict[UUID, PasswordHash]]:
+) -> tuple[dict[UUID, str], dict[UUID, PasswordHash | None]]:
+    """Return each identity's password and the hash kept for it (None: hash it anew)."""
     unknown = sorted(set(rotate_names) - {i.name for i in identities})
     if unknown:
         raise ConfigError([f"--rotate {n}: no identity of that name in the fleet" for n in unknown])
@@ -279,12 +281,14 @@ def _secrets(
         fresh = identity.name in rotate_names
         passwords[identity.id] = (None if fresh else secrets.get(identity.username)) or new_secret()
         kept[identity.id] = None if fresh else old_hashes.get(identity.username)
-    # A hash that still matches is kept, so an unchanged fleet renders unchanged files.
-    return passwords, hash_passwords(passwords, kept)
+    return passwords, kept
 
 
 def _render_security(
-    fmt: Format, fleet: Fleet, identities: Sequence[Identity], hashes: Mapping[UUID, PasswordHash]
+    fmt: Format,
+    fleet: Fleet,
+    identities: Sequence[Identity],
+    hashed: Callable[[], Mapping[UUID, PasswordHash]],
 ) -> tuple[str, str, str, tuple[Identity, ...]]:
     """Return (file name, text, canary nonce, identities with the canary last)."""
 
@@ -296,6 +300,7 @@ def _render_security(
     rules = render_acl_file(identities, header=header)
     digest = hashlib.sha256(rules.encode("utf-8"))
     if fmt == "dynsec":
+        hashes = hashed()
         # dynsec.json also carries the hashes: a rotated secret is a new rendering too.
         digest.update(
             "".join(f"{i.username}:{hashes[i.id].passwd_field()}\n" for i in identities).encode()
@@ -309,7 +314,7 @@ def _render_security(
         if parsed.warnings:  # pragma: no cover - the renderer never writes these
             raise ConfigError(list(parsed.warnings))
         return "acl", text, nonce, every
-    text = render_dynsec(every, hashes)
+    text = render_dynsec(every, hashed())
     check_dynsec(text, source="rendered dynsec.json")
     return "dynsec.json", text, nonce, every
 
@@ -407,10 +412,18 @@ def render_broker_dir(
     _prepare_dir(root)
     # The canary's id does not depend on its topic: its secret is settled with the rest.
     local = (canary_identity(fleet, ""),) + ((admin_identity(fleet),) if fmt == "dynsec" else ())
-    passwords, hashes = _secrets(root, (*identities, *local), rotate, rotate_names)
-    security_name, security_text, nonce, every = _render_security(
-        fmt, fleet, identities + local[1:], hashes
-    )
+    passwords, kept = _secrets(root, (*identities, *local), rotate, rotate_names)
+    # PBKDF2 runs in OpenSSL without the GIL (passwd.hash_passwords), so the hashing goes
+    # on in the background while this thread renders, parses and probes the rules: for
+    # 10,000 identities the two take about as long (docs/performance.md, figure 7).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vox-hash") as background:
+        # A hash that still matches is kept, so an unchanged fleet renders unchanged files.
+        hashing = background.submit(hash_passwords, passwords, kept)
+        security_name, security_text, nonce, every = _render_security(
+            fmt, fleet, identities + local[1:], hashing.result
+        )
+        probes = policy_probes(every)
+        hashes = hashing.result()
 
     owner, warning = _owner_of(user)
     # As root: the broker reads its files through their group, and root keeps owning
@@ -488,7 +501,7 @@ def render_broker_dir(
     # fleet are not in it, and per-identity files of an older render are migrated away.
     CredentialStore(root).write(stored)
     # The fleet's policy as probes: every reload proves the rules it installs hold it.
-    write_policy(root, policy_probes(every))
+    write_policy(root, probes)
     digests = {name: file_digest(data) for name, data in written.items()}
     record = FleetRecord(
         operator_id=str(fleet.operator_id), agents={a.name: str(a.id) for a in fleet}

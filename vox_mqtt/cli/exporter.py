@@ -17,9 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client import CollectorRegistry
-
-from vox_mqtt.console.exporter import FleetCollector
+from vox_mqtt.console.exposition import CachedExposition, metrics_app
 from vox_mqtt.console.health import health, serve_metrics
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
@@ -100,19 +98,17 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
     session = Session(
         reader.broker, subscriptions=_wanted(reader), on_connect=connected, wait=False
     )
-    collector = FleetCollector(
+    exposition = CachedExposition(
         observer,
         names={reader.id: reader.name, reader.top: reader.top_name},
         loop=loop,
         connected=lambda: session.connected,
     )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
     try:
         server, thread = serve_metrics(
             host,
             port,
-            registry,
+            metrics_app(exposition.body),
             health=lambda: health(connected=session.connected, agents=observer.view.agents()),
         )
     except OSError as exc:

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 from uuid import UUID
 
@@ -32,7 +33,7 @@ from vox_mqtt.observe.metrics import (
     parse_snapshot,
 )
 from vox_mqtt.observe.observer import FleetObserver
-from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
+from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE
 from vox_mqtt.observe.warroom import INCIDENT_CODE
 
 __all__ = [
@@ -114,17 +115,157 @@ def warroom_series(
 Parsed = tuple[dict[str, Any], dict[str, float], MetricsSnapshot | None]
 
 
-def _parsed(entry: AgentLiveness, cache: dict[UUID, Parsed] | None) -> Parsed:
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """What one scrape reports of one agent, read on the observer's loop."""
+
+    id: UUID
+    labels: tuple[str, str, str]  # AGENT_LABELS: name, id, master's name
+    status: str
+    interval: float
+    epoch: int
+    age: float | None  # seconds since its last status, on the exporter's clock
+    metrics: dict[str, Any]  # the status's details.metrics as received (never changed after)
+
+
+def agent_rows(
+    observer: FleetObserver, names: Mapping[UUID, str], now: float | None = None
+) -> list[AgentRow]:
+    """Return a row per agent that has sent a status, STALE ones marked as of now."""
+    observer.view.refresh()  # an agent whose heartbeat is too old is STALE at this scrape
+    agents = [a for a in observer.view.agents() if a.seen]
+    by_id = {a.id: a.name for a in agents}
+    now = time.monotonic() if now is None else now
+    rows = []
+    for entry in agents:
+        master = entry.master_id
+        if master is None:
+            master_name = ""
+        else:
+            master_name = by_id.get(master) or names.get(master) or str(master)
+        rows.append(
+            AgentRow(
+                id=entry.id,
+                labels=(entry.name, str(entry.id), master_name),
+                status=entry.status,
+                interval=entry.heartbeat_interval,
+                epoch=entry.epoch,
+                age=entry.heartbeat_age(now),
+                metrics=entry.metrics or {},
+            )
+        )
+    return rows
+
+
+def _parsed(row: AgentRow, cache: dict[UUID, Parsed] | None) -> Parsed:
     """Return an agent's host figures and snapshot, parsed once per status received."""
-    raw = entry.metrics or {}
+    raw = row.metrics
     if cache is not None:
-        hit = cache.get(entry.id)
+        hit = cache.get(row.id)
         if hit is not None and hit[0] is raw:
             return hit
     parsed = (raw, parse_host_metrics(raw), parse_snapshot(raw.get("agent")))
     if cache is not None:
-        cache[entry.id] = parsed
+        cache[row.id] = parsed
     return parsed
+
+
+# The groups of an agent's families that change for different reasons (the cached
+# exposition renders a group again only when its inputs changed: docs/metrics.md).
+LIVENESS: Final = "liveness"  # up, status, interval, epoch: change with the status itself
+AGE: Final = "age"  # changes at every scrape
+HOST: Final = "host"  # the host figures: change with every heartbeat
+COUNTERS_GROUP: Final = "counters"
+GAUGES_GROUP: Final = "gauges"
+HISTOGRAMS_GROUP: Final = "histograms"
+GROUPS: Final = (LIVENESS, AGE, COUNTERS_GROUP, GAUGES_GROUP, HISTOGRAMS_GROUP, HOST)
+
+
+def family_keys() -> list[tuple[str, str]]:
+    """Return (group, key) of every per-agent family, in the order a scrape lists them."""
+    keys = [(LIVENESS, "up"), (LIVENESS, "status"), (AGE, "age")]
+    keys += [(LIVENESS, "interval"), (LIVENESS, "epoch")]
+    keys += [(COUNTERS_GROUP, name) for name in COUNTERS]
+    keys += [(GAUGES_GROUP, name) for name in GAUGES]
+    keys += [(HISTOGRAMS_GROUP, name) for name in HISTOGRAMS]
+    keys += [(HOST, key) for key in HOST_FAMILIES]
+    return keys
+
+
+def new_family(group: str, key: str) -> Metric:
+    """Return the empty metric family of one (group, key) of family_keys()."""
+    if group in (LIVENESS, AGE):
+        name, help = {
+            "up": ("vox_agent_up", "1 if the agent is ACTIVE, else 0"),
+            "status": ("vox_agent_status", "1 for the agent's liveness state"),
+            "age": (
+                "vox_agent_heartbeat_age_seconds",
+                "seconds since the agent's last status, on the exporter's clock",
+            ),
+            "interval": (
+                "vox_agent_heartbeat_interval_seconds",
+                "the heartbeat interval the agent announces",
+            ),
+            "epoch": ("vox_agent_epoch", "the agent's connection counter (+1 per connection)"),
+        }[key]
+        labels = [*AGENT_LABELS, "state"] if key == "status" else list(AGENT_LABELS)
+        return GaugeMetricFamily(name, help, labels=labels)
+    if group == COUNTERS_GROUP:
+        spec = COUNTERS[key]
+        extra = [spec.label] if spec.label else []
+        return CounterMetricFamily(f"vox_agent_{key}", spec.help, labels=[*AGENT_LABELS, *extra])
+    if group == GAUGES_GROUP:
+        return GaugeMetricFamily(f"vox_agent_{key}", GAUGES[key], labels=AGENT_LABELS)
+    if group == HISTOGRAMS_GROUP:
+        return HistogramMetricFamily(f"vox_agent_{key}", HISTOGRAMS[key], labels=AGENT_LABELS)
+    name, help = HOST_FAMILIES[key]
+    return GaugeMetricFamily(name, help, labels=AGENT_LABELS)
+
+
+def add_agent(
+    families: Mapping[tuple[str, str], Metric],
+    row: AgentRow,
+    figures: Mapping[str, float],
+    snapshot: MetricsSnapshot | None,
+) -> None:
+    """Add one agent's samples to those of the families given (the others are left out)."""
+    base = list(row.labels)
+
+    def family(group: str, key: str) -> Any:
+        # Any: each family is the kind new_family made for its key, with its add_metric.
+        return families.get((group, key))
+
+    if (up := family(LIVENESS, "up")) is not None:
+        up.add_metric(base, 1.0 if row.status == ACTIVE else 0.0)
+    if (state := family(LIVENESS, "status")) is not None:
+        for each in STATES:
+            state.add_metric([*base, each], 1.0 if row.status == each else 0.0)
+    if (age := family(AGE, "age")) is not None and row.age is not None:
+        age.add_metric(base, round(row.age, 3))
+    if (interval := family(LIVENESS, "interval")) is not None:
+        interval.add_metric(base, row.interval)
+    if (epoch := family(LIVENESS, "epoch")) is not None:
+        epoch.add_metric(base, float(row.epoch))
+    for key, value in figures.items():
+        if (host := family(HOST, key)) is not None:
+            host.add_metric(base, value)
+    if snapshot is None:
+        return
+    for name, values in snapshot.counters.items():
+        if (counter := family(COUNTERS_GROUP, name)) is None:
+            continue
+        if COUNTERS[name].label is None:
+            counter.add_metric(base, float(values.get("", 0)))
+        else:
+            for label, value in values.items():
+                counter.add_metric([*base, label], float(value))
+    for name, number in snapshot.gauges.items():
+        if (gauge := family(GAUGES_GROUP, name)) is not None:
+            gauge.add_metric(base, number)
+    for name, hist in snapshot.histograms.items():
+        if (histogram := family(HISTOGRAMS_GROUP, name)) is not None:
+            buckets = [(le, float(n)) for le, n in hist.cumulative()]
+            histogram.add_metric(base, buckets=buckets, sum_value=hist.sum)
 
 
 def fleet_families(
@@ -133,92 +274,17 @@ def fleet_families(
     names: Mapping[UUID, str],
     seen_incidents: dict[Pair, float] | None = None,
     cache: dict[UUID, Parsed] | None = None,
+    now: float | None = None,
 ) -> list[Metric]:
     """Return every metric family for the agents and incidents the observer holds."""
-    observer.view.refresh()  # an agent whose heartbeat is too old is STALE at this scrape
-    agents = [a for a in observer.view.agents() if a.seen]
-    by_id = {a.id: a.name for a in agents}
-
-    def labels(entry: AgentLiveness) -> list[str]:
-        master = entry.master_id
-        if master is None:
-            master_name = ""
-        else:
-            master_name = by_id.get(master) or names.get(master) or str(master)
-        return [entry.name, str(entry.id), master_name]
-
-    up = GaugeMetricFamily("vox_agent_up", "1 if the agent is ACTIVE, else 0", labels=AGENT_LABELS)
-    state = GaugeMetricFamily(
-        "vox_agent_status", "1 for the agent's liveness state", labels=[*AGENT_LABELS, "state"]
-    )
-    age = GaugeMetricFamily(
-        "vox_agent_heartbeat_age_seconds",
-        "seconds since the agent's last status, on the exporter's clock",
-        labels=AGENT_LABELS,
-    )
-    interval = GaugeMetricFamily(
-        "vox_agent_heartbeat_interval_seconds",
-        "the heartbeat interval the agent announces",
-        labels=AGENT_LABELS,
-    )
-    epoch = GaugeMetricFamily(
-        "vox_agent_epoch", "the agent's connection counter (+1 per connection)", labels=AGENT_LABELS
-    )
-    counters = {
-        name: CounterMetricFamily(
-            f"vox_agent_{name}",
-            spec.help,
-            labels=[*AGENT_LABELS, *([spec.label] if spec.label else [])],
-        )
-        for name, spec in COUNTERS.items()
-    }
-    gauges = {
-        name: GaugeMetricFamily(f"vox_agent_{name}", help, labels=AGENT_LABELS)
-        for name, help in GAUGES.items()
-    }
-    histograms = {
-        name: HistogramMetricFamily(f"vox_agent_{name}", help, labels=AGENT_LABELS)
-        for name, help in HISTOGRAMS.items()
-    }
-    host = {
-        key: GaugeMetricFamily(name, help, labels=AGENT_LABELS)
-        for key, (name, help) in HOST_FAMILIES.items()
-    }
-    for entry in agents:
-        base = labels(entry)
-        up.add_metric(base, 1.0 if entry.status == ACTIVE else 0.0)
-        for each in STATES:
-            state.add_metric([*base, each], 1.0 if entry.status == each else 0.0)
-        heartbeat_age = entry.heartbeat_age()
-        if heartbeat_age is not None:
-            age.add_metric(base, round(heartbeat_age, 3))
-        interval.add_metric(base, entry.heartbeat_interval)
-        epoch.add_metric(base, float(entry.epoch))
-        _, figures, snapshot = _parsed(entry, cache)
-        for key, value in figures.items():
-            host[key].add_metric(base, value)
-        if snapshot is None:
-            continue
-        for name, values in snapshot.counters.items():
-            family = counters[name]
-            if COUNTERS[name].label is None:
-                family.add_metric(base, float(values.get("", 0)))
-            else:
-                for label, value in values.items():
-                    family.add_metric([*base, label], float(value))
-        for name, number in snapshot.gauges.items():
-            gauges[name].add_metric(base, number)
-        for name, hist in snapshot.histograms.items():
-            histograms[name].add_metric(
-                base, buckets=[(le, float(n)) for le, n in hist.cumulative()], sum_value=hist.sum
-            )
-    families: list[Metric] = [up, state, age, interval, epoch]
-    families += [*counters.values(), *gauges.values(), *histograms.values(), *host.values()]
-    families.append(_warroom(observer, seen_incidents))
-    return families
+    families = {(group, key): new_family(group, key) for group, key in family_keys()}
+    for row in agent_rows(observer, names, now):
+        _, figures, snapshot = _parsed(row, cache)
+        add_agent(families, row, figures, snapshot)
+    return [*families.values(), warroom_family(observer, seen_incidents)]
 
 
-def _warroom(observer: FleetObserver, seen: dict[Pair, float] | None) -> Metric:
+def warroom_family(observer: FleetObserver, seen: dict[Pair, float] | None) -> Metric:
     family = GaugeMetricFamily(
         "vox_warroom_open_incidents",
         "open war-room incidents, by severity and error code",

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from vox_mqtt.observe.status import AgentLiveness
@@ -71,17 +70,17 @@ class _Quiet(WSGIRequestHandler):
 def serve_metrics(
     host: str,
     port: int,
-    registry: CollectorRegistry,
+    metrics: WsgiApp,
     *,
     health: Callable[[], tuple[int, dict[str, Any]]],
 ) -> tuple[WSGIServer, threading.Thread]:
-    """Serve /metrics (prometheus_client's WSGI app) and /health in a daemon thread."""
+    """Serve /metrics (the metrics WSGI app) and /health in a daemon thread."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
 
     class Server(ThreadingWSGIServer):
         address_family = family
 
-    app = with_health(make_wsgi_app(registry), health)
+    app = with_health(metrics, health)
     server = make_server(host, port, app, Server, handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

@@ -38,6 +38,7 @@ __all__ = [
     "HistogramSnapshot",
     "LabelledCounter",
     "MetricsSnapshot",
+    "host_figure",
     "metrics_problem",
     "parse_host_metrics",
     "parse_snapshot",
@@ -536,6 +537,11 @@ def parse_snapshot(raw: Any) -> MetricsSnapshot | None:
         histograms=histograms,
         messages_per_s=None if rate is None or rate < 0 else rate,
     )
+
+
+def host_figure(name: str, value: Any) -> float | None:
+    """Return one host figure of HOST_METRICS as a float if it is a number within bounds."""
+    return _number(value, HOST_BOUNDS[name])
 
 
 def parse_host_metrics(raw: Any) -> dict[str, float]:

@@ -1,0 +1,432 @@
+"""Figure 16: ten thousand agents on ten site brokers bridged to a core (docs/federation.md).
+
+Ten sites of 1,000 agents each (2 x 20 with --quick), every agent a VOXAgent with its own
+identity, status and heartbeat (15 s), in worker processes as figure 9 runs them: one
+process per site, one for the core. The core broker holds the operator, the root and the
+ten site masters; each site's agents form a tree of fan-out 10 under their site master,
+on their own site broker, bridged to the core with the bridge, ACL and credentials that
+`vox broker render --broker NAME` writes. Measured:
+- from the workers' start until a fresh console on the core (what `vox status` does) sees
+  every agent ACTIVE, and that fresh look alone;
+- the core's and the site brokers' RSS and CPU over a window of steady heartbeats;
+- the heartbeat messages/s a `vox/+/status` reader on the core receives, against
+  agents / interval;
+- `vox status --json` and `vox exporter` run as the operator would, on the core: their
+  time and peak memory, and two scrapes of the exporter;
+- a core restart: the time until the fresh view sees all ACTIVE again and the core
+  broker's CPU peak while everything comes back.
+
+    python -m bench.scale [--quick]      (VOX_BENCH_SCALE=10x100 for a tenth of it)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import aiomqtt
+import psutil
+
+from bench.common import BenchBroker, figure, run_alone
+from bench.footprint import poll, rss_mib
+from bench.rawmqtt import raw_client
+from bench.report import REPO
+from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.fleet.bundles import render_agent_config
+from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+
+CORE = "core"
+
+
+SIZE_ENV = "VOX_BENCH_SCALE"  # "SITESxAGENTS", e.g. 10x100: a smaller run of the same figure
+
+
+def sizes(quick: bool) -> tuple[int, int, float, float]:
+    """Return (sites, agents per site, heartbeat interval, steady window in seconds)."""
+    if quick:
+        return (2, 20, 5.0, 6.0)
+    sites, _, per_site = os.environ.get(SIZE_ENV, "10x1000").partition("x")
+    return (int(sites), int(per_site), 15.0, 60.0)
+
+
+def site_name(index: int) -> str:
+    """Return the broker name of site `index`."""
+    return f"site-{index}"
+
+
+def sites_text(sites: int, per_site: int, heartbeat: float, fanout: int = 10) -> str:
+    """Return the fleet file: root and site masters on the core, each site's tree on its broker."""
+    ids: dict[str, str] = {}
+
+    def agent(name: str, master: str | None, broker: str) -> str:
+        ids[name] = str(uuid4())
+        lines = [
+            f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"',
+            f"heartbeat_interval = {heartbeat}",
+        ]
+        if master is not None:
+            lines.append(f'master_id = "{ids[master]}"')
+        lines.append(f'broker = "{broker}"')
+        return "\n".join(lines) + "\n"
+
+    parts = [
+        f'[operator]\nname = "operator"\nid = "{uuid4()}"\n',
+        f'[[brokers]]\nname = "{CORE}"\n',
+    ]
+    parts += [f'[[brokers]]\nname = "{site_name(s)}"\nupstream = "{CORE}"\n' for s in range(sites)]
+    parts.append(agent("root", None, CORE))
+    for s in range(sites):
+        master = f"master-{s}"
+        parts.append(agent(master, "root", CORE))
+        for j in range(per_site):
+            # Fan-out 10 under the site master: the first ten are its own children.
+            above = master if j < fanout else f"s{s}-a{(j - fanout) // fanout}"
+            parts.append(agent(f"s{s}-a{j}", above, site_name(s)))
+    return "\n".join(parts)
+
+
+@dataclass
+class Federation:
+    """The rendered, running brokers of a sites fleet."""
+
+    fleet: Fleet
+    fleet_file: Path
+    brokers: dict[str, LocalBroker]
+    benches: dict[str, BenchBroker]
+
+    def names_on(self, broker: str) -> list[str]:
+        """Return the agents that live on one broker."""
+        return [a.name for a in self.fleet if (a.broker or CORE) == broker]
+
+
+@contextlib.contextmanager
+def federation(workdir: Path, text: str) -> Iterator[Federation]:
+    """Render the core, then every site with the core's directory, and run them all."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fleet_file = workdir / "fleet.toml"
+    fleet_file.write_text(text)
+    fleet = parse_fleet(text)
+    user = getpass.getuser()
+    benches: dict[str, BenchBroker] = {}
+    brokers: dict[str, LocalBroker] = {}
+    with contextlib.ExitStack() as stack:
+        for spec in [b for b in fleet.brokers if b.upstream is None] + [
+            b for b in fleet.brokers if b.upstream is not None
+        ]:
+            upstream = None if spec.upstream is None else benches[spec.upstream].root
+            rendered = render_broker_dir(
+                fleet,
+                workdir / "brokers" / spec.name,
+                broker=spec.name,
+                port=free_port(),
+                upstream_dir=upstream,
+                run_as_user=user,
+                explorer=spec.upstream is None,
+            )
+            brokers[spec.name] = stack.enter_context(LocalBroker(rendered.conf, port=rendered.port))
+            benches[spec.name] = BenchBroker(
+                fleet=fleet, root=rendered.root, port=rendered.port, workdir=workdir
+            )
+            benches[spec.name].broker = brokers[spec.name]
+        yield Federation(fleet=fleet, fleet_file=fleet_file, brokers=brokers, benches=benches)
+
+
+async def start_workers(fed: Federation, workdir: Path, heartbeat: float) -> list[Any]:
+    """Start one worker process per broker with the agents that live on it."""
+    workers = []
+    for name, bench in fed.benches.items():
+        args = ["--fleet", str(fed.fleet_file), "--broker-dir", str(bench.root)]
+        args += ["--port", str(bench.port), "--state", str(workdir), "--heartbeat", str(heartbeat)]
+        workers.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.fleet_worker", *args, *fed.names_on(name),
+                stdout=asyncio.subprocess.PIPE, cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+        )  # fmt: skip
+    return workers
+
+
+def cpu_seconds(pid: int) -> float:
+    """Return a process's user + system CPU seconds so far."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+async def count_statuses(bench: BenchBroker, window: float) -> int:
+    """Return how many live status messages the explorer on the core got during the window."""
+    reader: aiomqtt.Client = raw_client(bench, "explorer")
+    count = 0
+    async with reader:
+        await reader.subscribe(topics.STATUS_FILTER, qos=1)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(window):
+                async for message in reader.messages:
+                    if not message.retain:  # retained copies come at subscribe time
+                        count += 1
+    return count
+
+
+def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, float, str]:
+    """Run a `vox` command to its end; return (seconds, peak RSS MiB, its stdout)."""
+    started = time.perf_counter()
+    with out.open("wb") as sink:  # a file, not a pipe: a big answer must not block it
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vox_mqtt.cli", *args],
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+        )
+    peak = 0.0
+    handle = psutil.Process(process.pid)
+    deadline = started + timeout
+    while process.poll() is None and time.perf_counter() < deadline:
+        with contextlib.suppress(psutil.Error):
+            peak = max(peak, handle.memory_info().rss / 2**20)
+        time.sleep(0.02)
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=30)
+    return time.perf_counter() - started, round(peak, 1), out.read_text(errors="replace")
+
+
+def exporter_scrapes(console_file: Path, log: Path, agents: int) -> dict[str, Any]:
+    """Run `vox exporter` on the core and time two scrapes once it sees every agent."""
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vox_mqtt.cli", "exporter", "--config", str(console_file),
+             "--listen", "127.0.0.1:0"],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+        )  # fmt: skip
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline and process.poll() is None:
+            for word in log.read_text().split():
+                if word.startswith("http://") and word.endswith("/metrics"):
+                    url = word
+            time.sleep(0.1)
+        assert url is not None, log.read_text()
+        health = url.replace("/metrics", "/health")
+        deadline = time.monotonic() + 300
+        seen = 0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), urllib.request.urlopen(health, timeout=10) as answer:
+                seen = json.loads(answer.read()).get("by_state", {}).get(ACTIVE, 0)
+            if seen >= agents:
+                break
+            time.sleep(0.5)
+        times = []
+        size = 0
+        for _ in range(3):
+            started = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=600) as answer:
+                size = len(answer.read())
+            times.append(round(time.perf_counter() - started, 3))
+        return {
+            "exporter_agents_seen": seen,
+            "exporter_scrapes_s": times,
+            "exporter_scrape_bytes": size,
+            "exporter_rss_mib": rss_mib(process.pid),
+        }
+    finally:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=15)
+        if process.poll() is None:
+            process.kill()
+
+
+async def sample_cpu_peak(
+    pids: dict[str, int], seconds: float, step: float = 1.0
+) -> dict[str, float]:
+    """Return each process's peak CPU (% of one core) over 1 s steps during `seconds`."""
+    peaks = dict.fromkeys(pids, 0.0)
+    last = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        at = time.perf_counter()
+        await asyncio.sleep(step)
+        elapsed = time.perf_counter() - at
+        for name, pid in pids.items():
+            with contextlib.suppress(psutil.Error):
+                now = cpu_seconds(pid)
+                peaks[name] = max(peaks[name], 100 * (now - last[name]) / elapsed)
+                last[name] = now
+    return {name: round(value, 1) for name, value in peaks.items()}
+
+
+async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
+    """Start the federation and its agents, then take every figure of the run."""
+    sites, per_site, heartbeat, window = sizes(quick)
+    agents = sites * per_site + sites + 1
+    text = sites_text(sites, per_site, heartbeat)
+    detail: dict[str, Any] = {"sites": sites, "agents_per_site": per_site, "agents": agents}
+    with federation(workdir, text) as fed:
+        core = fed.benches[CORE]
+        console_file = render_agent_config(
+            fed.fleet, "operator", core.root, workdir / "etc" / "operator.toml", workdir / "console"
+        ).config
+
+        def all_active(console: OperatorConsole) -> Callable[[], bool]:
+            return lambda: sum(a.status == ACTIVE for a in console.view.agents()) >= agents
+
+        workers: list[Any] = []
+        try:
+            started = time.perf_counter()
+            workers = await start_workers(fed, workdir, heartbeat)
+            for worker in workers:
+                assert worker.stdout is not None
+                async with asyncio.timeout(1800):
+                    line = await worker.stdout.readline()
+                assert line.startswith(b"ready"), line
+            detail["startup_seconds_until_workers_ready"] = round(time.perf_counter() - started, 1)
+            fresh = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
+            look = time.perf_counter()
+            async with fresh:
+                await poll(all_active(fresh), 600)
+                detail["fresh_status_seconds_to_see_all_active"] = round(
+                    time.perf_counter() - look, 3
+                )
+            detail["seconds_from_start_until_core_sees_all_active"] = round(
+                time.perf_counter() - started, 1
+            )
+            pids = {name: broker.pid for name, broker in fed.brokers.items()}
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            workers_before = sum(cpu_seconds(w.pid) for w in workers)
+            at = time.perf_counter()
+            heartbeats = await count_statuses(core, window)
+            elapsed = time.perf_counter() - at
+            busy = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            site_names = [n for n in pids if n != CORE]
+            detail["core_broker_rss_mib"] = rss_mib(pids[CORE])
+            detail["core_broker_cpu_percent_of_one_core"] = round(100 * busy[CORE] / elapsed, 2)
+            detail["site_broker_rss_mib"] = [rss_mib(pids[n]) for n in site_names]
+            detail["site_broker_cpu_percent_of_one_core"] = [
+                round(100 * busy[n] / elapsed, 2) for n in site_names
+            ]
+            detail["heartbeat_messages_per_second_at_core"] = round(heartbeats / elapsed, 1)
+            detail["expected_heartbeats_per_second"] = round(agents / heartbeat, 1)
+            workers_cpu = sum(cpu_seconds(w.pid) for w in workers) - workers_before
+            detail["workers_cpu_percent_of_one_core"] = round(100 * workers_cpu / elapsed, 1)
+            detail["workers_rss_mib"] = round(sum(rss_mib(w.pid) for w in workers), 1)
+            detail["window_seconds"] = round(elapsed, 1)
+            seconds, peak, out = await asyncio.to_thread(
+                peak_rss_run,
+                ["status", "--config", str(console_file), "--json"],
+                workdir / "status.json",
+                300,
+            )
+            listed = 0
+            with contextlib.suppress(ValueError):
+                rows = json.loads(out)["agents"]
+                listed = sum(1 for row in rows if row.get("status") == ACTIVE)
+            detail["vox_status_json_seconds"] = round(seconds, 2)
+            detail["vox_status_peak_rss_mib"] = peak
+            detail["vox_status_active_listed"] = listed
+            try:
+                detail.update(
+                    await asyncio.to_thread(
+                        exporter_scrapes, console_file, workdir / "exporter.log", agents
+                    )
+                )
+            except (OSError, AssertionError) as exc:  # reported, and the rest still measured
+                detail["exporter_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            # A core restart under the whole fleet: the bridges and the core's own agents
+            # come back; the fresh view counts everyone ACTIVE again.
+            core_broker = fed.brokers[CORE]
+            core_broker.stop()
+            await asyncio.sleep(1.0)
+            restarted = time.perf_counter()
+            core_broker.start()
+            peak_task = asyncio.ensure_future(sample_cpu_peak({CORE: core_broker.pid}, 30.0))
+            again = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
+            async with again:
+                await poll(all_active(again), 600)
+            detail["core_restart_seconds_until_all_active"] = round(
+                time.perf_counter() - restarted, 1
+            )
+            detail["core_restart_broker_cpu_peak_percent"] = (await peak_task)[CORE]
+        finally:
+            for worker in workers:
+                if worker.returncode is None:
+                    worker.terminate()
+            for worker in workers:
+                await worker.wait()
+    detail["heartbeat_interval"] = heartbeat
+    return detail
+
+
+def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
+    """Measure figure 16 and return its rows."""
+    detail = asyncio.run(measure(workdir, quick))
+    agents = detail["agents"]
+    on = f"{agents} agents on {detail['sites']} bridged sites"
+    none: dict[str, Any] = {"target": "none set", "met": None}
+    return [
+        figure(
+            title=f"{on}: from start until the core sees all ACTIVE",
+            unit="s",
+            vox=detail["seconds_from_start_until_core_sees_all_active"],
+            baseline=0.0,
+            detail=detail,
+            **none,
+        ),
+        figure(
+            title=f"{on}: a fresh `vox status` on the core sees all ACTIVE",
+            unit="s",
+            vox=detail["fresh_status_seconds_to_see_all_active"],
+            baseline=0.0,
+            **none,
+        ),
+        figure(
+            title=f"{on}: core broker RSS (its CPU beside) in steady heartbeats",
+            unit="MiB",
+            vox=detail["core_broker_rss_mib"],
+            baseline=0.0,
+            cpu_percent_of_one_core=detail["core_broker_cpu_percent_of_one_core"],
+            **none,
+        ),
+        figure(
+            title=f"{on}: heartbeat messages/s at the core (vs agents / interval)",
+            unit="msg/s",
+            vox=detail["heartbeat_messages_per_second_at_core"],
+            baseline=detail["expected_heartbeats_per_second"],
+            higher_is_better=True,
+            **none,
+        ),
+        figure(
+            title=f"{on}: a core restart until all ACTIVE again",
+            unit="s",
+            vox=detail["core_restart_seconds_until_all_active"],
+            baseline=0.0,
+            core_cpu_peak_percent=detail["core_restart_broker_cpu_peak_percent"],
+            **none,
+        ),
+    ]
+
+
+def main() -> int:
+    """Run figure 16 alone and print it as JSON."""
+    return run_alone(__doc__ or "", run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
