@@ -6,15 +6,13 @@ fleet does (the coordinator, relayed by the root).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.kits.agentkit import wait_for
+from tests.kits.clikit import capture
 from tests.kits.freelancekit import (
     Fixture,
     drop,
@@ -23,23 +21,9 @@ from tests.kits.freelancekit import (
     job_mail,
     seed_fleet,
 )
-from vox_mqtt.cli import main
 from vox_mqtt.fleet.bundles import render_agent_config
 
-__all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
-
-
-@pytest.fixture
-def capture(capsys: pytest.CaptureFixture[str]) -> Any:
-    """Run `vox ARGS` in a worker thread (it runs its own event loop); return code, out, err."""
-
-    async def run(*args: str | Path) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = await asyncio.to_thread(main, [str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+__all__ = ["capture", "fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
 
 
 async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
