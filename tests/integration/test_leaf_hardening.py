@@ -17,11 +17,11 @@ import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
 from tests.kits.agentkit import Analyst, start_agents, wait_for
+from tests.kits.attackerkit import raw_envelope
 from tests.kits.brokerkit import Client, SecureBroker, publish_as_identity
 from tests.kits.clikit import capture, configs, secure
 from tests.kits.promkit import Exporter, run_exporter, sample
@@ -40,20 +40,6 @@ CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: writes the operator's clipbo
 ERASE = "\x1b[1A\x1b[2K"  # cursor up, erase the line
 
 
-def envelope(source: Any, target: Any, kind: str, details: dict[str, Any]) -> bytes:
-    """Return a message as the attacker writes it: any JSON, never through our models."""
-    message = {
-        "message_id": str(uuid4()),
-        "message_source": "vox-mqtt",
-        "emitted_at": now_iso(),
-        "source": str(source),
-        "target": str(target),
-        "type": kind,
-        "details": details,
-    }
-    return json.dumps(message).encode()
-
-
 def leaf_status(secure: SecureBroker, **details: Any) -> bytes:
     """Return a believable ACTIVE status of spec_a with these details changed."""
     spec = secure.fleet.agent("spec_a")
@@ -67,7 +53,7 @@ def leaf_status(secure: SecureBroker, **details: Any) -> bytes:
         "metrics": {},
     }
     base.update(details)
-    return envelope(spec.id, spec.master_id, MSG_AGENT_STATUS, base)
+    return raw_envelope(MSG_AGENT_STATUS, spec.id, spec.master_id, base)
 
 
 def publish_as_leaf(secure: SecureBroker, topic: str, payload: bytes, tmp: Path) -> None:
@@ -126,10 +112,10 @@ async def test_escapes_and_markup_from_a_leaf_are_text_in_every_view(
             version=f"{ERASE}[bold]",
         )
         publish_as_leaf(secure, topics.status(spec.id), status, tmp_path)
-        post = envelope(
+        post = raw_envelope(
+            MSG_SYSTEM_FAILURE,
             spec.id,
             topics.WARROOM_ID,
-            MSG_SYSTEM_FAILURE,
             {
                 "error_code": "DISK_FULL",
                 "severity": "ERROR",
@@ -335,10 +321,10 @@ async def test_war_room_codes_are_bounded_labels_on_metrics(
     """F21: a 15 KB error_code stayed in every scrape; now it is one bounded label."""
     spec = secure.fleet.agent("spec_a")
     long_code = "X" * 15_000
-    post = envelope(
+    post = raw_envelope(
+        MSG_SYSTEM_FAILURE,
         spec.id,
         topics.WARROOM_ID,
-        MSG_SYSTEM_FAILURE,
         {"error_code": long_code, "severity": "ERROR", "description": "d", "subject": str(spec.id)},
     )
     async with AsyncExitStack() as stack:

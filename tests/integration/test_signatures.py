@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from tests.kits.attackerkit import Attacker, Captured, add_attacker
+from tests.kits.attackerkit import Attacker, Captured, add_attacker, raw_envelope
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
 from tests.kits.freelancekit import NOTE, drop, job_mail
 from vox_mqtt.broker.signkeys import load_keys
@@ -65,20 +65,6 @@ def ledger(procs: FleetProcesses, name: str) -> list[dict[str, Any]]:
 
 def rejected(procs: FleetProcesses, name: str) -> list[str]:
     return [str(r["reason"]) for r in ledger(procs, name) if r["action"] == "rejected"]
-
-
-def envelope(kind: str, source: UUID, target: UUID, details: dict[str, Any], **extra: Any) -> bytes:
-    message = {
-        "message_id": str(uuid4()),
-        "message_source": "vox-mqtt",
-        "emitted_at": now_iso(),
-        "source": str(source),
-        "target": str(target),
-        "type": kind,
-        "details": details,
-        **extra,
-    }
-    return json.dumps(message).encode()
 
 
 def command_capture(attacker: Attacker, ids: dict[str, UUID]) -> tuple[Captured, str, str]:
@@ -148,17 +134,17 @@ async def scenario(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUI
         command = {"command": "analyze", "params": {"target": "forged.pdf"}}
         forge(
             topics.inbox(ids[spec], ids[coord]),
-            envelope("command_request", ids[coord], ids[spec], command),
+            raw_envelope("command_request", ids[coord], ids[spec], command),
         )
         forge(
             topics.inbox(ids[spec], ids[coord]),
-            envelope("command_request", ids[coord], ids[spec], command),
+            raw_envelope("command_request", ids[coord], ids[spec], command),
             [("vox-sig", f"{kid}.{'A' * 86}")],
         )
         # 2. A result to the root "from" a coordinator; 3. an acknowledgement to a coordinator.
         forge(
             topics.inbox(ids["root"], ids[coord]),
-            envelope(
+            raw_envelope(
                 "command_result",
                 ids[coord],
                 ids["root"],
@@ -168,7 +154,7 @@ async def scenario(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUI
         )
         forge(
             topics.inbox(ids[coord], ids[spec]),
-            envelope(
+            raw_envelope(
                 "message_acknowledged",
                 ids[spec],
                 ids[coord],
@@ -234,7 +220,7 @@ async def scenario(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUI
             real.update(message_id=str(uuid4()), emitted_at=now_iso())
             real["details"].update(status=state, epoch=real["details"]["epoch"] + 1)
             attacker.publish(topics.status(ids[name]), json.dumps(real).encode(), retain=True)
-        incident = envelope(
+        incident = raw_envelope(
             "system_failure",
             ids[coord],
             topics.WARROOM_ID,
@@ -323,7 +309,9 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
         try:
             topic = topics.inbox(ids["specialist_a"], ids["coordinator"])
             command = {"command": "analyze", "params": {"target": "old-key.pdf"}}
-            payload = envelope("command_request", ids["coordinator"], ids["specialist_a"], command)
+            payload = raw_envelope(
+                "command_request", ids["coordinator"], ids["specialist_a"], command
+            )
             attacker.publish(
                 topic, payload, user_properties=[("vox-sig", sign(topic, payload, old))]
             )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import uuid4
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -14,6 +16,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from vox_mqtt.broker.render import BrokerDir
+from vox_mqtt.protocol.messages import now_iso
 
 ATTACKER = "attacker"
 ATTACKER_PASSWORD = "all-powerful-secret"
@@ -97,3 +100,20 @@ class Attacker:
         """Disconnect."""
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def raw_envelope(
+    kind: str, source: Any, target: Any, details: dict[str, Any], **extra: Any
+) -> bytes:
+    """Return a message as an attacker writes it: any JSON, never through the models."""
+    message = {
+        "message_id": str(uuid4()),
+        "message_source": "vox-mqtt",
+        "emitted_at": now_iso(),
+        "source": str(source),
+        "target": str(target),
+        "type": kind,
+        "details": details,
+        **extra,
+    }
+    return json.dumps(message).encode()
