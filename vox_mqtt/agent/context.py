@@ -78,7 +78,3 @@ class AgentContext:
     def name(self) -> str:
         """Return this agent's name."""
         return self.config.name
-
-    def live_session(self) -> Session:
-        """Return the MQTT session (connected or not: a publish waits or fails as it says)."""
-        return self.session

@@ -315,8 +315,7 @@ class VOXAgent:
     def update_signing(self, signing: Signing | None) -> None:
         """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
         self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
-        if self._ctx.session is not None:
-            self._ctx.session.use_signing(signing)
+        self._session.use_signing(signing)
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""

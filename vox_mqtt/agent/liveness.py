@@ -158,8 +158,7 @@ class Liveness:
         if self.connected_at is not None:
             self.ctx.metrics.reconnects += 1
         self.connected_at = time.monotonic()
-        session = self.ctx.session
-        self._resumed = session is not None and session.session_present
+        self._resumed = self.ctx.session.session_present
         if self.config.publish_status:
             await self.publish_status(presence=True)
 
@@ -171,8 +170,7 @@ class Liveness:
         presence: the presence too (birth, heartbeat, a change of state); a new
         advertisement alone changes nothing there.
         """
-        session = self.ctx.session
-        if session is None or not self.config.publish_status:
+        if not self.config.publish_status:
             return
         if metrics is None:
             metrics = self._figures()
@@ -191,7 +189,7 @@ class Liveness:
             await self._publish(self._status_message(state, code, presence=True), presence=True)
 
     async def _publish(self, message: VOXMessage, *, presence: bool = False) -> None:
-        session = self.ctx.live_session()
+        session = self.ctx.session
         topic = topics.presence(self.config.id) if presence else topics.status(self.config.id)
         await session.publish(
             topic,
@@ -202,8 +200,7 @@ class Liveness:
 
     async def publish_shutdown(self) -> None:
         """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
-        session = self.ctx.session
-        if session is not None and self.config.publish_status:
+        if self.config.publish_status:
             # The last counts of this process stay readable after it stops, and its ledger's
             # last head lets its master mark it final (nothing may follow it).
             head = await self._ledger_head()
@@ -263,8 +260,7 @@ class Liveness:
 
     def _online(self) -> bool:
         # While the session is down a publish would wait for it: the birth covers the gap.
-        session = self.ctx.session
-        return session is not None and session.connected and self.config.publish_status
+        return self.ctx.session.connected and self.config.publish_status
 
     async def _heartbeat(self) -> None:
         if not self._online():

@@ -167,8 +167,7 @@ class WarroomPoster:
     async def resolve_incident(self, subject: UUID, description: str) -> None:
         """Tell the war room an incident is over and clear its retained post."""
         error_code = self._open.codes.get(subject)
-        session = self.ctx.session
-        if error_code is None or session is None:
+        if error_code is None:
             return
         failure = SystemFailure(
             error_code=error_code,
@@ -178,13 +177,13 @@ class WarroomPoster:
             resolved=True,
         )
         await self._post(subject, failure, retain=False)
-        await session.publish(topics.warroom(self.ctx.config.id, subject), b"", retain=True)
+        await self.ctx.session.publish(
+            topics.warroom(self.ctx.config.id, subject), b"", retain=True
+        )
         self._open.set(subject, None)
 
     async def _post(self, subject: UUID, failure: SystemFailure, *, retain: bool) -> None:
         config, session = self.ctx.config, self.ctx.session
-        if session is None:
-            raise VoxError(f"{config.name} has no MQTT session")
         message = new_message(
             MSG_SYSTEM_FAILURE,
             source=config.id,
