@@ -262,9 +262,23 @@ def test_markup_from_an_agent_is_shown_as_text_and_never_runs(
             assert SCRIPT in row.find_element(By.CSS_SELECTOR, ".state").text
             driver.find_element(By.ID, "nav-warroom").click()
             mine = f"#incidents-open tr.incident[data-subject='{mallory}']"
-            wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, mine), 10, "mallory's post")
-            cells = driver.find_element(By.CSS_SELECTOR, mine).find_elements(By.TAG_NAME, "td")
-            texts = [c.text for c in cells]
+            # Read whole inside the wait: a batch the page applies meanwhile re-renders the
+            # table, and cells found before it are stale (wait retries on that).
+            texts = wait(
+                driver,
+                lambda d: (
+                    [
+                        c.text
+                        for c in d.find_element(By.CSS_SELECTOR, mine).find_elements(
+                            By.TAG_NAME, "td"
+                        )
+                    ]
+                    if d.find_elements(By.CSS_SELECTOR, mine)
+                    else None
+                ),
+                10,
+                "mallory's post",
+            )
             assert SCRIPT + IMG in texts
             assert IMG + " and " + SCRIPT in texts
             assert IMG in texts
