@@ -227,6 +227,7 @@ class AgentDaemon:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._reload = asyncio.Event()
+        self._built = prepared  # what the agent of the last connect attempt was built from
         self._watchdog = watchdog_interval()
         self._health: Health | None = None  # the last one told to systemd and the file
 
@@ -289,6 +290,7 @@ class AgentDaemon:
         attempt = 0
         while not self._stop.is_set():
             attempt += 1
+            self._built = self.prepared
             agent = VOXAgent(self.prepared.config, self.prepared.new_roles())
             self._write_health(self._assess("starting", None))
             self.notifier.status(f"connecting to the broker at {broker.address} (try {attempt})")
@@ -339,6 +341,12 @@ class AgentDaemon:
 
     async def _serve(self, agent: VOXAgent) -> int:
         self.agent = agent
+        if self.prepared is not self._built:
+            # A SIGHUP was taken while this agent was connecting: it changed only the config
+            # for a next attempt, and this agent runs the one it was built from. Go back to
+            # that one and reload against it, so the change applies live (keys, children).
+            self.prepared = self._built
+            self._reload.set()
         # The birth was acknowledged by the broker inside the session's on_connect, before
         # the agent counted as entered: READY=1 now means "reachable and announced".
         ready = self._ready_text(agent)

@@ -316,6 +316,10 @@ class VOXAgent:
         """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
         self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
         self._session.use_signing(signing)
+        if self._liveness is not None and self._session.connected:
+            # The retained status and presence on the broker were signed with the old key:
+            # an observer that starts now would refuse them as forged. Announce again.
+            self._ctx.tasks.spawn(self._liveness.announce(), "re-announce")
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""

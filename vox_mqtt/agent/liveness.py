@@ -188,6 +188,11 @@ class Liveness:
         if presence:
             await self._publish(self._status_message(state, code, presence=True), presence=True)
 
+    async def announce(self) -> None:
+        """Publish the status and the presence now (after a key rotation), never raising."""
+        if self._online():
+            await self._safely(self.publish_status(presence=True))
+
     async def _publish(self, message: VOXMessage, *, presence: bool = False) -> None:
         session = self.ctx.session
         topic = topics.presence(self.config.id) if presence else topics.status(self.config.id)
