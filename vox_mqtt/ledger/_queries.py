@@ -19,7 +19,7 @@ from vox_mqtt.ledger._schema import (
     _trigger_problem,
 )
 
-__all__ = ["VerifyReport", "trace_chain", "verify_chain"]
+__all__ = ["VerifyReport", "row_hashes", "trace_chain", "verify_chain"]
 
 Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
 
@@ -83,3 +83,15 @@ async def verify_chain(reader: aiosqlite.Connection) -> VerifyReport:
     if problem is None:
         problem = _trigger_problem(triggers)
     return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
+
+
+async def row_hashes(reader: aiosqlite.Connection, ids: Iterable[int]) -> dict[int, str]:
+    """Return the stored hash of each of these rows that exists, 500 ids per query."""
+    wanted = sorted(set(ids))
+    found: dict[int, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
+        found.update((int(r[0]), str(r[1])) for r in await reader.execute_fetchall(sql, chunk))
+    return found

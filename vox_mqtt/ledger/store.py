@@ -17,7 +17,8 @@ from uuid import UUID
 import aiosqlite
 
 from vox_mqtt.ledger._index import ReceivedIndex
-from vox_mqtt.ledger._queries import VerifyReport, trace_chain, verify_chain
+from vox_mqtt.ledger._lifecycle import remembered_cancels, request_rows
+from vox_mqtt.ledger._queries import VerifyReport, row_hashes, trace_chain, verify_chain
 from vox_mqtt.ledger._resume import delegated_commands
 from vox_mqtt.ledger._rows import Received, Values, make_row, message_row
 from vox_mqtt.ledger._schema import (
@@ -544,17 +545,18 @@ class VOXAgentMemory:
         """Return the stored hash of each of these rows that exists."""
         await self.init_db()
         assert self._reader is not None
-        wanted = sorted(set(ids))
-        found: dict[int, str] = {}
         with self._errors("cannot read"):
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
-                found.update(
-                    (int(r[0]), str(r[1])) for r in await self._reader.execute_fetchall(sql, chunk)
-                )
-        return found
+            return await row_hashes(self._reader, ids)
+
+    async def request_rows(
+        self, request_id: UUID
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return a request's own rows, the requests sent down for it, the cancels naming it."""
+        return await request_rows(self._read, str(request_id))
+
+    async def remembered_cancels(self, limit: int = 10_000) -> list[str]:
+        """Return the request ids the newest cancel_requests received named (docs/ledger.md)."""
+        return await remembered_cancels(self._fetch, limit)
 
     async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
         """Record a child's ledger head (row id, hash) as its status reported it.

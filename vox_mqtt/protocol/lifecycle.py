@@ -19,6 +19,7 @@ __all__ = [
     "FINAL_STATES",
     "MAX_DEPTH",
     "MAX_HISTORY",
+    "MAX_STATUS_WAIT",
     "MAX_TEXT",
     "MSG_CANCEL_REPORT",
     "MSG_CANCEL_REQUEST",
@@ -47,6 +48,8 @@ MAX_TEXT: Final = 200
 # How many levels a nested report may hold: deeper than any real tree, and it keeps a
 # hostile child from sending a report that is all nesting.
 MAX_DEPTH: Final = 16
+# The longest a status_query may ask its receiver to take (seconds).
+MAX_STATUS_WAIT: Final = 60.0
 # The transitions a status report lists for one level at most (the newest kept).
 MAX_HISTORY: Final = 32
 
@@ -147,6 +150,8 @@ class StatusQuery(_Part):
     """A master asks a child where a request it sent it stands."""
 
     request_id: Uuid  # the command_request's message_id as the child received it
+    # How long the asker waits for the report: the child asks its own child within less.
+    within: Annotated[float, Field(gt=0, le=MAX_STATUS_WAIT, allow_inf_nan=False)] | None = None
 
 
 class StatusReport(StatusPart):
