@@ -23,7 +23,7 @@ from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL
 from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_STATUS_QUERY, MSG_STATUS_REPORT
+from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
     ErrorCode,
@@ -301,12 +301,12 @@ async def test_status_nests_through_three_levels_naming_no_one_below(
         assert str(coord_id) not in operator_rows
         assert str(spec_id) not in json.dumps(done)
         assert str(coord_id) not in json.dumps(done)
-        # A request the root never received: one clear state.
-        unknown = await operator.ask(
-            MSG_STATUS_QUERY, {"request_id": str(uuid4())}, to=fleet.root.id, timeout=5
-        )
-        assert unknown.type == MSG_STATUS_REPORT
-        assert unknown.details["state"] == "unknown"
+        # A request the root never received: one clear state, to a query and to a cancel.
+        unknown = await operator.request_status(uuid4(), timeout=5)
+        assert unknown["state"] == "unknown"
+        assert "below" not in unknown
+        canceled = await operator.cancel(uuid4(), timeout=5)
+        assert canceled["state"] == "unknown"
 
 
 async def test_status_after_every_agent_restarted_comes_from_the_ledgers(

@@ -374,6 +374,7 @@ class VOXAgent:
     send = Forward("_outbox", Outbox.send)
     notify_master = Forward("_outbox", Outbox.notify_master)
     reply = Forward("_outbox", Outbox.reply)
+    reply_to = Forward("_outbox", Outbox.reply_to)
 
     # --- a request's life: the lifecycle part's own methods (agent/lifecycle.py) -----------
 

@@ -465,7 +465,11 @@ class Lifecycle:
         return reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
 
     async def _sent_to(self, request_id: UUID) -> UUID:
-        """The child this agent sent a request to (its tracker, else its ledger)."""
+        """The child this agent sent a request to (its tracker, else its ledger).
+
+        An agent with one child (the operator's, whose child is the root) asks that child
+        about any id: the child answers "unknown" for one it never received.
+        """
         tracked = self._requests.sent.get(request_id)
         if tracked is not None:
             return tracked.message.target
@@ -473,6 +477,9 @@ class Lifecycle:
         for row in await self._ledger.find(request_id):
             if row["action"] == "sent" and row["source"] == me and row["target"]:
                 return UUID(row["target"])
+        children = list(self.config.children)
+        if len(children) == 1:
+            return children[0]
         raise VoxError(f"{request_id} is not a request {self.config.name} sent")
 
     async def follow(self, request_id: UUID) -> AsyncIterator[dict[str, Any]]:
