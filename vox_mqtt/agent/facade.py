@@ -447,6 +447,7 @@ class VOXAgent:
         """After a restart: re-send the outbox, then settle the commands the ledger left open."""
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
+        await self._lifecycle.resume()
         await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
 
     def _forged(self, topic: str, problem: str) -> None:

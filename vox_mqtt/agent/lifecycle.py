@@ -147,6 +147,12 @@ class Lifecycle:
             with contextlib.suppress(ValueError):
                 self._remembered.add(UUID(text))
 
+    async def resume(self) -> None:
+        """After a restart: tell the children a crash kept a cancel from (docs/ledger.md)."""
+        for child, downstream in await self._ledger.untold_children():
+            if UUID(child) in self.config.children:
+                await self._cancel_down(UUID(child), UUID(downstream), "canceled upstream")
+
     # --- the facts the pipeline's plan reads -----------------------------------------------
 
     def canceled_before(self, request_id: UUID) -> bool:

@@ -397,9 +397,11 @@ class Outbox:
         except TimeoutError:
             reason = f"no answer within {limit:.1f}s"
             await self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
-            if message.type == MSG_COMMAND_REQUEST:
-                # Given up on: the child is told, so no level works on past it (a cancel
-                # with reason "deadline", durable like any, docs/messages.md).
+            if message.type == MSG_COMMAND_REQUEST and tracked.acknowledged.is_set():
+                # Given up on: the child holds it, and is told so that no level works on
+                # past it (a cancel with reason "deadline", durable like any, docs/messages.md).
+                # One never acknowledged left the outbox with its end: its deadline alone
+                # keeps a late copy from starting.
                 self._tasks.spawn(self._cancel_given_up(message), "cancel-deadline")
         if (recording := self._ending.get(message.message_id)) is not None:
             await recording  # given up by its delivery: the waiter learns once it is durable
