@@ -23,6 +23,7 @@ _VERB_MODULES = (
     "session",
     "decide",
     "ops",
+    "lifecycle",
     "exporter",
     "web",
     "demo",

@@ -1,0 +1,87 @@
+"""The operator's views of a request's life, as pure functions: ids, levels, transitions,
+in-flight counts (docs/operations.md, "Find and cancel a stuck command")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import pytest
+
+from vox_mqtt.cli._inflight import in_flight, in_flight_text
+from vox_mqtt.cli.follow import describe, transition_line
+from vox_mqtt.cli.lifecycle import level_lines, parse_request_id
+
+NOW = datetime(2026, 12, 4, 12, 0, 10, tzinfo=UTC)
+
+
+def test_a_request_id_is_a_uuid_and_anything_else_is_one_clear_line() -> None:
+    given = uuid4()
+    assert parse_request_id(f" {given} ") == given
+    with pytest.raises(ValueError, match=r"^'abc' is not a request id: a UUID such as"):
+        parse_request_id("abc")
+
+
+def test_each_level_is_one_line_the_root_named_the_others_numbered() -> None:
+    report = {
+        "request_id": str(uuid4()),
+        "state": "delegated",
+        "since": "2026-12-04T12:00:00.000+00:00",
+        "below": {
+            "state": "delegated",
+            "since": "2026-12-04T12:00:01.000+00:00",
+            "below": {"state": "unreachable", "why": "no answer within 2.0s"},
+        },
+    }
+    assert level_lines(report, "root", NOW) == [
+        "root: delegated since 2026-12-04T12:00:00.000+00:00 (10.0s ago)",
+        "  └ level 2: delegated since 2026-12-04T12:00:01.000+00:00 (9.0s ago)",
+        "    └ level 3: unreachable — no answer within 2.0s",
+    ]
+    # A since that is not a time is shown as it came, without an age.
+    assert level_lines({"state": "working", "since": "soon"}, "root", NOW) == [
+        "root: working since soon"
+    ]
+
+
+def test_progress_reads_top_down_and_names_no_agent() -> None:
+    details = {
+        "state": "delegated",
+        "seq": 3,
+        "below": {"state": "working", "fraction": 0.4, "text": "parsing", "seq": 7},
+    }
+    assert describe(details) == "delegated > working 40% parsing"
+    assert describe({"state": "working", "fraction": None, "text": None}) == "working"
+
+
+def test_a_transition_line_has_its_time_and_the_time_since_sent() -> None:
+    first = datetime(2026, 12, 4, 12, 0, 0, tzinfo=UTC)
+    progress = {
+        "state": "progress",
+        "at": "2026-12-04T12:00:01.250+00:00",
+        "details": {"state": "working", "fraction": 0.5, "text": "half"},
+    }
+    assert transition_line(progress, first) == "12:00:01.250 +1.250s progress working 50% half"
+    sent = {"state": "sent", "at": "2026-12-04T12:00:00.000+00:00", "details": {}}
+    assert transition_line(sent, first) == "12:00:00.000 +0.000s sent"
+    failed = {"state": "canceled", "at": "bad", "details": {"code": "CANCELED", "error": "by op"}}
+    assert transition_line(failed, first) == "? canceled CANCELED: by op"
+
+
+def test_in_flight_counts_come_from_the_heartbeat_gauges() -> None:
+    metrics = {
+        "agent": {
+            "v": 1,
+            "counters": {},
+            "gauges": {"requests_received": 0, "requests_working": 2, "requests_delegated": 1},
+            "histograms": {},
+        }
+    }
+    counts = in_flight(metrics)
+    assert counts == {"received": 0, "working": 2, "delegated": 1}
+    assert in_flight_text(counts) == "2 working, 1 delegated"
+    assert in_flight_text({"received": 0, "working": 0, "delegated": 0}) == "0"
+    # An agent that says nothing of it (an older version, metrics off): unknown, not 0.
+    assert in_flight({"agent": {"v": 1, "counters": {}, "gauges": {}, "histograms": {}}}) is None
+    assert in_flight(None) is None
+    assert in_flight_text(None) == "-"
