@@ -22,7 +22,7 @@ from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL
 from vox_mqtt.agent.roles import Role, command
-from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
@@ -355,6 +355,8 @@ async def test_progress_climbs_in_order_within_its_rate_bound(
                 seen.append(event)
         reply = await asyncio.wait_for(asked, 10)
         reports = reply.details["result"]
+        with pytest.raises(VoxError, match="call it from a command handler"):
+            await operator.progress(0.5, "not in a handler")
         states = [e["state"] for e in seen]
         assert states[0] == "sent"
         assert states[-1] == "completed"

@@ -94,13 +94,18 @@ class ProgressReporter:
                 emitter.timer.cancel()  # dropped: the answer says the rest
 
     def emit(self, served: Served, part: Mapping[str, Any]) -> None:
+        """Send a served request's progress now, or as the newest report of its window."""
         if served.final or served.answering:
             return  # the answer is on its way: progress after it would mislead
         emitter = self._emitters.get(served.message_id)
         if emitter is None:
             emitter = self._emitters[served.message_id] = _Emitter(served=served)
+        try:
+            details = CommandProgress.model_validate({**part, "seq": emitter.seq + 1})
+        except ValueError as exc:  # a child's part nested past MAX_DEPTH: not passed on
+            log.info("%s: progress not passed on: %s", self.config.name, exc)
+            return
         emitter.seq += 1
-        details = CommandProgress.model_validate({**part, "seq": emitter.seq})
         now = time.monotonic()
         if emitter.timer is None and now - emitter.last >= PROGRESS_INTERVAL:
             emitter.last = now
@@ -130,9 +135,11 @@ class ProgressReporter:
         topic = topics.inbox(message.target, self.config.id)
         props = self._props.inbox(message.target, message.type)
         try:
-            self._publisher.publish_soon(topic, serialize(message), props=props)
+            sent = self._publisher.publish_soon(topic, serialize(message), props=props)
         except VoxError as exc:
             log.info("%s: progress not sent: %s", self.config.name, exc)
             return
+        if sent is None:
+            return  # no connection up: progress is never kept for later
         self._metrics.progress_sent += 1
         self._metrics.messages_out.inc(message.type)
