@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +21,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.kits.clikit import capture
-from tests.kits.fleetproc import FleetProcesses, wait_for_route
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env, wait_for_route
 from tests.kits.lifecyclekit import (
     agent_id,
     event_at,
@@ -245,3 +248,58 @@ async def test_no_broker_is_one_line(fleet: Fleet, capture: Any) -> None:
         assert len(errors) == 1, err
         assert "cannot reach the broker" in errors[0], err
         assert "Traceback" not in err
+
+
+def _follow_process(procs: FleetProcesses, n: int, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vox_mqtt.cli", "send", "--config", str(procs.operator_config),
+         "stuck", f"n={n}", "--follow", "--timeout", "600", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        env=child_env(), cwd=REPO,
+    )  # fmt: skip
+
+
+async def _interrupt_once_working(
+    process: subprocess.Popen[str], events_file: Path, n: int
+) -> None:
+    try:
+        await until(lambda: event_at(events_file, "started", n), "the handler to start", 30)
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        await asyncio.to_thread(process.wait, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+async def test_ctrl_c_during_follow_cancels_or_leaves_the_request_running(
+    fleet: Fleet, capture: Any
+) -> None:
+    procs, events_file = fleet
+    await route_up(procs)
+    # --cancel-on-interrupt: Ctrl-C cancels, and the answer CANCELED is the last word.
+    process = _follow_process(procs, 8, "--cancel-on-interrupt")
+    await _interrupt_once_working(process, events_file, 8)
+    out, err = process.communicate()
+    assert process.returncode == 1, (out, err)
+    assert "cancel: canceled" in out, out
+    assert re.search(r" canceled CANCELED: ", out), out
+    assert err.strip().splitlines()[-1].startswith("vox: error: stuck: CANCELED: "), err
+    assert "Traceback" not in err
+    await until(lambda: event_at(events_file, "cancelled", 8), "the handler's cancel")
+
+    # No terminal to ask on: nothing is cancelled, and the way back to it is printed.
+    process = _follow_process(procs, 9)
+    await _interrupt_once_working(process, events_file, 9)
+    out, err = process.communicate()
+    assert process.returncode == 130, (out, err)
+    request_id = out.splitlines()[0].removeprefix("request ")
+    assert err == (
+        f"vox: error: request {request_id} left running: `vox request show {request_id}`, "
+        f"`vox cancel {request_id}`\n"
+    )
+    await asyncio.sleep(1.0)
+    assert event_at(events_file, "cancelled", 9) is None
+    code, out, err = await capture("cancel", request_id, "--config", procs.operator_config)
+    assert code == 0, (out, err)
+    await until(lambda: event_at(events_file, "cancelled", 9), "the handler's cancel")

@@ -62,6 +62,10 @@ def test_a_transition_line_has_its_time_and_the_time_since_sent() -> None:
         "details": {"state": "working", "fraction": 0.5, "text": "half"},
     }
     assert transition_line(progress, first) == "12:00:01.250 +1.250s progress working 50% half"
+    delegated = {"state": "delegated", "at": "2026-12-04T12:00:00.010+00:00", "details": {}}
+    assert transition_line(delegated, first) == "12:00:00.010 +0.010s delegated"
+    delegated["details"] = {"state": "delegated", "below": {"state": "working"}}
+    assert transition_line(delegated, first) == "12:00:00.010 +0.010s delegated working"
     sent = {"state": "sent", "at": "2026-12-04T12:00:00.000+00:00", "details": {}}
     assert transition_line(sent, first) == "12:00:00.000 +0.000s sent"
     failed = {"state": "canceled", "at": "bad", "details": {"code": "CANCELED", "error": "by op"}}

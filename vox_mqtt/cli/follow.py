@@ -68,8 +68,9 @@ def transition_line(transition: dict[str, Any], first: datetime | None) -> str:
     extra = ""
     if state == "progress" and isinstance(details, dict):
         extra = describe(details)
-    elif state in ("working", "delegated") and isinstance(details, dict) and details:
-        extra = describe(details) if "state" in details else ""
+    elif state in ("working", "delegated") and isinstance(details, dict):
+        # The state is the line's own word: only what the level below said is added.
+        extra = describe(details.get("below"))
     elif isinstance(details, dict) and (details.get("error_code") or details.get("code")):
         extra = f"{details.get('error_code') or details.get('code')}: {details.get('error', '')}"
     return f"{clock}{since} {state}" + (f" {extra}" if extra else "")
