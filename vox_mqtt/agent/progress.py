@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
@@ -29,8 +29,9 @@ __all__ = ["PROGRESS_INTERVAL", "ProgressReporter"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
-# At most one command_progress per request per level in this many seconds; the newest
-# report inside the window replaces the one waiting and goes when it opens.
+# At most one command_progress per request per level in this many seconds, the first one
+# this long after the request's first state; the newest report inside the window replaces
+# the one waiting and goes when it opens.
 PROGRESS_INTERVAL: Final = 0.5
 
 
@@ -40,7 +41,9 @@ class _Emitter:
 
     served: Served
     seq: int = 0
-    last: float = -PROGRESS_INTERVAL
+    # When the window last opened: its first report waits one interval, so a request
+    # answered within it sends none (a quick command costs its master nothing more).
+    last: float = field(default_factory=time.monotonic)
     pending: CommandProgress | None = None
     timer: asyncio.TimerHandle | None = None
 
