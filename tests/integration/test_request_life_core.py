@@ -516,3 +516,40 @@ async def test_a_deadline_given_up_on_is_a_cancel_for_the_child(
         # No level works on past it.
         await wait_for(lambda: all(a.in_flight == 0 for a in agents.values()), timeout=10)
         assert not events("finished", "d")
+
+
+class Boss(Role):
+    """A coordinator's role that asks about, and cancels, a request it sent its child."""
+
+    @command
+    async def oversee(self, child: str) -> dict[str, Any]:
+        request = new_message(
+            MSG_COMMAND_REQUEST,
+            source=self.agent.id,
+            target=UUID(child),
+            details={"command": "hold", "params": {"tag": "boss"}},
+        )
+        await self.agent.send_message(request, expects_reply=True)
+        async with asyncio.timeout(10):
+            while not events("started", "boss"):  # noqa: ASYNC110 - the witness is polled
+                await asyncio.sleep(0.02)
+        status = await self.agent.request_status(request.message_id, timeout=5)
+        report = await self.agent.cancel(request.message_id, reason="enough", timeout=5)
+        return {"status": status["state"], "cancel": report["state"]}
+
+
+async def test_a_role_asks_about_and_cancels_a_request_through_its_handle(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path
+) -> None:
+    secure = secure_broker_factory(fleet)
+    spec_id = fleet.agent("specialist").id
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(
+            stack, secure, tmp_path, {"specialist": [Worker()], "coordinator": [Boss()]}
+        )
+        await wait_for(lambda: "oversee" in agents["root"].advertised_commands())
+        reply = await agents["root"].request(
+            "oversee", {"child": str(spec_id)}, to=fleet.agent("coordinator").id, timeout=20
+        )
+        assert reply.details["result"] == {"status": "working", "cancel": "canceled"}
+        await wait_for(lambda: events("cancelled", "boss"), timeout=5)
