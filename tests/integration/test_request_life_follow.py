@@ -206,9 +206,12 @@ async def test_unknown_and_malformed_ids_are_one_line(fleet: Fleet, capture: Any
         assert err.startswith(f"vox: error: request {nobody}: unknown to the root (root)"), err
         code, out, err = await capture(*verb, "not-an-id", "--config", procs.operator_config)
         assert (code, out) == (2, ""), (verb, out, err)
+        assert err == "vox: error: not a request id (a UUID or the start of one): 'not-an-id'\n"
+        # A prefix this console never sent is one line too (it never reaches the broker).
+        code, out, err = await capture(*verb, "ffff0000", "--config", procs.operator_config)
+        assert (code, out) == (2, ""), (verb, out, err)
         assert err == (
-            "vox: error: 'not-an-id' is not a request id: a UUID such as the one `vox send` "
-            "printed\n"
+            "vox: error: no request id starting with 'ffff0000' in the requests this console sent\n"
         )
 
 

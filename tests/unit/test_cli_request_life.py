@@ -3,23 +3,59 @@ in-flight counts (docs/operations.md, "Find and cancel a stuck command")."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from datetime import UTC, datetime
-from uuid import uuid4
+from pathlib import Path
+from uuid import UUID, uuid4
 
 import pytest
 
 from vox_mqtt.cli._inflight import in_flight, in_flight_text
 from vox_mqtt.cli.follow import describe, transition_line
-from vox_mqtt.cli.lifecycle import level_lines, parse_request_id
+from vox_mqtt.cli.lifecycle import level_lines, parse_request_id, resolve_request_id
 
 NOW = datetime(2026, 12, 4, 12, 0, 10, tzinfo=UTC)
 
 
-def test_a_request_id_is_a_uuid_and_anything_else_is_one_clear_line() -> None:
+def test_a_request_id_is_a_uuid_or_its_start_and_anything_else_is_one_clear_line() -> None:
     given = uuid4()
-    assert parse_request_id(f" {given} ") == given
-    with pytest.raises(ValueError, match=r"^'abc' is not a request id: a UUID such as"):
-        parse_request_id("abc")
+    assert parse_request_id(f" {given} ") == str(given)
+    assert parse_request_id(given.hex[:10].upper()) == str(given)[:11]  # hyphens put back
+    with pytest.raises(ValueError, match=r"^not a request id \(a UUID or the start of one\)"):
+        parse_request_id("abc-xyz")
+    with pytest.raises(ValueError, match=r"too short: give at least 4 hex digits"):
+        parse_request_id("83")
+
+
+def test_a_prefix_is_resolved_among_the_requests_this_console_sent(tmp_path: Path) -> None:
+    ledger = tmp_path / "logs.db"
+    mine, other, received = (
+        UUID("1cfb61d0-91e9-4856-96d1-17c31cfda345"),
+        UUID("1cfb61d0-0000-4856-96d1-17c31cfda345"),
+        UUID("2222aaaa-91e9-4856-96d1-17c31cfda345"),
+    )
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        db.execute("CREATE TABLE logs (action TEXT, message_type TEXT, message_id TEXT)")
+        db.executemany(
+            "INSERT INTO logs VALUES (?, ?, ?)",
+            [
+                ("sent", "command_request", str(mine)),
+                ("sent", "command_request", str(other)),
+                ("received", "command_request", str(received)),
+            ],
+        )
+        db.commit()
+    assert resolve_request_id(ledger, "1cfb61d0-91e9") == mine
+    with pytest.raises(ValueError, match=r"ambiguous .* it starts 2 of them"):
+        resolve_request_id(ledger, "1cfb61d0")
+    # Only what this console sent: another agent's request is no candidate.
+    with pytest.raises(ValueError, match=r"^no request id starting with '2222aaaa'"):
+        resolve_request_id(ledger, "2222aaaa")
+    # A whole id goes to the root as given, known here or not.
+    assert resolve_request_id(tmp_path / "none.db", str(received)) == received
+    with pytest.raises(ValueError, match=r"this console sent none yet"):
+        resolve_request_id(tmp_path / "none.db", "2222")
 
 
 def test_each_level_is_one_line_the_root_named_the_others_numbered() -> None:
