@@ -288,3 +288,33 @@ async def test_status_shows_in_flight_requests_and_the_exporter_counts_cancels(
         samples = exporter.samples()
         assert (sample(samples, "vox_agent_cancels_sent_total", agent="root") or 0) >= 1
         assert (sample(samples, "vox_agent_cancels_sent_total", agent="coordinator") or 0) >= 1
+
+
+async def test_a_request_and_its_cancel_held_for_a_frozen_specialist_never_run_on(
+    fleet: Fleet, capture: Any
+) -> None:
+    procs, events_file = fleet
+    await route_up(procs)
+    specialist = procs.agents["specialist"]
+    specialist.signal(signal.SIGSTOP)  # before the request reaches it
+    try:
+        request_id = await detach(capture, procs, "stuck", "n=6")
+        coordinator = procs.ledger("coordinator")
+        await until(lambda: len(request_ids(coordinator, 6)) == 2, "the coordinator to delegate")
+        code, out, err = await capture(
+            "cancel", str(request_id), "--wait", "2", "--config", procs.operator_config
+        )
+        assert code in (0, 1), (code, out, err)
+        assert "Traceback" not in err
+        assert event_at(events_file, "started", 6) is None
+    finally:
+        specialist.signal(signal.SIGCONT)
+    await until(lambda: canceled_in(procs.ledger("specialist"), 6), "the specialist's canceled row")
+    await asyncio.sleep(1.0)
+    # Both wait at the broker, the request first: it never starts, or it is cancelled at once.
+    started = event_at(events_file, "started", 6)
+    if started is not None:
+        cancelled = await until(lambda: event_at(events_file, "cancelled", 6), "its cancel")
+        assert cancelled - started < 2.0
+    report = await show(capture, procs, request_id)
+    assert [state for state, _ in levels(report)] == ["canceled"] * 3, report
