@@ -24,13 +24,13 @@ from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.requests import Requests, Served, ServedState
+from vox_mqtt.agent.standing import history_of, part_of
 from vox_mqtt.agent.tracking import RequestState, TrackedRequest
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import (
     FINAL_STATES,
-    MAX_HISTORY,
     MAX_STATUS_WAIT,
     MAX_TEXT,
     MSG_CANCEL_REPORT,
@@ -77,17 +77,6 @@ MAX_STATUS_QUERIES: Final = 8
 # How many cancels of requests not yet received a restart remembers (the newest).
 REMEMBERED_CANCELS: Final = 10_000
 LIFECYCLE_STEPS: Final = frozenset({Step.CANCEL, Step.CANCELED_BEFORE, Step.STATUS, Step.PROGRESS})
-# A served request's ledger rows, as the states a status report names.
-_ROW_STATES: Final = {
-    "received": "received",
-    "started": "working",
-    "delegated": "delegated",
-    "completed": "completed",
-    "failed": "failed",
-    "expired": "expired",
-    "canceled": "canceled",
-    "rejected": "rejected",
-}
 # A sent request's states, as follow() names them.
 _FOLLOW_STATES: Final = {
     RequestState.QUEUED: "sent",
@@ -170,12 +159,7 @@ class Lifecycle:
     async def _history(self, request_id: UUID) -> list[tuple[str, str]]:
         """The states a request served here went through, as (state, at), from the ledger."""
         own, _, _ = await self._ledger.request_rows(request_id)
-        me = str(self.config.id)
-        return [
-            (_ROW_STATES[row["action"]], str(row["recorded_at"]))
-            for row in own
-            if row["action"] in _ROW_STATES and row["target"] == me
-        ]
+        return [(h["state"], h["at"]) for h in history_of(own, str(self.config.id))]
 
     # --- one commit: stage, then execute or drop ------------------------------------------
 
@@ -347,22 +331,8 @@ class Lifecycle:
     async def _part(self, request_id: UUID, wait: float) -> dict[str, Any]:
         """This level's part of a status report, from its ledger; its child's part below."""
         own, down, cancels = await self._ledger.request_rows(request_id)
-        me = str(self.config.id)
-        history = [
-            {"state": _ROW_STATES[row["action"]], "at": str(row["recorded_at"])}
-            for row in own
-            if row["action"] in _ROW_STATES and row["target"] == me
-        ]
-        if not history:
-            if cancels:  # canceled before it came: it never will run here
-                return {"state": "canceled", "since": str(cancels[0]["recorded_at"])}
-            return {"state": "unknown"}
-        part: dict[str, Any] = {
-            "state": history[-1]["state"],
-            "since": history[-1]["at"],
-            "history": history[-MAX_HISTORY:],
-        }
-        if down:
+        part = part_of(own, cancels, str(self.config.id))
+        if down and part["state"] != "unknown":
             # The child is named only to ask it; nothing of it goes into the report.
             last = down[-1]
             part["below"] = await self._ask_child(

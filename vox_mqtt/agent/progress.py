@@ -17,6 +17,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.requests import CURRENT_REQUEST, Served, ServedState
+from vox_mqtt.agent.standing import progress_delay
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
@@ -110,15 +111,16 @@ class ProgressReporter:
             return
         emitter.seq += 1
         now = time.monotonic()
-        if emitter.timer is None and now - emitter.last >= PROGRESS_INTERVAL:
+        waiting = emitter.timer is not None
+        delay = progress_delay(now, emitter.last, PROGRESS_INTERVAL, waiting)
+        if delay is None:
             emitter.last = now
             self._send_progress(served, details)
             return
         if emitter.pending is not None:
             self._metrics.progress_dropped += 1
         emitter.pending = details
-        if emitter.timer is None:
-            delay = emitter.last + PROGRESS_INTERVAL - now
+        if not waiting:
             emitter.timer = asyncio.get_running_loop().call_later(delay, self._flush, emitter)
 
     def _flush(self, emitter: _Emitter) -> None:
