@@ -326,6 +326,10 @@ async def test_status_after_every_agent_restarted_comes_from_the_ledgers(
         # The operator too: its tracker is empty, its ledger says where the request went.
         _, operator = await start_tree(stack, secure, tmp_path)
         after = await operator.request_status(request_id, timeout=5)
+        # A finished request is not touched by a cancel: the report gives its end.
+        report = await operator.cancel(request_id, timeout=5)
+        assert report["state"] == "completed"
+        assert (await operator.request_status(request_id, timeout=5))["state"] == "completed"
     assert after == before
     assert [after["state"], after["below"]["state"], after["below"]["below"]["state"]] == [
         "completed"

@@ -152,7 +152,9 @@ class Lifecycle:
         """Where the request a cancel names stands here (plan.Facts.target)."""
         served = self._requests.get(request_id)
         if served is not None:
-            return "answering" if served.answering or served.final else str(served.state)
+            # An answer staged already (a quick idempotent one, a child's relayed) is decided.
+            decided = served.answering or served.final or served.answer is not None
+            return "answering" if decided else str(served.state)
         history = await self._history(request_id)
         return history[-1][0] if history else "unknown"
 
@@ -290,7 +292,12 @@ class Lifecycle:
             await asyncio.wait({served.task}, timeout=CANCEL_GRACE)  # it sends its answer
         history = await self._history(request_id)
         ended = [(s, at) for s, at in history if s in FINAL_STATES]
-        return ended[-1] if ended else ("unknown", now_iso())
+        if ended:
+            return ended[-1]
+        if served is not None and (served.final or served.answer_end):
+            # Answered, its end row still on its way to the ledger.
+            return (str(served.state) if served.final else served.answer_end), now_iso()
+        return "unknown", now_iso()
 
     async def _outlived(self, task: asyncio.Task[None], served: Served) -> None:
         done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
