@@ -22,6 +22,7 @@ from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL
 from vox_mqtt.agent.roles import Role, command
+from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import (
@@ -29,6 +30,7 @@ from vox_mqtt.protocol.messages import (
     ErrorCode,
     VOXMessage,
     new_message,
+    serialize,
 )
 
 THREE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
@@ -462,7 +464,6 @@ async def test_a_malformed_progress_is_rejected_with_its_reason(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:
     from tests.kits.attackerkit import raw_envelope
-    from vox_mqtt.protocol import topics
 
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
@@ -557,3 +558,39 @@ async def test_a_role_asks_about_and_cancels_a_request_through_its_handle(
         )
         assert reply.details["result"] == {"status": "working", "cancel": "canceled"}
         await wait_for(lambda: events("cancelled", "boss"), timeout=5)
+
+
+async def test_only_the_child_a_request_went_to_reports_its_progress(
+    secure_broker_factory: Any, tmp_path: Path
+) -> None:
+    fleet = tree_fleet({"root": None, "worker": "root", "sibling": "root"})
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        agents = await start_agents(stack, secure, tmp_path, {"worker": [Worker()]})
+        root, sibling = agents["root"], agents["sibling"]
+        asked = asyncio.ensure_future(
+            root.request("hold", {"tag": "p", "seconds": 2.0}, to=agents["worker"].id, timeout=10)
+        )
+        await wait_for(lambda: events("started", "p"))
+        request_id = sent_request(root)
+        seen: list[dict[str, Any]] = []
+
+        async def follow() -> None:
+            async for event in root.follow(request_id):
+                seen.append(event)
+
+        following = asyncio.ensure_future(follow())
+        forged = new_message(
+            "command_progress",
+            source=sibling.id,
+            target=root.id,
+            details={"state": "working", "fraction": 0.99, "text": "not mine", "seq": 1},
+            reply_to=request_id,
+        )
+        await sibling._session.publish(topics.inbox(root.id, sibling.id), serialize(forged))
+        await asyncio.wait_for(asked, 10)
+        await asyncio.wait_for(following, 5)
+        assert all(e["details"].get("text") != "not mine" for e in seen)
+        assert [e["state"] for e in seen][-1] == "completed"
+        (row,) = await root.memory.find(forged.message_id)
+        assert row["action"] == "received"  # recorded, never passed on

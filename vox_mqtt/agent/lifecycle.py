@@ -385,9 +385,15 @@ class Lifecycle:
 
     def _progress_in(self, message: VOXMessage) -> None:
         """A child's progress: passed up for a request delegated from here, told to followers."""
-        assert message.reply_to is not None
+        sent = None if message.reply_to is None else self._requests.sent.get(message.reply_to)
+        if sent is None or sent.message.target != message.source:
+            # Recorded, nothing more: only the child a request went to reports on it.
+            log.info(
+                "%s: progress from %s on a request not sent to it", self.config.name, message.source
+            )
+            return
         progress = message.payload_as(CommandProgress)
-        served = self._requests.relaying(message.reply_to)
+        served = self._requests.relaying(sent.message_id)
         if served is not None:
             # Its part one level down; nothing names the child (extra fields were dropped).
             below = progress.model_dump(mode="json", exclude_none=True)
@@ -395,7 +401,7 @@ class Lifecycle:
         details = progress.model_dump(mode="json", exclude_none=True, exclude={"seq"})
         # A bare state is a transition (working, delegated); anything more is progress.
         state = progress.state if details.keys() == {"state"} else "progress"
-        self._tell(message.reply_to, {"state": state, "at": now_iso(), "details": details})
+        self._tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
 
     # --- the master's side: status, cancel and follow of a request it sent -------------------
 
