@@ -76,13 +76,10 @@ def transition_line(transition: dict[str, Any], first: datetime | None) -> str:
     return f"{clock}{since} {state}" + (f" {extra}" if extra else "")
 
 
-async def _print_transitions(
-    console: OperatorConsole, request_id: UUID, as_json: bool, seen: list[str]
-) -> None:
+async def _print_transitions(console: OperatorConsole, request_id: UUID, as_json: bool) -> None:
     out = out_console()
     first: datetime | None = None
     async for transition in console.follow(request_id):
-        seen.append(str(transition.get("state")))
         if first is None:
             first = _at(transition.get("at"))
         if as_json:
@@ -117,8 +114,7 @@ async def follow_command(
     request_id = sent.request_id
     if not args.json:
         out_console().print(f"[dim]request {request_id}[/]")
-    seen: list[str] = []
-    printer = asyncio.ensure_future(_print_transitions(console, request_id, args.json, seen))
+    printer = asyncio.ensure_future(_print_transitions(console, request_id, args.json))
     answer = asyncio.ensure_future(sent.answer())
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
