@@ -111,7 +111,8 @@ class Lifecycle:
         self._requests = requests
         self._metrics = metrics
         self._tasks = tasks
-        self._remembered: set[UUID] = set()  # requests canceled before they came
+        # Requests canceled before they came, oldest first (bounded as a restart reads them).
+        self._remembered: dict[UUID, None] = {}
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
@@ -132,9 +133,14 @@ class Lifecycle:
 
     async def load(self) -> None:
         """Read back the cancels that came before their requests (at start, docs/ledger.md)."""
-        for text in await self._ledger.remembered_cancels(REMEMBERED_CANCELS):
+        for text in reversed(await self._ledger.remembered_cancels(REMEMBERED_CANCELS)):
             with contextlib.suppress(ValueError):
-                self._remembered.add(UUID(text))
+                self._remember(UUID(text))
+
+    def _remember(self, request_id: UUID) -> None:
+        self._remembered[request_id] = None
+        if len(self._remembered) > REMEMBERED_CANCELS:
+            del self._remembered[next(iter(self._remembered))]
 
     async def resume(self) -> None:
         """After a restart: tell the children a crash kept a cancel from (docs/ledger.md)."""
@@ -170,7 +176,7 @@ class Lifecycle:
         staged = Staged()
         if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
             # From now: the request, if it comes while this commits, never starts.
-            self._remembered.add(message.payload_as(CancelRequest).request_id)
+            self._remember(message.payload_as(CancelRequest).request_id)
         if plan.step is Step.CANCELED_BEFORE:
             name = message.payload_as(CommandRequest).command
             self._stage_answer(staged, message, name, "canceled by its master before it came")
@@ -203,7 +209,7 @@ class Lifecycle:
         if staged.canceled is not None:
             staged.canceled.answering = False
         if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
-            self._remembered.discard(message.payload_as(CancelRequest).request_id)
+            self._remembered.pop(message.payload_as(CancelRequest).request_id, None)
 
     def execute(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         """Carry out a lifecycle plan whose message (and staged rows) committed."""
