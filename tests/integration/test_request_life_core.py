@@ -121,6 +121,7 @@ async def test_a_running_handler_is_cancelled_through_three_levels_and_nothing_r
         with pytest.raises(CommandFailed) as failed:
             await asyncio.wait_for(asyncio.shield(asked), 10)
         assert failed.value.code == ErrorCode.CANCELED
+        assert failed.value.error == "canceled by its master: stuck"
         # Every level records its own part canceled (its request as it received it).
         for name in ("root", "coordinator", "specialist"):
             await wait_for_rows(agents[name], 1)

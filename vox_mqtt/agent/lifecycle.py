@@ -182,11 +182,12 @@ class Lifecycle:
             self._stage_answer(staged, message, name, "canceled by its master before it came")
             staged.implied = staged.outgoing is not None
         elif plan.step is Step.CANCEL and plan.cancel in _STOPPING:
-            request_id = message.payload_as(CancelRequest).request_id
-            served = self._requests.get(request_id)
+            cancel = message.payload_as(CancelRequest)
+            served = self._requests.get(cancel.request_id)
             if served is not None and self._requests.claim_answer(served):
                 name = str(served.request.details.get("command", ""))
-                self._stage_answer(staged, served.request, name, "canceled by its master")
+                why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
+                self._stage_answer(staged, served.request, name, why)
                 staged.canceled = served
                 staged.canceled_down = _down(served)
         return staged
