@@ -32,6 +32,7 @@ from bench import (
     one_hop,
     reload_sessions,
     render_large,
+    request_life,
     scale,
     signatures,
     three_levels,
@@ -59,6 +60,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "web_console": (14, web_console.run),
     "signatures": (15, signatures.run),
     "scale": (16, scale.run),
+    "request_life": (17, request_life.run),
 }
 
 

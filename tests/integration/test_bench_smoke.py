@@ -39,6 +39,7 @@ ROWS = {
     "web_console": 2,
     "signatures": 3,
     "scale": 5,
+    "request_life": 2,
 }
 
 

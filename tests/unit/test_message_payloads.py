@@ -9,6 +9,18 @@ from uuid import UUID, uuid4
 import pytest
 
 from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.lifecycle import (
+    MSG_CANCEL_REPORT,
+    MSG_CANCEL_REQUEST,
+    MSG_COMMAND_PROGRESS,
+    MSG_STATUS_QUERY,
+    MSG_STATUS_REPORT,
+    CancelReport,
+    CancelRequest,
+    CommandProgress,
+    StatusQuery,
+    StatusReport,
+)
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -131,6 +143,38 @@ VALID = [
         {"in_response_to": AN_ID, "verdict": "approve", "outcome": "booked: 60 min of work"},
         Decision,
     ),
+    (MSG_COMMAND_PROGRESS, {"state": "working", "seq": 1}, CommandProgress),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "working", "fraction": 0.4, "text": "page 4 of 10", "seq": 7},
+        CommandProgress,
+    ),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "delegated", "seq": 2, "below": {"state": "working", "fraction": 1, "seq": 9}},
+        CommandProgress,
+    ),
+    (MSG_STATUS_QUERY, {"request_id": AN_ID}, StatusQuery),
+    (
+        MSG_STATUS_REPORT,
+        {
+            "request_id": AN_ID,
+            "state": "delegated",
+            "since": "2026-01-11T08:00:01Z",
+            "history": [{"state": "received", "at": "2026-01-11T08:00:00Z"}],
+            "below": {"state": "unreachable", "why": "no answer within 2 s"},
+        },
+        StatusReport,
+    ),
+    (MSG_STATUS_REPORT, {"request_id": AN_ID, "state": "unknown"}, StatusReport),
+    (MSG_CANCEL_REQUEST, {"request_id": AN_ID}, CancelRequest),
+    (MSG_CANCEL_REQUEST, {"request_id": AN_ID, "reason": "deadline"}, CancelRequest),
+    (
+        MSG_CANCEL_REPORT,
+        {"request_id": AN_ID, "state": "canceled", "since": "2026-01-11T08:00:00Z"},
+        CancelReport,
+    ),
+    (MSG_CANCEL_REPORT, {"request_id": AN_ID, "state": "unknown"}, CancelReport),
 ]
 
 
@@ -285,6 +329,39 @@ INVALID = [
         MSG_DECISION_RECORDED,
         {"in_response_to": AN_ID, "verdict": "reject", "outcome": "x" * 1001},
         "details.outcome: String should have at most 1000 characters",
+    ),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "working", "fraction": 1.5, "seq": 1},
+        "details.fraction: Input should be less than or equal to 1",
+    ),
+    (MSG_COMMAND_PROGRESS, {"state": "working"}, "details.seq: missing (required)"),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "done", "seq": 1},
+        "details.state: Input should be 'working' or 'delegated'",
+    ),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "working", "seq": 1, "text": "x" * 201},
+        "details.text: String should have at most 200 characters",
+    ),
+    (
+        MSG_COMMAND_PROGRESS,
+        {"state": "working", "seq": 1, "below": {"state": "working", "seq": 1}},
+        "details: a working level has nothing below it",
+    ),
+    (MSG_STATUS_QUERY, {"request_id": "42"}, "details.request_id: '42' is not a UUID"),
+    (
+        MSG_STATUS_REPORT,
+        {"request_id": AN_ID, "state": "lost"},
+        "details.state: Input should be 'received'",
+    ),
+    (MSG_CANCEL_REQUEST, {}, "details.request_id: missing (required)"),
+    (
+        MSG_CANCEL_REPORT,
+        {"request_id": AN_ID, "state": "working"},
+        "details.state: Input should be 'completed'",
     ),
 ]
 

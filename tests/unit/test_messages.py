@@ -15,7 +15,10 @@ from vox_mqtt.protocol.messages import (
     ERROR_CODES,
     MAX_MESSAGE_BYTES,
     MSG_ACKNOWLEDGED,
+    MSG_CANCEL_REPORT,
+    MSG_CANCEL_REQUEST,
     MSG_COMMAND_ERROR,
+    MSG_COMMAND_PROGRESS,
     MSG_COMMAND_REQUEST,
     MSG_COMMAND_RESULT,
     MSG_DATA_REQUEST,
@@ -23,6 +26,8 @@ from vox_mqtt.protocol.messages import (
     MSG_DECISION,
     MSG_DECISION_RECORDED,
     MSG_JOB_DETECTED,
+    MSG_STATUS_QUERY,
+    MSG_STATUS_REPORT,
     MSG_SYSTEM_FAILURE,
     PAYLOAD_MODELS,
     CommandRequest,
@@ -346,9 +351,14 @@ def test_every_type_constant_has_a_payload_model() -> None:
         MSG_DATA_RESPONSE,
         MSG_DECISION,
         MSG_DECISION_RECORDED,
+        MSG_COMMAND_PROGRESS,
+        MSG_STATUS_QUERY,
+        MSG_STATUS_REPORT,
+        MSG_CANCEL_REQUEST,
+        MSG_CANCEL_REPORT,
     }
     assert set(PAYLOAD_MODELS) == constants
-    assert len(constants) == 10
+    assert len(constants) == 15
 
 
 def test_error_codes_are_the_designed_set() -> None:
@@ -363,6 +373,8 @@ def test_error_codes_are_the_designed_set() -> None:
         "SHUTTING_DOWN",
         "MESSAGE_TOO_LARGE",
         "LEDGER_UNAVAILABLE",
+        "CANCELED",
+        "BUSY",
     } == ERROR_CODES
     assert ErrorCode.NO_ROUTE == "NO_ROUTE"
 

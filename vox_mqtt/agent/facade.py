@@ -21,8 +21,10 @@ from uuid import UUID
 from vox_mqtt.agent.context import AgentContext, TaskSet
 from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
+from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
+from vox_mqtt.agent.progress import ProgressReporter
 from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
@@ -68,7 +70,8 @@ class VOXAgent:
             sync=config.ledger_sync,
             clear_sources=config.ledger_clear_sources,
         )
-        self.tracker = RequestTracker(on_change=on_request_change)
+        self._on_request_change = on_request_change
+        self.tracker = RequestTracker(on_change=self._request_moved)
         # The one owner of every request sent or served; the tracker is its view of the sent.
         self.requests = Requests(self.tracker)
         self.fleet_view = FleetView(stale_after=config.stale_after)
@@ -116,6 +119,17 @@ class VOXAgent:
             fleet_view=self.fleet_view,
             requests=self.requests,
         )
+        self._lifecycle = Lifecycle(
+            settings=lambda: self.config,
+            ledger=self.memory,
+            publisher=self._session,
+            props=self._ctx.publish_props,
+            outbox=self._outbox,
+            requests=self.requests,
+            metrics=self.metrics,
+            tasks=self._ctx.tasks,
+        )
+        self._progress = self._lifecycle.reporter  # a handler's progress(), forwarded
         self._inbound = InboundPipeline(
             settings=lambda: self.config,
             ledger=self.memory,
@@ -125,6 +139,7 @@ class VOXAgent:
             tasks=self._ctx.tasks,
             outbox=self._outbox,
             runner=self._runner,
+            lifecycle=self._lifecycle,
             router=self.router,
             observed=self._observed,
             linked=self._linked,
@@ -363,6 +378,20 @@ class VOXAgent:
     send = Forward("_outbox", Outbox.send)
     notify_master = Forward("_outbox", Outbox.notify_master)
     reply = Forward("_outbox", Outbox.reply)
+    reply_to = Forward("_outbox", Outbox.reply_to)
+
+    # --- a request's life: the lifecycle part's own methods (agent/lifecycle.py) -----------
+
+    request_status = Forward("_lifecycle", Lifecycle.request_status)
+    cancel = Forward("_lifecycle", Lifecycle.cancel)
+    follow = Forward("_lifecycle", Lifecycle.follow)
+    progress = Forward("_progress", ProgressReporter.progress)
+
+    def _request_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
+        """A sent request moved: its followers hear of it, then the owner's hook."""
+        self._lifecycle.tracked_moved(tracked, old, new)
+        if self._on_request_change is not None:
+            self._on_request_change(tracked, old, new)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -378,6 +407,7 @@ class VOXAgent:
         private_dir(Path(self.config.state_dir))
         await self.memory.init_db()
         self._stack.push_async_callback(self.memory.close)
+        await self._lifecycle.load()  # cancels that came before their requests
         self._liveness = Liveness(
             self._ctx, fleet_view=self.fleet_view, advertise=self.advertised_commands
         )
@@ -421,6 +451,7 @@ class VOXAgent:
         """After a restart: re-send the outbox, then settle the commands the ledger left open."""
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
+        await self._lifecycle.resume()
         await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
 
     def _forged(self, topic: str, problem: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
 from vox_mqtt.agent.outbox import Outbox, deadline_passed
 from vox_mqtt.agent.plan import (
     ANSWERS,
@@ -34,6 +35,12 @@ from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import InvalidMessage, LedgerError, TopicError
+from vox_mqtt.protocol.lifecycle import (
+    MSG_CANCEL_REQUEST,
+    MSG_COMMAND_PROGRESS,
+    MSG_STATUS_QUERY,
+    CancelRequest,
+)
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -54,6 +61,8 @@ __all__ = ["InboundPipeline", "Listener", "Observed"]
 log = logging.getLogger("vox_mqtt.agent")
 COMPLETED = RequestState.COMPLETED
 SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
+# Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
+_LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
 RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
@@ -74,6 +83,7 @@ class InboundPipeline:
         tasks: TaskSet,
         outbox: Outbox,
         runner: CommandRunner,
+        lifecycle: Lifecycle,
         router: Router,
         observed: Observed,
         linked: Callable[[Inbound], None] | None = None,
@@ -86,6 +96,7 @@ class InboundPipeline:
         self._tasks = tasks
         self.outbox = outbox
         self.runner = runner
+        self.lifecycle = lifecycle  # cancel, status and progress (agent/lifecycle.py)
         self.router = router
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
@@ -250,7 +261,10 @@ class InboundPipeline:
             return Facts(duplicate=True), None
         if message.type == MSG_COMMAND_REQUEST:
             return self._command_facts(message, slot_free=self.runner.slot_free)
-        if message.reply_to is None:
+        if message.type == MSG_CANCEL_REQUEST:
+            named = message.payload_as(CancelRequest).request_id
+            return Facts(target=await self.lifecycle.cancel_target(named)), None
+        if message.type in _LIFECYCLE_TYPES or message.reply_to is None:
             return Facts(), None
         return Facts(answer=await self._answer_facts(message.reply_to, message)), None
 
@@ -272,6 +286,7 @@ class InboundPipeline:
             local=local,
             children=runner.children() if handler is None else (),
             load=runner.load,
+            canceled_before=self.lifecycle.canceled_before(message.message_id),
         )
         return Facts(command=command), handler
 
@@ -338,7 +353,11 @@ class InboundPipeline:
             self.outbox.settle_reply(message)
             await recording
             return Staged()
-        staged = await self.runner.stage(message, plan, handler)
+        lifecycle = plan.step in LIFECYCLE_STEPS
+        if lifecycle:
+            staged = await self.lifecycle.stage(message, plan)
+        else:
+            staged = await self.runner.stage(message, plan, handler)
         kept = staged.outgoing
         try:
             await self._ledger.record_message(
@@ -352,7 +371,10 @@ class InboundPipeline:
                 outbox_done=answered,
             )
         except BaseException:
-            self.runner.drop(staged)
+            if lifecycle:
+                self.lifecycle.drop(message, plan, staged)
+            else:
+                self.runner.drop(staged)
             raise
         return staged
 
@@ -369,6 +391,9 @@ class InboundPipeline:
             outcome = listener(message)
             if outcome is not None:
                 await outcome
+        if plan.step in LIFECYCLE_STEPS:
+            self.lifecycle.execute(message, plan, staged)
+            return
         self.runner.execute(staged)
         if message.type == MSG_COMMAND_REQUEST:
             return

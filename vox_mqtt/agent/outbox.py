@@ -28,6 +28,7 @@ from vox_mqtt.protocol.errors import (
     MessageTooLarge,
     VoxError,
 )
+from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, CancelRequest
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -396,6 +397,12 @@ class Outbox:
         except TimeoutError:
             reason = f"no answer within {limit:.1f}s"
             await self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+            if message.type == MSG_COMMAND_REQUEST and tracked.acknowledged.is_set():
+                # Given up on: the child holds it, and is told so that no level works on
+                # past it (a cancel with reason "deadline", durable like any, docs/messages.md).
+                # One never acknowledged left the outbox with its end: its deadline alone
+                # keeps a late copy from starting.
+                self._tasks.spawn(self._cancel_given_up(message), "cancel-deadline")
         if (recording := self._ending.get(message.message_id)) is not None:
             await recording  # given up by its delivery: the waiter learns once it is durable
         if message.type == MSG_COMMAND_REQUEST:
@@ -404,6 +411,18 @@ class Outbox:
         if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
+
+    async def _cancel_given_up(self, request: VOXMessage) -> None:
+        self._metrics.cancels_sent += 1
+        cancel = new_message(
+            MSG_CANCEL_REQUEST,
+            source=self.config.id,
+            target=request.target,
+            details=CancelRequest(request_id=request.message_id, reason="deadline"),
+            message_source=self.config.message_source,
+        )
+        with contextlib.suppress(VoxError):
+            await self.send_message(cancel, expects_reply=False)
 
     # --- what comes back: the one place acks and replies are matched ----------------------
 

@@ -16,6 +16,12 @@ from uuid import UUID
 
 from vox_mqtt.agent.rules import choose_child, verify
 from vox_mqtt.observe.status import AgentLiveness
+from vox_mqtt.protocol.lifecycle import (
+    FINAL_STATES,
+    MSG_CANCEL_REQUEST,
+    MSG_COMMAND_PROGRESS,
+    MSG_STATUS_QUERY,
+)
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
@@ -29,6 +35,7 @@ from vox_mqtt.protocol.topics import InboxTopic
 __all__ = [
     "Admission",
     "AnswerFacts",
+    "CancelAction",
     "CommandFacts",
     "Facts",
     "Local",
@@ -59,6 +66,22 @@ class Step(StrEnum):
     ANSWER = "answer"  # an answer to a request a caller here awaits
     LATE = "late"  # an answer to a request that already ended here
     EVENT = "event"  # anything else: listeners and event handlers
+    # A request's life (docs/messages.md, lifecycle):
+    CANCEL = "cancel"  # the master's cancel_request: what it does is `cancel`
+    CANCELED_BEFORE = "canceled_before"  # a command whose cancel came first: never started
+    STATUS = "status"  # the master's status_query: answered from the ledger (and the child)
+    PROGRESS = "progress"  # a child's command_progress: told to waiters, passed up by a relay
+
+
+class CancelAction(StrEnum):
+    """What a cancel_request does to the request it names, by where that request stands here."""
+
+    NEVER_START = "never_start"  # waiting for a handler slot: it never starts
+    STOP = "stop"  # its handler runs: its task is cancelled
+    PASS_DOWN = "pass_down"  # delegated: the child is told to cancel the downstream request
+    FINAL = "final"  # already answered: the report gives its final state (`ended`)
+    FINISHING = "finishing"  # its answer is being sent: the report waits for its end
+    REMEMBER = "remember"  # not (yet) received: remembered, so it never starts when it comes
 
 
 class Local(StrEnum):
@@ -91,6 +114,7 @@ class CommandFacts:
         AgentLiveness | None
     ] = ()  # this agent's children as the fleet view has them
     load: Mapping[UUID, int] = field(default_factory=dict)  # requests in flight per child
+    canceled_before: bool = False  # its master's cancel_request came before it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +144,9 @@ class Facts:
     duplicate: bool = False  # the ledger already holds this message
     command: CommandFacts | None = None  # for a command_request
     answer: AnswerFacts | None = None  # for a message with reply_to
+    # For a cancel_request: where the request it names stands here (a ServedState value,
+    # "answering", a final state read from the ledger, or "unknown").
+    target: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +160,8 @@ class Plan:
     start_now: bool = False  # SERVE: take a free slot and commit "started" with "received"
     run_early: bool = False  # SERVE: idempotent, its handler starts before the commit
     acknowledge: bool = True  # whether the message gets a message_acknowledged
-    ended: str = ""  # LATE: how the request it answers ended here (expired, failed)
+    ended: str = ""  # LATE, CANCEL (FINAL): how the request it names ended here
+    cancel: CancelAction | None = None  # CANCEL: what it does
 
     @property
     def acts(self) -> bool:
@@ -172,6 +200,14 @@ def decide(
         return Plan(step=Step.DUPLICATE)
     if message.type == MSG_COMMAND_REQUEST and facts.command is not None:
         return _decide_command(facts.command, tiebreak)
+    if message.type == MSG_CANCEL_REQUEST and facts.target is not None:
+        return _decide_cancel(facts.target)
+    if message.type == MSG_STATUS_QUERY:
+        # Its status_report stands for the acknowledgement, as a quick answer does.
+        return Plan(step=Step.STATUS, acknowledge=False)
+    if message.type == MSG_COMMAND_PROGRESS:
+        # Fire and forget (docs/messages.md): recorded here, never acknowledged.
+        return Plan(step=Step.PROGRESS, acknowledge=False)
     if message.reply_to is not None and facts.answer is not None:
         return _decide_answer(message, facts.answer)
     return Plan(step=Step.EVENT)
@@ -181,6 +217,9 @@ def _decide_command(facts: CommandFacts, tiebreak: Callable[[], float]) -> Plan:
     if facts.command is None:
         # An invalid payload: the runner answers INVALID_MESSAGE from its own parse.
         return Plan(step=Step.SERVE)
+    if facts.canceled_before:
+        # Its cancel overtook it (an offline child, a re-delivery): the cancel wins.
+        return Plan(step=Step.CANCELED_BEFORE, reason="canceled before it arrived: not started")
     if facts.stopping:
         return Plan(step=Step.STOPPING, reason="agent is stopping")
     if facts.deadline_passed:
@@ -207,3 +246,20 @@ def _decide_answer(message: VOXMessage, facts: AnswerFacts) -> Plan:
         # A relay's child refused the work unrecorded: its waiter sends it to another child.
         return Plan(step=Step.ANSWER)
     return Plan(step=Step.EVENT)
+
+
+_CANCEL_BY_STATE = {
+    "received": CancelAction.NEVER_START,
+    "started": CancelAction.STOP,
+    "working": CancelAction.STOP,
+    "delegated": CancelAction.PASS_DOWN,
+    "answering": CancelAction.FINISHING,
+}
+
+
+def _decide_cancel(target: str) -> Plan:
+    if target in FINAL_STATES:
+        reason = f"already {target}: nothing to cancel"
+        return Plan(step=Step.CANCEL, cancel=CancelAction.FINAL, ended=target, reason=reason)
+    action = _CANCEL_BY_STATE.get(target, CancelAction.REMEMBER)
+    return Plan(step=Step.CANCEL, cancel=action)

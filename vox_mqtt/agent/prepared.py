@@ -35,6 +35,8 @@ class Staged:
     rows: list[Row] = field(default_factory=list)
     outgoing: Outgoing | None = None  # whole in the outbox with this commit
     implied: bool = False  # an answer that commits with the request stands for its ack
+    canceled: Served | None = None  # CANCEL: the command whose CANCELED answer commits here
+    canceled_down: tuple[UUID, UUID] | None = None  # CANCEL: (child, downstream request)
 
 
 class NotStarted(CommandError):

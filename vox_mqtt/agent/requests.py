@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
     from vox_mqtt.agent.roles import Handler
 
-__all__ = ["Requests", "Served", "ServedState"]
+__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState"]
 
 
 class ServedState(StrEnum):
@@ -39,9 +40,13 @@ class ServedState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     EXPIRED = "expired"  # it reached this agent after its deadline: never started
+    CANCELED = "canceled"  # its master canceled it (docs/messages.md, lifecycle)
 
 
-FINAL = frozenset({ServedState.COMPLETED, ServedState.FAILED, ServedState.EXPIRED})
+FINAL = frozenset(
+    {ServedState.COMPLETED, ServedState.FAILED, ServedState.EXPIRED, ServedState.CANCELED}
+)
+MoveHook = Callable[["Served", "ServedState"], None]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -64,6 +69,7 @@ class Served:
     child: UUID | None = None  # DELEGATED: the child it went to
     downstream: TrackedRequest | None = None  # DELEGATED: the request sent to that child
     answering: bool = False  # its answer is being sent (by its task, or by a stop)
+    task: asyncio.Task[None] | None = None  # the task serving it, cancelled by a cancel
 
     @property
     def message_id(self) -> UUID:
@@ -72,8 +78,12 @@ class Served:
 
     @property
     def final(self) -> bool:
-        """Return whether it has been answered (completed, failed or expired)."""
+        """Return whether it has been answered (completed, failed, expired or canceled)."""
         return self.state in FINAL
+
+
+CURRENT_REQUEST: ContextVar[Served | None] = ContextVar("vox_current_request", default=None)
+"""The command a handler serves, set in the task that runs it (the handle's progress())."""
 
 
 class Requests:
@@ -86,6 +96,7 @@ class Requests:
         self._load: dict[UUID, int] = {}  # child id -> commands delegated to it, not answered
         self._idle = asyncio.Event()
         self._idle.set()
+        self.on_move: MoveHook | None = None  # told of each state a served command reaches
 
     # --- served commands ------------------------------------------------------------------
 
@@ -111,6 +122,8 @@ class Requests:
             return
         served.state = state
         served.history.append((state, time.monotonic()))
+        if self.on_move is not None:
+            self.on_move(served, state)
         if state in FINAL:
             self._unlink(served)
             if self._served.get(served.message_id) is served:
@@ -163,6 +176,10 @@ class Requests:
     def unanswered(self) -> list[Served]:
         """Return the commands still being served whose answer nobody sends yet."""
         return [s for s in self._served.values() if not s.answering]
+
+    def count(self, state: ServedState) -> int:
+        """Return how many commands served here stand in this state now."""
+        return sum(1 for s in self._served.values() if s.state is state)
 
     @property
     def in_flight(self) -> int:

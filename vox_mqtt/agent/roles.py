@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 from uuid import UUID
 
@@ -80,6 +80,16 @@ class AgentHandle(Protocol):
         severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"] = "ERROR",
     ) -> bool: ...
     async def resolve_incident(self, error_code: str, description: str) -> bool: ...
+    # A request's life (agent/lifecycle.py, docs/messages.md): in a handler, its progress;
+    # as a master, where a request it sent stands, its cancel, its transitions.
+    async def progress(self, fraction: float | None = None, text: str | None = None) -> None: ...
+    async def request_status(
+        self, request_id: UUID, *, timeout: float | None = None
+    ) -> dict[str, Any]: ...
+    async def cancel(
+        self, request_id: UUID, *, reason: str | None = None, timeout: float | None = None
+    ) -> dict[str, Any]: ...
+    def follow(self, request_id: UUID) -> AsyncIterator[dict[str, Any]]: ...
 
 
 _COMMAND_MARK = "__vox_command__"

@@ -8,6 +8,7 @@ from typing import Final
 from uuid import UUID
 
 from vox_mqtt.observe.status import AgentLiveness
+from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
 from vox_mqtt.protocol.topics import InboxTopic
 
@@ -15,6 +16,8 @@ __all__ = ["MIN_CHILD_SHARE", "advertisement", "child_share", "choose_child", "v
 
 # However many children a master has, each may advertise at least this many commands.
 MIN_CHILD_SHARE: Final = 16
+# What only an agent's master may send it, besides commands.
+_FROM_MASTER: Final = frozenset({MSG_CANCEL_REQUEST, MSG_STATUS_QUERY})
 
 
 def verify(
@@ -37,6 +40,11 @@ def verify(
     if message.type == MSG_COMMAND_REQUEST and message.source != master_id:
         # Commands only flow down the tree; a child may report, never command.
         return "command_request from a child: commands come only from the master"
+    if message.type in _FROM_MASTER and message.source != master_id:
+        # Only the master that sent a request may ask about it or stop it (docs/messages.md).
+        return f"{message.type} from a child: only this agent's master may send it"
+    if message.type == MSG_COMMAND_PROGRESS and message.source == master_id:
+        return "command_progress from the master: progress comes only from a child"
     return None
 
 

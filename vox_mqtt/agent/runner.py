@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -20,7 +21,7 @@ from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.ports import Recorder, Settings
 from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded, relayed_details
-from vox_mqtt.agent.requests import Requests, Served, ServedState
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
@@ -145,8 +146,11 @@ class CommandRunner:
         # one commit holds its record, start, answer (whole in the outbox) and end, and the
         # answer, sent once that is durable, is its acknowledgement (docs/messages.md).
         payload = served.request.payload_as(CommandRequest)
-        running = asyncio.ensure_future(
-            self._run(served.handler, payload.command, payload, self._timeout_of(payload))
+        context = contextvars.copy_context()  # the handler's progress() finds its command
+        context.run(CURRENT_REQUEST.set, served)
+        running = asyncio.get_running_loop().create_task(
+            self._run(served.handler, payload.command, payload, self._timeout_of(payload)),
+            context=context,
         )
         served.early = running
         with contextlib.suppress(TimeoutError):
@@ -237,7 +241,7 @@ class CommandRunner:
             self._release(served)
             self._finish(served, staged.outgoing)
             return
-        self._tasks.spawn(self._serve(served, staged.outgoing), "command")
+        served.task = self._tasks.spawn(self._serve(served, staged.outgoing), "command")
 
     def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
         """Start answering a command_request recorded earlier (a restart) as its plan says."""
@@ -292,6 +296,9 @@ class CommandRunner:
     # --- serving --------------------------------------------------------------------------
 
     async def _serve(self, served: Served, committed: Outgoing | None) -> None:
+        if served.final:
+            return  # canceled before its task ran (agent/lifecycle.py): it never starts
+        CURRENT_REQUEST.set(served)  # this task's own context: the handler's progress()
         if served.slot:
             self.requests.move(served, ServedState.WORKING)  # its "started" row committed
         try:
@@ -411,6 +418,8 @@ class CommandRunner:
         if handler is not None:
             await self._handler_slots.acquire()
             served.slot = True
+            if served.answering:  # canceled while it waited (agent/lifecycle.py): not started
+                return CommandError(code=ErrorCode.CANCELED, error="canceled", command=name)
             await self._ledger.record_message(request, "started")
             self.requests.move(served, ServedState.WORKING)
             return await self._run(handler, name, payload, timeout)
@@ -546,7 +555,7 @@ class CommandRunner:
             tracked = self.requests.sent.track(downstream, expects_reply=True)
             served = self.requests.open(request, Plan(step=Step.DELEGATE, child=child), None)
             self.requests.delegate(served, child, tracked)
-            self._tasks.spawn(self._serve(served, None), "adopted")
+            served.task = self._tasks.spawn(self._serve(served, None), "adopted")
             adopted.add(str(request.message_id))
         return adopted
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ _VERB_MODULES = (
     "session",
     "decide",
     "ops",
+    "lifecycle",
     "exporter",
     "web",
     "demo",
@@ -57,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Whoever read the output left (`vox send --follow | head`): no traceback, and
+        # nothing more written to the closed pipe at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return code
 
 

@@ -48,6 +48,7 @@ from vox_mqtt.transport.session import BrokerSettings, Session
 
 from ._common import add_config_option, config_path, out_console, print_json
 from ._downtime import liveliness
+from ._inflight import in_flight, in_flight_text
 
 __all__ = ["Reader", "load_reader", "register"]
 
@@ -346,7 +347,7 @@ def status_table(
     columns = (
         *("name", "id", "status", "epoch", "liveness", "msg/s", "errors", "p50 cmd"),
         *("cpu%", "rss"),
-        *("host cpu%", "host mem%", "disk%", "commands"),
+        *("host cpu%", "host mem%", "disk%", "in flight", "commands"),
     )
     for column in columns:
         # The state and its code stay on one line: a narrow terminal shortens the id instead.
@@ -382,6 +383,7 @@ def status_table(
             _percent(host.get("cpu_percent")) if live else "-",
             _percent(host.get("memory_percent")) if live else "-",
             _percent(host.get("disk_percent")) if live else "-",
+            in_flight_text(in_flight(metrics)) if live else "-",  # served now, by state
             shown(", ".join(entry.commands)),
         )
     return table
@@ -391,6 +393,7 @@ def status_row(entry: AgentLiveness, incidents: Sequence[Incident], now: float) 
     """Return one agent's status as JSON-ready data, with how long it has been down."""
     row = entry.as_dict(now)
     row.update(liveliness(entry, incidents, now).as_dict())
+    row["in_flight"] = in_flight(entry.metrics) if entry.status == ACTIVE else None
     if entry.status != ACTIVE:
         row["heartbeat_age_s"] = None  # only a live agent has a heartbeat age
     return row

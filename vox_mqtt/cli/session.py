@@ -14,6 +14,7 @@ from vox_mqtt.console.decisions import OVERLAPS
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import VOXMessage
 
 from ._common import (
     EXIT_RUNTIME,
@@ -25,8 +26,11 @@ from ._common import (
     print_json,
 )
 from .decide import job_json
+from .follow import follow_command
 
 __all__ = ["parse_params", "register"]
+
+_ACK_WAIT = 10.0  # seconds --detach waits for the root's acknowledgement
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +46,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     send.add_argument("--timeout", type=float, default=30.0)
     send.add_argument("--json", action="store_true")
+    send.add_argument(
+        "--follow",
+        action="store_true",
+        help="print each transition (sent, acknowledged, working, progress, ...) as it happens",
+    )
+    send.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --follow: Ctrl-C cancels the request without asking",
+    )
+    send.add_argument(
+        "--detach",
+        action="store_true",
+        help="print the request's id once the root has it and leave it running "
+        "(`vox request show ID`, `vox cancel ID`)",
+    )
     send.set_defaults(func=cmd_send)
 
     inbox = subparsers.add_parser(
@@ -90,6 +110,15 @@ def cmd_send(args: argparse.Namespace) -> int:
 async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) -> int:
     async with OperatorConsole(path) as console:
         root_name = console.file.operator.root_name
+        root_id = str(console.root_id)
+
+        def show(reply: VOXMessage) -> int:
+            return _show_reply(args, reply, root_name, root_id)
+
+        if args.follow:
+            return await follow_command(console, args, params, show)
+        if args.detach:
+            return await _detach(console, args, params)
         try:
             reply = await console.send_command(args.command, params, wait=args.timeout)
         except CommandFailed as exc:
@@ -98,20 +127,47 @@ async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) ->
             else:
                 fail(f"{args.command}: {exc.code}: {exc.error}")
             return EXIT_RUNTIME
+    return show(reply)
+
+
+async def _detach(
+    console: OperatorConsole, args: argparse.Namespace, params: dict[str, Any]
+) -> int:
+    """Send the command, wait until the root acknowledged it, print its id and leave."""
+    sent = await console.start_command(args.command, params, wait=args.timeout)
+    try:
+        async with asyncio.timeout(min(args.timeout, _ACK_WAIT)):
+            await sent.tracked.acknowledged.wait()
+    except TimeoutError:
+        # Still in the outbox: the next `vox` run of this console re-sends it.
+        fail(
+            f"request {sent.request_id}: the root has not acknowledged it yet; it stays in this "
+            "console's outbox and is sent again by its next run"
+        )
+        return EXIT_RUNTIME
+    if args.json:
+        print_json({"request_id": str(sent.request_id), "state": "acknowledged"})
+    else:
+        out_console().print(f"request {sent.request_id}: acknowledged by the root, running")
+    return 0
+
+
+def _show_reply(args: argparse.Namespace, reply: VOXMessage, root_name: str, root_id: str) -> int:
+    """Print a command's answer (one JSON object with --json) and return exit code 0."""
     details = reply.details
     # A master answers for its children's work, so the operator's answer comes from the root.
     handler = details.get("handled_by")
-    handler_name = root_name if handler == str(console.root_id) else None
+    handler_name = root_name if handler == root_id else None
     if args.json:
-        print_json(
-            {
-                "ok": True,
-                "message_id": str(reply.message_id),
-                "reply_to": str(reply.reply_to),
-                **details,
-                "handled_by_name": handler_name,
-            }
-        )
+        data = {
+            "ok": True,
+            "message_id": str(reply.message_id),
+            "reply_to": str(reply.reply_to),
+            **details,
+            "handled_by_name": handler_name,
+        }
+        # --follow prints one object per line; the answer is the last of them.
+        print(json.dumps(data, default=str)) if args.follow else print_json(data)
         return 0
     out = out_console()
     out.print(f"[bold]{shown(args.command)}[/]: {shown(json.dumps(details.get('result')))}")

@@ -6,7 +6,8 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,14 +24,16 @@ from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_REQUEST,
     MSG_DECISION,
+    CommandRequest,
     Decision,
     VOXMessage,
+    new_message,
     now_iso,
 )
 from vox_mqtt.protocol.signing import is_sealed, open_sealed
 from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
-__all__ = ["ALL_STATUS", "OperatorConsole"]
+__all__ = ["ALL_STATUS", "OperatorConsole", "Sent"]
 
 ALL_STATUS = STATUS_FILTER  # the filter of every agent's status, under its old name
 _NOT_NOTIFICATIONS = frozenset({MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST})
@@ -98,6 +101,53 @@ class OperatorConsole:
     ) -> VOXMessage:
         """Send a command_request to the root and return the command_result."""
         return await self.agent.request(command, params, to=self.root_id, timeout=wait)
+
+    async def start_command(
+        self, command: str, params: dict[str, Any] | None = None, *, wait: float | None = None
+    ) -> Sent:
+        """Send a command_request to the root and return at once with its id (to follow it).
+
+        The request carries its deadline (now + wait), as `send_command`'s does; `answer()`
+        then awaits its result under the same limit (docs/messages.md).
+        """
+        limit = self.agent.config.request_timeout if wait is None else wait
+        deadline = datetime.now(UTC) + timedelta(seconds=limit)
+        message = new_message(
+            MSG_COMMAND_REQUEST,
+            source=self.agent.config.id,
+            target=self.root_id,
+            details=CommandRequest(
+                command=command,
+                params=params or {},
+                deadline=deadline.isoformat(timespec="milliseconds"),
+            ),
+            message_source=self.agent.config.message_source,
+        )
+        started = time.perf_counter()
+        tracked = await self.agent.send_message(message, expects_reply=True)
+        return Sent(self, tracked, limit, started)
+
+    async def request_status(
+        self, request_id: UUID, *, wait: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the root where a request this operator sent stands; return the nested report.
+
+        Each level answers for its own part and its child's (docs/messages.md, "Lifecycle");
+        a request the root never received reads state "unknown".
+        """
+        report: dict[str, Any] = await self.agent.request_status(request_id, timeout=wait)
+        return report
+
+    async def cancel(
+        self, request_id: UUID, *, reason: str | None = None, wait: float | None = None
+    ) -> dict[str, Any]:
+        """Cancel a request this operator sent; return the root's cancel_report details."""
+        report: dict[str, Any] = await self.agent.cancel(request_id, reason=reason, timeout=wait)
+        return report
+
+    def follow(self, request_id: UUID) -> AsyncIterator[dict[str, Any]]:
+        """Return each transition of a request this operator sent, ending after the final one."""
+        return self.agent.follow(request_id)
 
     async def decide(
         self, job: UUID, verdict: str, *, note: str | None = None, wait: float | None = None
@@ -167,6 +217,30 @@ class OperatorConsole:
     def notifications(self) -> list[dict[str, Any]]:
         """Return every notification kept so far, oldest first."""
         return _read_lines(self.inbox_path)
+
+
+class Sent:
+    """A command sent to the root: its id now, its answer when it comes."""
+
+    def __init__(
+        self, console: OperatorConsole, tracked: Any, limit: float, started: float
+    ) -> None:
+        self._console = console
+        self.tracked = tracked
+        self.limit = limit
+        self.started = started
+
+    @property
+    def request_id(self) -> UUID:
+        """Return the id the fleet knows this request by (the command_request's message_id)."""
+        request_id: UUID = self.tracked.message.message_id
+        return request_id
+
+    async def answer(self) -> VOXMessage:
+        """Return the command_result; raise CommandFailed on an error, a cancel or the deadline."""
+        agent = self._console.agent
+        reply: VOXMessage = await agent.reply_to(self.tracked, self.limit, started=self.started)
+        return reply
 
 
 def _append_line(path: Path, entry: dict[str, Any]) -> None:

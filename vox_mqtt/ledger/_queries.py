@@ -14,12 +14,14 @@ from vox_mqtt.ledger._schema import (
     _PARENT,
     _TRIGGERS_FOUND,
     GENESIS_HASH,
+    WITNESS_ACTION,
+    WITNESS_EVENT,
     _chain_hash,
     _id_text,
     _trigger_problem,
 )
 
-__all__ = ["VerifyReport", "trace_chain", "verify_chain"]
+__all__ = ["VerifyReport", "row_hashes", "trace_chain", "verify_chain", "witnessed_query"]
 
 Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
 
@@ -83,3 +85,25 @@ async def verify_chain(reader: aiosqlite.Connection) -> VerifyReport:
     if problem is None:
         problem = _trigger_problem(triggers)
     return VerifyReport(ok=problem is None, rows=rows, first_bad_row=bad, problem=problem)
+
+
+async def row_hashes(reader: aiosqlite.Connection, ids: Iterable[int]) -> dict[int, str]:
+    """Return the stored hash of each of these rows that exists, 500 ids per query."""
+    wanted = sorted(set(ids))
+    found: dict[int, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
+        found.update((int(r[0]), str(r[1])) for r in await reader.execute_fetchall(sql, chunk))
+    return found
+
+
+def witnessed_query(child: str | None) -> tuple[str, list[Any]]:
+    """The query of the ledger heads witnessed, oldest first (of one child if named)."""
+    sql = f"SELECT {_ALL} FROM logs WHERE event_type = ? AND action = ?"
+    params: list[Any] = [WITNESS_EVENT, WITNESS_ACTION]
+    if child is not None:
+        sql += " AND source = ?"
+        params.append(child)
+    return sql + " ORDER BY id", params

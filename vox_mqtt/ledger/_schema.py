@@ -22,7 +22,7 @@ WITNESS_EVENT: Final = "witness"
 WITNESS_ACTION: Final = "ledger_head"
 # A command runs once started or delegated; it is over once completed, failed or answered.
 STARTED_ACTIONS: Final = ("started", "delegated")
-DONE_ACTIONS: Final = ("completed", "failed", "expired")
+DONE_ACTIONS: Final = ("completed", "failed", "expired", "canceled")
 # Free text for the human only: seed 003 forbids agents to parse or log it.
 _STRIPPED_KEYS: Final = frozenset({"note_to_human"})
 _MAX_REASON: Final = 1000
@@ -150,6 +150,12 @@ _KEPT_DETAILS: Final[dict[str, tuple[str, ...]]] = {
     "data_response": ("request_id",),
     "decision": ("in_response_to", "verdict"),
     "decision_recorded": ("in_response_to", "verdict", "outcome"),
+    # A request's life (docs/ledger.md): the request each names, never a reason or a note.
+    "cancel_request": ("request_id",),
+    "cancel_report": ("request_id", "state"),
+    "status_query": ("request_id",),
+    "status_report": ("request_id", "state"),
+    "command_progress": ("state", "fraction", "seq"),
 }
 
 

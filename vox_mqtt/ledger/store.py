@@ -16,6 +16,7 @@ from uuid import UUID
 
 import aiosqlite
 
+from vox_mqtt.ledger import _lifecycle, _queries
 from vox_mqtt.ledger._index import ReceivedIndex
 from vox_mqtt.ledger._queries import VerifyReport, trace_chain, verify_chain
 from vox_mqtt.ledger._resume import delegated_commands
@@ -544,17 +545,20 @@ class VOXAgentMemory:
         """Return the stored hash of each of these rows that exists."""
         await self.init_db()
         assert self._reader is not None
-        wanted = sorted(set(ids))
-        found: dict[int, str] = {}
         with self._errors("cannot read"):
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                sql = f"SELECT id, hash FROM logs WHERE id IN ({marks})"
-                found.update(
-                    (int(r[0]), str(r[1])) for r in await self._reader.execute_fetchall(sql, chunk)
-                )
-        return found
+            return await _queries.row_hashes(self._reader, ids)
+
+    async def request_rows(self, request_id: UUID) -> _lifecycle.RequestRows:
+        """Return a request's own rows, the requests sent down for it, the cancels naming it."""
+        return await _lifecycle.request_rows(self._read, str(request_id))
+
+    async def remembered_cancels(self, limit: int = 10_000) -> list[str]:
+        """Return the request ids the newest cancel_requests received named (docs/ledger.md)."""
+        return await _lifecycle.remembered_cancels(self._fetch, limit)
+
+    async def untold_children(self, rows: int = 100_000) -> list[tuple[str, str]]:
+        """Return (child, downstream request) of canceled requests whose child was not told."""
+        return await _lifecycle.untold_children(self._fetch, (await self.head())[0] - rows)
 
     async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
         """Record a child's ledger head (row id, hash) as its status reported it.
@@ -566,12 +570,9 @@ class VOXAgentMemory:
 
     async def witnessed_heads(self, child: UUID | None = None) -> list[dict[str, Any]]:
         """Return the ledger heads this ledger witnessed, oldest first (of one child if named)."""
-        sql = f"SELECT {_ALL} FROM logs WHERE event_type = ? AND action = ?"
-        params: list[Any] = [WITNESS_EVENT, WITNESS_ACTION]
-        if child is not None:
-            sql += " AND source = ?"
-            params.append(_id_text(child))
-        return await self._read(sql + " ORDER BY id", params)
+        return await self._read(
+            *_queries.witnessed_query(None if child is None else _id_text(child))
+        )
 
     async def verify(self) -> VerifyReport:
         """Recompute the hash chain and report the first row that does not match."""

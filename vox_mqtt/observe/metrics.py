@@ -109,11 +109,27 @@ COUNTERS: Final[Mapping[str, CounterSpec]] = {
     "witness_skipped": CounterSpec(
         label=None, help="children's ledger heads not recorded: they came faster than the bound"
     ),
+    # A request's life (docs/messages.md, lifecycle).
+    "requests_ended": CounterSpec(
+        label="state", help="requests served here that ended, by final state"
+    ),
+    "cancels_received": CounterSpec(label=None, help="cancel_requests accepted from the master"),
+    "cancels_sent": CounterSpec(
+        label=None, help="cancel_requests sent to a child (asked for, passed down, deadlines)"
+    ),
+    "progress_sent": CounterSpec(label=None, help="command_progress messages sent to the master"),
+    "progress_dropped": CounterSpec(
+        label=None, help="progress reports replaced by a newer one within the rate bound"
+    ),
+    "status_queries": CounterSpec(label=None, help="status_queries answered for the master"),
 }
 GAUGES: Final[Mapping[str, str]] = {
     "inflight_commands": "commands being run or awaited by this agent",
     "intake_queue": "inbound messages received and not yet routed",
     "ledger_bytes": "size of the ledger database in bytes",
+    "requests_received": "requests served here, received and waiting for a handler slot",
+    "requests_working": "requests served here whose handler runs",
+    "requests_delegated": "requests served here that wait for a child's answer",
 }
 HISTOGRAMS: Final[Mapping[str, str]] = {
     "command_handler_seconds": "time a role's command handler ran",
@@ -157,6 +173,9 @@ GAUGE_BOUNDS: Final[Mapping[str, _Range]] = {
     "inflight_commands": (0.0, float(_MAX_COUNT)),
     "intake_queue": (0.0, float(_MAX_COUNT)),
     "ledger_bytes": (0.0, MAX_BYTES),
+    "requests_received": (0.0, float(_MAX_COUNT)),
+    "requests_working": (0.0, float(_MAX_COUNT)),
+    "requests_delegated": (0.0, float(_MAX_COUNT)),
 }
 
 
@@ -244,7 +263,13 @@ class AgentMetrics:
         self.ledger_records = 0
         self.reconnects = 0
         self.witness_skipped = 0
+        self.cancels_received = 0
+        self.cancels_sent = 0
+        self.progress_sent = 0
+        self.progress_dropped = 0
+        self.status_queries = 0
         c = self.counters
+        self.requests_ended = c["requests_ended"]
         self.messages_in = c["messages_in"]
         self.messages_out = c["messages_out"]
         if enabled:

@@ -17,7 +17,6 @@ from uuid import UUID
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -28,8 +27,21 @@ from pydantic import (
     model_validator,
 )
 
+from vox_mqtt.protocol._fields import UUID_FORM, IsoTimestamp, Uuid, parse_timestamp
 from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
 from vox_mqtt.protocol.errors import InvalidMessage
+from vox_mqtt.protocol.lifecycle import (
+    MSG_CANCEL_REPORT,
+    MSG_CANCEL_REQUEST,
+    MSG_COMMAND_PROGRESS,
+    MSG_STATUS_QUERY,
+    MSG_STATUS_REPORT,
+    CancelReport,
+    CancelRequest,
+    CommandProgress,
+    StatusQuery,
+    StatusReport,
+)
 from vox_mqtt.protocol.validation import describe
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -46,7 +58,10 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MSG_ACKNOWLEDGED",
     "MSG_AGENT_STATUS",
+    "MSG_CANCEL_REPORT",
+    "MSG_CANCEL_REQUEST",
     "MSG_COMMAND_ERROR",
+    "MSG_COMMAND_PROGRESS",
     "MSG_COMMAND_REQUEST",
     "MSG_COMMAND_RESULT",
     "MSG_DATA_REQUEST",
@@ -54,10 +69,15 @@ __all__ = [
     "MSG_DECISION",
     "MSG_DECISION_RECORDED",
     "MSG_JOB_DETECTED",
+    "MSG_STATUS_QUERY",
+    "MSG_STATUS_REPORT",
     "MSG_SYSTEM_FAILURE",
     "PAYLOAD_MODELS",
     "AgentStatus",
+    "CancelReport",
+    "CancelRequest",
     "CommandError",
+    "CommandProgress",
     "CommandRequest",
     "CommandResult",
     "DataRequest",
@@ -70,6 +90,8 @@ __all__ = [
     "LedgerHead",
     "MessageAcknowledged",
     "Price",
+    "StatusQuery",
+    "StatusReport",
     "SystemFailure",
     "Uuid",
     "VOXMessage",
@@ -122,51 +144,19 @@ class ErrorCode(StrEnum):
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
     # The agent cannot record (its disk is full): it accepts nothing it could not keep.
     LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
+    # The request was canceled by its master, or by a deadline its master gave up on.
+    CANCELED = "CANCELED"
+    # The agent serves as many status queries as it may at once (docs/messages.md).
+    BUSY = "BUSY"
 
 
 ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
-
-
-def parse_timestamp(value: str) -> datetime:
-    """Parse an ISO-8601 timestamp, refusing one without a timezone."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an ISO-8601 datetime") from None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"{value!r} has no timezone (write e.g. 2026-01-11T08:00:00-03:00)")
-    return parsed
 
 
 def expiry_seconds(deadline: str, *, now: float | None = None) -> int:
     """Return the MQTT message expiry for a deadline: the seconds left, within 1..2**32-1."""
     left = parse_timestamp(deadline).timestamp() - (time.time() if now is None else now)
     return int(min(MAX_EXPIRY_SECONDS, max(1.0, left)))
-
-
-def _check_timestamp(value: str) -> str:
-    parse_timestamp(value)
-    # Kept as the sender wrote it, so a message re-serializes byte for byte.
-    return value
-
-
-IsoTimestamp = Annotated[StrictStr, AfterValidator(_check_timestamp)]
-
-_UUID_FORM = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-)
-
-
-def _check_uuid_text(value: object) -> object:
-    # pydantic alone also takes hex without dashes, braces and urn:uuid:, which would
-    # re-serialize differently from what the sender wrote (and signed, one day).
-    if isinstance(value, str) and not _UUID_FORM.fullmatch(value):
-        raise ValueError(f"{value[:60]!r} is not a UUID (8-4-4-4-12 hex digits)")
-    return value
-
-
-Uuid = Annotated[UUID, BeforeValidator(_check_uuid_text)]
-"""A UUID field that accepts only the 8-4-4-4-12 text form."""
 
 
 def _frozen(model: _Model) -> _Model:
@@ -386,7 +376,7 @@ def _peek_identity(raw: bytes, *, whole: bool = True) -> dict[str, UUID | None]:
                 values[key] = match.group(1).decode("utf-8", "replace")
     for key in found:
         value = values.get(key)
-        if isinstance(value, str) and _UUID_FORM.fullmatch(value):
+        if isinstance(value, str) and UUID_FORM.fullmatch(value):
             found[key] = UUID(value)
     return found
 
@@ -594,4 +584,9 @@ PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {
     MSG_DATA_RESPONSE: DataResponse,
     MSG_DECISION: Decision,
     MSG_DECISION_RECORDED: Decision,
+    MSG_COMMAND_PROGRESS: CommandProgress,
+    MSG_STATUS_QUERY: StatusQuery,
+    MSG_STATUS_REPORT: StatusReport,
+    MSG_CANCEL_REQUEST: CancelRequest,
+    MSG_CANCEL_REPORT: CancelReport,
 }

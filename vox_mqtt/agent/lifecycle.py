@@ -1,0 +1,550 @@
+"""A request's life over the wire: cancel it, ask where it stands, report and follow progress.
+
+The part that carries out the lifecycle plans of agent/plan.py (CANCEL, CANCELED_BEFORE,
+STATUS, PROGRESS) around the pipeline's one commit of the message, and the master's side of
+the same contract (`request_status`, `cancel`, `follow`, and a handler's `progress`).
+docs/messages.md ("A request's life") is the contract; docs/ledger.md what each row proves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any, Final
+from uuid import UUID
+
+from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.outbox import Outbox
+from vox_mqtt.agent.plan import CancelAction, Plan, Step
+from vox_mqtt.agent.ports import Publisher, Settings
+from vox_mqtt.agent.prepared import Staged
+from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
+from vox_mqtt.agent.requests import Requests, Served, ServedState
+from vox_mqtt.agent.standing import history_of, part_of
+from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.observe.metrics import AgentMetrics
+from vox_mqtt.protocol.errors import CommandFailed, VoxError
+from vox_mqtt.protocol.lifecycle import (
+    FINAL_STATES,
+    MAX_STATUS_WAIT,
+    MAX_TEXT,
+    MSG_CANCEL_REPORT,
+    MSG_CANCEL_REQUEST,
+    MSG_STATUS_QUERY,
+    MSG_STATUS_REPORT,
+    CancelReport,
+    CancelRequest,
+    CommandProgress,
+    StatusQuery,
+    StatusReport,
+)
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_ERROR,
+    CommandError,
+    CommandRequest,
+    ErrorCode,
+    VOXMessage,
+    new_message,
+    now_iso,
+)
+from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.transport.publishprops import PublishProperties
+
+__all__ = [
+    "CANCEL_GRACE",
+    "LIFECYCLE_STEPS",
+    "MAX_STATUS_QUERIES",
+    "PROGRESS_INTERVAL",
+    "STATUS_WAIT",
+    "Lifecycle",
+]
+
+log = logging.getLogger("vox_mqtt.agent")
+
+# How long a cancelled handler may take to clean up before the agent says it outlived it.
+CANCEL_GRACE: Final = 5.0
+# How long a master waits for its child's status_report unless told otherwise.
+STATUS_WAIT: Final = 5.0
+# Of a status_query's wait, the share a level gives its own child: the rest is its margin.
+STATUS_SHARE: Final = 0.6
+# Status queries answered at once; more are answered BUSY at once (a flood stays bounded).
+MAX_STATUS_QUERIES: Final = 8
+# How many cancels of requests not yet received a restart remembers (the newest).
+REMEMBERED_CANCELS: Final = 10_000
+LIFECYCLE_STEPS: Final = frozenset({Step.CANCEL, Step.CANCELED_BEFORE, Step.STATUS, Step.PROGRESS})
+# A sent request's states, as follow() names them.
+_FOLLOW_STATES: Final = {
+    RequestState.QUEUED: "sent",
+    RequestState.ACKNOWLEDGED: "acknowledged",
+    RequestState.COMPLETED: "completed",
+    RequestState.FAILED: "failed",
+    RequestState.EXPIRED: "expired",
+}
+_FOLLOW_END: Final = frozenset({"completed", "failed", "canceled", "expired"})
+
+
+class Lifecycle:
+    """Cancel, status and progress of requests, served and sent, through the tree."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ledger: VOXAgentMemory,
+        publisher: Publisher,
+        props: PublishProperties,
+        outbox: Outbox,
+        requests: Requests,
+        metrics: AgentMetrics,
+        tasks: TaskSet,
+    ) -> None:
+        self._settings = settings
+        self._ledger = ledger
+        self._publisher = publisher
+        self._props = props
+        self._outbox = outbox
+        self._requests = requests
+        self._metrics = metrics
+        self._tasks = tasks
+        # Requests canceled before they came, oldest first (bounded as a restart reads them).
+        self._remembered: dict[UUID, None] = {}
+        self.reporter = ProgressReporter(
+            settings=settings, publisher=publisher, props=props, metrics=metrics
+        )
+        self._followers: dict[UUID, list[asyncio.Queue[dict[str, Any]]]] = {}
+        self._answering_status = 0
+        requests.on_move = self._moved
+        for state, gauge in (
+            (ServedState.RECEIVED, "requests_received"),
+            (ServedState.WORKING, "requests_working"),
+            (ServedState.DELEGATED, "requests_delegated"),
+        ):
+            metrics.gauge(gauge, lambda state=state: requests.count(state))  # type: ignore[misc]
+
+    @property
+    def config(self) -> AgentConfig:
+        """Return the agent's config as it is now."""
+        return self._settings()
+
+    async def load(self) -> None:
+        """Read back the cancels that came before their requests (at start, docs/ledger.md)."""
+        for text in reversed(await self._ledger.remembered_cancels(REMEMBERED_CANCELS)):
+            with contextlib.suppress(ValueError):
+                self._remember(UUID(text))
+
+    def _remember(self, request_id: UUID) -> None:
+        self._remembered[request_id] = None
+        if len(self._remembered) > REMEMBERED_CANCELS:
+            del self._remembered[next(iter(self._remembered))]
+
+    async def resume(self) -> None:
+        """After a restart: tell the children a crash kept a cancel from (docs/ledger.md)."""
+        for child, downstream in await self._ledger.untold_children():
+            if UUID(child) in self.config.children:
+                await self._cancel_down(UUID(child), UUID(downstream), "canceled upstream")
+
+    # --- the facts the pipeline's plan reads -----------------------------------------------
+
+    def canceled_before(self, request_id: UUID) -> bool:
+        """Tell whether this request's cancel came before it (it must never start)."""
+        return request_id in self._remembered
+
+    async def cancel_target(self, request_id: UUID) -> str:
+        """Where the request a cancel names stands here (plan.Facts.target)."""
+        served = self._requests.get(request_id)
+        if served is not None:
+            # An answer staged already (a quick idempotent one, a child's relayed) is decided.
+            decided = served.answering or served.final or served.answer is not None
+            return "answering" if decided else str(served.state)
+        history = await self._history(request_id)
+        return history[-1][0] if history else "unknown"
+
+    async def _history(self, request_id: UUID) -> list[tuple[str, str]]:
+        """The states a request served here went through, as (state, at), from the ledger."""
+        own, _, _ = await self._ledger.request_rows(request_id)
+        return [(h["state"], h["at"]) for h in history_of(own, str(self.config.id))]
+
+    # --- one commit: stage, then execute or drop ------------------------------------------
+
+    async def stage(self, message: VOXMessage, plan: Plan) -> Staged:
+        """Stage what a lifecycle plan adds to its message's commit (docs/ledger.md)."""
+        staged = Staged()
+        if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
+            # From now: the request, if it comes while this commits, never starts.
+            self._remember(message.payload_as(CancelRequest).request_id)
+        if plan.step is Step.CANCELED_BEFORE:
+            name = message.payload_as(CommandRequest).command
+            self._stage_answer(staged, message, name, "canceled by its master before it came")
+            staged.implied = staged.outgoing is not None
+        elif plan.step is Step.CANCEL and plan.cancel in _STOPPING:
+            cancel = message.payload_as(CancelRequest)
+            served = self._requests.get(cancel.request_id)
+            if served is not None and self._requests.claim_answer(served):
+                name = str(served.request.details.get("command", ""))
+                why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
+                self._stage_answer(staged, served.request, name, why)
+                staged.canceled = served
+                staged.canceled_down = _down(served)
+        return staged
+
+    def _stage_answer(self, staged: Staged, request: VOXMessage, name: str, why: str) -> None:
+        # The CANCELED answer and the request's "canceled" row commit with the message that
+        # cancels it: after that commit, a restart neither runs nor resumes it.
+        error = CommandError(code=ErrorCode.CANCELED, error=why, command=name or None)
+        try:
+            outgoing = self._outbox.prepare(request.reply(MSG_COMMAND_ERROR, error))
+        except VoxError:
+            outgoing = None  # no longer a peer (the fleet changed): recorded, not answered
+        staged.outgoing = outgoing
+        if outgoing is not None:
+            staged.rows.append((outgoing.message, "sent", None))
+        staged.rows.append((request, "canceled", ErrorCode.CANCELED))
+
+    def drop(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+        """Undo a staged plan whose commit failed: the request goes on as if never canceled."""
+        if staged.canceled is not None:
+            staged.canceled.answering = False
+        if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
+            self._remembered.pop(message.payload_as(CancelRequest).request_id, None)
+
+    def execute(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+        """Carry out a lifecycle plan whose message (and staged rows) committed."""
+        if plan.step is Step.CANCELED_BEFORE:
+            self._metrics.requests_ended.inc("canceled")
+            if staged.outgoing is not None:
+                self._outbox.dispatch(staged.outgoing)
+        elif plan.step is Step.CANCEL:
+            self._metrics.cancels_received += 1
+            self._tasks.spawn(self._cancel(message, plan, staged), "cancel")
+        elif plan.step is Step.STATUS:
+            self._metrics.status_queries += 1
+            if self._answering_status >= MAX_STATUS_QUERIES:
+                busy = f"{self.config.name} answers {MAX_STATUS_QUERIES} status queries at once"
+                self._tasks.spawn(self._reply(message, _busy(busy)), "status-busy")
+            else:
+                self._answering_status += 1
+                self._tasks.spawn(self._answer_status(message), "status")
+        elif plan.step is Step.PROGRESS:
+            self._progress_in(message)
+
+    # --- cancel, at the agent that serves the request --------------------------------------
+
+    async def _cancel(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+        cancel = message.payload_as(CancelRequest)
+        request_id = cancel.request_id
+        served = staged.canceled
+        state, since = "unknown", now_iso()
+        if served is not None:
+            state = "canceled"
+            if staged.outgoing is not None:
+                self._outbox.dispatch(staged.outgoing)
+            await self._stop(served, staged.canceled_down, cancel.reason)
+        elif plan.cancel is CancelAction.REMEMBER:
+            # Remembered since its stage; the request may have come while the cancel
+            # committed (another intake worker): it is stopped now, never left to run.
+            served = await self._arrived_meanwhile(request_id)
+            if served is not None:
+                state = "canceled"
+                await self._stop(served, _down(served), cancel.reason)
+        else:
+            state, since = await self._final_state(request_id, plan)
+        report = CancelReport.model_validate(
+            {"request_id": request_id, "state": state, "since": since}
+        )
+        await self._reply(message, (MSG_CANCEL_REPORT, report))
+        if served is not None and served.task is not None:
+            await self._outlived(served.task, served)
+
+    async def _stop(
+        self, served: Served, down: tuple[UUID, UUID] | None, reason: str | None
+    ) -> None:
+        """Stop a request whose "canceled" row committed: its task, its child's part."""
+        task, early = served.task, served.early
+        self._requests.move(served, ServedState.CANCELED)
+        if early is not None:
+            early.cancel()
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # a queued one never starts; a running handler sees it now
+        if down is not None:
+            await self._cancel_down(*down, reason)
+
+    async def _arrived_meanwhile(self, request_id: UUID) -> Served | None:
+        """A request that came while its cancel committed: answered CANCELED, or None."""
+        served = self._requests.get(request_id)
+        if served is None or not self._requests.claim_answer(served):
+            return None
+        # Its own record first, so its "canceled" row follows its "received" one.
+        async with asyncio.timeout(CANCEL_GRACE):
+            while not await self._ledger.has_message(request_id):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        name = str(served.request.details.get("command", ""))
+        error = CommandError(code=ErrorCode.CANCELED, error="canceled by its master", command=name)
+        with contextlib.suppress(VoxError):
+            await self._outbox.send_message(
+                served.request.reply(MSG_COMMAND_ERROR, error),
+                expects_reply=False,
+                then=[(served.request, "canceled", ErrorCode.CANCELED)],
+            )
+        return served
+
+    async def _final_state(self, request_id: UUID, plan: Plan) -> tuple[str, str]:
+        """The state a request ended in here (waiting, bounded, for one being answered)."""
+        served = self._requests.get(request_id)
+        if plan.cancel is CancelAction.FINISHING and served is not None and served.task:
+            await asyncio.wait({served.task}, timeout=CANCEL_GRACE)  # it sends its answer
+        history = await self._history(request_id)
+        ended = [(s, at) for s, at in history if s in FINAL_STATES]
+        if ended:
+            return ended[-1]
+        if served is not None and (served.final or served.answer_end):
+            # Answered, its end row still on its way to the ledger.
+            return (str(served.state) if served.final else served.answer_end), now_iso()
+        return "unknown", now_iso()
+
+    async def _outlived(self, task: asyncio.Task[None], served: Served) -> None:
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        if not done:
+            # Answered CANCELED already; its slot stays taken until the handler ends.
+            name = served.request.details.get("command")
+            log.warning("%s: %s outlived its cancel by %.0fs", self.config.name, name, CANCEL_GRACE)
+
+    async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
+        """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
+        self._metrics.cancels_sent += 1
+        message = new_message(
+            MSG_CANCEL_REQUEST,
+            source=self.config.id,
+            target=child,
+            details=CancelRequest(request_id=downstream, reason=reason),
+            message_source=self.config.message_source,
+        )
+        with contextlib.suppress(VoxError):
+            await self._outbox.send_message(message, expects_reply=False)
+
+    async def _reply(self, message: VOXMessage, answer: tuple[str, Any]) -> None:
+        with contextlib.suppress(VoxError):
+            await self._outbox.reply(message, *answer)
+
+    # --- status, at the agent that serves the request --------------------------------------
+
+    async def _answer_status(self, query: VOXMessage) -> None:
+        try:
+            asked = query.payload_as(StatusQuery)
+            within = STATUS_WAIT if asked.within is None else asked.within
+            part = await self._part(asked.request_id, within * STATUS_SHARE)
+            report = StatusReport(request_id=asked.request_id, **part)
+            await self._reply(query, (MSG_STATUS_REPORT, report))
+        finally:
+            self._answering_status -= 1
+
+    async def _part(self, request_id: UUID, wait: float) -> dict[str, Any]:
+        """This level's part of a status report, from its ledger; its child's part below."""
+        own, down, cancels = await self._ledger.request_rows(request_id)
+        part = part_of(own, cancels, str(self.config.id))
+        if down and part["state"] != "unknown":
+            # The child is named only to ask it; nothing of it goes into the report.
+            last = down[-1]
+            part["below"] = await self._ask_child(
+                UUID(last["target"]), UUID(last["message_id"]), wait
+            )
+        return part
+
+    async def _ask_child(self, child: UUID, request_id: UUID, wait: float) -> dict[str, Any]:
+        """Ask a child where a request sent to it stands: its part, or why there is none."""
+        try:
+            report = await self._query(child, request_id, wait)
+        except (CommandFailed, VoxError) as exc:
+            why = exc.error if isinstance(exc, CommandFailed) else str(exc)
+            return {"state": "unreachable", "why": why[:MAX_TEXT]}
+        return report.model_dump(mode="json", exclude_none=True, exclude={"request_id"})
+
+    async def _query(self, child: UUID, request_id: UUID, wait: float) -> StatusReport:
+        """Send a status_query and return its report (CommandFailed: none in time)."""
+        message = new_message(
+            MSG_STATUS_QUERY,
+            source=self.config.id,
+            target=child,
+            details=StatusQuery(request_id=request_id, within=min(wait, MAX_STATUS_WAIT)),
+            message_source=self.config.message_source,
+        )
+        # Recorded, never kept in the outbox: a query nobody awaits after a restart is moot.
+        outgoing = self._outbox.prepare(message, expects_reply=True)
+        started = time.perf_counter()
+        await self._ledger.record_message(message, "sent")
+        tracked = self._outbox.dispatch(outgoing)
+        reply = await self._outbox.reply_to(tracked, wait, started=started)
+        if reply.type != MSG_STATUS_REPORT:
+            raise CommandFailed(ErrorCode.INVALID_MESSAGE, f"answered {reply.type}")
+        return reply.payload_as(StatusReport)
+
+    # --- progress ---------------------------------------------------------------------------
+
+    def _moved(self, served: Served, state: ServedState) -> None:
+        """A served request moved (Requests.move): progress up, and its end counted."""
+        self.reporter.moved(served, state)
+        if state.value in FINAL_STATES:
+            self._metrics.requests_ended.inc(state.value)
+
+    def _progress_in(self, message: VOXMessage) -> None:
+        """A child's progress: passed up for a request delegated from here, told to followers."""
+        sent = None if message.reply_to is None else self._requests.sent.get(message.reply_to)
+        if sent is None or sent.message.target != message.source:
+            # Recorded, nothing more: only the child a request went to reports on it.
+            log.info(
+                "%s: progress from %s on a request not sent to it", self.config.name, message.source
+            )
+            return
+        progress = message.payload_as(CommandProgress)
+        served = self._requests.relaying(sent.message_id)
+        if served is not None:
+            # Its part one level down; nothing names the child (extra fields were dropped).
+            below = progress.model_dump(mode="json", exclude_none=True)
+            self.reporter.emit(served, {"state": "delegated", "below": below})
+        details = progress.model_dump(mode="json", exclude_none=True, exclude={"seq"})
+        # A bare state is a transition (working, delegated); anything more is progress.
+        state = progress.state if details.keys() == {"state"} else "progress"
+        self._tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
+
+    # --- the master's side: status, cancel and follow of a request it sent -------------------
+
+    async def request_status(
+        self, request_id: UUID, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the child a request was sent to where it stands; return the nested report.
+
+        Each level answers for its own part from its ledger and nests its child's part in
+        `below`, naming no agent (docs/messages.md). Raises VoxError for a request this
+        agent did not send, CommandFailed when the child does not answer in time.
+        """
+        child = await self._sent_to(request_id)
+        wait = STATUS_WAIT if timeout is None else timeout
+        report = await self._query(child, request_id, min(wait, MAX_STATUS_WAIT))
+        return report.model_dump(mode="json", exclude_none=True)
+
+    async def cancel(
+        self, request_id: UUID, *, reason: str | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Cancel a request this agent sent; return the child's cancel_report details.
+
+        The cancel_request is durable: kept in the outbox and re-sent until the child
+        acknowledges it, so a child that is away gets it when it is back. CommandFailed
+        (TIMEOUT) when no report came in time: the cancel itself still stands.
+        """
+        child = await self._sent_to(request_id)
+        message = new_message(
+            MSG_CANCEL_REQUEST,
+            source=self.config.id,
+            target=child,
+            details=CancelRequest(request_id=request_id, reason=reason and reason[:MAX_TEXT]),
+            message_source=self.config.message_source,
+        )
+        self._metrics.cancels_sent += 1
+        tracked = await self._outbox.send_message(message, expects_reply=True)
+        limit = self.config.request_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                await tracked.done.wait()
+        except TimeoutError:
+            raise CommandFailed(
+                ErrorCode.TIMEOUT,
+                f"no cancel_report within {limit:.1f}s; the cancel stays in the outbox"
+                " and reaches the child when it is back",
+            ) from None
+        reply = tracked.reply
+        if tracked.state is not RequestState.COMPLETED or reply is None:
+            raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
+        return reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
+
+    async def _sent_to(self, request_id: UUID) -> UUID:
+        """The child this agent sent a request to (its tracker, else its ledger).
+
+        An agent with one child (the operator's, whose child is the root) asks that child
+        about any id: the child answers "unknown" for one it never received.
+        """
+        tracked = self._requests.sent.get(request_id)
+        if tracked is not None:
+            return tracked.message.target
+        me = str(self.config.id)
+        for row in await self._ledger.find(request_id):
+            if row["action"] == "sent" and row["source"] == me and row["target"]:
+                return UUID(row["target"])
+        children = list(self.config.children)
+        if len(children) == 1:
+            return children[0]
+        raise VoxError(f"{request_id} is not a request {self.config.name} sent")
+
+    async def follow(self, request_id: UUID) -> AsyncIterator[dict[str, Any]]:
+        """Yield each transition of a request this agent sent, as it happens, to its end.
+
+        {"state": sent|acknowledged|working|delegated|progress|completed|failed|canceled|
+        expired, "at": ISO time, "details": {...}}; what happened before the call comes first.
+        """
+        tracked = self._requests.sent.get(request_id)
+        if tracked is None:
+            raise VoxError(f"{request_id} is not a request {self.config.name} follows")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._followers.setdefault(request_id, []).append(queue)
+        try:
+            now_wall, now_mono = time.time(), time.monotonic()
+            for state, at in list(tracked.history):
+                event = _follow_event(tracked, state, now_wall - (now_mono - at))
+                if event is not None:
+                    yield event
+                    if event["state"] in _FOLLOW_END:
+                        return
+            while True:
+                event = await queue.get()
+                yield event
+                if event["state"] in _FOLLOW_END:
+                    return
+        finally:
+            queues = self._followers.get(request_id, [])
+            if queue in queues:
+                queues.remove(queue)
+            if not queues:
+                self._followers.pop(request_id, None)
+
+    def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
+        """The tracker's hook: a request this agent sent moved; its followers hear of it."""
+        if tracked.message_id in self._followers:
+            event = _follow_event(tracked, new, time.time())
+            if event is not None:
+                self._tell(tracked.message_id, event)
+
+    def _tell(self, request_id: UUID, event: dict[str, Any]) -> None:
+        for queue in self._followers.get(request_id, ()):
+            queue.put_nowait(event)
+
+
+_STOPPING: Final = frozenset({CancelAction.NEVER_START, CancelAction.STOP, CancelAction.PASS_DOWN})
+
+
+def _down(served: Served) -> tuple[UUID, UUID] | None:
+    if served.child is None or served.downstream is None:
+        return None
+    return served.child, served.downstream.message_id
+
+
+def _busy(why: str) -> tuple[str, CommandError]:
+    return MSG_COMMAND_ERROR, CommandError(code=ErrorCode.BUSY, error=why)
+
+
+def _follow_event(tracked: TrackedRequest, state: RequestState, at: float) -> dict[str, Any] | None:
+    """A sent request's state as follow() tells it (dispatched is no transition of its own)."""
+    name = _FOLLOW_STATES.get(state)
+    if name is None:
+        return None
+    details: dict[str, Any] = {}
+    if state is RequestState.FAILED or state is RequestState.EXPIRED:
+        details = {"code": tracked.error_code, "error": tracked.error}
+        if tracked.error_code == ErrorCode.CANCELED:
+            name = "canceled"
+    elif state is RequestState.COMPLETED and tracked.reply is not None:
+        details = {"type": tracked.reply.type}
+    when = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return {"state": name, "at": when, "details": details}

@@ -1,0 +1,166 @@
+"""`vox send --follow`: each transition of the request as it happens, and Ctrl-C to cancel.
+
+The transitions come from the operator's agent (`OperatorConsole.follow`): sent,
+acknowledged, working or delegated, progress, and the final one (docs/operations.md,
+"Find and cancel a stuck command"). With --json each is one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from vox_mqtt.console.operator import OperatorConsole, Sent
+from vox_mqtt.console.safetext import shown
+from vox_mqtt.protocol.errors import CommandFailed
+
+from ._common import EXIT_RUNTIME, fail, out_console
+
+__all__ = ["EXIT_INTERRUPTED", "describe", "follow_command", "transition_line"]
+
+EXIT_INTERRUPTED = 130
+# After the answer came, how long the final transition may still take to be printed.
+_FINAL_GRACE = 1.0
+
+
+def describe(details: Any) -> str:
+    """Return a progress report as a line: each level's state, fraction and text, top first.
+
+    No level names an agent (docs/messages.md): the chain reads "delegated > working 40%".
+    """
+    parts: list[str] = []
+    part = details
+    while isinstance(part, dict) and len(parts) < 64:
+        words = [str(part.get("state", "?"))]
+        fraction = part.get("fraction")
+        if isinstance(fraction, int | float):
+            words.append(f"{fraction * 100:.0f}%")
+        if part.get("text"):
+            words.append(str(part["text"]))
+        parts.append(" ".join(words))
+        part = part.get("below")
+    return " > ".join(parts)
+
+
+def _at(value: Any) -> datetime | None:
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def transition_line(transition: dict[str, Any], first: datetime | None) -> str:
+    """Return one transition as a line: its time, the time since the request was sent, what."""
+    state = str(transition.get("state", "?"))
+    at = _at(transition.get("at"))
+    clock = "?" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
+    since = "" if at is None or first is None else f" +{(at - first).total_seconds():.3f}s"
+    details = transition.get("details")
+    extra = ""
+    if state == "progress" and isinstance(details, dict):
+        extra = describe(details)
+    elif state in ("working", "delegated") and isinstance(details, dict):
+        # The state is the line's own word: only what the level below said is added.
+        extra = describe(details.get("below"))
+    elif isinstance(details, dict) and (details.get("error_code") or details.get("code")):
+        extra = f"{details.get('error_code') or details.get('code')}: {details.get('error', '')}"
+    return f"{clock}{since} {state}" + (f" {extra}" if extra else "")
+
+
+async def _print_transitions(console: OperatorConsole, request_id: UUID, as_json: bool) -> None:
+    out = out_console()
+    first: datetime | None = None
+    async for transition in console.follow(request_id):
+        if first is None:
+            first = _at(transition.get("at"))
+        if as_json:
+            print(
+                json.dumps({"request_id": str(request_id), **transition}, default=str), flush=True
+            )
+        else:
+            out.print(shown(transition_line(transition, first), 400))
+            sys.stdout.flush()
+
+
+async def _ask_to_cancel(request_id: UUID) -> bool:
+    """Ask on the terminal whether to cancel; no terminal (or no answer) means no."""
+    if not sys.stdin.isatty():
+        return False
+    print(f"\ncancel request {request_id}? [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = await asyncio.to_thread(sys.stdin.readline)
+    except (OSError, ValueError):
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def follow_command(
+    console: OperatorConsole,
+    args: argparse.Namespace,
+    params: dict[str, Any],
+    show_answer: Callable[[Any], int],
+) -> int:
+    """Send the command, print its transitions until its answer; Ctrl-C offers a cancel."""
+    sent: Sent = await console.start_command(args.command, params, wait=args.timeout)
+    request_id = sent.request_id
+    if not args.json:
+        out_console().print(f"[dim]request {request_id}[/]")
+    printer = asyncio.ensure_future(_print_transitions(console, request_id, args.json))
+    answer = asyncio.ensure_future(sent.answer())
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Ctrl-C is the operator's question "stop this?", not a crash: it is handled here
+    # (only a main thread's loop can take a signal: anywhere else, no Ctrl-C reaches it).
+    with contextlib.suppress(ValueError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    try:
+        stop = asyncio.ensure_future(interrupted.wait())
+        await asyncio.wait({answer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not answer.done():
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+            wanted = args.cancel_on_interrupt or await _ask_to_cancel(request_id)
+            if not wanted:
+                answer.cancel()
+                fail(
+                    f"request {request_id} left running: `vox request show {request_id}`, "
+                    f"`vox cancel {request_id}`"
+                )
+                return EXIT_INTERRUPTED
+            report = await console.cancel(request_id, reason="interrupted by the operator")
+            if not args.json:
+                out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+        try:
+            reply = await answer
+        except CommandFailed as exc:
+            await _settle(printer)
+            if args.json:
+                print(json.dumps({"ok": False, "code": exc.code, "error": exc.error}), flush=True)
+            else:
+                fail(f"{args.command}: {exc.code}: {exc.error}")
+            return EXIT_RUNTIME
+        await _settle(printer)
+        return show_answer(reply)
+    finally:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+        printer.cancel()
+        answer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CommandFailed):
+            await asyncio.gather(printer, answer, return_exceptions=True)
+
+
+async def _settle(printer: asyncio.Future[None]) -> None:
+    """Let the printer show the final transition the answer brought, within a grace."""
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(printer), _FINAL_GRACE)

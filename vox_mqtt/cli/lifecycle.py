@@ -1,0 +1,204 @@
+"""A request's life from the operator's seat: `vox request show ID` and `vox cancel ID`.
+
+Both ask the root through the operator's own session (OperatorConsole): the root answers
+for its part and asks its child only about the request it delegated, so the report nests
+one level per line and names no agent below the root (docs/operations.md, "Find and
+cancel a stuck command").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.console.safetext import shown
+from vox_mqtt.protocol.lifecycle import MAX_TEXT
+
+from ._common import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    add_config_option,
+    config_path,
+    duration,
+    fail,
+    out_console,
+    print_json,
+)
+from ._ids import normalize_prefix, pick_by_prefix
+
+__all__ = [
+    "EXIT_FINISHED",
+    "level_lines",
+    "parse_request_id",
+    "register",
+    "resolve_request_id",
+]
+
+# `vox cancel`: 0 canceled, 1 it had already finished, 2 unknown to the root (or bad input).
+EXIT_FINISHED = EXIT_RUNTIME
+_WAIT = 10.0  # seconds the root (and each level below it) has to answer
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `request show` and `cancel`."""
+    request = subparsers.add_parser("request", help="where a request you sent stands")
+    verbs = request.add_subparsers(dest="request_verb", metavar="VERB", required=True)
+    show = verbs.add_parser("show", help="ask the root where a request stands, level by level")
+    add_config_option(show, agent_too=False)
+    show.add_argument("request_id", metavar="ID", help="the request's id, or its first 4+ digits")
+    show.add_argument("--json", action="store_true", help="the nested report as JSON")
+    show.add_argument("--wait", type=float, default=_WAIT, help=f"seconds (default {_WAIT:g})")
+    show.set_defaults(func=cmd_request_show)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a request you sent, down the tree")
+    add_config_option(cancel, agent_too=False)
+    cancel.add_argument("request_id", metavar="ID", help="the request's id, or its first 4+ digits")
+    cancel.add_argument("--reason", default=None, help="why (at most 200 characters)")
+    cancel.add_argument("--json", action="store_true", help="the root's cancel report as JSON")
+    cancel.add_argument("--wait", type=float, default=_WAIT, help=f"seconds (default {_WAIT:g})")
+    cancel.set_defaults(func=cmd_cancel)
+
+
+def parse_request_id(text: str) -> str:
+    """Return a request id as typed, canonical: a whole UUID or the start of one (4+ digits).
+
+    ValueError with the line to show when it is neither.
+    """
+    return normalize_prefix(text, "request id")
+
+
+def resolve_request_id(ledger: Path, prefix: str) -> UUID:
+    """Return the request this console sent whose id starts with prefix; ValueError if none.
+
+    A whole id is taken as given (the root may know it even if this ledger does not).
+    """
+    if len(prefix) == 36:
+        return UUID(prefix)
+    if not ledger.is_file():
+        raise ValueError(f"no request id starting with {prefix!r}: this console sent none yet")
+    # The prefix is hex digits and hyphens only (normalize_prefix): LIKE sees no wildcard.
+    uri = f"{ledger.absolute().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.execute("PRAGMA busy_timeout = 5000")
+            rows = db.execute(
+                "SELECT DISTINCT message_id FROM logs WHERE action = 'sent' AND "
+                "message_type = 'command_request' AND message_id LIKE ? LIMIT 6",
+                (f"{prefix}%",),
+            ).fetchall()
+    except sqlite3.Error as exc:
+        raise ValueError(f"cannot read {ledger}: {exc}") from None
+    where = "the requests this console sent"
+    return UUID(pick_by_prefix(prefix, (row[0] for row in rows), "request id", where))
+
+
+def _ago(since: Any, now: datetime) -> str:
+    try:
+        at = datetime.fromisoformat(str(since))
+    except ValueError:
+        return ""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return f" ({duration(max(0.0, (now - at).total_seconds()))} ago)"
+
+
+def level_lines(report: dict[str, Any], root_name: str, now: datetime) -> list[str]:
+    """Return one line per level of a nested status report, the root's first.
+
+    Only the root has a name the operator knows; the levels below are numbered, as the
+    report names no agent below the root (docs/messages.md).
+    """
+    lines = []
+    part: Any = report
+    depth = 0
+    while isinstance(part, dict) and depth < 64:
+        who = root_name if depth == 0 else f"level {depth + 1}"
+        state = str(part.get("state", "?"))
+        since = part.get("since")
+        line = f"{'  ' * depth}{'└ ' if depth else ''}{who}: {state}"
+        if since:
+            line += f" since {since}{_ago(since, now)}"
+        if part.get("why"):
+            line += f" — {part['why']}"
+        lines.append(line)
+        part = part.get("below")
+        depth += 1
+    return lines
+
+
+def _request_id(args: argparse.Namespace, console: OperatorConsole) -> UUID | None:
+    """Return the request id the person gave, a prefix resolved; None after saying why not."""
+    try:
+        prefix = parse_request_id(args.request_id)
+        return resolve_request_id(console.inbox_path.with_name("logs.db"), prefix)
+    except ValueError as exc:
+        fail(str(exc))
+        return None
+
+
+def cmd_request_show(args: argparse.Namespace) -> int:
+    """Print where a request stands at each level; exit 2 if the root does not know it."""
+    console = OperatorConsole(config_path(args.config))
+    request_id = _request_id(args, console)
+    if request_id is None:
+        return EXIT_USAGE
+
+    async def run(request_id: UUID) -> dict[str, Any]:
+        async with console:
+            return await console.request_status(request_id, wait=args.wait)
+
+    report = asyncio.run(run(request_id))
+    root_name = console.file.operator.root_name
+    if report.get("state") == "unknown":
+        fail(f"request {request_id}: unknown to the root ({root_name})")
+        return EXIT_USAGE
+    if args.json:
+        print_json(report)
+        return 0
+    out = out_console()
+    out.print(f"[bold]request {request_id}[/]")
+    for line in level_lines(report, root_name, datetime.now(UTC)):
+        out.print(shown(line, 400))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a request; exit 0 canceled, 1 already finished, 2 unknown to the root."""
+    if args.reason is not None and len(args.reason) > MAX_TEXT:
+        fail(f"--reason is {len(args.reason)} characters long: at most {MAX_TEXT}")
+        return EXIT_USAGE
+    console = OperatorConsole(config_path(args.config))
+    request_id = _request_id(args, console)
+    if request_id is None:
+        return EXIT_USAGE
+
+    async def run(request_id: UUID) -> dict[str, Any]:
+        async with console:
+            return await console.cancel(request_id, reason=args.reason, wait=args.wait)
+
+    report = asyncio.run(run(request_id))
+    root_name = console.file.operator.root_name
+    state = str(report.get("state", "unknown"))
+    code = 0 if state == "canceled" else EXIT_USAGE if state == "unknown" else EXIT_FINISHED
+    if args.json:
+        print_json(report)
+        return code
+    if state == "unknown":
+        fail(f"request {request_id}: unknown to the root ({root_name}), nothing canceled")
+        return code
+    since = report.get("since")
+    when = f" since {since}" if since else ""
+    if state == "canceled":
+        out_console().print(shown(f"request {request_id}: canceled{when}"))
+    else:
+        out_console().print(
+            f"request {request_id}: not canceled, already {shown(state)}{shown(when)}"
+        )
+    return code

@@ -1,0 +1,175 @@
+"""A request's life over the wire: progress, status and cancel (docs/messages.md, "Lifecycle").
+
+`command_progress` climbs from a child to its master while it works on a request;
+`status_query` / `status_report` ask a child where a request stands; `cancel_request` /
+`cancel_report` stop one. None of them names an agent: a level passes its child's part up
+as `below`, so the root learns how deep the work went, never who did it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from vox_mqtt.protocol._fields import IsoTimestamp, Uuid
+
+__all__ = [
+    "CANCEL_STATES",
+    "FINAL_STATES",
+    "MAX_DEPTH",
+    "MAX_HISTORY",
+    "MAX_STATUS_WAIT",
+    "MAX_TEXT",
+    "MSG_CANCEL_REPORT",
+    "MSG_CANCEL_REQUEST",
+    "MSG_COMMAND_PROGRESS",
+    "MSG_STATUS_QUERY",
+    "MSG_STATUS_REPORT",
+    "REQUEST_STATES",
+    "CancelReport",
+    "CancelRequest",
+    "CommandProgress",
+    "RequestState",
+    "StatusPart",
+    "StatusQuery",
+    "StatusReport",
+    "Transition",
+]
+
+MSG_COMMAND_PROGRESS: Final = "command_progress"
+MSG_STATUS_QUERY: Final = "status_query"
+MSG_STATUS_REPORT: Final = "status_report"
+MSG_CANCEL_REQUEST: Final = "cancel_request"
+MSG_CANCEL_REPORT: Final = "cancel_report"
+
+# The longest free text a level may attach (a progress note, a cancel's reason, a why).
+MAX_TEXT: Final = 200
+# How many levels a nested report may hold: deeper than any real tree, and it keeps a
+# hostile child from sending a report that is all nesting.
+MAX_DEPTH: Final = 16
+# The longest a status_query may ask its receiver to take (seconds).
+MAX_STATUS_WAIT: Final = 60.0
+# The transitions a status report lists for one level at most (the newest kept).
+MAX_HISTORY: Final = 32
+
+RequestState = Literal[
+    "received",
+    "working",
+    "delegated",
+    "completed",
+    "failed",
+    "canceled",
+    "expired",
+    "rejected",
+    "unknown",
+]
+# A level's part may also say the level below did not answer in time.
+PartState = Literal[
+    "received",
+    "working",
+    "delegated",
+    "completed",
+    "failed",
+    "canceled",
+    "expired",
+    "rejected",
+    "unknown",
+    "unreachable",
+]
+REQUEST_STATES: Final = frozenset(RequestState.__args__)  # type: ignore[attr-defined]
+# The states after which a request does nothing more.
+FINAL_STATES: Final = frozenset({"completed", "failed", "canceled", "expired", "rejected"})
+# What a cancel_report may say the request is in after the cancel.
+CANCEL_STATES: Final = FINAL_STATES | {"unknown"}
+
+Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
+
+
+class _Part(BaseModel):
+    # Unknown fields are dropped, not kept: a relay re-sends what it validated, so
+    # nothing a child adds (a name, an id) travels further up than the child's master.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+def _depth(part: BaseModel | None) -> int:
+    depth = 0
+    while part is not None:
+        depth += 1
+        part = getattr(part, "below", None)
+    return depth
+
+
+class CommandProgress(_Part):
+    """A child tells its master how far it is with a request (reply_to = the request)."""
+
+    state: Literal["working", "delegated"]
+    fraction: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
+    text: Text | None = None
+    seq: Annotated[StrictInt, Field(ge=1, le=2**53 - 1)]
+    below: CommandProgress | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> CommandProgress:
+        if _depth(self) > MAX_DEPTH:
+            raise ValueError(f"progress nests more than {MAX_DEPTH} levels")
+        if self.state == "working" and self.below is not None:
+            raise ValueError("a working level has nothing below it (only a delegated one has)")
+        return self
+
+
+class Transition(_Part):
+    """One state a request entered, and when."""
+
+    state: RequestState
+    at: IsoTimestamp
+
+
+class StatusPart(_Part):
+    """One level's part of a status report; `below` is its child's part, one level down.
+
+    `state` is "unreachable" (with `why`) when the level below did not answer in time.
+    """
+
+    state: PartState
+    since: IsoTimestamp | None = None
+    history: Annotated[list[Transition], Field(max_length=MAX_HISTORY)] = Field(
+        default_factory=list
+    )
+    why: Text | None = None
+    below: StatusPart | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> StatusPart:
+        if _depth(self) > MAX_DEPTH:
+            raise ValueError(f"status nests more than {MAX_DEPTH} levels")
+        return self
+
+
+class StatusQuery(_Part):
+    """A master asks a child where a request it sent it stands."""
+
+    request_id: Uuid  # the command_request's message_id as the child received it
+    # How long the asker waits for the report: the child asks its own child within less.
+    within: Annotated[float, Field(gt=0, le=MAX_STATUS_WAIT, allow_inf_nan=False)] | None = None
+
+
+class StatusReport(StatusPart):
+    """The answer to a status_query (reply_to = the query)."""
+
+    request_id: Uuid
+
+
+class CancelRequest(_Part):
+    """A master tells a child to stop a request it sent it (durable, acknowledged)."""
+
+    request_id: Uuid
+    reason: Text | None = None
+
+
+class CancelReport(_Part):
+    """The answer to a cancel_request: the request's state after the cancel."""
+
+    request_id: Uuid
+    state: Literal["completed", "failed", "canceled", "expired", "rejected", "unknown"]
+    since: IsoTimestamp | None = None
