@@ -39,6 +39,9 @@ class SourceKeeper:
         self.clear = clear  # sources kept in clear: nothing to digest or seal
         self.key = key
         self._digests: dict[str, str] = {}  # message_source -> digest (a few senders)
+        # The sealing cipher, derived once per key: a seal per sent message would otherwise
+        # pay an HMAC and a cipher set-up each time.
+        self._sealer: tuple[bytes, AESGCM] | None = None
 
     def load_key(self, path: Path, *, create: bool) -> None:
         """Read the ledger's key beside it (creating it when create), unless not needed."""
@@ -68,7 +71,10 @@ class SourceKeeper:
         return known
 
     def _aead(self, path: object) -> AESGCM:
-        return AESGCM(hmac.new(self._key(path), _SEAL_INFO, hashlib.sha256).digest())
+        key = self._key(path)
+        if self._sealer is None or self._sealer[0] is not key:
+            self._sealer = (key, AESGCM(hmac.new(key, _SEAL_INFO, hashlib.sha256).digest()))
+        return self._sealer[1]
 
     def seal(self, message_source: str, path: object) -> str:
         """Return message_source sealed for a restart (clear if the ledger keeps it so)."""
