@@ -30,6 +30,20 @@ SEALED: Final = "sealed:"
 DEFAULT: Final = "vox-mqtt"
 _FIELD: Final = '"message_source":'
 _SEAL_INFO: Final = b"vox-mqtt ledger: sealed message_source"
+_NONCE: Final = 12
+# Nonces read from the OS 256 at a time: os.urandom releases the GIL, and on the event
+# loop's thread each release lets a ledger writer thread in before the loop goes on (about
+# 40 us per seal under load, docs/performance.md). A fork's child never reuses them.
+_NONCES = bytearray()
+os.register_at_fork(after_in_child=_NONCES.clear)
+
+
+def _nonce() -> bytes:
+    if not _NONCES:
+        _NONCES.extend(os.urandom(_NONCE * 256))
+    chunk = bytes(_NONCES[-_NONCE:])
+    del _NONCES[-_NONCE:]
+    return chunk
 
 
 class SourceKeeper:
@@ -80,7 +94,7 @@ class SourceKeeper:
         """Return message_source sealed for a restart (clear if the ledger keeps it so)."""
         if self.clear:
             return message_source
-        nonce = os.urandom(12)
+        nonce = _nonce()
         sealed = self._aead(path).encrypt(
             nonce, message_source.encode("utf-8", "surrogatepass"), None
         )
@@ -92,7 +106,7 @@ class SourceKeeper:
             return None if value.startswith("hmac:") else value
         try:
             raw = base64.urlsafe_b64decode(value[len(SEALED) :])
-            clear = self._aead(path).decrypt(raw[:12], raw[12:], None)
+            clear = self._aead(path).decrypt(raw[:_NONCE], raw[_NONCE:], None)
         except (ValueError, InvalidTag):
             return None
         return clear.decode("utf-8", "surrogatepass")
