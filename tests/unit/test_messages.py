@@ -421,6 +421,31 @@ def test_acknowledgement_confirms_the_message_it_answers() -> None:
     assert parse(serialize(ack)) == ack
 
 
+@pytest.mark.parametrize("source", [None, "console", "client-7@example.com"])
+def test_an_acknowledgement_reads_as_its_validated_build(source: str | None) -> None:
+    # acknowledgement() skips validating what was validated already: it must still be the
+    # message the validating path builds, field for field, cache and serialization too.
+    job = parse(encode(envelope(source=SPECIALIST_A, target=COORDINATOR, message_id=ID_I9J0)))
+    ours = job.acknowledgement(message_source=source)
+    built = job.reply(
+        MSG_ACKNOWLEDGED, MessageAcknowledged(in_response_to=job.message_id), message_source=source
+    )
+    fresh = {"message_id": built.message_id, "emitted_at": built.emitted_at}
+    assert ours.model_copy(update=fresh) == built
+    assert ours.model_fields_set == built.model_fields_set
+    assert ours.payload() == built.payload()
+    assert type(ours.details) is type(built.details)
+    again = parse(serialize(ours))
+    assert again == ours
+    assert serialize(again) == serialize(ours)
+
+
+def test_an_acknowledgement_with_a_bad_message_source_is_refused() -> None:
+    job = parse(encode(envelope()))
+    with pytest.raises(InvalidMessage, match="message_source"):
+        job.acknowledgement(message_source="")
+
+
 def test_reply_refuses_an_invalid_payload() -> None:
     request = parse(encode(envelope()))
     with pytest.raises(InvalidMessage, match=r"^command_error: details.code: missing"):
