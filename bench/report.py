@@ -160,10 +160,20 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{row['seconds']:g} s per side): CPU per command: VOX {where} "
             f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
             f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
-            f"CPU per VOX message (12 per command): {vox.get('cpu_ms_per_message_python')} ms "
-            "(target <= 0.35 ms). "
+            f"CPU per VOX message (11 per command): {vox.get('cpu_ms_per_message_python')} ms, "
+            f"per raw message (6 per command): {raw.get('cpu_ms_per_message_python')} ms: "
+            f"{vox.get('cpu_per_message_ratio')} x (target <= 1.5 x). "
             f"Specialists served {vox['served_by_specialist']}."
         )
+        floor = row.get("obligations_detail")
+        if floor is not None:
+            lines.append(
+                f"  - The same raw clients acknowledging every message and committing "
+                f"(synchronous=FULL, grouped per turn of the loop) as a VOX hop must: "
+                f"{floor['commands_per_second']} commands/s, {floor['cpu_ms_per_command_python']}"
+                f" ms CPU per command: {row['obligations_ratio']} x raw, the price of the "
+                f"guarantees alone. VOX is {row['vox_over_obligations']} x that floor."
+            )
     row = _first(figures, "faststream")
     if row is not None:
         vox, fast = row["vox_detail"], row["baseline_detail"]
