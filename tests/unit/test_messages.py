@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from vox_mqtt.protocol.acks import acknowledge
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.messages import (
     CONTENT_TYPE,
@@ -423,10 +424,10 @@ def test_acknowledgement_confirms_the_message_it_answers() -> None:
 
 @pytest.mark.parametrize("source", [None, "console", "client-7@example.com"])
 def test_an_acknowledgement_reads_as_its_validated_build(source: str | None) -> None:
-    # acknowledgement() skips validating what was validated already: it must still be the
+    # acknowledge() skips validating what was validated already: it must still be the
     # message the validating path builds, field for field, cache and serialization too.
     job = parse(encode(envelope(source=SPECIALIST_A, target=COORDINATOR, message_id=ID_I9J0)))
-    ours = job.acknowledgement(message_source=source)
+    ours = acknowledge(job, message_source=source)
     built = job.reply(
         MSG_ACKNOWLEDGED, MessageAcknowledged(in_response_to=job.message_id), message_source=source
     )
@@ -443,7 +444,7 @@ def test_an_acknowledgement_reads_as_its_validated_build(source: str | None) -> 
 def test_an_acknowledgement_with_a_bad_message_source_is_refused() -> None:
     job = parse(encode(envelope()))
     with pytest.raises(InvalidMessage, match="message_source"):
-        job.acknowledgement(message_source="")
+        acknowledge(job, message_source="")
 
 
 def test_reply_refuses_an_invalid_payload() -> None:

@@ -274,31 +274,11 @@ class VOXMessage(BaseModel):
 
     def acknowledgement(self, *, message_source: str | None = None) -> VOXMessage:
         """Build the message_acknowledged for this message."""
-        source = self.message_source if message_source is None else message_source
-        if not isinstance(source, str) or not source:
-            # Only a bad message_source can fail: let validation say why.
-            return self.reply(
-                MSG_ACKNOWLEDGED,
-                MessageAcknowledged(in_response_to=self.message_id),
-                message_source=message_source,
-            )
-        # Every other field is a fresh id and time, a constant, or taken from this message,
-        # which was validated: built without validating it all again (one per message
-        # received, docs/performance.md), and read exactly as the validated build would be.
-        ack = VOXMessage.model_construct(
-            message_id=_new_id(),
-            message_source=source,
-            emitted_at=now_iso(),
-            source=self.target,
-            target=self.source,
-            type=MSG_ACKNOWLEDGED,
-            details=FrozenDict(in_response_to=str(self.message_id)),
-            reply_to=self.message_id,
+        return self.reply(
+            MSG_ACKNOWLEDGED,
+            MessageAcknowledged(in_response_to=self.message_id),
+            message_source=message_source,
         )
-        cache = ack.__pydantic_private__
-        assert cache is not None
-        cache["_payload"] = MessageAcknowledged.model_construct(in_response_to=self.message_id)
-        return ack
 
 
 def new_message(
