@@ -185,6 +185,15 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{vox['p50_ms'] / fast['p50_ms']:.2f} and "
             f"{vox['requests_per_second'] / fast['requests_per_second']:.2f})."
         )
+        floor = row.get("obligations_detail")
+        if floor is not None:
+            lines.append(
+                f"  - Raw clients acknowledging and committing as a VOX hop must "
+                f"(synchronous=FULL, grouped per turn of the loop): p50 {floor['p50_ms']} ms, "
+                f"{floor['requests_per_second']:,} requests/s "
+                f"({floor['requests_per_second'] / fast['requests_per_second']:.2f} x "
+                "FastStream's): the guarantees' own price."
+            )
     row = _first(figures, "ledger")
     if row is not None:
         lines.append(f"- **Ledger** ({row['producers']} concurrent producers, synchronous=FULL):")
