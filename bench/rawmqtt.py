@@ -7,14 +7,16 @@ comes back up; relays decode the JSON body to tell the two apart, as an applicat
 
 With a Journal, a node also does what the VOX contract obliges a hop to do, and nothing
 else: every message is acknowledged, and each step commits to a SQLite file (WAL,
-synchronous=FULL) before it publishes, in the groups docs/ledger.md gives (the request with
-its sent row; at the answering node, received + started + the reply's sent + completed, the
-quick answer standing for its acknowledgement as VOX's does for an idempotent command; at a
-relay, received + the ack's sent + delegated + the downstream sent on the way down, and the
-child's answer received + its ack's sent + the reply's sent + completed on the way up). An
-ack's own row waits for the next commit. A GroupJournal commits the steps of one turn of
-the loop together (figure 3, under concurrent load). That is the floor a VOX hop cannot go
-under with its guarantees, measured beside it.
+synchronous=FULL) before it publishes, in the groups docs/ledger.md gives: the request with
+its sent row; at the requester, the answer's received + its ack's sent (the answer seen
+before that commit, as VOX's caller sees it); at the answering node, received + started +
+the reply's sent + completed (the quick answer standing for its acknowledgement, as VOX's
+does for an idempotent command); at a relay, received + the ack's sent + delegated + the
+downstream sent on the way down, and the child's answer received + its ack's sent + the
+reply's sent + completed on the way up. An ack's own row waits for the next commit. A
+GroupJournal commits the steps of one turn of the loop together (figure 3, under
+concurrent load). That is the floor a VOX hop cannot go under with its guarantees,
+measured beside it.
 """
 
 from __future__ import annotations
@@ -221,10 +223,12 @@ class RawNode:
             waiter = self._waiting.get(message_id)
             rows = [(message_id, "received", payload), (message_id, "ack sent", ack)]
             if waiter is not None:
-                await journal.durable(*rows)
-                await self._publish_to_sender(body, ack)
+                # The caller sees the answer before its record commits, as VOX's does
+                # (docs/ledger.md); the ack still waits for that commit.
                 if not waiter.done():
                     waiter.set_result(body)
+                await journal.durable(*rows)
+                await self._publish_to_sender(body, ack)
                 return
             assert self.master is not None  # a relay passes it up, as its own reply
             up = {**body, "from": str(self.id)}
