@@ -160,10 +160,20 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{row['seconds']:g} s per side): CPU per command: VOX {where} "
             f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
             f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
-            f"CPU per VOX message (12 per command): {vox.get('cpu_ms_per_message_python')} ms "
-            "(target <= 0.35 ms). "
+            f"CPU per VOX message (11 per command): {vox.get('cpu_ms_per_message_python')} ms, "
+            f"per raw message (6 per command): {raw.get('cpu_ms_per_message_python')} ms: "
+            f"{vox.get('cpu_per_message_ratio')} x (target <= 1.5 x). "
             f"Specialists served {vox['served_by_specialist']}."
         )
+        floor = row.get("obligations_detail")
+        if floor is not None:
+            lines.append(
+                f"  - The same raw clients acknowledging every message and committing "
+                f"(synchronous=FULL, grouped per turn of the loop) as a VOX hop must: "
+                f"{floor['commands_per_second']} commands/s, {floor['cpu_ms_per_command_python']}"
+                f" ms CPU per command: {row['obligations_ratio']} x raw, the price of the "
+                f"guarantees alone. VOX is {row['vox_over_obligations']} x that floor."
+            )
     row = _first(figures, "faststream")
     if row is not None:
         vox, fast = row["vox_detail"], row["baseline_detail"]
@@ -175,6 +185,15 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{vox['p50_ms'] / fast['p50_ms']:.2f} and "
             f"{vox['requests_per_second'] / fast['requests_per_second']:.2f})."
         )
+        floor = row.get("obligations_detail")
+        if floor is not None:
+            lines.append(
+                f"  - Raw clients acknowledging and committing as a VOX hop must "
+                f"(synchronous=FULL, grouped per turn of the loop): p50 {floor['p50_ms']} ms, "
+                f"{floor['requests_per_second']:,} requests/s "
+                f"({floor['requests_per_second'] / fast['requests_per_second']:.2f} x "
+                "FastStream's): the guarantees' own price."
+            )
     row = _first(figures, "ledger")
     if row is not None:
         lines.append(f"- **Ledger** ({row['producers']} concurrent producers, synchronous=FULL):")

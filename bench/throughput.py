@@ -30,12 +30,15 @@ from bench.common import SEED_SHAPE, BenchBroker, bench_broker, figure, fleet_te
 from bench.deployed import cpu_seconds, start_deployed
 from bench.one_hop import ALL_IN_ONE, PER_PROCESS, titled
 from bench.profiling import summarize
-from bench.rawmqtt import RawNode
+from bench.rawmqtt import GroupJournal, RawNode
 from bench.voxside import seed_role_specs, start_vox
 
 PARAMS = {"text": "hello"}
-# A command through three levels: three requests and three answers, each acknowledged.
-MESSAGES_PER_COMMAND = 12
+# A command through three levels: three requests and three answers, each acknowledged
+# but the specialist's quick answer, which stands for its acknowledgement (docs/messages.md).
+MESSAGES_PER_COMMAND = 11
+# The raw relays' command: three requests and three responses, nothing acknowledged.
+RAW_MESSAGES_PER_COMMAND = 6
 AGENTS = ["root", "coordinator", "spec_a", "spec_b"]
 SPECIALISTS = ("spec_a", "spec_b")
 TREE = {
@@ -93,12 +96,22 @@ class CpuMeter:
         return mine, broker, agents
 
 
-async def raw_rate(bench: BenchBroker, concurrency: int, seconds: float) -> dict[str, Any]:
-    """Measure the raw tree's request rate and CPU per request."""
+async def raw_rate(
+    bench: BenchBroker, concurrency: int, seconds: float, *, durable: bool = False
+) -> dict[str, Any]:
+    """Measure the raw tree's request rate and CPU per request.
+
+    durable: each node also acknowledges and commits as a VOX hop must, its commits grouped
+    per turn of the loop (rawmqtt.GroupJournal): the guarantees' own price under load.
+    """
+
+    def journal(name: str) -> GroupJournal | None:
+        return GroupJournal(bench.workdir / f"journal-3-{name}.db") if durable else None
+
     async with AsyncExitStack() as stack:
         nodes = {
             name: await stack.enter_async_context(
-                RawNode(bench, name, master=master, children=children)
+                RawNode(bench, name, master=master, children=children, journal=journal(name))
             )
             for name, (master, children) in TREE.items()
         }
@@ -195,6 +208,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     concurrency, seconds, profile_seconds = sizes(quick)
     with bench_broker(workdir, fleet_text(SEED_SHAPE, roles=seed_role_specs())) as bench:
         raw = await raw_rate(bench, concurrency, seconds)
+        floor = await raw_rate(bench, concurrency, seconds, durable=True)
         vox, profile = await vox_rate(bench, concurrency, seconds, profile_seconds)
         deployed = await deployed_rate(bench, concurrency, seconds)
     title = "Throughput: concurrent commands/s through root -> coordinator -> 2 specialists"
@@ -203,6 +217,12 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
         ratio = detail["commands_per_second"] / raw["commands_per_second"]
         detail["cpu_ms_per_message_python"] = round(
             detail["cpu_ms_per_command_python"] / MESSAGES_PER_COMMAND, 3
+        )
+        raw["cpu_ms_per_message_python"] = round(
+            raw["cpu_ms_per_command_python"] / RAW_MESSAGES_PER_COMMAND, 3
+        )
+        detail["cpu_per_message_ratio"] = round(
+            detail["cpu_ms_per_message_python"] / raw["cpu_ms_per_message_python"], 2
         )
         extra = {"profile": profile} if layout == ALL_IN_ONE else {}
         rows.append(
@@ -219,6 +239,14 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
                 seconds=seconds,
                 vox_detail=detail,
                 baseline_detail=raw,
+                # Raw clients that acknowledge and commit as a hop must: the guarantees' price.
+                obligations_detail=floor,
+                obligations_ratio=round(
+                    floor["commands_per_second"] / raw["commands_per_second"], 2
+                ),
+                vox_over_obligations=round(
+                    detail["commands_per_second"] / floor["commands_per_second"], 2
+                ),
                 **extra,
             )
         )

@@ -138,9 +138,9 @@ def test_the_obligations_floor_records_and_acknowledges_every_message(tmp_path: 
         counts = actions(relay)
         assert counts["delegated"] == counts["completed"] == counts["reply sent"] == 5, counts
         assert counts["received"] == counts["ack sent"] == 10, counts  # requests and answers
+    # Its quick answer stands for its acknowledgement, as VOX's does for an idempotent command.
     assert actions("spec_a") == {
         "received": 5,
-        "ack sent": 5,
         "started": 5,
         "reply sent": 5,
         "completed": 5,

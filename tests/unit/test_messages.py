@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from vox_mqtt.protocol.acks import acknowledge
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.messages import (
     CONTENT_TYPE,
@@ -431,6 +432,31 @@ def test_acknowledgement_confirms_the_message_it_answers() -> None:
     assert ack.details == {"in_response_to": ID_I9J0}
     assert ack.payload() == MessageAcknowledged(in_response_to=job.message_id)
     assert parse(serialize(ack)) == ack
+
+
+@pytest.mark.parametrize("source", [None, "console", "client-7@example.com"])
+def test_an_acknowledgement_reads_as_its_validated_build(source: str | None) -> None:
+    # acknowledge() skips validating what was validated already: it must still be the
+    # message the validating path builds, field for field, cache and serialization too.
+    job = parse(encode(envelope(source=SPECIALIST_A, target=COORDINATOR, message_id=ID_I9J0)))
+    ours = acknowledge(job, message_source=source)
+    built = job.reply(
+        MSG_ACKNOWLEDGED, MessageAcknowledged(in_response_to=job.message_id), message_source=source
+    )
+    fresh = {"message_id": built.message_id, "emitted_at": built.emitted_at}
+    assert ours.model_copy(update=fresh) == built
+    assert ours.model_fields_set == built.model_fields_set
+    assert ours.payload() == built.payload()
+    assert type(ours.details) is type(built.details)
+    again = parse(serialize(ours))
+    assert again == ours
+    assert serialize(again) == serialize(ours)
+
+
+def test_an_acknowledgement_with_a_bad_message_source_is_refused() -> None:
+    job = parse(encode(envelope()))
+    with pytest.raises(InvalidMessage, match="message_source"):
+        acknowledge(job, message_source="")
 
 
 def test_reply_refuses_an_invalid_payload() -> None:

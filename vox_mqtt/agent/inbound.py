@@ -34,6 +34,7 @@ from vox_mqtt.agent.tracking import RequestState, RequestTracker
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.acks import acknowledge
 from vox_mqtt.protocol.errors import InvalidMessage, LedgerError, TopicError
 from vox_mqtt.protocol.lifecycle import (
     MSG_CANCEL_REQUEST,
@@ -252,7 +253,7 @@ class InboundPipeline:
         """
         if not plan.acknowledge:
             return None, []
-        ack = message.acknowledgement(message_source=self.config.message_source)
+        ack = acknowledge(message, message_source=self.config.message_source)
         return ack, [(ack, "sent", None)]
 
     async def _facts(self, message: VOXMessage, duplicate: bool) -> tuple[Facts, Handler | None]:

@@ -30,6 +30,20 @@ SEALED: Final = "sealed:"
 DEFAULT: Final = "vox-mqtt"
 _FIELD: Final = '"message_source":'
 _SEAL_INFO: Final = b"vox-mqtt ledger: sealed message_source"
+_NONCE: Final = 12
+# Nonces read from the OS 256 at a time: os.urandom releases the GIL, and on the event
+# loop's thread each release lets a ledger writer thread in before the loop goes on (about
+# 40 us per seal under load, docs/performance.md). A fork's child never reuses them.
+_NONCES = bytearray()
+os.register_at_fork(after_in_child=_NONCES.clear)
+
+
+def _nonce() -> bytes:
+    if not _NONCES:
+        _NONCES.extend(os.urandom(_NONCE * 256))
+    chunk = bytes(_NONCES[-_NONCE:])
+    del _NONCES[-_NONCE:]
+    return chunk
 
 
 class SourceKeeper:
@@ -39,6 +53,9 @@ class SourceKeeper:
         self.clear = clear  # sources kept in clear: nothing to digest or seal
         self.key = key
         self._digests: dict[str, str] = {}  # message_source -> digest (a few senders)
+        # The sealing cipher, derived once per key: a seal per sent message would otherwise
+        # pay an HMAC and a cipher set-up each time.
+        self._sealer: tuple[bytes, AESGCM] | None = None
 
     def load_key(self, path: Path, *, create: bool) -> None:
         """Read the ledger's key beside it (creating it when create), unless not needed."""
@@ -68,13 +85,16 @@ class SourceKeeper:
         return known
 
     def _aead(self, path: object) -> AESGCM:
-        return AESGCM(hmac.new(self._key(path), _SEAL_INFO, hashlib.sha256).digest())
+        key = self._key(path)
+        if self._sealer is None or self._sealer[0] is not key:
+            self._sealer = (key, AESGCM(hmac.new(key, _SEAL_INFO, hashlib.sha256).digest()))
+        return self._sealer[1]
 
     def seal(self, message_source: str, path: object) -> str:
         """Return message_source sealed for a restart (clear if the ledger keeps it so)."""
         if self.clear:
             return message_source
-        nonce = os.urandom(12)
+        nonce = _nonce()
         sealed = self._aead(path).encrypt(
             nonce, message_source.encode("utf-8", "surrogatepass"), None
         )
@@ -86,7 +106,7 @@ class SourceKeeper:
             return None if value.startswith("hmac:") else value
         try:
             raw = base64.urlsafe_b64decode(value[len(SEALED) :])
-            clear = self._aead(path).decrypt(raw[:12], raw[12:], None)
+            clear = self._aead(path).decrypt(raw[:_NONCE], raw[_NONCE:], None)
         except (ValueError, InvalidTag):
             return None
         return clear.decode("utf-8", "surrogatepass")

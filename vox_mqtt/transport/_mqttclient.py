@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The packet types whose writes are gathered into one send() per turn of the loop.
+_GATHERED = frozenset({mqtt.PUBLISH, mqtt.PUBACK})
 # CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
 _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
 
@@ -70,6 +72,11 @@ class Client(aiomqtt.Client):
         self.sink: Callable[[mqtt.MQTTMessage], bool] | None = None
         self._loop_thread = threading.get_ident()
         self._write_scheduled = False
+        # Packets paho writes in one turn go out in one send() (see _coalesce_sends).
+        self._collecting = False
+        self._unsent = bytearray()
+        self._direct_send = self._client._sock_send
+        self._client._sock_send = self._coalesce_sends  # type: ignore[method-assign,assignment]
         _buffer_reads(self._client)
         decode_lean(self._client)
 
@@ -166,14 +173,52 @@ class Client(aiomqtt.Client):
 
     def _write_now(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
         self._write_scheduled = False
+        self._collecting = True
         try:
             client.loop_write()
         except Exception as exc:  # a broken pipe: the connection is gone, as aiomqtt does
-            if not self._disconnected.done():
-                self._disconnected.set_exception(exc)
+            self._lose(exc)
             return
-        if client.want_write():
-            super()._on_socket_register_write(client, userdata, sock)
+        finally:
+            self._collecting = False
+        if not self._flush(sock) or client.want_write():
+            # Wait for the socket to take the rest; this same call writes it then.
+            self._loop.add_writer(sock, self._write_now, client, userdata, sock)
+
+    def _coalesce_sends(self, data: bytes | bytearray) -> int:
+        # paho sends each packet with a send() of its own: a system call and a TCP segment
+        # per PUBLISH and per PUBACK, about 8 of them per turn under load. Inside _write_now
+        # its PUBLISH and PUBACK packets are gathered and sent together at the end of the
+        # turn (paho counts them as written; a connection lost before the flush loses them
+        # as one lost in the kernel's buffer would, and the outbox re-sends: docs/ledger.md).
+        # Anything else (CONNECT, SUBSCRIBE, PINGREQ, DISCONNECT, after which paho closes the
+        # socket) goes out at once, behind whatever is gathered.
+        if self._collecting and data and data[0] & 0xF0 in _GATHERED:
+            self._unsent += data
+            return len(data)
+        if self._unsent:
+            sock = self._client.socket()
+            if sock is None or not self._flush(sock):
+                raise BlockingIOError  # paho keeps the packet and tries it again
+        return self._direct_send(data)
+
+    def _flush(self, sock: Any) -> bool:
+        """Send what _coalesce_sends gathered; False when the socket cannot take it all now."""
+        while self._unsent:
+            try:
+                sent = sock.send(self._unsent)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return False
+            except OSError as exc:
+                self._unsent.clear()
+                self._lose(exc)
+                return True
+            del self._unsent[:sent]
+        return True
+
+    def _lose(self, exc: BaseException) -> None:
+        if not self._disconnected.done():
+            self._disconnected.set_exception(exc)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         # The session's queue takes the message here, in paho's callback, sparing aiomqtt's

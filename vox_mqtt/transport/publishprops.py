@@ -27,6 +27,7 @@ __all__ = [
     "packed",
     "signature_of",
     "vox_properties",
+    "with_expiry",
     "with_user_property",
 ]
 
@@ -36,6 +37,7 @@ FROM_KEY: Final = "vox-from"
 TO_KEY: Final = "vox-to"
 _UTF8: Final = 1  # payload-format indicator: the payload is UTF-8 text
 _USER_PROPERTY: Final = 0x26  # its identifier in a packed property list (MQTT v5 2.2.2.2)
+_EXPIRY: Final = 0x02  # message expiry interval, a four-byte integer
 
 
 class PackedProperties(Properties):
@@ -47,6 +49,9 @@ class PackedProperties(Properties):
         if known is None:
             known = Properties.pack(self)  # type: ignore[no-untyped-call]
         return known
+
+
+_BLANK_PUBLISH: Final = dict(PackedProperties(PacketTypes.PUBLISH).__dict__)  # type: ignore[no-untyped-call]
 
 
 def packed(props: PackedProperties) -> PackedProperties:
@@ -91,17 +96,16 @@ class PublishProperties:
 
     def inbox(self, target: UUID, type: str, *, expiry: int | None = None) -> Properties:
         """Return the properties of a message to a peer's inbox."""
-        if expiry is not None:  # a deadline's expiry differs per message: not cached
-            return vox_properties(
-                type=type, sender=self.name, target=self.peers.get(target), expiry=expiry
-            )
         key = (target, type)
         props = self._inbox.get(key)
         if props is None:
             props = self._inbox[key] = vox_properties(
                 type=type, sender=self.name, target=self.peers.get(target)
             )
-        return props
+        # A deadline's expiry differs per message: spliced into the kind's packed bytes
+        # rather than built and packed again (paho's setters and pack cost more than the
+        # rest of the publish).
+        return props if expiry is None else with_expiry(props, expiry)
 
     def own(self, type: str, *, expiry: int | None = None) -> Properties:
         """Return the properties of a status or war-room post: the sender's name only."""
@@ -148,6 +152,17 @@ def with_user_property(props: Properties, key: str, value: str) -> Properties:
     body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY])
     body += _utf8(key) + _utf8(value)
     result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    result.__dict__["_packed"] = _varint(len(body)) + body
+    return result
+
+
+def with_expiry(props: Properties, expiry: int) -> Properties:
+    """Return props with a message expiry interval, packed at once (props is not changed)."""
+    packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
+    body = bytes([_EXPIRY]) + expiry.to_bytes(4, "big") + packed_old[_skip_varint(packed_old) :]
+    # Properties() builds its name tables per object; this one shares a blank one's.
+    result: PackedProperties = object.__new__(PackedProperties)
+    result.__dict__.update(_BLANK_PUBLISH)
     result.__dict__["_packed"] = _varint(len(body)) + body
     return result
 
