@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -46,6 +47,7 @@ from vox_mqtt.protocol.messages import (
     parse,
 )
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.protocol.signing import STALE, SignedTopic, replay_problem
 from vox_mqtt.protocol.sitelinks import parse_link_topic
 from vox_mqtt.transport.session import Inbound, Session
 
@@ -170,6 +172,24 @@ class InboundPipeline:
             await self._reject_unparsable(inbound, topic, exc)
             return
         config = self.config
+        signing = config.broker.signing
+        if signing is not None and isinstance(inbound.topic, SignedTopic):
+            # A signed emitted_at is the sender's own: outside the replay window, a replay
+            # the dedupe index may no longer know (docs/security.md, replays).
+            stale = replay_problem(
+                message.emitted_at, time.time(), signing.replay_window, signing.clock_skew
+            )
+            if stale is not None:
+                log.info("%s: refused %s: %s", config.name, message.message_id, stale)
+                self._metrics.rejected.inc(STALE)
+                await ledger.record_rejected(
+                    inbound.payload,
+                    stale,
+                    topic=inbound.topic,
+                    source=message.source,
+                    message_id=message.message_id,
+                )
+                return
         admission = Admission(
             me=config.id,
             master_id=config.master_id,

@@ -44,6 +44,7 @@ from vox_mqtt.protocol.messages import (
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.protocol.signing import resend_until
 from vox_mqtt.transport.publishprops import PublishProperties
 
 __all__ = ["Outbox", "Outgoing", "check_size", "deadline_passed"]
@@ -164,6 +165,10 @@ class Outbox:
                 reason = "its deadline passed while this agent was stopped"
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self._tasks.spawn(ending, "expire")
+            elif (too_old := self._outlived(message)) is not None:
+                failed = RequestState.FAILED
+                ending = self.end(tracked, failed, ErrorCode.DELIVERY_FAILED, too_old)
+                self._tasks.spawn(ending, "outlived")
             else:
                 self._schedule(tracked, payload, resend=True)
 
@@ -212,6 +217,10 @@ class Outbox:
             self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
         message = tracked.message
+        if (too_old := self._outlived(message)) is not None:
+            metrics.delivery_failures += 1
+            self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
+            return
         if resend:
             metrics.resends += 1
         elif not delivery.counted:
@@ -230,8 +239,31 @@ class Outbox:
             outcome.add_done_callback(functools.partial(self._published, tracked))
         # No connection up: the next try comes at the same pace; the session reconnects.
         loop = asyncio.get_running_loop()
-        delivery.timer = loop.call_later(delivery.delay, self._attempt, delivery)
+        delay = delivery.delay
+        if (until := self._resend_until(message)) is not None:
+            delay = min(delay, max(0.0, until - time.time()))  # end it at the window, not later
+        delivery.timer = loop.call_later(delay, self._attempt, delivery)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    def _resend_until(self, message: VOXMessage) -> float | None:
+        """Return when a signed message may no longer be sent (wall clock); None: unsigned.
+
+        Its receiver refuses a signed message older than the replay window as STALE, so its
+        sender ends it then, for good, with a ledger row (docs/security.md, replays).
+        """
+        signing = self.config.broker.signing
+        if signing is None or not signing.signs:
+            return None
+        return resend_until(message.emitted_at, signing.replay_window)
+
+    def _outlived(self, message: VOXMessage) -> str | None:
+        """Return why a message may not be sent again (its age), or None."""
+        signing = self.config.broker.signing
+        until = self._resend_until(message)
+        if signing is None or until is None or time.time() < until:
+            return None
+        window = signing.replay_window
+        return f"older than the replay window ({window:g} s): its receiver would refuse it STALE"
 
     def _published(self, tracked: TrackedRequest, outcome: asyncio.Future[Any]) -> None:
         """The broker's answer to one publish: a PUBACK, a refusal, or a dropped connection."""
