@@ -312,10 +312,14 @@ class VOXAgent:
         self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
         self._session.use_password(password)
 
-    def update_signing(self, signing: Signing | None) -> None:
-        """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
+    def update_signing(self, signing: Signing | None) -> bool:
+        """Sign and verify with new keys at once (a rotation, docs/security.md).
+
+        Return whether the session reconnects once: its own key is new, and so must the
+        signature of its will be (Session.use_signing); otherwise it stays connected.
+        """
         self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
-        self._session.use_signing(signing)
+        return self._session.use_signing(signing)
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""
