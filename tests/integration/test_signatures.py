@@ -266,7 +266,13 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
                 20,
                 f"{name} to take the new keys",
             )
-        asyncio.run(first_answer(procs, "after.pdf"))  # the new key verifies both ways
+        # The rotated agent's new connection is up; the new key verifies both ways.
+        wait_until(
+            lambda: procs.agents["coordinator"].log().count("connected to") == 2,
+            20,
+            "the rotated agent to connect again",
+        )
+        asyncio.run(first_answer(procs, "after.pdf"))
         # The retired key is refused by name at a child.
         attacker = Attacker(procs.broker_dir.port)
         try:
@@ -282,9 +288,23 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
             attacker.close()
         reasons = wait_rejected(procs, "specialist_a", 1)
         assert reasons[0].startswith("RETIRED_KEY"), reasons
-        # Nobody reconnected: one connection per daemon, the rotated one too.
+        # Nobody else reconnected: one connection per daemon. The rotated one reconnected
+        # once, cleanly, to register its will signed with its new key.
         for name, agent in procs.agents.items():
-            assert agent.log().count("connected to") == 1, (name, agent.log())
+            assert agent.log().count("connected to") == (2 if name == "coordinator" else 1), (
+                name,
+                agent.log(),
+            )
+        assert "reconnecting once for its will" in procs.agents["coordinator"].log()
+        # Killed, its will verifies under the new key at its master: INACTIVE at once, not
+        # refused (RETIRED_KEY) and left to go stale.
+        root = procs.agents["root"]
+        procs.agents["coordinator"].kill()
+        wait_until(
+            lambda: "coordinator ACTIVE -> INACTIVE" in root.log(), 10, "the will at the root"
+        )
+        assert "STALE" not in root.log().partition("coordinator ACTIVE -> INACTIVE")[0][-2000:]
+        assert "RETIRED_KEY" not in root.log(), root.log()
 
 
 async def first_answer(procs: FleetProcesses, target: str) -> None:
