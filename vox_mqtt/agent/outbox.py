@@ -60,6 +60,7 @@ class _Delivery:
     payload: bytes
     props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
     give_up_at: float
+    resend_until: float | None  # wall clock: past it a signed message is not sent again
     delay: float
     counted: bool = False  # counted in messages_out
     timer: asyncio.TimerHandle | None = None
@@ -198,6 +199,7 @@ class Outbox:
             payload=payload,
             props=fixed,
             give_up_at=time.monotonic() + self.config.request_timeout,
+            resend_until=self._resend_until(message),
             delay=self.config.resend_initial,
         )
         self._deliveries[tracked.message_id] = delivery
@@ -217,7 +219,8 @@ class Outbox:
             self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
         message = tracked.message
-        if (too_old := self._outlived(message)) is not None:
+        until = delivery.resend_until
+        if until is not None and (too_old := self._outlived(message, until)) is not None:
             metrics.delivery_failures += 1
             self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
             return
@@ -240,7 +243,7 @@ class Outbox:
         # No connection up: the next try comes at the same pace; the session reconnects.
         loop = asyncio.get_running_loop()
         delay = delivery.delay
-        if (until := self._resend_until(message)) is not None:
+        if until is not None:
             delay = min(delay, max(0.0, until - time.time()))  # end it at the window, not later
         delivery.timer = loop.call_later(delay, self._attempt, delivery)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
@@ -256,10 +259,10 @@ class Outbox:
             return None
         return resend_until(message.emitted_at, signing.replay_window)
 
-    def _outlived(self, message: VOXMessage) -> str | None:
+    def _outlived(self, message: VOXMessage, until: float | None = None) -> str | None:
         """Return why a message may not be sent again (its age), or None."""
         signing = self.config.broker.signing
-        until = self._resend_until(message)
+        until = self._resend_until(message) if until is None else until
         if signing is None or until is None or time.time() < until:
             return None
         window = signing.replay_window
