@@ -3,7 +3,8 @@
 Per message, independent of load: one Ed25519 signature and one verification as the session
 makes them (topic, SHA-256 of a command's payload, key id). Then the same agents on the same
 broker with signatures on ("require", every publish signed and every delivery verified) and
-off, interleaved in rounds so a change of load on a shared machine hits both alike. One hop:
+off, interleaved in rounds so a change of load on a shared machine hits both alike (each on
+a broker of its own, run side by side). One hop:
 sequential operator -> root `ping` round trips (p50; the best round). Throughput: concurrent
 `echo` through root -> coordinator -> two specialists (the best round).
 
@@ -140,13 +141,17 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     rounds, count, concurrency, seconds = sizes(quick)
     hop: dict[bool, list[float]] = {True: [], False: []}
     through: dict[bool, list[float]] = {True: [], False: []}
-    with bench_broker(workdir, fleet_text(SEED_SHAPE)) as bench:
-        ensure_keys(bench.root, bench.fleet)
+    text = fleet_text(SEED_SHAPE)
+    # One broker each, running side by side: the retained statuses of an unsigned round would
+    # otherwise greet the signed agents as forgeries (refused, logged, posted to the war room).
+    with bench_broker(workdir / "off", text) as off, bench_broker(workdir / "on", text) as on_:
+        ensure_keys(on_.root, on_.fleet)
+        brokers = {False: off, True: on_}
         for _ in range(rounds):
             for on in (False, True):
-                hop[on].append(await one_hop_p50(bench, on, count))
+                hop[on].append(await one_hop_p50(brokers[on], on, count))
             for on in (False, True):
-                through[on].append(await rate(bench, on, concurrency, seconds))
+                through[on].append(await rate(brokers[on], on, concurrency, seconds))
     # The least disturbed round of each: on a shared machine, load only ever adds time.
     hop_on, hop_off = min(hop[True]), min(hop[False])
     rate_on, rate_off = max(through[True]), max(through[False])
