@@ -32,7 +32,7 @@ from vox_mqtt.protocol.signing import (
     verify_digest,
 )
 from vox_mqtt.transport.publishprops import signature_of, vox_properties, with_user_property
-from vox_mqtt.transport.signing import judge, received_signature, signed_will
+from vox_mqtt.transport.signing import judge, own_key_renewed, received_signature, signed_will
 
 SENDER, TARGET, OTHER = uuid4(), uuid4(), uuid4()
 KEY = SigningKey.generate()
@@ -260,3 +260,13 @@ def test_the_fleet_file_names_the_replay_window() -> None:
     for bad in ("0", "-1", '"600"', "true", "100000"):
         with pytest.raises(FleetError, match="replay_window"):
             parse_fleet(f"replay_window = {bad}\n" + base)
+
+
+def test_only_a_new_own_key_renews_the_will() -> None:
+    other = SigningKey.generate()
+    mine = Signing(mode="require", key=KEY, keyring=RING)
+    assert not own_key_renewed(mine, Signing(mode="require", key=KEY))  # new peers' keys only
+    assert own_key_renewed(mine, Signing(mode="require", key=other))
+    assert own_key_renewed(None, mine)  # signing starts
+    assert own_key_renewed(mine, Signing(mode="off", key=KEY))  # signing stops
+    assert not own_key_renewed(Signing(key=None, keyring=RING, mode="require"), None)
