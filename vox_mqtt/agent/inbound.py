@@ -171,25 +171,9 @@ class InboundPipeline:
         except InvalidMessage as exc:
             await self._reject_unparsable(inbound, topic, exc)
             return
+        if await self._refused_stale(inbound, message):
+            return
         config = self.config
-        signing = config.broker.signing
-        if signing is not None and isinstance(inbound.topic, SignedTopic):
-            # A signed emitted_at is the sender's own: outside the replay window, a replay
-            # the dedupe index may no longer know (docs/security.md, replays).
-            stale = replay_problem(
-                message.emitted_at, time.time(), signing.replay_window, signing.clock_skew
-            )
-            if stale is not None:
-                log.info("%s: refused %s: %s", config.name, message.message_id, stale)
-                self._metrics.rejected.inc(STALE)
-                await ledger.record_rejected(
-                    inbound.payload,
-                    stale,
-                    topic=inbound.topic,
-                    source=message.source,
-                    message_id=message.message_id,
-                )
-                return
         admission = Admission(
             me=config.id,
             master_id=config.master_id,
@@ -252,6 +236,32 @@ class InboundPipeline:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
         await self._hand_on(message, plan, staged)
+
+    async def _refused_stale(self, inbound: Inbound, message: VOXMessage) -> bool:
+        """Refuse a signed message outside the replay window (STALE); return whether it was.
+
+        A signed emitted_at is the sender's own: older than the window, it is a replay the
+        dedupe index may no longer know, and its sender stopped re-sending it at the window
+        (docs/security.md, replays). An unsigned one proves nothing by its age.
+        """
+        signing = self.config.broker.signing
+        if signing is None or not isinstance(inbound.topic, SignedTopic):
+            return False
+        stale = replay_problem(
+            message.emitted_at, time.time(), signing.replay_window, signing.clock_skew
+        )
+        if stale is None:
+            return False
+        log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
+        self._metrics.rejected.inc(STALE)
+        await self._ledger.record_rejected(
+            inbound.payload,
+            stale,
+            topic=inbound.topic,
+            source=message.source,
+            message_id=message.message_id,
+        )
+        return True
 
     def _ack_rows(self, message: VOXMessage, plan: Plan) -> tuple[VOXMessage | None, list[Row]]:
         """The ack the plan owes a message, and its "sent" row for the message's commit.
