@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -69,6 +70,8 @@ def test_accept_takes_and_counts_the_unsigned_verifies_the_signed_refuses_the_fo
     with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         assert asyncio.run(answer(procs.operator_config, "signed.pdf")) == "signed.pdf"
+        # spec_a subscribed (its inbox gets what follows), whoever served the first command.
+        wait_until(lambda: "serving spec_a" in procs.agents["spec_a"].log(), 20, "spec_a up")
         attacker = Attacker(procs.broker_dir.port)
         try:
             topic = topics.inbox(ids["spec_a"], ids["coord"])
@@ -107,6 +110,20 @@ def test_accept_takes_and_counts_the_unsigned_verifies_the_signed_refuses_the_fo
             assert report(procs, name)[1:] == (0, 0), name
         keys = procs.agents["spec_a"].config.parent / "spec_a.signing.toml"
         assert main(["ledger", str(procs.ledger("spec_a")), "verify", "--keys", str(keys)]) == 0
+        # ... and so does the agent, in its heartbeat's metrics (vox_agent_unsigned_total).
+        assert asyncio.run(unsigned_counted(procs, ids["spec_a"])) == 1
+
+
+async def unsigned_counted(procs: FleetProcesses, agent: UUID) -> int:
+    """Return the unsigned count of an agent's heartbeat, once it says any."""
+    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+        async with asyncio.timeout(20):
+            while True:
+                entry = console.view.get(agent)
+                figures = (entry.metrics or {}).get("agent") if entry is not None else None
+                if isinstance(figures, dict) and figures["counters"]["unsigned"]:
+                    return int(figures["counters"]["unsigned"])
+                await asyncio.sleep(0.1)
 
 
 def test_retire_says_retired_with_the_agents_own_key_and_its_master_believes_it(

@@ -88,6 +88,7 @@ class VOXAgent:
             on_connect=self._on_connect,
         )
         self._session.on_forgery = self._forged  # docs/security.md
+        self._session.on_unsigned = self._count_unsigned
         self._ctx = AgentContext(
             config=config,
             ledger=self.memory,
@@ -422,6 +423,9 @@ class VOXAgent:
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
         await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
+
+    def _count_unsigned(self) -> None:
+        self.metrics.unsigned += 1  # "accept": let through, and counted (docs/security.md)
 
     def _forged(self, topic: str, problem: str) -> None:
         """Tell the war room, once per window, that traffic on this agent's topics is forged."""

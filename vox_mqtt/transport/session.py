@@ -114,6 +114,7 @@ class Session:
         self._spare_will: tuple[Will | None] | None = None
         self.forged = 0  # messages delivered with a forgery verdict
         self.unsigned = 0  # unsigned messages let through in "accept" mode
+        self.on_unsigned: Callable[[], None] | None = None  # told of each (the agent counts)
         self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
 
     @property
@@ -278,6 +279,8 @@ class Session:
         verdict = judge(signing, topic, payload, message.properties)
         if verdict.unsigned:
             self.unsigned += 1
+            if self.on_unsigned is not None:
+                self.on_unsigned()
         if verdict.forgery is not None:
             self.forged += 1
             if self.on_forgery is not None:
