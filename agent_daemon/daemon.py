@@ -536,12 +536,16 @@ class AgentDaemon:
             change += (
                 "; " if change else ""
             ) + "a new broker secret, used from the next connection on"
+        reconnects = False
         if rekeyed:
-            agent.update_signing(secret.signing)
+            reconnects = agent.update_signing(secret.signing)
             change += ("; " if change else "") + "new signing keys, used at once"
+            if reconnects:  # its own key: the will it registered must be signed anew
+                change += " (its own is new: it reconnects once, for its will)"
         self.prepared = replace(self.prepared, file=fresh, config=agent.config)
         keep_names(agent.config, keep_former=True)
         if change:
-            log.info("SIGHUP: applied without reconnecting: %s (%s)", change, path)
+            how = "applied" if reconnects else "applied without reconnecting"
+            log.info("SIGHUP: %s: %s (%s)", how, change, path)
         else:
             log.info("SIGHUP: logs reopened; %s is valid and the agent already runs it", path)

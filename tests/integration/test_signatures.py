@@ -10,14 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
-from tests.kits.attackerkit import Attacker, Captured, add_attacker, raw_envelope
+from tests.kits.attackerkit import (
+    Attacker,
+    add_attacker,
+    command_capture,
+    ledger,
+    raw_envelope,
+    wait_rejected,
+    wait_view,
+)
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
 from tests.kits.freelancekit import NOTE, drop, job_mail
 from vox_mqtt.broker.signkeys import load_keys
@@ -26,7 +32,6 @@ from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.fleet.config import SigningSection
 from vox_mqtt.ledger.signatures import check_signatures
-from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import now_iso
@@ -50,37 +55,6 @@ ANALYST = ["tests.kits.agentkit:Analyst"]
 def signed_fleet() -> str:
     roles = {name: ANALYST for name in SHAPE if name.startswith("spec")}
     return 'signatures = "require"\n' + fleet_text(SHAPE, roles=roles)
-
-
-async def rows_of(path: Path) -> list[dict[str, Any]]:
-    async with VOXAgentMemory(path, read_only=True) as memory:
-        return await memory.get_recent(10_000)
-
-
-def ledger(procs: FleetProcesses, name: str) -> list[dict[str, Any]]:
-    """Read an agent's ledger (read-only, beside the running daemon), from any thread."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, rows_of(procs.ledger(name))).result(30)
-
-
-def rejected(procs: FleetProcesses, name: str) -> list[str]:
-    return [str(r["reason"]) for r in ledger(procs, name) if r["action"] == "rejected"]
-
-
-def command_capture(attacker: Attacker, ids: dict[str, UUID]) -> tuple[Captured, str, str]:
-    """Return the command a coordinator sent a specialist, with their names."""
-    names = {str(v): k for k, v in ids.items()}
-    for seen in attacker.captured():
-        parts = seen.topic.split("/")
-        to_spec = len(parts) == 4 and names.get(parts[1], "").startswith("spec")
-        if to_spec and json.loads(seen.payload)["type"] == "command_request":
-            return seen, names[parts[1]], names[parts[3]]
-    raise AssertionError("no command to a specialist was captured")
-
-
-def wait_rejected(procs: FleetProcesses, name: str, count: int) -> list[str]:
-    wait_until(lambda: len(rejected(procs, name)) >= count, 20, f"{count} rejections at {name}")
-    return rejected(procs, name)
 
 
 def test_forgeries_and_replays_are_refused_and_real_traffic_goes_on(tmp_path: Path) -> None:
@@ -237,17 +211,6 @@ async def scenario(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUI
         assert not any(i.failure.error_code == "FORGED" for i in console.agent.incidents)
 
 
-async def wait_view(
-    console: OperatorConsole, agent: UUID, status: str, *, timeout: float = 20
-) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            entry = console.view.get(agent)
-            if entry is not None and entry.status == status:
-                return
-            await asyncio.sleep(0.05)
-
-
 async def wait_rejections(console: OperatorConsole, count: int) -> None:
     async with asyncio.timeout(20):
         while True:
@@ -303,7 +266,13 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
                 20,
                 f"{name} to take the new keys",
             )
-        asyncio.run(first_answer(procs, "after.pdf"))  # the new key verifies both ways
+        # The rotated agent's new connection is up; the new key verifies both ways.
+        wait_until(
+            lambda: procs.agents["coordinator"].log().count("connected to") == 2,
+            20,
+            "the rotated agent to connect again",
+        )
+        asyncio.run(first_answer(procs, "after.pdf"))
         # The retired key is refused by name at a child.
         attacker = Attacker(procs.broker_dir.port)
         try:
@@ -319,9 +288,23 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
             attacker.close()
         reasons = wait_rejected(procs, "specialist_a", 1)
         assert reasons[0].startswith("RETIRED_KEY"), reasons
-        # Nobody reconnected: one connection per daemon, the rotated one too.
+        # Nobody else reconnected: one connection per daemon. The rotated one reconnected
+        # once, cleanly, to register its will signed with its new key.
         for name, agent in procs.agents.items():
-            assert agent.log().count("connected to") == 1, (name, agent.log())
+            assert agent.log().count("connected to") == (2 if name == "coordinator" else 1), (
+                name,
+                agent.log(),
+            )
+        assert "reconnecting once for its will" in procs.agents["coordinator"].log()
+        # Killed, its will verifies under the new key at its master: INACTIVE at once, not
+        # refused (RETIRED_KEY) and left to go stale.
+        root = procs.agents["root"]
+        procs.agents["coordinator"].kill()
+        wait_until(
+            lambda: "coordinator ACTIVE -> INACTIVE" in root.log(), 10, "the will at the root"
+        )
+        assert "STALE" not in root.log().partition("coordinator ACTIVE -> INACTIVE")[0][-2000:]
+        assert "RETIRED_KEY" not in root.log(), root.log()
 
 
 async def first_answer(procs: FleetProcesses, target: str) -> None:

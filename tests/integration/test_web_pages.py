@@ -91,7 +91,8 @@ def inbox_shown(driver: WebDriver) -> list[dict[str, str]]:
           return n ? n.textContent : null;
         };
         return Array.from(document.querySelectorAll('#inbox-list .notification')).map(b => ({
-          note: text(b, 'pre.note'), via: text(b, '.via'), type: text(b, '.type'),
+          note: text(b, 'pre.note'), sealed: text(b, 'p.sealed'), via: text(b, '.via'),
+          type: text(b, '.type'),
           from: text(b, '.from'), details: text(b, 'code.details'), new: b.dataset.new,
         }));
         """
@@ -208,3 +209,56 @@ def test_tls_serves_https_with_the_given_certificate(fleet: FleetProcesses, tmp_
         plain = web.url.replace("https://", "http://")
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             urllib.request.urlopen(plain, timeout=10).read()
+
+
+def test_a_sealed_note_opens_with_the_operators_key_and_is_never_shown_as_ciphertext(
+    tmp_path: Path,
+) -> None:
+    text = 'signatures = "require"\n' + fleet_text(SHAPE, roles=ROLES, heartbeat=1.0)
+    with run_fleet(tmp_path / "fleet", text) as procs:
+        with (
+            run_web(procs.operator_config, tmp_path / "web.log", "--allow-send") as web,
+            browser() as driver,
+        ):
+            driver.get(web.url)
+            wait(driver, lambda d: "tell" in offered(d), 30, "the root's tell command offered")
+            send_from_page(driver, "tell", {"note": NOTE, "source": "mail"})
+            assert answered(driver, "tell").startswith('tell: "')
+            driver.find_element(By.ID, "nav-inbox").click()
+            wait(driver, inbox_shown, 15, "the job in the inbox")
+            (job,) = inbox_shown(driver)
+            assert job["note"] == NOTE  # opened with the operator's key, as `vox inbox` does
+            assert job["sealed"] is None
+            no_script_ran(driver)
+        inbox = (procs.root / "state" / "operator" / "inbox.jsonl").read_text()
+        assert "vox-sealed:1:" in inbox
+        assert "Netwire" not in inbox
+        # The same console without the operator's sealing key: a clear marker, no ciphertext.
+        keyless = without_seal_key(procs.operator_config)
+        with run_web(keyless, tmp_path / "keyless.log") as web, browser() as driver:
+            driver.get(web.url + "#inbox")
+            wait(driver, inbox_shown, 15, "the kept job")
+            (job,) = inbox_shown(driver)
+            assert job["note"] is None
+            assert job["sealed"] is not None
+            assert "sealed for the operator" in job["sealed"]
+            page = str(driver.execute_script("return document.body.innerText"))
+            assert "vox-sealed" not in page
+            assert "Netwire" not in page
+            assert "note_to_human" not in json.loads(job["details"])
+
+
+def without_seal_key(config: Path) -> Path:
+    """Return a copy of the operator's config (beside it) whose keys lack the sealing key."""
+    text = config.read_text()
+    keys = (config.parent / "operator.signing.toml").read_text()
+    kept = [line for line in keys.splitlines() if not line.startswith("seal_key")]
+    assert len(kept) == len(keys.splitlines()) - 1, "the operator's bundle holds its sealing key"
+    copy = config.parent / "keyless.signing.toml"
+    copy.write_text("\n".join(kept) + "\n")
+    copy.chmod(0o600)
+    assert 'keys_file = "operator.signing.toml"' in text, text
+    out = config.parent / "keyless.toml"
+    out.write_text(text.replace("operator.signing.toml", copy.name))
+    out.chmod(0o640)
+    return out

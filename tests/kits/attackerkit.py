@@ -1,21 +1,30 @@
-"""An identity with the broker's power: it may read and write every topic (docs/security.md)."""
+"""An identity with the broker's power: it may read and write every topic (docs/security.md).
+
+With it, what the signature tests read of a live fleet: ledgers, rejections, views.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from tests.kits.fleetproc import FleetProcesses, wait_until
 from vox_mqtt.broker.render import BrokerDir
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.messages import now_iso
 
 ATTACKER = "attacker"
@@ -117,3 +126,49 @@ def raw_envelope(
         **extra,
     }
     return json.dumps(message).encode()
+
+
+async def rows_of(path: Path) -> list[dict[str, Any]]:
+    """Return a ledger's rows, newest first, read-only."""
+    async with VOXAgentMemory(path, read_only=True) as memory:
+        return await memory.get_recent(10_000)
+
+
+def ledger(procs: FleetProcesses, name: str) -> list[dict[str, Any]]:
+    """Read an agent's ledger (read-only, beside the running daemon), from any thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, rows_of(procs.ledger(name))).result(30)
+
+
+def rejected(procs: FleetProcesses, name: str) -> list[str]:
+    """Return the reasons of every message an agent's ledger recorded rejected."""
+    return [str(r["reason"]) for r in ledger(procs, name) if r["action"] == "rejected"]
+
+
+def command_capture(attacker: Attacker, ids: dict[str, UUID]) -> tuple[Captured, str, str]:
+    """Return the command a coordinator sent a specialist, with their names."""
+    names = {str(v): k for k, v in ids.items()}
+    for seen in attacker.captured():
+        parts = seen.topic.split("/")
+        to_spec = len(parts) == 4 and names.get(parts[1], "").startswith("spec")
+        if to_spec and json.loads(seen.payload)["type"] == "command_request":
+            return seen, names[parts[1]], names[parts[3]]
+    raise AssertionError("no command to a specialist was captured")
+
+
+def wait_rejected(procs: FleetProcesses, name: str, count: int) -> list[str]:
+    """Wait until an agent recorded count rejections; return their reasons."""
+    wait_until(lambda: len(rejected(procs, name)) >= count, 20, f"{count} rejections at {name}")
+    return rejected(procs, name)
+
+
+async def wait_view(
+    console: OperatorConsole, agent: UUID, status: str, *, timeout: float = 20
+) -> None:
+    """Wait until the console's view shows an agent in a state."""
+    async with asyncio.timeout(timeout):
+        while True:
+            entry = console.view.get(agent)
+            if entry is not None and entry.status == status:
+                return
+            await asyncio.sleep(0.05)

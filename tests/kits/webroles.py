@@ -8,10 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, JobDetected, Price
+from vox_mqtt.protocol.signing import seal_note
 
 
 class Notifier(Role):
-    """Tell the operator of a job (note_to_human as given), or take a while, or fail."""
+    """Tell the operator of a job (note_to_human as given, sealed in a signed fleet), or take
+    a while, or fail."""
 
     @command
     async def tell(self, note: str, source: str) -> str:
@@ -21,7 +23,7 @@ class Notifier(Role):
             end_time=(start + timedelta(hours=2)).isoformat(),
             estimated_effort_minutes=90,
             price=Price(currency="EUR", value=300),
-            note_to_human=note,
+            note_to_human=seal_note(note, self.agent.config.broker.signing),
         )
         tracked = await self.agent.notify_master(MSG_JOB_DETECTED, job, message_source=source)
         return str(tracked.message_id)

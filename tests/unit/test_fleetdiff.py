@@ -375,3 +375,18 @@ def test_a_new_site_is_a_change_of_the_fleets_brokers() -> None:
     assert kinds(diff) == [("brokers", "brokers")]
     assert "+line" in diff.changes[0].text
     assert diff.brokers == ("core", "plant", "line")
+
+
+def test_the_command_says_a_change_of_the_replay_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = write(tmp_path, "old.toml", fleet())
+    new = tmp_path / "new.toml"
+    new.write_text('signatures = "require"\nreplay_window = 120\n' + old.read_text())
+    code, out, _ = run(capsys, "fleet", "diff", old, new)
+    assert code == 0
+    assert "signatures: off -> require" in out
+    assert "reconnects once, cleanly, so that its will is signed" in out
+    assert "replay window: 600 s -> 120 s: `vox agent render` every bundle" in out
+    code, out, _ = run(capsys, "fleet", "diff", old, new, "--json")
+    assert json.loads(out)["replay_window"] == {"old": 600.0, "new": 120.0}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
@@ -9,8 +11,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import FleetError
+from vox_mqtt.protocol.hierarchy import parse_fleet
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.signing import (
+    REPLAY_WINDOW,
     Keyring,
     SealKey,
     Signing,
@@ -19,13 +24,15 @@ from vox_mqtt.protocol.signing import (
     is_sealed,
     open_sealed,
     payload_digest,
+    replay_problem,
+    resend_until,
     seal,
     sender_of,
     sign,
     verify_digest,
 )
 from vox_mqtt.transport.publishprops import signature_of, vox_properties, with_user_property
-from vox_mqtt.transport.signing import judge, received_signature, signed_will
+from vox_mqtt.transport.signing import judge, own_key_renewed, received_signature, signed_will
 
 SENDER, TARGET, OTHER = uuid4(), uuid4(), uuid4()
 KEY = SigningKey.generate()
@@ -199,3 +206,67 @@ def test_forged_traffic_is_told_once_per_window() -> None:
     assert incident_due(None, 100.0)
     assert not incident_due(100.0, 100.0 + FORGERY_WINDOW - 1)
     assert incident_due(100.0, 100.0 + FORGERY_WINDOW)
+
+
+NOW = 1_800_000_000.0
+
+
+def iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [
+        (0.0, None),
+        (599.0, None),
+        (629.0, None),  # within the window and the skew allowed
+        (631.0, "STALE"),  # older than both
+        (-29.0, None),  # a clock a little ahead
+        (-31.0, "STALE"),  # too far ahead
+    ],
+)
+def test_a_signed_message_outside_the_replay_window_is_stale(
+    age: float, expected: str | None
+) -> None:
+    assert reason(replay_problem(iso(NOW - age), NOW, 600.0, 30.0)) == expected
+
+
+def test_a_stale_problem_says_its_age_and_the_window() -> None:
+    problem = replay_problem(iso(NOW - 700), NOW, 600.0, 30.0)
+    assert problem == (
+        "STALE: emitted 700 s ago, older than the replay window (600 s, 30 s of clock skew allowed)"
+    )
+    assert reason(replay_problem("yesterday", NOW, 600.0, 30.0)) == "STALE"
+
+
+def test_the_sender_stops_at_the_window_before_its_receiver_refuses() -> None:
+    # Every re-send the sender still makes is taken by a receiver whose clock agrees within
+    # the skew: the two rules never leave a genuine message refused and not ended.
+    for window in (5.0, 600.0):
+        emitted = iso(NOW)
+        until = resend_until(emitted, window)
+        assert until == pytest.approx(NOW + window)
+        for skew in (0.0, 30.0):
+            for clock_error in (-skew, 0.0, skew):
+                assert replay_problem(emitted, until - 0.001 + clock_error, window, skew) is None
+    assert resend_until("not a time", 600.0) == -math.inf
+
+
+def test_the_fleet_file_names_the_replay_window() -> None:
+    base = f'[operator]\nid = "{uuid4()}"\n[[agents]]\nname = "root"\nid = "{uuid4()}"\n'
+    assert parse_fleet(base).replay_window == REPLAY_WINDOW == 600.0
+    assert parse_fleet("replay_window = 30\n" + base).replay_window == 30.0
+    for bad in ("0", "-1", '"600"', "true", "100000"):
+        with pytest.raises(FleetError, match="replay_window"):
+            parse_fleet(f"replay_window = {bad}\n" + base)
+
+
+def test_only_a_new_own_key_renews_the_will() -> None:
+    other = SigningKey.generate()
+    mine = Signing(mode="require", key=KEY, keyring=RING)
+    assert not own_key_renewed(mine, Signing(mode="require", key=KEY))  # new peers' keys only
+    assert own_key_renewed(mine, Signing(mode="require", key=other))
+    assert own_key_renewed(None, mine)  # signing starts
+    assert own_key_renewed(mine, Signing(mode="off", key=KEY))  # signing stops
+    assert not own_key_renewed(Signing(key=None, keyring=RING, mode="require"), None)

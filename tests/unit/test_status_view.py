@@ -27,6 +27,8 @@ def status(
     code: str | None = None,
     started: str = "2026-01-01T00:00:00+00:00",
     commands: list[str] | None = None,
+    sequence: int | None = None,
+    metrics: dict[str, int] | None = None,
 ) -> VOXMessage:
     report = AgentStatus(
         name="spec",
@@ -36,6 +38,8 @@ def status(
         started_at=started,
         heartbeat_interval=1.0,
         commands=commands or ["analyze"],
+        sequence=sequence,
+        metrics=metrics or {},
     )
     return new_message(MSG_AGENT_STATUS, source=AGENT, target=MASTER, details=report)
 
@@ -175,3 +179,41 @@ def test_a_birth_seen_first_on_the_presence_waits_for_its_commands() -> None:
     for _ in range(100):
         view.update(presence("ACTIVE", 2), presence=True)
     assert (entry.commands, entry.rejected) == (("new",), None)
+
+
+def test_a_replayed_older_status_of_the_same_epoch_is_ignored() -> None:
+    clock = Clock()
+    view = FleetView(clock=clock)
+    old = status("ACTIVE", 3, sequence=1, metrics={"messages_in": 1})
+    view.update(old)
+    view.update(status("ACTIVE", 3, sequence=5, metrics={"messages_in": 9}))
+    clock.now += 2.5
+    # The older one again, and the newest again: neither is news, neither refreshes it.
+    assert view.update(old) is None
+    assert view.update(status("ACTIVE", 3, sequence=5)) is None
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert entry.metrics == {"messages_in": 9}
+    clock.now += 1.0
+    assert [c.new for c in view.refresh()] == ["STALE"]  # replays kept nothing fresh
+    # The next genuine one is taken; so is the will, which has no sequence.
+    assert view.update(status("ACTIVE", 3, sequence=6)) is not None
+    assert view.update(status("INACTIVE", 3, code="VM_CONNECTION_LOST")) is not None
+
+
+def test_sequences_count_per_epoch_start_and_topic() -> None:
+    view = FleetView()
+    view.update(status("ACTIVE", 3, sequence=9))
+    # The presence counts on its own: a low sequence there is not a replay of the status.
+    assert view.update(status("ACTIVE", 3, sequence=2), presence=True) is None  # no change
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert entry.sequences[True][2] == 2
+    # A new epoch, or the same epoch from a later start (a wiped state dir), starts over.
+    view.update(status("ACTIVE", 4, sequence=1, metrics={"messages_in": 4}))
+    assert entry.sequences[False][2] == 1
+    assert entry.metrics == {"messages_in": 4}
+    later = "2026-01-02T00:00:00+00:00"
+    view.update(status("ACTIVE", 4, sequence=1, started=later, metrics={"messages_in": 1}))
+    assert entry.sequences[False] == (4, later, 1)
+    assert entry.metrics == {"messages_in": 1}

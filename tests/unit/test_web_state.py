@@ -8,7 +8,13 @@ from uuid import UUID, uuid4
 import pytest
 
 from vox_mqtt.console.web import Hub, _event, _page
-from vox_mqtt.console.web_operator import inbox_rows, parse_inbox, request_rows, timeline_rows
+from vox_mqtt.console.web_operator import (
+    inbox_rows,
+    note_of,
+    parse_inbox,
+    request_rows,
+    timeline_rows,
+)
 from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback, same_secret
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
@@ -21,6 +27,7 @@ from vox_mqtt.protocol.messages import (
     now_iso,
     serialize,
 )
+from vox_mqtt.protocol.signing import SealKey, seal
 from vox_mqtt.transport.session import Inbound
 
 OPERATOR = uuid4()
@@ -332,3 +339,18 @@ def test_the_inbox_keeps_the_note_apart_and_counts_the_new_ones() -> None:
     assert newest["source_name"] is None
     assert inbox_rows(entries, None, {})[1] == 2  # no mark: all of them are new
     assert inbox_rows(entries, str(uuid4()), {})[1] == 2  # a mark not found: the same
+
+
+def test_a_sealed_note_opens_with_the_operators_key_or_says_it_is_sealed() -> None:
+    key, other = SealKey.generate(), SealKey.generate()
+    sealed = seal("Client: Netwire", key.public)
+    entries = [{"message_id": str(uuid4()), "details": {"note_to_human": sealed, "price": 1}}]
+    [row], _ = inbox_rows(entries, None, {}, key)
+    assert (row["note"], row["sealed"]) == ("Client: Netwire", None)
+    for wrong in (None, other):
+        [row], _ = inbox_rows(entries, None, {}, wrong)
+        assert row["note"] is None
+        assert row["sealed"].startswith("sealed for the operator")
+        assert "vox-sealed" not in json.dumps(row)  # never the ciphertext
+    assert note_of("in clear", None) == ("in clear", None)
+    assert note_of(None, key) == (None, None)

@@ -91,6 +91,7 @@ class VOXAgent:
             on_connect=self._on_connect,
         )
         self._session.on_forgery = self._forged  # docs/security.md
+        self._session.on_unsigned = self._count_unsigned
         self._ctx = AgentContext(
             config=config,
             ledger=self.memory,
@@ -327,14 +328,14 @@ class VOXAgent:
         self._use(replace(self.config, broker=replace(self.config.broker, password=password)))
         self._session.use_password(password)
 
-    def update_signing(self, signing: Signing | None) -> None:
-        """Sign and verify with new keys at once (a rotation, docs/security.md); stay connected."""
+    def update_signing(self, signing: Signing | None) -> bool:
+        """Sign and verify with new keys at once (a rotation, docs/security.md).
+
+        Return whether the session reconnects once: its own key is new, and so must the
+        signature of its will be (Session.use_signing); otherwise it stays connected.
+        """
         self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
-        self._session.use_signing(signing)
-        if self._liveness is not None and self._session.connected:
-            # The retained status and presence on the broker were signed with the old key:
-            # an observer that starts now would refuse them as forged. Announce again.
-            self._ctx.tasks.spawn(self._liveness.announce(), "re-announce")
+        return self._session.use_signing(signing)
 
     def _use(self, config: AgentConfig) -> None:
         """Hand every part the new config (the others read it from the context)."""
@@ -453,6 +454,9 @@ class VOXAgent:
         self._outbox.redeliver(unsent)
         await self._lifecycle.resume()
         await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
+
+    def _count_unsigned(self) -> None:
+        self.metrics.unsigned += 1  # "accept": let through, and counted (docs/security.md)
 
     def _forged(self, topic: str, problem: str) -> None:
         """Tell the war room, once per window, that traffic on this agent's topics is forged."""

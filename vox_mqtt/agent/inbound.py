@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
-from vox_mqtt.agent.outbox import Outbox, deadline_passed
+from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
@@ -30,6 +31,7 @@ from vox_mqtt.agent.prepared import Row, Staged
 from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
+from vox_mqtt.agent.sendrules import deadline_passed
 from vox_mqtt.agent.tracking import RequestState, RequestTracker
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -54,6 +56,7 @@ from vox_mqtt.protocol.messages import (
     parse,
 )
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.protocol.signing import STALE, SignedTopic, replay_problem
 from vox_mqtt.protocol.sitelinks import parse_link_topic
 from vox_mqtt.transport.session import Inbound, Session
 
@@ -181,6 +184,8 @@ class InboundPipeline:
         except InvalidMessage as exc:
             await self._reject_unparsable(inbound, topic, exc)
             return
+        if await self._refused_stale(inbound, message):
+            return
         config = self.config
         admission = Admission(
             me=config.id,
@@ -244,6 +249,32 @@ class InboundPipeline:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
         await self._hand_on(message, plan, staged)
+
+    async def _refused_stale(self, inbound: Inbound, message: VOXMessage) -> bool:
+        """Refuse a signed message outside the replay window (STALE); return whether it was.
+
+        A signed emitted_at is the sender's own: older than the window, it is a replay the
+        dedupe index may no longer know, and its sender stopped re-sending it at the window
+        (docs/security.md, replays). An unsigned one proves nothing by its age.
+        """
+        signing = self.config.broker.signing
+        if signing is None or not isinstance(inbound.topic, SignedTopic):
+            return False
+        stale = replay_problem(
+            message.emitted_at, time.time(), signing.replay_window, signing.clock_skew
+        )
+        if stale is None:
+            return False
+        log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
+        self._metrics.rejected.inc(STALE)
+        await self._ledger.record_rejected(
+            inbound.payload,
+            stale,
+            topic=inbound.topic,
+            source=message.source,
+            message_id=message.message_id,
+        )
+        return True
 
     def _ack_rows(self, message: VOXMessage, plan: Plan) -> tuple[VOXMessage | None, list[Row]]:
         """The ack the plan owes a message, and its "sent" row for the message's commit.

@@ -13,7 +13,7 @@ from uuid import UUID
 from vox_mqtt._version import __version__
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.logonce import Repeats
-from vox_mqtt.agent.outbox import check_size
+from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.agent.warroompost import WarroomPoster
 from vox_mqtt.ledger.witness import HeadWitness
 from vox_mqtt.observe.observer import read_status
@@ -77,6 +77,9 @@ class Liveness:
         self.epoch_counter = EpochCounter(self.config.state_dir)
         self.epoch = self.epoch_counter.value
         self.started_at = now_iso()
+        # Counts up with every status and presence of this epoch: a watcher ignores one not
+        # newer than the last it took (a replay, docs/security.md); the will carries none.
+        self.sequence = 0
         self.connected_at: float | None = None  # monotonic time of the latest birth
         self._resumed = False  # the broker kept our session: queued old news may follow
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
@@ -106,6 +109,7 @@ class Liveness:
         head: tuple[int, str] | None = None,
         detail: str | None = None,
         presence: bool = False,
+        counted: bool = True,
     ) -> VOXMessage:
         """Return the full status, or (presence) what its children may read of it.
 
@@ -129,6 +133,7 @@ class Liveness:
             metrics=metrics or {},
             ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
             detail=None if detail is None else detail[:300],
+            sequence=self._next_sequence() if counted else None,
         )
         return new_message(
             MSG_AGENT_STATUS,
@@ -138,14 +143,20 @@ class Liveness:
             message_source=self.config.message_source,
         )
 
+    def _next_sequence(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
     def will(self) -> Will | None:
         """Return the will for the next connection, which starts a new epoch."""
         if not self.config.publish_status:
             return None
         self.epoch = self.epoch_counter.next()
+        self.sequence = 0
         # One will per connection, on the presence: its children and its master (who reads
         # both topics) learn of the loss alike; the full status keeps its last report.
-        message = self._status_message(INACTIVE, VM_CONNECTION_LOST, presence=True)
+        # Without a sequence: the broker publishes it after every status of its epoch.
+        message = self._status_message(INACTIVE, VM_CONNECTION_LOST, presence=True, counted=False)
         return Will(
             topic=topics.presence(self.config.id),
             payload=serialize(message),
@@ -187,11 +198,6 @@ class Liveness:
         await self._publish(message)
         if presence:
             await self._publish(self._status_message(state, code, presence=True), presence=True)
-
-    async def announce(self) -> None:
-        """Publish the status and the presence now (after a key rotation), never raising."""
-        if self._online():
-            await self._safely(self.publish_status(presence=True))
 
     async def _publish(self, message: VOXMessage, *, presence: bool = False) -> None:
         session = self.ctx.session

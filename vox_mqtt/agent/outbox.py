@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.ports import Publisher, Recorder, Settings
+from vox_mqtt.agent.sendrules import check_size, deadline_passed, expiry, outlived, resend_deadline
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
@@ -25,7 +26,6 @@ from vox_mqtt.protocol.errors import (
     CommandFailed,
     DeliveryFailed,
     InvalidMessage,
-    MessageTooLarge,
     VoxError,
 )
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, CancelRequest
@@ -38,16 +38,14 @@ from vox_mqtt.protocol.messages import (
     ErrorCode,
     MessageAcknowledged,
     VOXMessage,
-    expiry_seconds,
     new_message,
     parse,
-    parse_timestamp,
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.transport.publishprops import PublishProperties
 
-__all__ = ["Outbox", "Outgoing", "check_size", "deadline_passed"]
+__all__ = ["Outbox", "Outgoing"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -60,6 +58,7 @@ class _Delivery:
     payload: bytes
     props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
     give_up_at: float
+    resend_until: float | None  # wall clock: past it a signed message is not sent again
     delay: float
     counted: bool = False  # counted in messages_out
     timer: asyncio.TimerHandle | None = None
@@ -165,6 +164,10 @@ class Outbox:
                 reason = "its deadline passed while this agent was stopped"
                 ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self._tasks.spawn(ending, "expire")
+            elif (too_old := self._outlived(message)) is not None:
+                failed = RequestState.FAILED
+                ending = self.end(tracked, failed, ErrorCode.DELIVERY_FAILED, too_old)
+                self._tasks.spawn(ending, "outlived")
             else:
                 self._schedule(tracked, payload, resend=True)
 
@@ -188,12 +191,13 @@ class Outbox:
     def _schedule(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
-        fixed = None if _expiry(message) else self._props.inbox(message.target, message.type)
+        fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
         delivery = _Delivery(
             tracked=tracked,
             payload=payload,
             props=fixed,
             give_up_at=time.monotonic() + self.config.request_timeout,
+            resend_until=self._resend_until(message),
             delay=self.config.resend_initial,
         )
         self._deliveries[tracked.message_id] = delivery
@@ -213,6 +217,11 @@ class Outbox:
             self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
         message = tracked.message
+        until = delivery.resend_until
+        if until is not None and (too_old := self._outlived(message, until)) is not None:
+            metrics.delivery_failures += 1
+            self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
+            return
         if resend:
             metrics.resends += 1
         elif not delivery.counted:
@@ -220,7 +229,7 @@ class Outbox:
         delivery.counted = True
         props = delivery.props
         if props is None:
-            props = self._props.inbox(message.target, message.type, expiry=_expiry(message))
+            props = self._props.inbox(message.target, message.type, expiry=expiry(message))
         topic = topics.inbox(message.target, self.config.id)
         try:
             outcome = self._publisher.publish_soon(topic, delivery.payload, props=props)
@@ -231,8 +240,17 @@ class Outbox:
             outcome.add_done_callback(functools.partial(self._published, tracked))
         # No connection up: the next try comes at the same pace; the session reconnects.
         loop = asyncio.get_running_loop()
-        delivery.timer = loop.call_later(delivery.delay, self._attempt, delivery)
+        delay = delivery.delay
+        if until is not None:
+            delay = min(delay, max(0.0, until - time.time()))  # end it at the window, not later
+        delivery.timer = loop.call_later(delay, self._attempt, delivery)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    def _resend_until(self, message: VOXMessage) -> float | None:
+        return resend_deadline(message, self.config.broker.signing)
+
+    def _outlived(self, message: VOXMessage, until: float | None = None) -> str | None:
+        return outlived(message, self.config.broker.signing, until)
 
     def _published(self, tracked: TrackedRequest, outcome: asyncio.Future[Any]) -> None:
         """The broker's answer to one publish: a PUBACK, a refusal, or a dropped connection."""
@@ -536,33 +554,3 @@ class Outbox:
             message.reply(type, details, message_source=self.config.message_source),
             expects_reply=False,
         )
-
-
-def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
-    """Refuse a message over the size limit before it is recorded or published.
-
-    The broker would drop the connection for an oversize packet, and every receiver would
-    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
-    """
-    if len(payload) > limit:
-        raise MessageTooLarge(
-            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
-            size=len(payload),
-            limit=limit,
-        )
-
-
-def deadline_passed(message: VOXMessage, *, now: float | None = None) -> bool:
-    """Tell whether a command_request's deadline has passed (False without one)."""
-    deadline = message.details.get("deadline")
-    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
-        return False
-    return parse_timestamp(deadline).timestamp() <= (time.time() if now is None else now)
-
-
-def _expiry(message: VOXMessage) -> int | None:
-    """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
-    deadline = message.details.get("deadline")
-    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
-        return None
-    return expiry_seconds(deadline)

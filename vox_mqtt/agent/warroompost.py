@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
-from vox_mqtt.agent.outbox import check_size
+from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.observe.warroom import (
     DISK_FULL,
     INCIDENT_CODE,

@@ -70,12 +70,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     diff = diff_fleets(old, new)
     steps = plan_steps(diff, fleet=str(args.new), broker_dir=args.broker_dir, bundles=args.bundles)
     signatures = {"old": old.signatures, "new": new.signatures}
+    window = {"old": old.replay_window, "new": new.replay_window}
     if args.json:
         print_json(
             {
                 **diff.as_dict(),
                 "steps": [step.as_dict() for step in steps],
                 "signatures": signatures,
+                "replay_window": window,
             }
         )
     if diff.refused:
@@ -85,6 +87,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if not args.json:
         out_console().print(_diff_text(diff, steps), markup=False, end="")
         out_console().print(_signatures_text(old.signatures, new.signatures), markup=False)
+        if old.replay_window != new.replay_window:
+            out_console().print(
+                f"replay window: {old.replay_window:g} s -> {new.replay_window:g} s: `vox agent"
+                " render` every bundle and SIGHUP every agent; each applies it at once"
+                " (docs/security.md, replays)",
+                markup=False,
+            )
     return 0
 
 
@@ -94,7 +103,9 @@ def _signatures_text(old: str, new: str) -> str:
         return f"signatures: {new} (unchanged)"
     return (
         f"signatures: {old} -> {new}: `vox broker render`, then `vox agent render` every bundle "
-        "and SIGHUP every agent; each applies it without reconnecting (docs/security.md)"
+        "and SIGHUP every agent; each applies it at once, and one that starts or stops signing "
+        "reconnects once, cleanly, so that its will is signed as the mode says "
+        "(docs/security.md)"
     )
 
 

@@ -129,11 +129,15 @@ def _operator_pages(reader: Reader, config: Path) -> OperatorPages | None:
     """Return the operator's pages when the console runs with the operator's config."""
     if reader.kind != "operator":
         return None
-    op = load_console_config(config).operator
+    console = load_console_config(config)
+    op = console.operator
     state = op.state_dir.expanduser()
     state = state if state.is_absolute() else config.absolute().parent / state
     names = {str(op.id): op.name, str(op.root_id): op.root_name}
-    return OperatorPages(state_dir=state, operator_id=op.id, names=names)
+    # The operator's bundle holds its sealing key: the inbox opens sealed notes with it.
+    signing = console.signing
+    seal_key = None if signing is None else signing.signing(config.absolute().parent).seal_key
+    return OperatorPages(state_dir=state, operator_id=op.id, names=names, seal_key=seal_key)
 
 
 def cmd_web(args: argparse.Namespace) -> int:

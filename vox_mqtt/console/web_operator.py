@@ -28,6 +28,7 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
     MSG_COMMAND_RESULT,
 )
+from vox_mqtt.protocol.signing import SealKey, is_sealed, open_sealed
 
 __all__ = [
     "INBOX_SHOWN",
@@ -35,6 +36,7 @@ __all__ = [
     "REQUESTS_SHOWN",
     "OperatorPages",
     "inbox_rows",
+    "note_of",
     "parse_inbox",
     "request_rows",
     "timeline_rows",
@@ -67,14 +69,37 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def note_of(note: Any, seal_key: SealKey | None) -> tuple[str | None, str | None]:
+    """Return a note_to_human as the person may read it, and why it is sealed (or None).
+
+    A sealed note opens with the operator's key, as `vox inbox` opens it; without the key
+    (or one it does not open with) the row says it is sealed, and never shows ciphertext
+    (docs/security.md, sealed notes).
+    """
+    if note is None:
+        return None, None
+    if not is_sealed(note):
+        return str(note), None
+    if seal_key is None:
+        return None, "sealed for the operator: this console has no operator key to open it"
+    try:
+        return open_sealed(str(note), seal_key), None
+    except ValueError:
+        return None, "sealed for the operator: it does not open with this console's key"
+
+
 def inbox_rows(
-    entries: list[dict[str, Any]], last_read: str | None, names: Mapping[str, str]
+    entries: list[dict[str, Any]],
+    last_read: str | None,
+    names: Mapping[str, str],
+    seal_key: SealKey | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Return the newest notifications first, as rows, and how many are unread.
 
-    A row keeps the job's note_to_human apart (`note`), for the person only; the rest of
-    the details is shown as JSON text. `last_read` is the message id `vox inbox` marked read
-    last: the ones after it are new (all of them when the mark is not found).
+    A row keeps the job's note_to_human apart (`note`, opened with seal_key when sealed;
+    `sealed` says why not when it cannot be), for the person only; the rest of the details
+    is shown as JSON text. `last_read` is the message id `vox inbox` marked read last: the
+    ones after it are new (all of them when the mark is not found).
     """
     unread_from = 0
     if last_read is not None:
@@ -86,7 +111,7 @@ def inbox_rows(
     for index, entry in enumerate(entries):
         raw = entry.get("details")
         details = dict(raw) if isinstance(raw, dict) else {"details": raw}
-        note = details.pop("note_to_human", None)
+        note, sealed = note_of(details.pop("note_to_human", None), seal_key)
         source = _text(entry.get("source"))
         received = entry.get("received_at")
         rows.append(
@@ -98,7 +123,8 @@ def inbox_rows(
                 "source": source,
                 "source_name": None if source is None else names.get(source),
                 "message_source": _text(entry.get("message_source")),
-                "note": None if note is None else str(note),
+                "note": note,
+                "sealed": sealed,
                 "details": json.dumps(details, default=str, sort_keys=True),
                 "new": index >= unread_from,
             }
@@ -244,6 +270,7 @@ class OperatorPages:
     state_dir: Path
     operator_id: UUID
     names: dict[str, str]  # id -> name, for the sources of notifications
+    seal_key: SealKey | None = None  # the operator's, to open sealed notes (docs/security.md)
     _memory: VOXAgentMemory | None = None
     _inbox_seen: tuple[tuple[int, int] | None, ...] | None = None
     _head_seen: int | None = None
@@ -268,7 +295,7 @@ class OperatorPages:
         except OSError as exc:
             return {"entries": [], "unread": 0, "error": f"cannot read {path}: {_why(exc)}"}
         last = _read_mark(path.with_name("inbox.read"))
-        rows, unread = inbox_rows(entries, last, self.names)
+        rows, unread = inbox_rows(entries, last, self.names, self.seal_key)
         return {"entries": rows, "unread": unread, "total": len(entries), "error": None}
 
     async def _ledger(self) -> VOXAgentMemory | None:

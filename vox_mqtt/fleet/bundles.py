@@ -144,7 +144,7 @@ def _write_keys(
         ]
     name = f"{identity}.signing.toml"
     atomic_write(folder / name, "\n".join(lines) + "\n", mode=0o600)
-    return {"mode": fleet.signatures, "keys_file": name}
+    return {"mode": fleet.signatures, "keys_file": name, "replay_window": fleet.replay_window}
 
 
 def _keys_home(broker_dir: Path) -> Path:

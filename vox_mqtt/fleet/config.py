@@ -22,7 +22,15 @@ from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import MAX_CHILDREN
 from vox_mqtt.protocol.messages import MAX_HEARTBEAT_INTERVAL
 from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
-from vox_mqtt.protocol.signing import Keyring, SealKey, Signing, SigningKey, key_id
+from vox_mqtt.protocol.signing import (
+    CLOCK_SKEW,
+    REPLAY_WINDOW,
+    Keyring,
+    SealKey,
+    Signing,
+    SigningKey,
+    key_id,
+)
 from vox_mqtt.protocol.topics import WARROOM_FILTER, WARROOM_ID
 
 __all__ = [
@@ -97,6 +105,10 @@ class SigningSection(_Section):
 
     mode: Literal["require", "accept", "off"] = "require"
     keys_file: Path  # its own private key and its peers' public keys (0600)
+    # A signed message older than this (plus the skew) is refused STALE, and its sender stops
+    # re-sending it at this age: the fleet file's replay_window (docs/security.md).
+    replay_window: Seconds = REPLAY_WINDOW
+    clock_skew: Annotated[float, Field(ge=0, le=3600)] = CLOCK_SKEW
 
     def signing(self, base: Path) -> Signing:
         """Return the keys, read from the keys file (bounded, regular files only)."""
@@ -120,6 +132,8 @@ class SigningSection(_Section):
                 keyring=Keyring(current=current, retired=retired),
                 seal_to=bytes.fromhex(data["seal_to"]) if "seal_to" in data else None,
                 seal_key=None if seal_key is None else SealKey(bytes.fromhex(seal_key)),
+                replay_window=self.replay_window,
+                clock_skew=self.clock_skew,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(

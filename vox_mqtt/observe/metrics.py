@@ -106,6 +106,7 @@ COUNTERS: Final[Mapping[str, CounterSpec]] = {
     "commands_failed": CounterSpec(label="code", help="commands answered with an error, by code"),
     "ledger_records": CounterSpec(label=None, help="records written to the ledger"),
     "reconnects": CounterSpec(label=None, help="broker connections after the first"),
+    "unsigned": CounterSpec(label=None, help='unsigned messages let through (signatures "accept")'),
     "witness_skipped": CounterSpec(
         label=None, help="children's ledger heads not recorded: they came faster than the bound"
     ),
@@ -262,6 +263,7 @@ class AgentMetrics:
         self.delivery_failures = 0
         self.ledger_records = 0
         self.reconnects = 0
+        self.unsigned = 0  # counted by the session's verdicts (docs/security.md, modes)
         self.witness_skipped = 0
         self.cancels_received = 0
         self.cancels_sent = 0

@@ -192,6 +192,9 @@ class AgentLiveness:
     advertised: tuple[str, ...] | None = None
     changes: ChangeBudget = dataclass_field(default_factory=ChangeBudget)
     epoch_of_commands: int = -1  # the epoch of the full status `commands` came from
+    # The newest sequence taken of its full status (False) and its presence (True), with the
+    # epoch and start it counts within: an older or equal one is a replay (docs/security.md).
+    sequences: dict[bool, tuple[int, str, int]] = dataclass_field(default_factory=dict)
 
     def misbehaving(self, now: float | None = None) -> bool:
         """Return whether a status of this agent was refused within the hold time."""
@@ -341,8 +344,10 @@ class FleetView:
         if problem is not None:
             self._reject(message.source, problem)
             return None
-        if not self._supersedes(entry, report):
+        if not self._supersedes(entry, report) or _replayed(entry, report, presence):
             return None
+        if report.sequence is not None:
+            entry.sequences[presence] = (report.epoch, report.started_at, report.sequence)
         now = self._clock()
         if report.status == ACTIVE and not presence:
             listed = tuple(report.commands)
@@ -494,3 +499,19 @@ class FleetView:
             if entry is not None and entry.healthy:
                 commands.update(entry.commands)
         return commands
+
+
+def _replayed(entry: AgentLiveness, report: AgentStatus, presence: bool) -> bool:
+    """Tell whether a status is not newer than one already taken of its epoch and start.
+
+    A broker may deliver a live agent's genuine older status again (a replay: its signature
+    still holds); taken, it would show old figures or keep a frozen agent fresh. A status
+    without a sequence (a will, an agent from before them) is judged by its epoch alone.
+    """
+    last = entry.sequences.get(presence)
+    return (
+        report.sequence is not None
+        and last is not None
+        and last[:2] == (report.epoch, report.started_at)
+        and report.sequence <= last[2]
+    )

@@ -13,6 +13,7 @@ from typing import Any, Final
 from uuid import UUID, uuid4
 
 from vox_mqtt.protocol.errors import FleetError
+from vox_mqtt.protocol.signing import REPLAY_WINDOW
 from vox_mqtt.protocol.sites import BrokerSpec, Placement, broker_lines, parse_brokers, place_agents
 from vox_mqtt.protocol.topics import WARROOM_ID
 
@@ -31,6 +32,8 @@ __all__ = [
 # (`vox/<uuid>/status`, 50 bytes of a SUBSCRIBE each): 1,000 of them take 50 KB, well
 # within the broker's max_packet_size (docs/broker.md), with room for its other filters.
 MAX_CHILDREN: Final = 1000
+# A replay window longer than a day keeps a captured message usable for too long.
+MAX_REPLAY_WINDOW: Final = 86400.0
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _AGENT_KEYS = frozenset(
@@ -96,6 +99,8 @@ class Fleet:
     brokers: tuple[BrokerSpec, ...] = ()
     # Whether messages must be signed: "require", "accept" or "off" (docs/security.md).
     signatures: str = "off"
+    # Seconds a signed message may be taken after its emission, and re-sent (docs/security.md).
+    replay_window: float = REPLAY_WINDOW
     _by_id: dict[UUID, AgentSpec] = field(init=False, repr=False, compare=False)
     _by_name: dict[str, AgentSpec] = field(init=False, repr=False, compare=False)
     _children: dict[UUID, tuple[AgentSpec, ...]] = field(init=False, repr=False, compare=False)
@@ -213,7 +218,9 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     except tomllib.TOMLDecodeError as exc:
         raise FleetError([f"{source}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
-    unknown_top = sorted(set(data) - {"operator", "agents", "brokers", "signatures"})
+    unknown_top = sorted(
+        set(data) - {"operator", "agents", "brokers", "signatures", "replay_window"}
+    )
     if unknown_top:
         problems.append(f"{source}: unknown section(s) {', '.join(unknown_top)}")
     # Absent: "off", as every fleet file before signatures; `vox init` writes "require".
@@ -222,6 +229,17 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
         problems.append(
             f'{source}: signatures = {signatures!r}: must be "require", "accept" or "off"'
         )
+    replay_window = data.get("replay_window", REPLAY_WINDOW)
+    if (
+        isinstance(replay_window, bool)
+        or not isinstance(replay_window, int | float)
+        or not 0 < replay_window <= MAX_REPLAY_WINDOW
+    ):
+        problems.append(
+            f"{source}: replay_window = {replay_window!r}: must be seconds,"
+            f" over 0 and at most {MAX_REPLAY_WINDOW:g}"
+        )
+        replay_window = REPLAY_WINDOW
 
     operator = data.get("operator")
     operator_id: UUID | None = None
@@ -271,7 +289,9 @@ def parse_fleet(text: str, *, source: str = "fleet.toml") -> Fleet:
     if problems or operator_id is None:
         raise FleetError(problems)
     specs = [replace(spec, broker=placement[spec.id]) for spec in specs]
-    return Fleet(operator_id, operator_name, tuple(specs), brokers, str(signatures))
+    return Fleet(
+        operator_id, operator_name, tuple(specs), brokers, str(signatures), float(replay_window)
+    )
 
 
 def _parse_agent(

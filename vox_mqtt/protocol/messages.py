@@ -510,6 +510,8 @@ class AgentStatus(BaseModel):
     ledger_head: LedgerHead | None = None
     # Why it is DEGRADED (or what its error_code means), for a person.
     detail: Annotated[StrictStr, Field(max_length=300)] | None = None
+    # Counts up in its epoch; older ones are ignored (not in the will: docs/liveness.md).
+    sequence: Annotated[StrictInt, Field(ge=1, le=MAX_EPOCH)] | None = None
 
 
 class JobDetected(_Payload):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -24,17 +26,21 @@ import nacl.public
 import nacl.signing
 
 from vox_mqtt.protocol.errors import TopicError
+from vox_mqtt.protocol.messages import parse_timestamp
 from vox_mqtt.protocol.topics import PREFIX, InboxTopic, StatusTopic, parse_topic
 
 __all__ = [
     "BAD_SIGNATURE",
+    "CLOCK_SKEW",
     "FORGED_TRAFFIC",
     "FORGERY_WINDOW",
     "MALFORMED_SIGNATURE",
     "MISSING_SIGNATURE",
     "MODES",
+    "REPLAY_WINDOW",
     "RETIRED_KEY",
     "SIG_KEY",
+    "STALE",
     "UNKNOWN_KEY",
     "UNKNOWN_SENDER",
     "Keyring",
@@ -49,6 +55,8 @@ __all__ = [
     "key_id",
     "open_sealed",
     "payload_digest",
+    "replay_problem",
+    "resend_until",
     "seal",
     "seal_note",
     "sender_of",
@@ -70,6 +78,12 @@ UNKNOWN_KEY: Final = "UNKNOWN_KEY"
 RETIRED_KEY: Final = "RETIRED_KEY"
 BAD_SIGNATURE: Final = "BAD_SIGNATURE"
 UNKNOWN_SENDER: Final = "UNKNOWN_SENDER"
+# A signed inbox message emitted longer ago than the replay window (or further ahead than
+# the clock skew allowed) is refused as STALE; its sender stops re-sending it at the window
+# itself, so a genuine one is ended at its sender, never refused silently (docs/security.md).
+STALE: Final = "STALE"
+REPLAY_WINDOW: Final = 600.0  # the ledger's dedupe horizon (ledger/_index.py, docs/ledger.md)
+CLOCK_SKEW: Final = 30.0
 SEALED_PREFIX: Final = "vox-sealed:1:"
 # The war-room cause an agent raises when traffic on its topics fails its signature, at most
 # once per window (its open incident stands for the rest: docs/security.md).
@@ -153,6 +167,8 @@ class Signing:
     keyring: Keyring = field(default_factory=Keyring)
     seal_to: bytes | None = None  # the operator's X25519 public key: note_to_human is sealed
     seal_key: SealKey | None = None  # the operator's own key pair, to open the notes
+    replay_window: float = REPLAY_WINDOW  # seconds a signed message may be taken after its emission
+    clock_skew: float = CLOCK_SKEW  # how far hosts' clocks may disagree, on top of it
 
     @property
     def signs(self) -> bool:
@@ -198,8 +214,13 @@ def sign(topic: str, payload: bytes, key: SigningKey) -> str:
     return f"{key.kid}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
 
 
+@functools.lru_cache(maxsize=4096)
 def sender_of(topic: str) -> UUID | None:
-    """Return who must have signed a message on topic; None for a topic that names none."""
+    """Return who must have signed a message on topic; None for a topic that names none.
+
+    Kept per topic (an agent hears a handful: its peers' inboxes, statuses, posts): the
+    parse is a tenth of a verification otherwise.
+    """
     try:
         parsed = parse_topic(topic)
     except TopicError:
@@ -266,6 +287,44 @@ def check(
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
         return f"{BAD_SIGNATURE}: the signature of {sender} does not match this topic and payload"
     return None
+
+
+def _emitted(emitted_at: str) -> float | None:
+    try:
+        return parse_timestamp(emitted_at).timestamp()
+    except ValueError:
+        return None
+
+
+def replay_problem(emitted_at: str, now: float, window: float, skew: float) -> str | None:
+    """Return why a signed message emitted then is not taken now (STALE first), or None.
+
+    Older than the window plus the skew allowed, or further ahead than the skew: a replay
+    (the ledger's dedupe index answers only for the window: docs/ledger.md) or a sender
+    whose clock is wrong. Its sender stops re-sending at the window (`resend_until`).
+    """
+    emitted = _emitted(emitted_at)
+    if emitted is None:
+        return f"{STALE}: emitted_at {emitted_at[:40]!r} is not a time"
+    age = now - emitted
+    if age > window + skew:
+        return (
+            f"{STALE}: emitted {age:.0f} s ago, older than the replay window"
+            f" ({window:g} s, {skew:g} s of clock skew allowed)"
+        )
+    if -age > skew:
+        return f"{STALE}: emitted {-age:.0f} s ahead of this host's clock (over {skew:g} s)"
+    return None
+
+
+def resend_until(emitted_at: str, window: float) -> float:
+    """Return the wall-clock time after which a message emitted then is not sent again.
+
+    The sender's side of `replay_problem`, without the skew: a re-send always reaches its
+    receiver within window + skew, as long as the clocks agree that well (-inf: no time).
+    """
+    emitted = _emitted(emitted_at)
+    return -math.inf if emitted is None else emitted + window
 
 
 def seal(text: str, recipient: bytes) -> str:

@@ -10,7 +10,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -20,11 +20,9 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
+from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.transport._mqttdecode import decode_lean
 from vox_mqtt.transport.publishprops import PackedProperties, packed
-
-if TYPE_CHECKING:
-    from vox_mqtt.protocol.settings import BrokerSettings, Will
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +125,11 @@ class Client(aiomqtt.Client):
         self._client._sock_close()  # paho has no public way to drop a connection silently
         if not self._disconnected.done():
             self._disconnected.set_result(None)
+
+    def disconnect_soon(self) -> None:
+        """Send DISCONNECT (the broker discards the will); `lost` completes once it is sent."""
+        if not self._disconnected.done():
+            self._client.disconnect()
 
     async def close(self) -> None:
         """Send DISCONNECT (the broker discards the will) and wait for the socket to close."""
@@ -383,3 +386,38 @@ def publish_properties(content_type: str | None, expiry: int | None) -> Properti
     if expiry is not None:
         result.MessageExpiryInterval = expiry
     return packed(result)
+
+
+# Without TCP_NODELAY on both ends a loopback round trip measured 88 ms instead of 1.5 ms.
+_NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def new_client(
+    s: BrokerSettings, *, will: Will | None, tls: ssl.SSLContext | None, receive_maximum: int
+) -> Client:
+    """Build (not connect) the client of one connection attempt as s describes it."""
+    client = Client(
+        s.host,
+        s.port,
+        username=s.username,
+        password=s.password,
+        identifier=s.client_id,
+        logger=logging.getLogger("vox_mqtt.transport.session.mqtt"),
+        protocol=aiomqtt.ProtocolVersion.V5,
+        will=will,
+        timeout=s.connect_timeout,
+        keepalive=s.keepalive,
+        # aiomqtt's default, MQTT_CLEAN_START_FIRST_ONLY, means "clean" on every connect()
+        # of a fresh paho client; a persistent session needs False on every connect. It also
+        # keeps a login check from discarding a stopped agent's session (probe_login).
+        clean_start=False,
+        properties=properties(
+            PacketTypes.CONNECT,
+            SessionExpiryInterval=s.session_expiry,
+            ReceiveMaximum=receive_maximum,
+        ),
+        tls_context=tls,
+        socket_options=[_NODELAY],
+    )
+    client._client.connect_timeout = s.connect_timeout
+    return client

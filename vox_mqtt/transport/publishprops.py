@@ -151,9 +151,22 @@ def with_user_property(props: Properties, key: str, value: str) -> Properties:
     packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
     body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY])
     body += _utf8(key) + _utf8(value)
-    result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    result.__dict__["_packed"] = _varint(len(body)) + body
-    return result
+    return _Appended(_varint(len(body)) + body)
+
+
+class _Appended(PackedProperties):
+    """Packed properties made from bytes alone, once per signed publish.
+
+    paho's own __init__ builds its tables of every property name for each object (most of
+    with_user_property's time, measured); paho only ever asks a publish's properties to
+    pack(), which returns these bytes.
+    """
+
+    def __init__(self, packed: bytes) -> None:  # paho's __init__ skipped on purpose
+        self.__dict__.update(packetType=PacketTypes.PUBLISH, _packed=packed)
+
+    def __str__(self) -> str:
+        return f"<{len(self.__dict__['_packed'])} bytes of packed properties>"
 
 
 def with_expiry(props: Properties, expiry: int) -> Properties:

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import logging
 import random
-import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,30 +14,27 @@ from typing import Any
 
 import aiomqtt
 import paho.mqtt.client as mqtt
-from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
-from vox_mqtt.protocol.signing import SignedTopic, Signing
+from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
 from vox_mqtt.transport._mqttclient import (
     Client,
     broker_error,
-    properties,
+    new_client,
     publish_properties,
     tls_context,
 )
 from vox_mqtt.transport._mqttdecode import RawProperties
-from vox_mqtt.transport.signing import judge, signed_properties, signed_will
+from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will"]
 
 log = logging.getLogger(__name__)
 
-# Without TCP_NODELAY on both ends a loopback round trip measured 88 ms instead of 1.5 ms.
-_NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 # MQTT v5 Receive Maximum: unacknowledged messages the broker may push at once. We send the
 # PUBACK only once a message is in the session queue, so a slow consumer makes the broker keep
 # the rest in the persistent session instead of this process buffering without bound.
@@ -118,6 +114,7 @@ class Session:
         self._spare_will: tuple[Will | None] | None = None
         self.forged = 0  # messages delivered with a forgery verdict
         self.unsigned = 0  # unsigned messages let through in "accept" mode
+        self.on_unsigned: Callable[[], None] | None = None  # told of each (the agent counts)
         self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
 
     @property
@@ -250,13 +247,19 @@ class Session:
             props = publish_properties(content_type, None)
         return client.publish_soon(topic, payload, 1, False, self._signed(topic, payload, props))
 
-    def use_signing(self, signing: Signing | None) -> None:
+    def use_signing(self, signing: Signing | None) -> bool:
         """Sign and verify with these keys from now on (a rotation picked up on SIGHUP).
 
-        The will already registered keeps its signature: it is signed again at the next
-        connection (docs/security.md).
+        A new own key reconnects once, cleanly (the broker discards the old will), so that
+        the will is registered signed with it (docs/security.md); return whether it does.
         """
+        renewed = own_key_renewed(self.settings.signing, signing)
         self.settings = replace(self.settings, signing=signing)
+        if not renewed or self._will is None or self._link is None:
+            return False
+        log.info("%s: a new signing key: reconnecting once for its will", self.settings.client_id)
+        self._link.disconnect_soon()
+        return True
 
     def _signed(self, topic: str, payload: bytes, props: Properties) -> Properties:
         return signed_properties(self.settings.signing, topic, payload, props)
@@ -276,12 +279,23 @@ class Session:
         verdict = judge(signing, topic, payload, message.properties)
         if verdict.unsigned:
             self.unsigned += 1
+            if self.on_unsigned is not None:
+                self.on_unsigned()
         if verdict.forgery is not None:
             self.forged += 1
-            if self.on_forgery is not None:
+            # A retained copy signed with a retired key is what the broker kept from before a
+            # rotation, until its agent's birth under the new key replaces it: refused all the
+            # same, but no sign of forgery (docs/security.md, rotation).
+            kept = inbound.retain and verdict.forgery.startswith(RETIRED_KEY)
+            if self.on_forgery is not None and not kept:
                 self.on_forgery(topic, verdict.forgery)
-            log.warning(
-                "%s: refused a message on %s: %s", self.settings.client_id, topic, verdict.forgery
+            log.log(
+                logging.INFO if kept else logging.WARNING,
+                "%s: refused a %smessage on %s: %s",
+                self.settings.client_id,
+                "retained " if kept else "",
+                topic,
+                verdict.forgery,
             )
         if verdict.signature is not None and verdict.forgery is None:
             topic = SignedTopic.of(topic, verdict.signature, verdict.digest)  # for the ledger
@@ -336,7 +350,7 @@ class Session:
             (will,), self._spare_will = self._spare_will, None
         else:
             will = signed_will(s.signing, self._will() if self._will is not None else None)
-        return _client(s, will=will, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM)
+        return new_client(s, will=will, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM)
 
     async def _open(self) -> Client:
         """Make one connection attempt; raise BrokerUnavailable saying why it failed."""
@@ -537,37 +551,6 @@ class Session:
                 client._client.ack(message.mid, message.qos)
 
 
-def _client(
-    s: BrokerSettings, *, will: Will | None, tls: ssl.SSLContext | None, receive_maximum: int
-) -> Client:
-    """Build (not connect) the client of one connection attempt as s describes it."""
-    client = Client(
-        s.host,
-        s.port,
-        username=s.username,
-        password=s.password,
-        identifier=s.client_id,
-        logger=logging.getLogger(f"{__name__}.mqtt"),
-        protocol=aiomqtt.ProtocolVersion.V5,
-        will=will,
-        timeout=s.connect_timeout,
-        keepalive=s.keepalive,
-        # aiomqtt's default, MQTT_CLEAN_START_FIRST_ONLY, means "clean" on every connect()
-        # of a fresh paho client; a persistent session needs False on every connect. It also
-        # keeps a login check from discarding a stopped agent's session (probe_login).
-        clean_start=False,
-        properties=properties(
-            PacketTypes.CONNECT,
-            SessionExpiryInterval=s.session_expiry,
-            ReceiveMaximum=receive_maximum,
-        ),
-        tls_context=tls,
-        socket_options=[_NODELAY],
-    )
-    client._client.connect_timeout = s.connect_timeout
-    return client
-
-
 async def probe_login(s: BrokerSettings, subscribe: str) -> None:
     """Log in as s says, subscribe to one filter at QoS 1, disconnect; acknowledge nothing.
 
@@ -575,7 +558,7 @@ async def probe_login(s: BrokerSettings, subscribe: str) -> None:
     subscription). One message at most reaches this client before it leaves (Receive Maximum
     1), and it is never acknowledged, so what the session holds stays queued for its owner.
     """
-    client = _client(s, will=None, tls=tls_context(s), receive_maximum=1)
+    client = new_client(s, will=None, tls=tls_context(s), receive_maximum=1)
     try:
         await client.__aenter__()
     except Exception as exc:

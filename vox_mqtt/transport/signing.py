@@ -15,7 +15,7 @@ from vox_mqtt.protocol.signing import SIG_KEY, Signing, check, payload_digest, s
 from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.publishprops import signature_of, with_user_property
 
-__all__ = ["Verdict", "judge", "signed_properties", "signed_will"]
+__all__ = ["Verdict", "judge", "own_key_renewed", "signed_properties", "signed_will"]
 
 _LINK_PREFIX = "vox/link/"
 
@@ -45,6 +45,17 @@ def signed_will(signing: Signing | None, will: Will | None) -> Will | None:
         return will
     value = sign(will.topic, will.payload, signing.key)
     return replace(will, user_properties=(*will.user_properties, (SIG_KEY, value)))
+
+
+def own_key_renewed(old: Signing | None, new: Signing | None) -> bool:
+    """Tell whether new signs with another own key than old (a rotation of this identity)."""
+    return _own_kid(old) != _own_kid(new)
+
+
+def _own_kid(signing: Signing | None) -> str | None:
+    if signing is None or signing.key is None or not signing.signs:
+        return None
+    return signing.key.kid
 
 
 def received_signature(raw: RawProperties | Properties | None) -> str | None:

@@ -501,6 +501,7 @@
       if (n.message_source) head.append(el("span", "", " via "), el("span", "via", n.message_source));
       box.append(head);
       if (n.note) box.append(el("pre", "note", n.note));
+      else if (n.sealed) box.append(el("p", "sealed", "\u{1F512} " + n.sealed));
       box.append(el("code", "details", n.details));
       list.append(box);
     });

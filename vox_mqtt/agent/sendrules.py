@@ -1,0 +1,72 @@
+"""What may be sent, and for how long: the size limit, a deadline, the replay window.
+
+Pure rules the outbox applies before a publish and at each re-send (docs/messages.md,
+docs/security.md); the liveness and war-room publishers check the size limit too.
+"""
+
+from __future__ import annotations
+
+import time
+
+from vox_mqtt.protocol.errors import MessageTooLarge
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_REQUEST,
+    VOXMessage,
+    expiry_seconds,
+    parse_timestamp,
+)
+from vox_mqtt.protocol.signing import Signing, resend_until
+
+__all__ = ["check_size", "deadline_passed", "expiry", "outlived", "resend_deadline"]
+
+
+def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
+    """Refuse a message over the size limit before it is recorded or published.
+
+    The broker would drop the connection for an oversize packet, and every receiver would
+    refuse it anyway (docs/messages.md): the caller answers with MESSAGE_TOO_LARGE instead.
+    """
+    if len(payload) > limit:
+        raise MessageTooLarge(
+            f"{message.type} would be {len(payload)} bytes, over the {limit}-byte message limit",
+            size=len(payload),
+            limit=limit,
+        )
+
+
+def deadline_passed(message: VOXMessage, *, now: float | None = None) -> bool:
+    """Tell whether a command_request's deadline has passed (False without one)."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return False
+    return parse_timestamp(deadline).timestamp() <= (time.time() if now is None else now)
+
+
+def expiry(message: VOXMessage) -> int | None:
+    """Return the MQTT expiry of a command_request with a deadline (it is useless after)."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return None
+    return expiry_seconds(deadline)
+
+
+def resend_deadline(message: VOXMessage, signing: Signing | None) -> float | None:
+    """Return when a signed message may no longer be sent (wall clock); None: unsigned.
+
+    Its receiver refuses a signed message older than the replay window as STALE, so its
+    sender ends it then, for good, with a ledger row (docs/security.md, replays).
+    """
+    if signing is None or not signing.signs:
+        return None
+    return resend_until(message.emitted_at, signing.replay_window)
+
+
+def outlived(
+    message: VOXMessage, signing: Signing | None, until: float | None = None
+) -> str | None:
+    """Return why a message may not be sent again (its age), or None."""
+    until = resend_deadline(message, signing) if until is None else until
+    if signing is None or until is None or time.time() < until:
+        return None
+    window = signing.replay_window
+    return f"older than the replay window ({window:g} s): its receiver would refuse it STALE"
