@@ -65,18 +65,7 @@ RequestState = Literal[
     "unknown",
 ]
 # A level's part may also say the level below did not answer in time.
-PartState = Literal[
-    "received",
-    "working",
-    "delegated",
-    "completed",
-    "failed",
-    "canceled",
-    "expired",
-    "rejected",
-    "unknown",
-    "unreachable",
-]
+PartState = Literal[RequestState, "unreachable"]
 REQUEST_STATES: Final = frozenset(RequestState.__args__)  # type: ignore[attr-defined]
 # The states after which a request does nothing more.
 FINAL_STATES: Final = frozenset({"completed", "failed", "canceled", "expired", "rejected"})
