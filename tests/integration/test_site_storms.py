@@ -1,0 +1,291 @@
+"""Broker restarts under a fleet of three sites of 100 agents: no storm of false incidents.
+
+The agents run in one worker process per broker (bench.fleet_worker, as the bench's
+figures 9 and 15 run them), each a VOXAgent with its own identity, ledger and heartbeat;
+the site masters on the core own their site's link (docs/federation.md). An independent
+mosquitto_sub on the core, whose session outlives the restart, records every war-room
+post. Bounds (docs/federation.md, "Restarts and partitions"): after a core restart no
+incident about any agent and at most one SITE_LINK_LOST per site, resolved; after a site
+restart exactly one incident, for that site, resolved; every agent heard live ACTIVE
+again (the restarted ones with a newer epoch) within the documented bound; a command
+accepted before the outage runs exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from tests.kits.brokerkit import Witness
+from tests.kits.federationkit import Federation, running_federation
+from tests.kits.fleetproc import REPO, child_env, wait_for_route
+from vox_mqtt.broker.federation import bridge_id, bridge_restart
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.observe.status import ACTIVE, AgentLiveness
+from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST
+from vox_mqtt.protocol.storm import reconnect_cap, reconnect_spread
+
+pytestmark = pytest.mark.slow
+
+SITES = 3
+PER_SITE = 100
+HEARTBEAT = 5.0
+BRIDGE_KEEPALIVE = 5
+# How long the broker stays down: a quick restart, so that the broker's agents come back
+# within about one spread, all at once: the burst in which, without storm control, the
+# masters of a restarted site posted their children's wills (sent as the broker stopped).
+DOWN = 1.0
+
+
+def sites_fleet(tally: Path) -> str:
+    """Root and site masters on the core; each site's 100 agents in a fan-out 10 tree."""
+    from uuid import uuid4
+
+    ids: dict[str, str] = {}
+    parts = [f'[operator]\nname = "operator"\nid = "{uuid4()}"\n', '[[brokers]]\nname = "core"\n']
+    parts += [f'[[brokers]]\nname = "site-{s}"\nupstream = "core"\n' for s in range(SITES)]
+
+    def agent(name: str, master: str | None, broker: str, roles: tuple[str, ...] = ()) -> None:
+        ids[name] = str(uuid4())
+        lines = [f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"']
+        lines.append(f"heartbeat_interval = {HEARTBEAT}")
+        if master is not None:
+            lines.append(f'master_id = "{ids[master]}"')
+        lines.append(f'broker = "{broker}"')
+        lines.append("roles = [" + ", ".join(f'"{r}"' for r in roles) + "]")
+        if roles:
+            lines.append(f'settings.tally_file = "{tally}"')
+        parts.append("\n".join(lines) + "\n")
+
+    agent("root", None, "core")
+    for s in range(SITES):
+        agent(f"master-{s}", "root", "core")
+        for j in range(PER_SITE):
+            above = f"master-{s}" if j < 10 else f"s{s}-a{(j - 10) // 10}"
+            # One tally agent per site, a direct child of its master: commands cross.
+            roles = (f"tests.kits.storm_roles:CountSite{s}",) if j == 0 else ()
+            agent(f"s{s}-a{j}", above, f"site-{s}", roles)
+    return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def workers(fed: Federation) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Host every broker's agents in one process per broker; stop them all at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for broker, rendered in fed.dirs.items():
+            names = [a.name for a in fed.fleet if (a.broker or "core") == broker]
+            args = ["--fleet", str(fed.root / "fleet.toml"), "--broker-dir", str(rendered.root)]
+            args += ["--port", str(rendered.port), "--state", str(fed.root / "agents")]
+            args += ["--heartbeat", str(HEARTBEAT)]
+            with (fed.root / f"worker-{broker}.log").open("wb") as log:
+                started.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "bench.fleet_worker", *args, *names],
+                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                        cwd=REPO, env={**child_env(), "PYTHONPATH": str(REPO)},
+                    )
+                )  # fmt: skip
+        for process in started:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith(b"ready"), (line, fed.root)
+        yield started
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+def agents_count(fed: Federation) -> int:
+    return len(list(fed.fleet))
+
+
+async def epochs(fed: Federation, timeout: float) -> dict[UUID, int]:
+    """Wait until a fresh look on the core sees every agent ACTIVE; return their epochs."""
+    wanted = agents_count(fed)
+    look = OperatorConsole(fed.operator_config, persistent=False, observe=(topics.STATUS_FILTER,))
+    async with look, asyncio.timeout(timeout):
+        while sum(a.status == ACTIVE for a in look.view.agents()) < wanted:  # noqa: ASYNC110 - the view is polled
+            await asyncio.sleep(0.2)
+        return {a.id: a.epoch for a in look.view.agents()}
+
+
+async def all_back(
+    fed: Federation, before: dict[UUID, int], reconnected: set[UUID], timeout: float
+) -> float:
+    """Wait until a look on the core has every agent's live ACTIVE heartbeat; return seconds.
+
+    A retained ACTIVE restored by a restarted broker is the old session's word, not proof
+    of life: each agent counts once a live status of it arrived, and one that reconnected
+    (it lives on the restarted broker) once that status carries a newer epoch.
+    """
+    started = time.monotonic()
+    look = OperatorConsole(fed.operator_config, persistent=False, observe=(topics.STATUS_FILTER,))
+
+    def back(entry: AgentLiveness) -> bool:
+        newer = entry.id not in reconnected or entry.epoch > before[entry.id]
+        return entry.status == ACTIVE and not entry.retained and newer
+
+    async with look:
+        deadline = started + timeout
+        while sum(back(a) for a in look.view.agents()) < len(before):
+            if time.monotonic() > deadline:
+                late = sorted(a.name for a in look.view.agents() if not back(a))
+                raise AssertionError(f"not back after {timeout} s: {late[:10]} ({len(late)})")
+            await asyncio.sleep(0.2)
+    return time.monotonic() - started
+
+
+def war_room_witness(fed: Federation) -> Witness:
+    """Return a witness of every war-room post on the core, through restarts (its session
+    is kept on the broker, so what is posted while it reconnects is queued for it)."""
+    creds = fed.creds("core", "explorer")
+    witness = Witness(creds, "vox/warroom/#", fmt="%r %t %p", session_expiry=600)
+    deadline = time.monotonic() + 20
+    while f"as {creds.username} " not in fed.brokers["core"].log_text():
+        assert time.monotonic() < deadline, "the war-room witness did not connect"
+        time.sleep(0.1)
+    return witness
+
+
+def posts(witness: Witness) -> list[tuple[str, dict[str, Any]]]:
+    """Return (topic, details) of every live war-room post (retained copies left out)."""
+    out = []
+    for line in list(witness.lines):
+        retained, _, rest = line.partition(" ")
+        topic, _, payload = rest.partition(" ")
+        if retained == "0" and payload.startswith("{"):
+            out.append((topic, json.loads(payload)["details"]))
+    return out
+
+
+def check_incidents(fed: Federation, witness: Witness, sites: list[str]) -> None:
+    """One SITE_LINK_LOST for each site in sites, at most one for the others, each resolved;
+    no incident about any agent, behind a link or on the core."""
+    seen = posts(witness)
+    links = {str(bridge_id(fed.fleet, f"site-{s}")): f"site-{s}" for s in range(SITES)}
+    about_agents = [(t, d) for t, d in seen if t.rsplit("/", 1)[-1] not in links]
+    assert not about_agents, f"incidents about agents: {about_agents[:5]} ({len(about_agents)})"
+    for link, site in links.items():
+        mine = [d for t, d in seen if t.endswith(link)]
+        opened = [d for d in mine if d["error_code"] == SITE_LINK_LOST and not d.get("resolved")]
+        resolved = [d for d in mine if d.get("resolved")]
+        assert len(opened) == (1 if site in sites else len(opened)) <= 1, (site, opened)
+        assert len(resolved) == len(opened), (site, "every SITE_LINK_LOST resolved", mine)
+
+
+def tally(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def send_tallies(fed: Federation, tag: int) -> list[asyncio.Future[Any]]:
+    """Send one tally command per site from the operator; return the pending answers."""
+    console = OperatorConsole(fed.operator_config, observe=[topics.STATUS_FILTER])
+    await console.__aenter__()
+    for s in range(SITES):
+        await wait_for_route(console, f"count_site_{s}", timeout=60)
+    pending = [
+        asyncio.ensure_future(
+            console.send_command(f"count_site_{s}", {"tag": f"{tag + s}"}, wait=240)
+        )
+        for s in range(SITES)
+    ]
+    pending.append(asyncio.ensure_future(_close_after(console, pending)))
+    return pending
+
+
+async def _close_after(console: OperatorConsole, pending: list[asyncio.Future[Any]]) -> None:
+    try:
+        await asyncio.gather(*pending[:SITES])
+    finally:
+        await console.__aexit__(None, None, None)
+
+
+def restart(fed: Federation, broker: str, tag: int) -> float:
+    """Restart one broker under the fleet with commands in flight; return the time to all back.
+
+    Then stay quiet for two heartbeats, so that a late incident would be seen too.
+    """
+    before = asyncio.run(epochs(fed, 60))
+    reconnected = {a.id for a in fed.fleet if (a.broker or "core") == broker}
+
+    async def scenario() -> float:
+        pending = await send_tallies(fed, tag)
+        await asyncio.sleep(0.5)
+        fed.brokers[broker].stop()
+        await asyncio.sleep(DOWN)
+        fed.brokers[broker].start()
+        back = await all_back(fed, before, reconnected, back_bound(fed, broker))
+        await asyncio.wait_for(asyncio.gather(*pending), 120)
+        await asyncio.sleep(2 * HEARTBEAT)
+        return back
+
+    return asyncio.run(scenario())
+
+
+def back_bound(fed: Federation, broker: str) -> float:
+    """docs/federation.md: the restarted broker's agents try again within their backoff
+    window (never over the cap), the bridges within their restart_timeout cap, and each
+    agent's next heartbeat crosses after that; plus slack for the look's own connect on a
+    loaded machine."""
+    spread = reconnect_spread(sum((a.broker or "core") == broker for a in fed.fleet))
+    _, bridge_cap = bridge_restart(fed.fleet, "site-0")
+    return reconnect_cap(spread) + bridge_cap + HEARTBEAT + 10.0
+
+
+@pytest.mark.timeout(300)  # 304 agents start in about 30 s on the 2-core VM
+def test_a_core_restart_gives_no_incident_about_any_agent(tmp_path: Path) -> None:
+    tally_file = tmp_path / "tally.txt"
+    with running_federation(
+        tmp_path / "fed", sites_fleet(tally_file), bridge_keepalive=BRIDGE_KEEPALIVE
+    ) as fed, workers(fed):  # fmt: skip
+        witness = war_room_witness(fed)
+        try:
+            back = restart(fed, "core", 100)
+            print(f"core restart: every agent ACTIVE again after {back:.1f} s")
+            check_incidents(fed, witness, sites=[])
+        finally:
+            witness.close()
+    assert sorted(tally(tally_file)) == sorted(str(100 + s) for s in range(SITES))
+
+
+@pytest.mark.timeout(300)
+def test_a_site_restart_gives_one_incident_for_the_site(tmp_path: Path) -> None:
+    tally_file = tmp_path / "tally.txt"
+    with running_federation(
+        tmp_path / "fed", sites_fleet(tally_file), bridge_keepalive=BRIDGE_KEEPALIVE
+    ) as fed, workers(fed):  # fmt: skip
+        witness = war_room_witness(fed)
+        try:
+            back = restart(fed, "site-1", 200)
+            print(f"site restart: every agent ACTIVE again after {back:.1f} s")
+            check_incidents(fed, witness, sites=["site-1"])
+        finally:
+            witness.close()
+    assert sorted(tally(tally_file)) == sorted(str(200 + s) for s in range(SITES))
+
+
+def test_fleet_shape() -> None:
+    """The fleet these tests run is what they say: 3 sites of 100, masters on the core."""
+    text = sites_fleet(Path(os.devnull))
+    assert text.count("[[agents]]") == 1 + SITES * (1 + PER_SITE)
