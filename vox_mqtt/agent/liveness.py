@@ -471,9 +471,11 @@ class Liveness:
     def _echo(self, entry: AgentLiveness, code: str) -> bool:
         """Return whether a child's loss may be the echo of our own reconnect (storm.py).
 
-        A restarted broker publishes each restored session's will as its client takes it
-        over, just before the new birth: a master that came back first sees every child it
-        shares the broker with lost for a moment.
+        A broker that stops sends its clients' wills to everyone subscribed, and keeps
+        those it could not deliver in the persistent sessions it restores: a master gets
+        its children's wills again after its own reconnect, live, and on a host busy with a
+        whole broker's reconnects maybe seconds after its CONNACK, while the children are
+        being reborn.
         """
         seen_at = entry.received_at
         if code == HEARTBEAT_STALE:  # seen when it went stale, not when it last spoke
@@ -495,8 +497,8 @@ class Liveness:
         """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
         down = {link.id: link for link in links.owned_down()}
         for bridge, link in down.items():
-            # A "0" heard within the grace after our own reconnect may be the bridge's
-            # restored will, published as the bridge takes its session over (storm.py).
+            # A "0" heard within the grace after our own reconnect may be the bridge's will,
+            # sent as the upstream stopped and kept for us (retained, queued) (storm.py).
             if bridge not in self.posts.open_codes and not self._held(
                 links.down_since(bridge), link.restart_cap
             ):

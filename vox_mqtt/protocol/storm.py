@@ -12,10 +12,10 @@ expect"; docs/liveness.md, "What a master does"):
   (`bridge_restart_timeout`).
 - **Grace after a reconnect.** A child's loss this agent sees within
   `reconnect_grace(window, heartbeat)` of its own reconnect (window: the backoff window it
-  reconnected in) may be the restart's echo: a restored session's will, published when its
-  client takes it over just before the new birth, or a heartbeat still on its way. It is
-  held until the grace ends and posted only if the child is not back by then
-  (`hold_loss`).
+  reconnected in) may be the restart's echo: a will the broker sent as it stopped, kept in
+  this agent's persistent session and delivered after its reconnect while the child is
+  being reborn, or a heartbeat still on its way across a bridge. It is held until the
+  grace ends and posted only if the child is not back by then (`hold_loss`).
 """
 
 from __future__ import annotations
