@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from vox_mqtt.broker.federation import bridge_id, bridge_restart
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST
 from vox_mqtt.protocol.storm import reconnect_cap, reconnect_spread
 
@@ -204,7 +206,7 @@ async def send_tallies(fed: Federation, tag: int) -> list[asyncio.Future[Any]]:
     await console.__aenter__()
     for s in range(SITES):
         await wait_for_route(console, f"count_site_{s}", timeout=60)
-    pending = [
+    pending: list[asyncio.Future[Any]] = [
         asyncio.ensure_future(
             console.send_command(f"count_site_{s}", {"tag": f"{tag + s}"}, wait=240)
         )
@@ -283,6 +285,82 @@ def test_a_site_restart_gives_one_incident_for_the_site(tmp_path: Path) -> None:
         finally:
             witness.close()
     assert sorted(tally(tally_file)) == sorted(str(200 + s) for s in range(SITES))
+
+
+PARTITION = 60.0  # issue #27, item 4: one site cut from the core for 60 s under load
+
+
+async def partition_under_load(fed: Federation, site: int) -> dict[str, str]:
+    """Cut one site's bridge (no FIN) for PARTITION s while each site gets a command a
+    second; heal; return {tag: the answer's tag, or the error code} of every command."""
+    proxy = fed.proxies[f"site-{site}"]
+    async with OperatorConsole(fed.operator_config, observe=[topics.STATUS_FILTER]) as console:
+        for s in range(SITES):
+            await wait_for_route(console, f"count_site_{s}", timeout=60)
+        pending: dict[str, asyncio.Future[Any]] = {}
+        proxy.blackhole()
+        cut = time.monotonic()
+        second = 0
+        while time.monotonic() - cut < PARTITION:
+            for s in range(SITES):
+                command = console.send_command(
+                    f"count_site_{s}", {"tag": f"p{s}-{second}"}, wait=240
+                )
+                pending[f"p{s}-{second}"] = asyncio.ensure_future(command)
+            second += 1
+            await asyncio.sleep(max(0.0, cut + second - time.monotonic()))
+        proxy.heal()
+        replies = await asyncio.wait_for(
+            asyncio.gather(*pending.values(), return_exceptions=True), 240
+        )
+    out = {}
+    for tag, reply in zip(pending, replies, strict=True):
+        if isinstance(reply, CommandFailed):
+            out[tag] = reply.code
+        elif isinstance(reply, BaseException):
+            raise reply
+        else:
+            out[tag] = str(reply.details["result"]["tag"])
+    return out
+
+
+@pytest.mark.timeout(420)
+def test_a_site_cut_for_60_s_under_load_runs_nothing_twice_and_the_others_see_no_change(
+    tmp_path: Path,
+) -> None:
+    """Issue #27 item 4 at a tenth of its size: a site of 100 cut for 60 s while a command
+    a second goes to each site. The other sites answer every one, their agents keep their
+    sessions (same epochs) and nobody posts about any agent; the cut site's link is one
+    incident; each command ran at most once, and every one answered ran once. A command
+    to the cut site is answered after healing, or refused as documented: TIMEOUT past its
+    hops' request_timeout (30 s), TARGET_INACTIVE once its master counts the agent stale
+    (docs/federation.md, "A partition")."""
+    tally_file = tmp_path / "tally.txt"
+    with running_federation(
+        tmp_path / "fed", sites_fleet(tally_file), bridge_keepalive=BRIDGE_KEEPALIVE,
+        proxied=["site-1"],
+    ) as fed, workers(fed):  # fmt: skip
+        witness = war_room_witness(fed)
+        try:
+            before = asyncio.run(epochs(fed, 60))
+            answers = asyncio.run(partition_under_load(fed, 1))
+            after = asyncio.run(epochs(fed, 60))
+            time.sleep(2 * HEARTBEAT)
+            check_incidents(fed, witness, sites=["site-1"])
+        finally:
+            witness.close()
+    cut = {t: a for t, a in answers.items() if t.startswith("p1-")}
+    others = {t: a for t, a in answers.items() if not t.startswith("p1-")}
+    outcomes = Counter("answered" if t == a else a for t, a in cut.items())
+    print(f"cut site, {len(cut)} commands: {dict(outcomes)}")
+    assert len(others) >= 2 * (PARTITION - 5)
+    assert all(tag == answer for tag, answer in others.items()), others
+    refused = {"TIMEOUT", "TARGET_INACTIVE", "NO_ROUTE"}  # docs/liveness.md, routing
+    assert all(answer == tag or answer in refused for tag, answer in cut.items()), outcomes
+    ran = tally(tally_file)
+    assert sorted(ran) == sorted(set(ran)), "a command ran twice"
+    assert {t for t, a in answers.items() if t == a} <= set(ran) <= set(answers)
+    assert after == before, "no agent reconnected: the cut changed nothing for the others"
 
 
 def test_fleet_shape() -> None:
