@@ -185,6 +185,8 @@ def check_incidents(fed: Federation, witness: Witness, sites: list[str]) -> None
     """One SITE_LINK_LOST for each site in sites, at most one for the others, each resolved;
     no incident about any agent, behind a link or on the core."""
     seen = posts(witness)
+    kinds = Counter(d["error_code"] + (" resolved" if d.get("resolved") else "") for _, d in seen)
+    print(f"war room: {len(seen)} posts {dict(kinds)}")
     links = {str(bridge_id(fed.fleet, f"site-{s}")): f"site-{s}" for s in range(SITES)}
     about_agents = [(t, d) for t, d in seen if t.rsplit("/", 1)[-1] not in links]
     assert not about_agents, f"incidents about agents: {about_agents[:5]} ({len(about_agents)})"
