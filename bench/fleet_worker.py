@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from contextlib import AsyncExitStack
@@ -24,24 +25,41 @@ from bench.common import BenchBroker
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.roles import load_role
 from vox_mqtt.broker.federation import link_map
+from vox_mqtt.fleet.bundles import reconnect_settings
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 
 STARTING_TOGETHER = 25
 CONNECT_TIMEOUT = 120.0
 
 
-def _agent(fleet: Fleet, bench: BenchBroker, name: str, heartbeat: float) -> VOXAgent:
-    """Return the VOXAgent of one agent of the fleet, its roles loaded as a daemon would."""
+def _agent(
+    fleet: Fleet, bench: BenchBroker, name: str, heartbeat: float, spread: float | None
+) -> VOXAgent:
+    """Return the VOXAgent of one agent of the fleet, its roles loaded as a daemon would.
+
+    spread: the first reconnect try's window; None: sized to the agents on its broker, as
+    `vox agent render` writes it (docs/federation.md, "Restarts and partitions").
+    """
     agent = fleet.agent(name)
+    reconnect = reconnect_settings(fleet, agent.broker)
+    first = reconnect["reconnect_min"] if spread is None else spread
     # In a federated fleet the link owners watch their bridges, as daemons do with the
     # NAME.links.json `vox agent render` writes (docs/federation.md).
     config = bench.agent_config(name, heartbeat_interval=heartbeat, links=link_map(fleet, agent.id))
     # Thousands of agents starting on two cores: a connect may wait its turn for long.
-    config = replace(config, broker=replace(config.broker, connect_timeout=CONNECT_TIMEOUT))
+    broker = replace(
+        config.broker,
+        connect_timeout=CONNECT_TIMEOUT,
+        reconnect_min=first,
+        reconnect_max=max(first, reconnect["reconnect_max"]),
+    )
+    config = replace(config, broker=broker)
     return VOXAgent(config, [load_role(spec, agent.settings) for spec in agent.roles])
 
 
-async def serve(bench: BenchBroker, names: list[str], heartbeat: float) -> None:
+async def serve(
+    bench: BenchBroker, names: list[str], heartbeat: float, spread: float | None = None
+) -> None:
     """Start the agents leaves first, say ready, and wait for a stop signal."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -59,7 +77,10 @@ async def serve(bench: BenchBroker, names: list[str], heartbeat: float) -> None:
             for first in range(0, len(level), STARTING_TOGETHER):
                 chunk = level[first : first + STARTING_TOGETHER]
                 await asyncio.gather(
-                    *(stack.enter_async_context(_agent(fleet, bench, n, heartbeat)) for n in chunk)
+                    *(
+                        stack.enter_async_context(_agent(fleet, bench, n, heartbeat, spread))
+                        for n in chunk
+                    )
                 )
         print(f"ready {len(names)}", flush=True)
         await stop.wait()
@@ -73,12 +94,20 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--heartbeat", type=float, default=15.0)
+    parser.add_argument(
+        "--reconnect-spread",
+        type=float,
+        default=None,
+        help="first reconnect window in seconds (default: sized to the agents on the broker)",
+    )
     parser.add_argument("names", nargs="+")
     args = parser.parse_args()
+    # Warnings with their time: a fault test reads the order of losses, posts and reconnects.
+    logging.basicConfig(format="%(asctime)s %(name)s %(message)s", level=logging.WARNING)
     bench = BenchBroker(
         fleet=load_fleet(args.fleet), root=args.broker_dir, port=args.port, workdir=args.state
     )
-    asyncio.run(serve(bench, list(args.names), args.heartbeat))
+    asyncio.run(serve(bench, list(args.names), args.heartbeat, args.reconnect_spread))
     return 0
 
 

@@ -18,6 +18,7 @@ from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.federation import (
     bridge_for,
     bridge_id,
+    bridge_restart,
     bridges,
     broker_identities,
     intersect,
@@ -28,6 +29,7 @@ from vox_mqtt.broker.federation import (
 )
 from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli.ops import Reader, status_tree
+from vox_mqtt.fleet.bundles import reconnect_settings
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import AgentLiveness
 from vox_mqtt.protocol import topics
@@ -447,3 +449,46 @@ def test_a_master_holds_per_agent_incidents_only_while_the_site_is_to_blame(chai
     now[0] += 2
     assert not duty.holds(spec_w, old_status, grace=45)
     assert not duty.holds(ids["spec_e"], old_status, grace=45)  # not behind any link of coord
+
+
+def test_bridges_and_agents_come_back_on_a_backoff_sized_to_the_fleet(
+    chain: Fleet, tmp_path: Path
+) -> None:
+    """docs/federation.md, "Restarts and partitions": restart_timeout and reconnect_min."""
+    user = getpass.getuser()
+    core = render_broker_dir(chain, tmp_path / "core", broker="core", run_as_user=user)
+    east = render_broker_dir(
+        chain, tmp_path / "east", broker="east", upstream_dir=core.root, run_as_user=user
+    )
+    assert "restart_timeout 1 10\n" in (east.root / "bridge" / "bridge.conf").read_text()
+    links = link_map(chain, chain.agent("coord").id)
+    assert links is not None
+    assert [link.restart_cap for link in links.links] == [10]
+    # A big fleet: 2 sites of 3,000 agents under one core, 20 on the core itself.
+    agents: dict[str, tuple[str | None, str | None]] = {"root": (None, None)}
+    agents |= {f"c{n}": ("root", None) for n in range(19)}
+    for site in ("a", "b"):
+        agents[f"{site}-n0"] = ("root", site)
+        agents |= {f"{site}-n{n}": (f"{site}-n{n // 100}", site) for n in range(1, 3000)}
+    big = parse_fleet(federated_text(agents, {"core": None, "a": "core", "b": "core"}))
+    # Both bridges into the core carry 6,000 agents' births: a cap of 6,000 / 500 s.
+    assert bridge_restart(big, "a") == bridge_restart(big, "b") == (1, 12)
+    # Each agent's first try spreads over agents on its broker / 500 s, at least 0.5 s.
+    assert reconnect_settings(big, "a") == {"reconnect_min": 6.0, "reconnect_max": 30.0}
+    assert reconnect_settings(big, "core") == {"reconnect_min": 0.5, "reconnect_max": 30.0}
+
+
+def test_a_link_remembers_when_it_went_down(chain: Fleet) -> None:
+    links = link_map(chain, chain.agent("coord").id)
+    assert links is not None
+    now = [5.0]
+    duty = SiteLinkDuty(links, clock=lambda: now[0])
+    west = bridge_id(chain, "west")
+    assert duty.down_since(west) is None
+    duty.take(link_topic(west), b"1")
+    assert duty.down_since(west) is None
+    now[0] = 7.0
+    duty.take(link_topic(west), b"0")
+    now[0] = 9.0
+    duty.take(link_topic(west), b"0")  # the same news again changes nothing
+    assert duty.down_since(west) == 7.0

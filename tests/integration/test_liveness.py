@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.kits.agentkit import Analyst, agent_config, start_agents, wait_for
-from tests.kits.brokerkit import Client, Received, SecureBroker, tree_fleet
+from tests.kits.brokerkit import Client, Received, SecureBroker, Witness, tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.liveness import CATCH_UP
 from vox_mqtt.agent.rules import choose_child
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import FleetView
@@ -418,3 +420,42 @@ async def test_an_agent_that_reads_its_own_status_puts_its_birth_back_over_a_lat
         fresh.close()
     assert json.loads(fresh.messages[0].payload)["details"]["epoch"] == 2
     assert json.loads(fresh.messages[0].payload)["details"]["status"] == "ACTIVE"
+
+
+async def test_a_will_seen_within_the_grace_after_a_reconnect_is_held_and_never_posted(
+    secure: SecureBroker, tmp_path: Path
+) -> None:
+    """docs/liveness.md, the grace after a reconnect (protocol/storm.py): after a broker
+    restart the coordinator gets its child's will live past the 2 s catch-up (the child
+    drops once more 2.5 s after the coordinator is back) and the child is reborn at once:
+    held for window + heartbeat + 2 s, never posted. Without the grace it is posted at once."""
+    coord, spec = secure.fleet.agent("coordinator").id, secure.fleet.agent("spec_a").id
+    witness = Witness(secure.creds("explorer"), "vox/warroom/#", fmt="%r %t %p", session_expiry=60)
+    try:
+        async with AsyncExitStack() as stack:
+            agents = await start_agents(
+                stack, secure, tmp_path, {"spec_a": [Analyst()]}, ["coordinator", "spec_a"],
+                heartbeat_interval=3.0,
+            )  # fmt: skip
+            coordinator, child = agents["coordinator"], agents["spec_a"]
+            await wait_for(lambda: coordinator.advertised_commands() == ["analyze"])
+            await asyncio.to_thread(secure.broker.restart)
+            await wait_for(
+                lambda: coordinator.session.connection_count == 2 and coordinator.session.connected,
+                timeout=20,
+            )
+            back = time.monotonic()
+            await wait_for(lambda: child.session.connection_count == 2, timeout=20)
+            await asyncio.sleep(max(0.0, back + CATCH_UP + 0.5 - time.monotonic()))
+            await child.session.disconnect_abruptly()  # its will, live, past the catch-up
+            config = agent_config(secure, "spec_a", tmp_path, heartbeat_interval=3.0)
+            await stack.enter_async_context(VOXAgent(config, [Analyst()]))
+            await wait_for(lambda: coordinator.advertised_commands() == ["analyze"], timeout=10)
+            # Past the end of the grace (window + 3 s + 2 s): still nothing posted.
+            await asyncio.sleep(max(0.0, back + coordinator.session.reconnect_window + 6.0
+                                    - time.monotonic()))  # fmt: skip
+            assert coordinator.fleet_view.get(spec).status == "ACTIVE"  # type: ignore[union-attr]
+        about = [ln for ln in witness.lines if f"vox/warroom/{coord}/{spec}" in ln]
+        assert about == [], about
+    finally:
+        witness.close()

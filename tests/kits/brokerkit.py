@@ -324,9 +324,19 @@ class Witness:
     """An independent `mosquitto_sub` that prints every message it receives."""
 
     def __init__(
-        self, creds: Credentials, topic_filter: str, *, tls: bool = False, fmt: str | None = None
+        self,
+        creds: Credentials,
+        topic_filter: str,
+        *,
+        tls: bool = False,
+        fmt: str | None = None,
+        session_expiry: int | None = None,
     ) -> None:
-        """Subscribe; a line is `topic payload`, or as `mosquitto_sub -F fmt` when fmt is given."""
+        """Subscribe; a line is `topic payload`, or as `mosquitto_sub -F fmt` when fmt is given.
+
+        session_expiry: keep a session on the broker for that many seconds, so what is
+        published while the witness reconnects (a broker restart) is queued for it.
+        """
         args = [
             "mosquitto_sub",
             "-h",
@@ -343,6 +353,8 @@ class Witness:
             "-i",
             creds.username,
         ]
+        if session_expiry is not None:
+            args += ["-c", "-x", str(session_expiry)]
         if tls:
             args += [
                 "--cafile",

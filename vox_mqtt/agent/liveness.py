@@ -29,7 +29,14 @@ from vox_mqtt.observe.status import (
     FleetView,
     host_metrics,
 )
-from vox_mqtt.observe.warroom import CHILD_MISBEHAVING, Incident, Severity, apply_warroom, loss_code
+from vox_mqtt.observe.warroom import (
+    CHILD_MISBEHAVING,
+    HEARTBEAT_STALE,
+    Incident,
+    Severity,
+    apply_warroom,
+    loss_code,
+)
 from vox_mqtt.observe.warroomguard import WarroomGuard
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import LedgerError, VoxError
@@ -44,6 +51,7 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
+from vox_mqtt.protocol.storm import hold_loss
 from vox_mqtt.transport.session import Inbound
 
 __all__ = ["CATCH_UP", "Liveness"]
@@ -82,6 +90,10 @@ class Liveness:
         self.sequence = 0
         self.connected_at: float | None = None  # monotonic time of the latest birth
         self._resumed = False  # the broker kept our session: queued old news may follow
+        # Our latest reconnect (not the first connection) and the backoff window it came in:
+        # what is lost within the grace after it may be the restart's echo (storm.py).
+        self._reconnected_at: float | None = None
+        self._window = 0.0
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
         self._said = Repeats(log)  # an incident retried at every tick is said once a minute
@@ -168,6 +180,8 @@ class Liveness:
         """Publish the birth certificate of this connection."""
         if self.connected_at is not None:
             self.ctx.metrics.reconnects += 1
+            self._reconnected_at = time.monotonic()
+            self._window = self.ctx.session.reconnect_window
         self.connected_at = time.monotonic()
         self._resumed = self.ctx.session.session_present
         if self.config.publish_status:
@@ -434,6 +448,8 @@ class Liveness:
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
                 if (entry.retained or queued) and since_connect < grace:
                     continue  # an incident it would replace stays open, still ours to resolve
+                if code != CHILD_MISBEHAVING and self._echo(entry, code):
+                    continue  # posted if the child is not back when the grace ends
                 if code == CHILD_MISBEHAVING:
                     why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
                     severity: Severity = "ERROR"
@@ -463,11 +479,40 @@ class Liveness:
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
 
+    def _echo(self, entry: AgentLiveness, code: str) -> bool:
+        """Return whether a child's loss may be the echo of our own reconnect (storm.py).
+
+        A broker that stops sends its clients' wills to everyone subscribed, and keeps
+        those it could not deliver in the persistent sessions it restores: a master gets
+        its children's wills again after its own reconnect, live, and on a host busy with a
+        whole broker's reconnects maybe seconds after its CONNACK, while the children are
+        being reborn.
+        """
+        seen_at = entry.received_at
+        if code == HEARTBEAT_STALE:  # seen when it went stale, not when it last spoke
+            seen_at += self.config.stale_after * entry.heartbeat_interval
+        return self._held(seen_at, entry.heartbeat_interval)
+
+    def _held(self, seen_at: float | None, heard_within: float) -> bool:
+        if seen_at is None:
+            return False
+        return hold_loss(
+            now=time.monotonic(),
+            seen_at=seen_at,
+            reconnected_at=self._reconnected_at,
+            window=self._window,
+            heard_within=heard_within,
+        )
+
     async def _reconcile_links(self, links: SiteLinkDuty) -> None:
         """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
         down = {link.id: link for link in links.owned_down()}
         for bridge, link in down.items():
-            if bridge not in self.posts.open_codes:
+            # A "0" heard within the grace after our own reconnect may be the bridge's will,
+            # sent as the upstream stopped and kept for us (retained, queued) (storm.py).
+            if bridge not in self.posts.open_codes and not self._held(
+                links.down_since(bridge), link.restart_cap
+            ):
                 description = (
                     f"site {link.site}: the bridge link is down; "
                     f"{len(link.behind)} agent(s) behind it unreachable"

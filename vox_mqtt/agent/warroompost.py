@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -20,7 +21,7 @@ from vox_mqtt.observe.warroom import (
     Severity,
 )
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.errors import LedgerError, VoxError
+from vox_mqtt.protocol.errors import DeliveryFailed, LedgerError, VoxError
 from vox_mqtt.protocol.messages import (
     MSG_SYSTEM_FAILURE,
     SystemFailure,
@@ -196,16 +197,24 @@ class WarroomPoster:
         except LedgerError as exc:
             # The alert matters more than its record (the disk may be what is full).
             log.warning("%s: war-room post not recorded: %s", config.name, exc)
-        if not session.connected:
-            # Decided while online, it would wait for the next connection and go out as old
-            # news (e.g. the wills a stopping broker sends): liveness's reconcile decides anew.
-            raise VoxError(f"{config.name}: offline, war-room post skipped")
-        await session.publish(
+        # Only on the connection it was decided on: carried over to the next one it would go
+        # out as old news (a stopping broker sends its clients' wills to those still
+        # connected just before it closes them): liveness's reconcile decides anew then.
+        pending = session.publish_soon(
             topics.warroom(config.id, subject),
             self._checked(message),
             retain=retain,
             props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
         )
+        if pending is None:
+            raise VoxError(f"{config.name}: offline, war-room post skipped")
+        try:
+            async with asyncio.timeout(config.broker.publish_timeout):
+                rc = await pending
+        except TimeoutError:
+            raise DeliveryFailed(f"{config.name}: war-room post not acknowledged") from None
+        if rc.is_failure:
+            raise DeliveryFailed(f"{config.name}: the broker refused a war-room post: {rc}")
         # An incident is news a person should see (WARNING); its resolution is not (INFO).
         log.log(
             logging.INFO if failure.resolved else logging.WARNING,

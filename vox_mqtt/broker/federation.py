@@ -25,6 +25,11 @@ from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet
 from vox_mqtt.protocol.sitelinks import LINK_FILTER, Link, LinkMap, links_path
 from vox_mqtt.protocol.sites import BrokerSpec, chain_up
+from vox_mqtt.protocol.storm import (
+    BRIDGE_RESTART_BASE,
+    BRIDGE_RESTART_CAP,
+    bridge_restart_timeout,
+)
 
 __all__ = [
     "BRIDGE_PREFIX",
@@ -207,11 +212,26 @@ def link_map(fleet: Fleet, identity: UUID) -> LinkMap | None:
             site=sites[bridge],
             behind=frozenset(agents),
             owner=owners.get(bridge) == identity,
+            restart_cap=bridge_restart(fleet, sites[bridge])[1],
         )
         for bridge, agents in sorted(behind.items(), key=lambda kv: sites[kv[0]])
         if agents
     ]
     return LinkMap(links=tuple(links))
+
+
+def bridge_restart(fleet: Fleet, site: str) -> tuple[int, int]:
+    """Return (base, cap) of the restart_timeout of a site's bridge (protocol/storm.py).
+
+    Sized to the agents behind every bridge into the same upstream: after that broker
+    restarts, all of those bridges come back and carry their agents' births.
+    """
+    upstream = next(b.upstream for b in fleet.brokers if b.name == site)
+    below: set[str] = set()
+    for spec in fleet.brokers:
+        if spec.upstream == upstream and spec.upstream is not None:
+            below |= set(sites_below(fleet, spec.name))
+    return bridge_restart_timeout(sum(1 for agent in fleet if agent.broker in below))
 
 
 def write_link_map(fleet: Fleet, name: str, config: Path) -> Path | None:
@@ -351,6 +371,7 @@ def render_bridge_conf(
     password: str | None,
     tls: BridgeTLS | None = None,
     keepalive: int = 10,
+    restart: tuple[int, int] = (BRIDGE_RESTART_BASE, BRIDGE_RESTART_CAP),
 ) -> str:
     """Return the mosquitto.conf section of one site's bridge to its upstream."""
     lines = [
@@ -371,7 +392,9 @@ def render_bridge_conf(
         "cleansession false",
         "start_type automatic",
         f"keepalive_interval {keepalive}",
-        "restart_timeout 1 10",
+        # Mosquitto's decorrelated jitter from base to cap, the cap sized to the agents
+        # whose births the upstream's bridges carry after its restart (docs/federation.md).
+        f"restart_timeout {restart[0]} {restart[1]}",
         # "1" retained on connect, "0" as the will on the upstream: observers see a cut at once.
         "notifications true",
         "notifications_local_only false",
@@ -443,6 +466,7 @@ def site_section(
         password=creds.password,
         tls=tls,
         keepalive=keepalive,
+        restart=bridge_restart(fleet, site),
     )
     return text, files
 

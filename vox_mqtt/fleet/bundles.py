@@ -24,6 +24,7 @@ from vox_mqtt.fleet.explorer import ExplorerFile
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 from vox_mqtt.protocol.settings import AgentConfig, BrokerSettings
+from vox_mqtt.protocol.storm import reconnect_cap, reconnect_spread
 
 __all__ = [
     "DEFAULT_STATE_ROOT",
@@ -91,10 +92,21 @@ def render_agent_config(
         _check(text, ExplorerFile, out)
     else:
         state = Path(state_dir) if state_dir is not None else DEFAULT_STATE_ROOT / identity
+        broker.update(reconnect_settings(fleet, fleet.agent(identity).broker))
         text = _agent_text(fleet, ident_id, state, broker, shutdown_grace) + _signing_text(signing)
         _check(text, DaemonFile, out)
     atomic_write(out, text, mode=0o640)
     return RenderedConfig(config=out, kind=kind, name=identity, secrets=secrets)
+
+
+def reconnect_settings(fleet: Fleet, broker: str | None) -> dict[str, float]:
+    """Return the [broker] reconnect values of an agent on `broker`, sized to its agents.
+
+    Every agent of a broker loses it at once when it restarts: their first tries spread
+    over agents / CONNECTS_PER_SECOND seconds (protocol/storm.py, docs/federation.md).
+    """
+    spread = reconnect_spread(sum(1 for agent in fleet if agent.broker == broker))
+    return {"reconnect_min": round(spread, 3), "reconnect_max": reconnect_cap(spread)}
 
 
 def _write_keys(

@@ -62,6 +62,10 @@ class BrokerSection(_Section):
     key_file: Path | None = None
     keepalive: Annotated[int, Field(ge=2, le=65535)] = 30
     session_expiry: Annotated[int, Field(ge=0)] = 3600
+    # The first reconnect try's window and the backoff's cap: `vox agent render` sizes them
+    # to the agents on the broker (docs/federation.md, "Restarts and partitions").
+    reconnect_min: Annotated[float, Field(gt=0, le=3600)] = 0.5
+    reconnect_max: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
     def settings(self, client_id: str, *, base: Path) -> BrokerSettings:
         """Return the transport settings, reading the password file if one is named."""
@@ -97,6 +101,8 @@ class BrokerSection(_Section):
             key_file=_resolve(base, self.key_file),
             keepalive=self.keepalive,
             session_expiry=self.session_expiry,
+            reconnect_min=self.reconnect_min,
+            reconnect_max=max(self.reconnect_max, self.reconnect_min),
         )
 
 

@@ -67,6 +67,9 @@ class Link:
     site: str
     behind: frozenset[UUID]
     owner: bool  # this identity posts the one war-room incident about it
+    # The most seconds its bridge waits between two tries (restart_timeout's cap): after a
+    # restart of the upstream the link is back within it (protocol/storm.py).
+    restart_cap: float = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +92,7 @@ class LinkMap:
                     "site": link.site,
                     "behind": sorted(str(a) for a in link.behind),
                     "owner": link.owner,
+                    "restart_cap": link.restart_cap,
                 }
                 for link in self.links
             ]
@@ -109,6 +113,7 @@ class LinkMap:
                     site=str(item.get("site", "")),
                     behind=frozenset(UUID(str(a)) for a in item.get("behind", [])),
                     owner=bool(item.get("owner", False)),
+                    restart_cap=float(item.get("restart_cap", 10.0)),
                 )
             )
         return cls(links=tuple(links))
@@ -170,6 +175,7 @@ class SiteLinkDuty:
         self._by_id = {link.id: link for link in links.links}
         self._clock = clock
         self._back_at: dict[UUID, float] = {}
+        self._down_at: dict[UUID, float] = {}  # when each link was last heard go down
 
     @property
     def topics(self) -> list[str]:
@@ -183,6 +189,8 @@ class SiteLinkDuty:
         change = self.watch.take(topic, payload)
         if change is None:
             return None
+        if not change[1]:
+            self._down_at[change[0]] = self._clock()
         if was_down and change[1]:
             # Back from down: the site's agents are reborn within the grace (first news of
             # a link that is up is no return, and starts no grace).
@@ -213,6 +221,10 @@ class SiteLinkDuty:
             if now - received_at < LINK_SETTLE:
                 return True
         return False
+
+    def down_since(self, bridge: UUID) -> float | None:
+        """Return when a link was last heard go down (on this clock), None if never."""
+        return self._down_at.get(bridge)
 
     def link(self, subject: UUID) -> Link | None:
         """Return the link a war-room subject names, or None if it is no link of ours."""

@@ -21,6 +21,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
+from vox_mqtt.protocol.storm import backoff_window
 from vox_mqtt.transport._mqttclient import (
     Client,
     broker_error,
@@ -96,6 +97,7 @@ class Session:
         self.subscriptions = tuple(subscriptions)
         self.connection_count = 0  # successful CONNACKs so far
         self.session_present = False  # the broker still held our session at the latest CONNACK
+        self.reconnect_window = settings.reconnect_min  # the latest try's (protocol/storm.py)
         self._will = will
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
@@ -232,20 +234,18 @@ class Session:
         topic: str,
         payload: bytes,
         *,
+        retain: bool = False,
         content_type: str | None = "application/json",
         props: Properties | None = None,
     ) -> asyncio.Future[ReasonCode] | None:
-        """Publish at QoS 1 on the live connection without waiting for the PUBACK.
-
-        Returns the future of the broker's reason code (it fails with DeliveryFailed if the
-        connection drops first), or None when no connection is up: then use publish().
-        """
+        """Publish at QoS 1 on the live connection only; return the future of its PUBACK
+        (DeliveryFailed if that connection drops first), or None with no connection up."""
         client = self._link
         if self._closing or client is None or client.lost.done():
             return None
         if props is None:
             props = publish_properties(content_type, None)
-        return client.publish_soon(topic, payload, 1, False, self._signed(topic, payload, props))
+        return client.publish_soon(topic, payload, 1, retain, self._signed(topic, payload, props))
 
     def use_signing(self, signing: Signing | None) -> bool:
         """Sign and verify with these keys from now on (a rotation picked up on SIGHUP).
@@ -378,7 +378,7 @@ class Session:
         return client
 
     async def _run(self) -> None:
-        """Connect, carry the connection until it drops, back off with full jitter, repeat."""
+        """Connect, carry the connection until it drops, back off (protocol/storm.py), repeat."""
         failures = 0
         while True:
             started = asyncio.get_running_loop().time()
@@ -395,9 +395,9 @@ class Session:
                     failures = 0
                 self._last_error = cause
                 log.warning("%s; reconnecting", cause)
-            cap = min(self.settings.reconnect_max, self.settings.reconnect_min * 2**failures)
-            failures += 1
-            await asyncio.sleep(random.uniform(0, cap))
+            s, failures = self.settings, failures + 1
+            self.reconnect_window = backoff_window(s.reconnect_min, failures - 1, s.reconnect_max)
+            await asyncio.sleep(random.uniform(0, self.reconnect_window))
 
     def _failed(self, exc: Exception, *, fatal: bool) -> None:
         if isinstance(exc, BrokerUnavailable):
