@@ -29,6 +29,7 @@ from vox_mqtt.protocol.messages import (
     new_message,
     serialize,
 )
+from vox_mqtt.transport.session import refused_publish
 
 __all__ = ["WarroomPoster"]
 
@@ -200,8 +201,9 @@ class WarroomPoster:
         # Only on the connection it was decided on: carried over to the next one it would go
         # out as old news (a stopping broker sends its clients' wills to those still
         # connected just before it closes them): liveness's reconcile decides anew then.
+        topic = topics.warroom(config.id, subject)
         pending = session.publish_soon(
-            topics.warroom(config.id, subject),
+            topic,
             self._checked(message),
             retain=retain,
             props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
@@ -214,7 +216,7 @@ class WarroomPoster:
         except TimeoutError:
             raise DeliveryFailed(f"{config.name}: war-room post not acknowledged") from None
         if rc.is_failure:
-            raise DeliveryFailed(f"{config.name}: the broker refused a war-room post: {rc}")
+            raise refused_publish(topic, rc)
         # An incident is news a person should see (WARNING); its resolution is not (INFO).
         log.log(
             logging.INFO if failure.resolved else logging.WARNING,

@@ -32,7 +32,7 @@ from vox_mqtt.transport._mqttclient import (
 from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 
-__all__ = ["BrokerSettings", "Inbound", "Session", "Will"]
+__all__ = ["BrokerSettings", "Inbound", "Session", "Will", "refused_publish"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,16 @@ class Inbound:
         if isinstance(raw, RawProperties):
             raw = raw.decode()
         return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
+
+
+def refused_publish(topic: str, rc: ReasonCode) -> DeliveryFailed:
+    """Return the error for a PUBACK that refused a publish, in words a person can act on."""
+    hint = " — the broker's ACL does not let this client publish there"
+    return DeliveryFailed(
+        f"the broker refused the message on {topic!r}: {rc} (0x{rc.value:02X})"
+        + (hint if rc.value == 0x87 else ""),
+        reason_code=rc.value,
+    )
 
 
 class Session:
@@ -222,12 +232,7 @@ class Session:
                 ) from None
             raise DeliveryFailed(f"not sent to {topic!r}: {self._unreachable(timeout)}") from None
         if rc.is_failure:
-            hint = " — the broker's ACL does not let this client publish there"
-            raise DeliveryFailed(
-                f"the broker refused the message on {topic!r}: {rc} (0x{rc.value:02X})"
-                + (hint if rc.value == 0x87 else ""),
-                reason_code=rc.value,
-            )
+            raise refused_publish(topic, rc)
 
     def publish_soon(
         self,
