@@ -1,0 +1,121 @@
+"""Ctrl-C during `vox send --follow` at a terminal asks whether to cancel (docs/operations.md).
+
+The question is asked on a real pseudo-terminal: its answer "y" cancels the request down the
+tree, an empty answer leaves it running and says how to find it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env, wait_for_route, wait_until
+from tests.kits.lifecyclekit import event_at, lifecycle_fleet
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol.topics import STATUS_FILTER
+
+pytestmark = pytest.mark.slow
+
+Fleet = tuple[FleetProcesses, Path]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with lifecycle_fleet(tmp_path_factory.mktemp("request-tty")) as found:
+        yield found
+
+
+async def route_up(procs: FleetProcesses) -> None:
+    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+        await wait_for_route(console, "stuck", timeout=60)
+
+
+def read_until(fd: int, marker: bytes, timeout: float) -> bytes:
+    """Read the terminal's output until marker shows (or fail after timeout)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} on the terminal; it showed {seen!r}"
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if ready:
+            try:
+                seen += os.read(fd, 4096)
+            except OSError:  # the other side closed
+                break
+    return seen
+
+
+def drain(fd: int, quiet: float = 0.5) -> bytes:
+    """Read what the terminal still shows, until it stays quiet for a moment."""
+    seen = b""
+    while select.select([fd], [], [], quiet)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def follow_at_a_terminal(
+    procs: FleetProcesses, events_file: Path, n: int, answer: bytes
+) -> tuple[int, str, str]:
+    """Run `vox send stuck --follow` with a terminal as stdin; Ctrl-C once the handler runs,
+    answer the question, and return the exit code, the output and the terminal's text."""
+    master, slave = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vox_mqtt.cli", "send", "--config",
+             str(procs.operator_config), "stuck", f"n={n}", "--follow", "--timeout", "600"],
+            stdin=slave, stdout=subprocess.PIPE, stderr=slave, text=False,
+            env=child_env(), cwd=REPO, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: event_at(events_file, "started", n), 30, "the handler to start")
+            process.send_signal(signal.SIGINT)  # Ctrl-C
+            asked = read_until(master, b"[y/N]", 20)
+            os.write(master, answer + b"\n")
+            out, _ = process.communicate(timeout=30)
+            shown = asked + drain(master)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    finally:
+        os.close(master)
+        os.close(slave)
+    return process.returncode, out.decode(), shown.decode(errors="replace")
+
+
+def test_ctrl_c_at_a_terminal_asks_and_y_cancels(fleet: Fleet) -> None:
+    procs, events_file = fleet
+    asyncio.run(route_up(procs))
+    code, out, shown = follow_at_a_terminal(procs, events_file, 21, b"y")
+    request_id = out.splitlines()[0].removeprefix("request ")
+    assert f"cancel request {request_id}? [y/N]" in shown, shown
+    assert code == 1, (out, shown)
+    assert "cancel: canceled" in out, out
+    wait_until(lambda: event_at(events_file, "cancelled", 21), 10, "the handler's cancel")
+
+
+def test_ctrl_c_at_a_terminal_and_no_answer_leaves_it_running(fleet: Fleet) -> None:
+    procs, events_file = fleet
+    code, out, shown = follow_at_a_terminal(procs, events_file, 22, b"")
+    request_id = out.splitlines()[0].removeprefix("request ")
+    assert code == 130, (out, shown)
+    assert f"request {request_id} left running" in shown, shown
+    time.sleep(1.0)
+    assert event_at(events_file, "cancelled", 22) is None
