@@ -78,6 +78,16 @@ def test_a_post_not_newer_than_the_newest_taken_is_ignored() -> None:
     assert order.judge(KEY, _at(NOW - 1), signed=True, now=NOW) is None
 
 
+def test_of_two_posts_in_the_same_millisecond_the_resolution_is_newer() -> None:
+    order = WarroomOrder()
+    assert order.judge(KEY, _at(NOW - 1), signed=True, now=NOW) is None
+    assert order.judge(KEY, _at(NOW - 1), signed=True, now=NOW, resolved=True) is None
+    replayed = order.judge(KEY, _at(NOW - 1), signed=True, now=NOW)
+    assert str(replayed).startswith(NOT_NEWER)
+    again = order.judge(KEY, _at(NOW - 1), signed=True, now=NOW, resolved=True)
+    assert str(again).startswith(NOT_NEWER)
+
+
 def test_a_post_whose_time_is_not_a_time_is_not_taken() -> None:
     order = WarroomOrder()
     assert str(order.judge(KEY, "yesterday", signed=True, now=NOW)).startswith(STALE)

@@ -121,6 +121,7 @@ def apply_warroom(
             incident.message.emitted_at,
             signed=isinstance(inbound.topic, SignedTopic),
             now=time.time() if now is None else now,
+            resolved=incident.failure.resolved,
         )
         if problem is not None:
             return problem

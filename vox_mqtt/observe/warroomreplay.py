@@ -48,16 +48,23 @@ class WarroomOrder:
 
     window: float = REPLAY_WINDOW
     skew: float = CLOCK_SKEW
-    newest: dict[tuple[UUID, UUID], float] = field(default_factory=dict)
+    newest: dict[tuple[UUID, UUID], tuple[float, bool]] = field(default_factory=dict)
 
     def judge(
-        self, key: tuple[UUID, UUID], emitted_at: str, *, signed: bool, now: float
+        self,
+        key: tuple[UUID, UUID],
+        emitted_at: str,
+        *,
+        signed: bool,
+        now: float,
+        resolved: bool = False,
     ) -> str | None:
         """Return why a post must not be taken (reason first: STALE or NOT_NEWER), or None.
 
         Taking it (None) records its time as the newest about key. An unsigned post (the
         "accept" and "off" modes) is not judged by its age, as its emitted_at proves
-        nothing, but it is still ordered.
+        nothing, but it is still ordered. Of two posts emitted in the same millisecond the
+        resolution is the newer: an incident opened and resolved at once ends resolved.
         """
         if signed:
             stale = replay_problem(emitted_at, now, self.window, self.skew)
@@ -68,9 +75,9 @@ class WarroomOrder:
         except ValueError:
             return f"{NOT_NEWER}: emitted_at {emitted_at[:40]!r} is not a time"
         last = self.newest.get(key)
-        if last is not None and at <= last:
+        if last is not None and (at, resolved) <= last:
             # The same post again (a retained copy re-sent at a resubscribe) or an older
             # one: what it says was already taken, or superseded.
-            return f"{NOT_NEWER}: emitted {last - at:.3f} s before the newest post taken"
-        self.newest[key] = at
+            return f"{NOT_NEWER}: emitted {last[0] - at:.3f} s before the newest post taken"
+        self.newest[key] = (at, resolved)
         return None
