@@ -38,6 +38,7 @@ from vox_mqtt.observe.warroom import (
     loss_code,
 )
 from vox_mqtt.observe.warroomguard import WarroomGuard
+from vox_mqtt.observe.warroomreplay import WarroomOrder
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import LedgerError, VoxError
 from vox_mqtt.protocol.messages import (
@@ -50,6 +51,7 @@ from vox_mqtt.protocol.messages import (
     serialize,
 )
 from vox_mqtt.protocol.settings import Will
+from vox_mqtt.protocol.signing import STALE as REFUSED_STALE
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
 from vox_mqtt.protocol.storm import hold_loss
 from vox_mqtt.transport.session import Inbound
@@ -100,6 +102,7 @@ class Liveness:
         # What this agent posts to the war room: it decides when, the poster posts once.
         self.posts = WarroomPoster(ctx, epoch=lambda: self.epoch)
         self._guard = WarroomGuard()  # size, self-or-child rule, rate per source
+        self._order = WarroomOrder()  # replayed posts (docs/security.md), window set per post
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
         fleet_view.add_listener(self._queue_change)
@@ -297,6 +300,7 @@ class Liveness:
         metrics = self._figures()
         await self._safely(self.publish_status(metrics, presence=True))
         await self._safely(self.posts.check_host(metrics))
+        await self._safely(self.posts.refresh())  # open incidents stay within the window
 
     async def _safely(self, action: Awaitable[None]) -> None:
         try:
@@ -333,6 +337,15 @@ class Liveness:
         entry = self.fleet_view.get(agent_id)
         return None if entry is None else entry.master_id
 
+    def _replayed(self, problem: str) -> None:
+        """Count a replayed war-room post: STALE is refused (rejected), NOT_NEWER ignored."""
+        reason = problem.partition(":")[0]
+        if reason == REFUSED_STALE:
+            self.ctx.metrics.rejected.inc(REFUSED_STALE)
+            log.warning("%s: war room: refused a post: %s", self.config.name, problem)
+        else:
+            log.info("%s: war room: ignored a post: %s", self.config.name, problem)
+
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
 
@@ -356,8 +369,13 @@ class Liveness:
             if refused is not None:
                 log.warning("%s: war room: dropped a post: %s", self.config.name, refused)
                 return
-            incident = apply_warroom(self.incidents, inbound, topic)
-            if incident is not None and self.on_incident is not None:
+            signing = self.config.broker.signing  # a reload may change the window
+            if signing is not None:
+                self._order.window, self._order.skew = signing.replay_window, signing.clock_skew
+            incident = apply_warroom(self.incidents, inbound, topic, self._order)
+            if isinstance(incident, str):  # a replay (docs/security.md): never shown
+                self._replayed(incident)
+            elif incident is not None and not incident.again and self.on_incident is not None:
                 self.on_incident(incident)
             return
         message = read_status(inbound, topic)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +21,7 @@ from vox_mqtt.observe.warroom import (
     OpenIncidents,
     Severity,
 )
+from vox_mqtt.observe.warroomreplay import refresh_due
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import DeliveryFailed, LedgerError, VoxError
 from vox_mqtt.protocol.messages import (
@@ -35,6 +37,10 @@ __all__ = ["WarroomPoster"]
 
 # The posts are liveness news: one logger for both, so a filter on it sees every incident.
 log = logging.getLogger("vox_mqtt.liveness")
+
+# After a restart, an incident held from before is first re-posted this long after start
+# (or at half the window, if sooner): liveness resolves it first if it is over.
+_RESTART_GRACE = 30.0
 
 
 class WarroomPoster:
@@ -52,6 +58,10 @@ class WarroomPoster:
         self._host_causes: dict[str, tuple[Severity, str]] = {}
         self._role_causes: dict[str, tuple[Severity, str]] = {}
         self._own_posted: tuple[str, ...] = ()
+        # Each open incident's retained post and when it went out (monotonic): re-posted
+        # within the replay window, or readers would refuse it STALE (docs/security.md).
+        self._retained: dict[UUID, tuple[SystemFailure, float]] = {}
+        self._started = time.monotonic()
 
     @property
     def open_codes(self) -> Mapping[UUID, str]:
@@ -183,8 +193,37 @@ class WarroomPoster:
             topics.warroom(self.ctx.config.id, subject), b"", retain=True
         )
         self._open.set(subject, None)
+        self._retained.pop(subject, None)
 
-    async def _post(self, subject: UUID, failure: SystemFailure, *, retain: bool) -> None:
+    async def refresh(self) -> None:
+        """Post again each open incident's retained post before the replay window ages it.
+
+        A reader refuses a signed post older than the window (a replay, docs/security.md),
+        and an incident may stay open for a day: its post must stay younger than that.
+        """
+        signing = self.ctx.config.broker.signing
+        if signing is None or not signing.signs or not self.ctx.session.connected:
+            return
+        now = time.monotonic()
+        for subject, code in list(self._open.codes.items()):
+            held = self._retained.get(subject)
+            if held is None:
+                # Opened before this agent restarted: its text is gone, its code is kept.
+                # First re-posted once liveness had time to resolve it (docs/liveness.md).
+                failure = SystemFailure(
+                    error_code=code,
+                    severity="ERROR" if subject == self.ctx.config.id else "CRITICAL",
+                    description=f"{self.ctx.config.name}: {code} (open since before a restart)",
+                    subject=subject,
+                )
+                half = signing.replay_window / 2
+                held = (failure, self._started - half + min(_RESTART_GRACE, half))
+            if refresh_due(held[1], now, signing.replay_window):
+                await self._post(subject, held[0], retain=True, again=True)
+
+    async def _post(
+        self, subject: UUID, failure: SystemFailure, *, retain: bool, again: bool = False
+    ) -> None:
         config, session = self.ctx.config, self.ctx.session
         message = new_message(
             MSG_SYSTEM_FAILURE,
@@ -217,9 +256,12 @@ class WarroomPoster:
             raise DeliveryFailed(f"{config.name}: war-room post not acknowledged") from None
         if rc.is_failure:
             raise refused_publish(topic, rc)
-        # An incident is news a person should see (WARNING); its resolution is not (INFO).
+        if retain:
+            self._retained[subject] = (failure, time.monotonic())
+        # An incident is news a person should see (WARNING); its resolution is not (INFO),
+        # nor the same incident posted again within the replay window (DEBUG).
         log.log(
-            logging.INFO if failure.resolved else logging.WARNING,
+            logging.DEBUG if again else logging.INFO if failure.resolved else logging.WARNING,
             "%s: war room: %s%s %s",
             config.name,
             failure.error_code,

@@ -80,7 +80,7 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    observer = FleetObserver(stale_after=reader.stale_after)
+    observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     lines = _LinkLog()
 
     async def connected() -> None:

@@ -251,7 +251,7 @@ async def observing(
     on_session: Callable[[Session], None] | None = None,
 ) -> AsyncIterator[FleetObserver]:
     """Log in as the reader and keep a FleetObserver (and the link watch) up to date."""
-    observer = FleetObserver(stale_after=reader.stale_after)
+    observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     link_topics = [] if links is None else links.map.topics
     wanted = [*topics.LIVENESS_FILTERS, *([topics.WARROOM_FILTER] if warroom else []), *link_topics]
     try:

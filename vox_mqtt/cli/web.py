@@ -195,7 +195,7 @@ async def _serve(
     pages: OperatorPages | None,
     tls: tuple[Path, Path] | None,
 ) -> int:
-    observer = FleetObserver(stale_after=reader.stale_after)
+    observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
     hub = Hub(state)
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from uuid import UUID
 
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.observe.warroom import Incident, apply_warroom
 from vox_mqtt.observe.warroomguard import WarroomGuard
+from vox_mqtt.observe.warroomreplay import WarroomOrder
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import InvalidMessage, TopicError
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, parse
+from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Inbound
 
 __all__ = ["FleetObserver", "read_status"]
@@ -41,12 +44,23 @@ def _unknown(_agent: UUID) -> UUID | None:
 class FleetObserver:
     """A read-only view of what one identity may read: statuses and war-room posts."""
 
-    def __init__(self, *, stale_after: float = 3.0) -> None:
+    def __init__(
+        self,
+        *,
+        stale_after: float = 3.0,
+        signing: Signing | None = None,
+    ) -> None:
         self.view = FleetView(stale_after=stale_after)
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}
         self.on_incident: Callable[[Incident], None] | None = None
         self.messages = 0  # status and war-room messages taken so far
         self.forged = 0  # refused: their signature did not verify
+        # War-room posts not taken, by reason: STALE (refused) and NOT_NEWER (ignored).
+        self.replays: Counter[str] = Counter()
+        # The signers' replay window: every bundle carries the fleet's (docs/security.md).
+        self._order = WarroomOrder()
+        if signing is not None:
+            self._order.window, self._order.skew = signing.replay_window, signing.clock_skew
         self._guard = WarroomGuard()
 
     def take(self, inbound: Inbound) -> None:
@@ -63,8 +77,11 @@ class FleetObserver:
             # Size and rate only: a look shows rule-breaking posts, marked (docs/broker.md).
             if self._guard.refuse(topic.source, topic.subject, len(inbound.payload), _unknown):
                 return
-            incident = apply_warroom(self.incidents, inbound, topic)
-            if incident is not None and self.on_incident is not None:
+            incident = apply_warroom(self.incidents, inbound, topic, self._order)
+            if isinstance(incident, str):  # a replay (docs/security.md): never shown
+                self.replays[incident.partition(":")[0]] += 1
+                log.info("war room: a post not taken: %s", incident)
+            elif incident is not None and not incident.again and self.on_incident is not None:
                 self.on_incident(incident)
         elif isinstance(topic, topics.StatusTopic):
             message = read_status(inbound, topic)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Final, Literal
 from uuid import UUID
@@ -18,9 +19,11 @@ from vox_mqtt.observe.status import (
     VM_CONNECTION_LOST,
     AgentLiveness,
 )
+from vox_mqtt.observe.warroomreplay import WarroomOrder
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.messages import MSG_SYSTEM_FAILURE, SystemFailure, VOXMessage, parse
+from vox_mqtt.protocol.signing import SignedTopic
 from vox_mqtt.transport.session import Inbound
 
 __all__ = [
@@ -58,6 +61,9 @@ class Incident:
         self.topic = topic
         self.message = message
         self.failure = failure
+        # The same open incident posted again within the replay window (docs/security.md):
+        # taken, so its newer time is held, but not news.
+        self.again = False
 
     @property
     def key(self) -> tuple[UUID, UUID]:
@@ -96,13 +102,34 @@ def read_warroom(inbound: Inbound, topic: topics.WarroomTopic) -> Incident | Non
 
 
 def apply_warroom(
-    incidents: dict[tuple[UUID, UUID], Incident], inbound: Inbound, topic: topics.WarroomTopic
-) -> Incident | None:
-    """Update the open incidents from one war-room message; return the post it carried."""
+    incidents: dict[tuple[UUID, UUID], Incident],
+    inbound: Inbound,
+    topic: topics.WarroomTopic,
+    order: WarroomOrder | None = None,
+    *,
+    now: float | None = None,
+) -> Incident | str | None:
+    """Update the open incidents from one war-room message; return the post it carried.
+
+    With order, a replayed post is not taken (docs/security.md, replays): the problem is
+    returned instead, reason first (`STALE`: refused, count it; `NOT_NEWER`: ignored).
+    """
     incident = read_warroom(inbound, topic)
+    if incident is not None and order is not None:
+        problem = order.judge(
+            incident.key,
+            incident.message.emitted_at,
+            signed=isinstance(inbound.topic, SignedTopic),
+            now=time.time() if now is None else now,
+            resolved=incident.failure.resolved,
+        )
+        if problem is not None:
+            return problem
     if incident is None or incident.failure.resolved:
         incidents.pop((topic.source, topic.subject), None)
     else:
+        held = incidents.get(incident.key)
+        incident.again = held is not None and held.failure == incident.failure
         incidents[incident.key] = incident
     return incident
 
