@@ -12,7 +12,6 @@ from vox_mqtt.broker.acl import (
     fleet_identities,
     parse_acl_file,
     render_acl_file,
-    rendered_acl_problems,
 )
 from vox_mqtt.broker.policy import (
     MAX_PROBES_PER_IDENTITY,
@@ -20,6 +19,7 @@ from vox_mqtt.broker.policy import (
     dynsec_allows,
     policy_probes,
     policy_problems,
+    rendered_acl_problems,
 )
 from vox_mqtt.protocol.errors import ConfigError
 

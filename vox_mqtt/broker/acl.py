@@ -46,7 +46,6 @@ __all__ = [
     "parse_acl_file",
     "render_acl_file",
     "render_dynsec",
-    "rendered_acl_problems",
     "sub_topic_problem",
     "topic_matches",
 ]
@@ -320,39 +319,6 @@ def render_acl_file(identities: Iterable[Identity], *, header: Iterable[str] = (
         out.append(f"user {identity.username}")
         out.extend(f"topic {_access_word(rule)} {rule.topic}" for rule in identity.rules)
     return "\n".join(out) + "\n"
-
-
-def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl") -> list[str]:
-    """Return why Mosquitto would not read render_acl_file's text as these rules, one line each.
-
-    The renderer writes only `# KIND NAME`, `user UUID` and `topic ACCESS FILTER` lines,
-    the access a fixed word and the username a UUID's text: the names and the filters are
-    the only data in them. So instead of parsing 120,000 lines it wrote itself (a third of
-    a render of 10,000 agents: docs/performance.md, figure 7), this asks of each of those
-    what parse_acl_file would refuse or warn about: a control character (a newline in a
-    name or filter would start a line of its own), spaces Mosquitto trims, an empty
-    filter, a wildcard that is not a whole level. A hand-edited file still gets the
-    full parse on reload.
-    """
-    problems: list[str] = []
-    seen: set[str] = set()
-    for identity in identities:
-        if _CONTROL.search(identity.name):
-            problems.append(f"{source}: name {identity.name!r} contains control characters")
-        for rule in identity.rules:
-            topic = rule.topic
-            if topic in seen:
-                continue
-            seen.add(topic)
-            if not (rule.read or rule.write):
-                problems.append(f"{source}: rule on {topic!r} grants nothing")
-            if not topic or topic != topic.strip(_C_SPACE) or _CONTROL.search(topic):
-                problems.append(f"{source}: topic {topic!r} has spaces or control characters")
-                continue
-            reason = sub_topic_problem(topic)
-            if reason is not None:
-                problems.append(f"{source}: invalid topic {topic!r}: {reason}")
-    return problems
 
 
 def _dynsec_acls(rule: Rule) -> list[dict[str, Any]]:

@@ -35,7 +35,6 @@ from vox_mqtt.broker.acl import (
     fleet_identities,
     render_acl_file,
     render_dynsec,
-    rendered_acl_problems,
 )
 from vox_mqtt.broker.credstore import CredentialStore, StoredIdentity
 from vox_mqtt.broker.federation import broker_identities, site_section
@@ -58,7 +57,7 @@ from vox_mqtt.broker.passwd import (
     render_passwd,
 )
 from vox_mqtt.broker.pki import PkiLayout
-from vox_mqtt.broker.policy import policy_probes, write_policy
+from vox_mqtt.broker.policy import policy_probes, rendered_acl_problems, write_policy
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet
