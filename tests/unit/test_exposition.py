@@ -109,10 +109,19 @@ def test_an_idle_agent_is_not_rendered_again() -> None:
         observer.take(status(agent, OPERATOR, "a", metrics={**host(beat), "agent": snapshot(2)}))
         assert exposition.body() == reference(observer)
     assert exposition.rendered_families == rendered
-    # Work with the label values it already had: every line is known, nothing rendered.
+    # Work with the label values it already had: every line is known, nothing rendered,
+    # and the snapshot's families are written from it without building them.
+    built = exposition.built_families
     observer.take(status(agent, OPERATOR, "a", metrics={**host(9), "agent": snapshot(5)}))
     assert exposition.body() == reference(observer)
     assert exposition.rendered_families == rendered
+    assert exposition.built_families == built
+    # A new label value (cmd-0 after cmd-2): that family is built and rendered, and the
+    # text is still prometheus_client's.
+    observer.take(status(agent, OPERATOR, "a", metrics={**host(10), "agent": snapshot(6)}))
+    assert exposition.body() == reference(observer)
+    assert exposition.rendered_families > rendered
+    assert exposition.built_families > built
 
 
 def call(app: Any, method: str = "GET", encoding: str = "") -> tuple[str, dict[str, str], bytes]:
