@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 from typing import Any
 from uuid import UUID, uuid4
@@ -147,3 +148,18 @@ def test_metrics_app_serves_text_format_and_gzip_when_asked() -> None:
     assert int(headers["Content-Length"]) == len(body)
     code, headers, _ = call(app, method="POST")
     assert code.startswith("405")
+
+
+def test_a_scrape_leaves_the_garbage_collector_as_it_found_it() -> None:
+    observer = FleetObserver()
+    observer.take(status(uuid4(), OPERATOR, "a", metrics={**host(0), "agent": snapshot(1)}))
+    exposition = CachedExposition(observer, clock=lambda: NOW)
+    assert gc.isenabled()
+    assert exposition.body() == reference(observer)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        exposition.body()
+        assert not gc.isenabled()  # an application that turned it off keeps it off
+    finally:
+        gc.enable()

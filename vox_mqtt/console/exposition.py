@@ -15,11 +15,13 @@ docs/metrics.md explains the cost and what it holds in memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import gzip
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 from uuid import UUID
@@ -195,6 +197,24 @@ def _snapshot_lines(text: _AgentText, key: Key, snapshot: MetricsSnapshot) -> by
     return b"".join(out)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector off while a scrape builds its text.
+
+    A scrape of 10,000 agents allocates about a million tuples and lines, which sets off
+    collections that walk the exporter's whole heap (every kept status): 0.05 - 0.2 s of
+    a 0.7 - 0.95 s steady scrape (docs/performance.md, figure 11). What a scrape makes
+    holds no reference cycle, so nothing waits on the collector; it runs again after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class CachedExposition:
     """Build the fleet's /metrics body, rendering again only what changed since the last one."""
 
@@ -254,7 +274,7 @@ class CachedExposition:
 
     def body(self) -> bytes:
         """Return the text of one scrape (prometheus_client's text format 0.0.4)."""
-        with self._lock:
+        with self._lock, _collector_paused():
             rows, tail = self._snapshot()
             columns: list[tuple[bytes, ...]] = []
             present = set()
