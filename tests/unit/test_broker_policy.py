@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tests.kits.brokerkit import seven_agent_fleet
-from vox_mqtt.broker.acl import fleet_identities, parse_acl_file, render_acl_file
+from vox_mqtt.broker.acl import (
+    Identity,
+    Rule,
+    fleet_identities,
+    parse_acl_file,
+    render_acl_file,
+)
 from vox_mqtt.broker.policy import (
     MAX_PROBES_PER_IDENTITY,
     acl_allows,
     dynsec_allows,
     policy_probes,
     policy_problems,
+    rendered_acl_problems,
 )
+from vox_mqtt.protocol.errors import ConfigError
 
 
 def test_probes_are_bounded_and_the_rendered_acl_holds_them() -> None:
@@ -86,3 +95,53 @@ def test_each_agent_is_probed_not_to_read_its_masters_status() -> None:
     wrong, lines = policy_problems(probes, lambda u, t, w: acl_allows(widened, u, t, w))
     assert wrong == 1
     assert f"read vox/{coord.id}/status must be forbidden" in lines[0]
+
+
+def test_probe_answers_are_the_rules_answers() -> None:
+    # The probes' indexed lookup answers as Identity.may_read / may_write walk the rules.
+    identities = fleet_identities(seven_agent_fleet(), explorer=True)
+    probes = policy_probes(identities)
+    by_user = {identity.username: identity for identity in identities}
+    assert probes
+    for probe in probes:
+        who = by_user[probe.user]
+        expected = who.may_write(probe.topic) if probe.write else who.may_read(probe.topic)
+        assert probe.allowed == expected, probe.text()
+
+
+def _with_rule(identity: Identity, topic: str) -> Identity:
+    return replace(identity, rules=(*identity.rules, Rule(topic=topic, read=True)))
+
+
+def test_the_rendered_rules_check_refuses_what_the_full_parse_refuses() -> None:
+    identities = fleet_identities(seven_agent_fleet(), explorer=True)
+    text = render_acl_file(identities)
+    assert not parse_acl_file(text).warnings
+    assert rendered_acl_problems(identities) == []
+    first = identities[0]
+    bad = {
+        "vox/a#": "invalid topic",
+        "vox/+x/status": "invalid topic",
+        "vox/a ": "spaces or control",
+        " vox/a": "spaces or control",
+        "": "spaces or control",
+        "vox/a\nuser x": "spaces or control",
+        "vox/a\tb": "spaces or control",
+    }
+    for topic, reason in bad.items():
+        changed = (_with_rule(first, topic), *identities[1:])
+        problems = rendered_acl_problems(changed)
+        assert len(problems) == 1, (topic, problems)
+        assert reason in problems[0], (topic, problems)
+        # The full parse as Mosquitto reads it refuses the same file, or warns on it, or
+        # reads a different rule than the identity's.
+        try:
+            parsed = parse_acl_file(render_acl_file(changed))
+        except ConfigError:
+            continue
+        assert parsed.warnings or topic not in {e.topic for e in parsed.rules_of(first.username)}
+    renamed = (replace(first, name="op\ntopic readwrite #"), *identities[1:])
+    assert "control characters" in rendered_acl_problems(renamed)[0]
+    # Mosquitto would read a rule no identity has (the injected line): a whole-file grant.
+    injected = parse_acl_file(render_acl_file(renamed))
+    assert len(injected.entries) == sum(len(i.rules) for i in identities) + 1

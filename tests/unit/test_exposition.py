@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 from typing import Any
 from uuid import UUID, uuid4
@@ -109,10 +110,19 @@ def test_an_idle_agent_is_not_rendered_again() -> None:
         observer.take(status(agent, OPERATOR, "a", metrics={**host(beat), "agent": snapshot(2)}))
         assert exposition.body() == reference(observer)
     assert exposition.rendered_families == rendered
-    # Work with the label values it already had: every line is known, nothing rendered.
+    # Work with the label values it already had: every line is known, nothing rendered,
+    # and the snapshot's families are written from it without building them.
+    built = exposition.built_families
     observer.take(status(agent, OPERATOR, "a", metrics={**host(9), "agent": snapshot(5)}))
     assert exposition.body() == reference(observer)
     assert exposition.rendered_families == rendered
+    assert exposition.built_families == built
+    # A new label value (cmd-0 after cmd-2): that family is built and rendered, and the
+    # text is still prometheus_client's.
+    observer.take(status(agent, OPERATOR, "a", metrics={**host(10), "agent": snapshot(6)}))
+    assert exposition.body() == reference(observer)
+    assert exposition.rendered_families > rendered
+    assert exposition.built_families > built
 
 
 def call(app: Any, method: str = "GET", encoding: str = "") -> tuple[str, dict[str, str], bytes]:
@@ -138,3 +148,18 @@ def test_metrics_app_serves_text_format_and_gzip_when_asked() -> None:
     assert int(headers["Content-Length"]) == len(body)
     code, headers, _ = call(app, method="POST")
     assert code.startswith("405")
+
+
+def test_a_scrape_leaves_the_garbage_collector_as_it_found_it() -> None:
+    observer = FleetObserver()
+    observer.take(status(uuid4(), OPERATOR, "a", metrics={**host(0), "agent": snapshot(1)}))
+    exposition = CachedExposition(observer, clock=lambda: NOW)
+    assert gc.isenabled()
+    assert exposition.body() == reference(observer)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        exposition.body()
+        assert not gc.isenabled()  # an application that turned it off keeps it off
+    finally:
+        gc.enable()

@@ -14,17 +14,20 @@ the reload, that the broker loaded the rules that were proven.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from vox_mqtt.broker.acl import (
+    _C_SPACE,
+    _CONTROL,
     AclEntry,
     AclFile,
     Identity,
     canary_forbidden_topic,
+    sub_topic_problem,
     topic_matches,
 )
 from vox_mqtt.broker.passwd import atomic_write
@@ -42,6 +45,7 @@ __all__ = [
     "load_policy",
     "policy_probes",
     "policy_problems",
+    "rendered_acl_problems",
     "write_policy",
 ]
 
@@ -59,9 +63,13 @@ _DYNSEC_DEFAULTS: Final = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Probe:
-    """One path of one identity, and whether the fleet's policy allows it."""
+class Probe(NamedTuple):
+    """One path of one identity, and whether the fleet's policy allows it.
+
+    A named tuple, not a frozen dataclass: a render of 10,000 agents makes 160,000 of
+    them, and a frozen dataclass's field-by-field __init__ was a tenth of the probes'
+    cost (docs/performance.md, figure 7).
+    """
 
     user: str
     name: str
@@ -81,8 +89,46 @@ def _instance(filter_: str) -> str:
     return "/".join(_SAMPLE if level in ("+", "#") else level for level in filter_.split("/"))
 
 
-def _may(identity: Identity, topic: str, write: bool) -> bool:
-    return identity.may_write(topic) if write else identity.may_read(topic)
+class _Grants:
+    """One identity's rules indexed for the probes: its exact topics in a set, per access.
+
+    Same answers as Identity.may_read / may_write (a wildcard-free filter matches only
+    its own text), without walking every rule per probe: the probes asked that about
+    80,000 times for 10,000 agents (docs/performance.md, figure 7).
+    """
+
+    __slots__ = ("exact", "wild")
+
+    def __init__(self, identity: Identity) -> None:
+        self.exact: tuple[set[str], set[str]] = (set(), set())
+        # A wildcard filter with the text before its first wildcard level: a topic it
+        # matches starts with that text ("a/b/#" matches "a/b" itself, hence no "/").
+        self.wild: tuple[list[tuple[str, str]], list[tuple[str, str]]] = ([], [])
+        for rule in identity.rules:
+            topic = rule.topic
+            if "+" not in topic and "#" not in topic:
+                if rule.read:
+                    self.exact[False].add(topic)
+                if rule.write:
+                    self.exact[True].add(topic)
+                continue
+            cut = len(topic)
+            for char in "+#":
+                if char in topic:
+                    cut = min(cut, topic.index(char))
+            head = topic[: max(cut - 1, 0)]
+            if rule.read:
+                self.wild[False].append((head, topic))
+            if rule.write:
+                self.wild[True].append((head, topic))
+
+    def may(self, topic: str, write: bool) -> bool:
+        if topic in self.exact[write]:
+            return True
+        for head, filter_ in self.wild[write]:
+            if topic.startswith(head) and topic_matches(filter_, topic):
+                return True
+        return False
 
 
 def _first_forbidden(probe: Any, other: Identity) -> list[Probe]:
@@ -95,7 +141,18 @@ def _first_forbidden(probe: Any, other: Identity) -> list[Probe]:
     return []
 
 
-def _presence_only(probe: Any, identity: Identity) -> list[Probe]:
+def _status_of_presence(topic: str, known: dict[str, str | None]) -> str | None:
+    """Return the full status topic of a presence topic, None if it is not one (memoized)."""
+    if topic not in known:
+        known[topic] = None
+        with contextlib.suppress(TopicError):
+            parsed = topics.parse_topic(topic)
+            if isinstance(parsed, topics.StatusTopic) and parsed.presence:
+                known[topic] = topics.status(parsed.agent)
+    return known[topic]
+
+
+def _presence_only(probe: Any, identity: Identity, known: dict[str, str | None]) -> list[Probe]:
     """Return the full statuses of those whose presence alone it reads (its master's).
 
     Ignorance enforced: a child reads its master's presence, never its status, which
@@ -105,12 +162,10 @@ def _presence_only(probe: Any, identity: Identity) -> list[Probe]:
     for rule in identity.rules:
         if not (rule.read and rule.topic.endswith("/presence")):
             continue  # no presence read: parsing all 100,000 rules cost a third of a render
-        try:
-            parsed = topics.parse_topic(rule.topic)
-        except TopicError:
-            continue
-        if isinstance(parsed, topics.StatusTopic) and parsed.presence and rule.read:
-            candidate: Probe = probe(topics.status(parsed.agent), False)
+        # Each presence topic is read by its agent, its master and its children: parsed once.
+        status = _status_of_presence(rule.topic, known)
+        if status is not None:
+            candidate: Probe = probe(status, False)
             if not candidate.allowed:
                 found.append(candidate)
     return found[:1]
@@ -120,24 +175,28 @@ def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
     """Return at most MAX_PROBES_PER_IDENTITY probes per identity (a pure function)."""
     probes: list[Probe] = []
     forbidden_topic = canary_forbidden_topic()
+    known: dict[str, str | None] = {}
     for index, identity in enumerate(identities):
         user, name = identity.username, identity.name  # a username is a UUID's text: made once
+        grants = _Grants(identity)
 
         def probe(
-            topic: str, write: bool, *, who: Identity = identity, user: str = user, name: str = name
+            topic: str, write: bool, *, may: Any = grants.may, user: str = user, name: str = name
         ) -> Probe:
-            return Probe(
-                user=user, name=name, topic=topic, write=write, allowed=_may(who, topic, write)
-            )
+            return Probe(user=user, name=name, topic=topic, write=write, allowed=may(topic, write))
 
         # An instance of one of its own rules: allowed by construction (rules only grant).
-        own = [
-            Probe(user=user, name=name, topic=_instance(rule.topic), write=write, allowed=True)
-            for rule in identity.rules
-            for write in (False, True)
-            if (rule.write if write else rule.read)
-        ][:_MAX_ALLOWED]
-        forbidden = [probe(forbidden_topic, True), *_presence_only(probe, identity)]
+        own: list[Probe] = []
+        for rule in identity.rules:
+            if len(own) >= _MAX_ALLOWED:
+                break  # the root's rules run to hundreds: only the first ones are kept
+            topic = _instance(rule.topic)
+            if rule.read:
+                own.append(Probe(user, name, topic, False, True))
+            if rule.write:
+                own.append(Probe(user, name, topic, True, True))
+        del own[_MAX_ALLOWED:]
+        forbidden = [probe(forbidden_topic, True), *_presence_only(probe, identity, known)]
         # Another identity's paths (the next ones in the fleet's order) it may not use:
         # one per neighbour, so the work per identity stays bounded.
         count = len(identities)
@@ -150,6 +209,39 @@ def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
             forbidden += _first_forbidden(probe, other)
         probes += own + [p for p in forbidden if not p.allowed]
     return tuple(probes)
+
+
+def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl") -> list[str]:
+    """Return why Mosquitto would not read render_acl_file's text as these rules, one line each.
+
+    The renderer writes only `# KIND NAME`, `user UUID` and `topic ACCESS FILTER` lines,
+    the access a fixed word and the username a UUID's text: the names and the filters are
+    the only data in them. So instead of parsing 120,000 lines it wrote itself (a third of
+    a render of 10,000 agents: docs/performance.md, figure 7), this asks of each of those
+    what parse_acl_file would refuse or warn about: a control character (a newline in a
+    name or filter would start a line of its own), spaces Mosquitto trims, an empty
+    filter, a wildcard that is not a whole level. A hand-edited file still gets the
+    full parse on reload.
+    """
+    problems: list[str] = []
+    seen: set[str] = set()
+    for identity in identities:
+        if _CONTROL.search(identity.name):
+            problems.append(f"{source}: name {identity.name!r} contains control characters")
+        for rule in identity.rules:
+            topic = rule.topic
+            if topic in seen:
+                continue
+            seen.add(topic)
+            if not (rule.read or rule.write):
+                problems.append(f"{source}: rule on {topic!r} grants nothing")
+            if not topic or topic != topic.strip(_C_SPACE) or _CONTROL.search(topic):
+                problems.append(f"{source}: topic {topic!r} has spaces or control characters")
+                continue
+            reason = sub_topic_problem(topic)
+            if reason is not None:
+                problems.append(f"{source}: invalid topic {topic!r}: {reason}")
+    return problems
 
 
 def write_policy(root: Path, probes: Iterable[Probe]) -> None:
