@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -341,6 +342,8 @@ def test_the_observer_keeps_statuses_and_open_incidents_and_ignores_forgeries() 
     seen: list[dict[str, Any]] = []
     observer.on_incident = lambda incident: seen.append(incident.as_dict())
 
+    posted = iter(range(1, 100))
+
     def post(resolved: bool) -> bytes:
         details = {"error_code": "X", "severity": "CRITICAL", "description": "d"}
         details["subject"] = str(agent)
@@ -350,7 +353,10 @@ def test_the_observer_keeps_statuses_and_open_incidents_and_ignores_forgeries() 
             target=uuid4(),
             details={**details, "resolved": resolved},
         )
-        return serialize(message)
+        # Each post a second after the one before, as a poster's are: within one millisecond
+        # a resolution counts as newer than an opening (observe/warroomreplay.py).
+        at = datetime.now(UTC) + timedelta(seconds=next(posted))
+        return serialize(message.model_copy(update={"emitted_at": at.isoformat()}))
 
     observer.take(inbound(topic, post(False), retain=True))
     assert list(observer.incidents) == [(master, agent)]
