@@ -16,6 +16,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -119,3 +121,12 @@ def test_ctrl_c_at_a_terminal_and_no_answer_leaves_it_running(fleet: Fleet) -> N
     assert f"request {request_id} left running" in shown, shown
     time.sleep(1.0)
     assert event_at(events_file, "cancelled", 22) is None
+    # Left running, it is still the operator's to cancel (and the fleet then stops at once).
+    report = asyncio.run(cancel(procs, UUID(request_id)))
+    assert report["state"] == "canceled", report
+    wait_until(lambda: event_at(events_file, "cancelled", 22), 10, "the handler's cancel")
+
+
+async def cancel(procs: FleetProcesses, request_id: UUID) -> dict[str, Any]:
+    async with OperatorConsole(procs.operator_config) as console:
+        return await console.cancel(request_id, reason="the test is over", wait=20)
