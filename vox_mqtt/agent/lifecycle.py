@@ -34,7 +34,6 @@ from vox_mqtt.protocol.lifecycle import (
     MAX_STATUS_WAIT,
     MAX_TEXT,
     MSG_CANCEL_REPORT,
-    MSG_CANCEL_REQUEST,
     MSG_STATUS_QUERY,
     MSG_STATUS_REPORT,
     CancelReport,
@@ -235,6 +234,12 @@ class Lifecycle:
     # --- cancel, at the agent that serves the request --------------------------------------
 
     async def _cancel(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+        try:
+            await self._cancel_and_report(message, plan, staged)
+        except VoxError as exc:  # the ledger could not be read: the master hears why
+            await self._reply(message, _unavailable(exc))
+
+    async def _cancel_and_report(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         cancel = message.payload_as(CancelRequest)
         request_id = cancel.request_id
         served = staged.canceled
@@ -279,9 +284,22 @@ class Lifecycle:
         if served is None or not self._requests.claim_answer(served):
             return None
         # Its own record first, so its "canceled" row follows its "received" one.
-        async with asyncio.timeout(CANCEL_GRACE):
-            while not await self._ledger.has_message(request_id):  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+        emitted_at = served.request.emitted_at
+        try:
+            async with asyncio.timeout(CANCEL_GRACE):
+                while not await self._ledger.has_message(request_id, emitted_at=emitted_at):  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            # Its commit failed or stalls: let its own path go on (a failed one is dropped,
+            # and a re-delivery meets the remembered cancel); never leave it claimed.
+            served.answering = False
+            log.warning(
+                "%s: %s did not commit within %.0fs of its cancel; the cancel stays remembered",
+                self.config.name,
+                request_id,
+                CANCEL_GRACE,
+            )
+            return None
         name = str(served.request.details.get("command", ""))
         error = CommandError(code=ErrorCode.CANCELED, error="canceled by its master", command=name)
         with contextlib.suppress(VoxError):
@@ -315,16 +333,8 @@ class Lifecycle:
 
     async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
         """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
-        self._metrics.cancels_sent += 1
-        message = new_message(
-            MSG_CANCEL_REQUEST,
-            source=self.config.id,
-            target=child,
-            details=CancelRequest(request_id=downstream, reason=reason),
-            message_source=self.config.message_source,
-        )
         with contextlib.suppress(VoxError):
-            await self._outbox.send_message(message, expects_reply=False)
+            await self._outbox.send_cancel(child, downstream, reason)
 
     async def _reply(self, message: VOXMessage, answer: tuple[str, Any]) -> None:
         with contextlib.suppress(VoxError):
@@ -339,6 +349,8 @@ class Lifecycle:
             part = await self._part(asked.request_id, within * STATUS_SHARE)
             report = StatusReport(request_id=asked.request_id, **part)
             await self._reply(query, (MSG_STATUS_REPORT, report))
+        except VoxError as exc:  # the ledger could not be read: the master hears why
+            await self._reply(query, _unavailable(exc))
         finally:
             self._answering_status -= 1
 
@@ -436,15 +448,9 @@ class Lifecycle:
         (TIMEOUT) when no report came in time: the cancel itself still stands.
         """
         child = await self._sent_to(request_id)
-        message = new_message(
-            MSG_CANCEL_REQUEST,
-            source=self.config.id,
-            target=child,
-            details=CancelRequest(request_id=request_id, reason=reason and reason[:MAX_TEXT]),
-            message_source=self.config.message_source,
+        tracked = await self._outbox.send_cancel(
+            child, request_id, reason and reason[:MAX_TEXT], expects_reply=True
         )
-        self._metrics.cancels_sent += 1
-        tracked = await self._outbox.send_message(message, expects_reply=True)
         limit = self.config.request_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
@@ -532,6 +538,10 @@ def _down(served: Served) -> tuple[UUID, UUID] | None:
 
 def _busy(why: str) -> tuple[str, CommandError]:
     return MSG_COMMAND_ERROR, CommandError(code=ErrorCode.BUSY, error=why)
+
+
+def _unavailable(exc: VoxError) -> tuple[str, CommandError]:
+    return MSG_COMMAND_ERROR, CommandError(code=ErrorCode.LEDGER_UNAVAILABLE, error=str(exc))
 
 
 def _follow_event(tracked: TrackedRequest, state: RequestState, at: float) -> dict[str, Any] | None:

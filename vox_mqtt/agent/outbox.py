@@ -431,16 +431,22 @@ class Outbox:
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
 
     async def _cancel_given_up(self, request: VOXMessage) -> None:
+        with contextlib.suppress(VoxError):
+            await self.send_cancel(request.target, request.message_id, "deadline")
+
+    async def send_cancel(
+        self, child: UUID, request_id: UUID, reason: str | None, *, expects_reply: bool = False
+    ) -> TrackedRequest:
+        """Send a child a cancel_request for a request sent to it (durable, counted)."""
         self._metrics.cancels_sent += 1
         cancel = new_message(
             MSG_CANCEL_REQUEST,
             source=self.config.id,
-            target=request.target,
-            details=CancelRequest(request_id=request.message_id, reason="deadline"),
+            target=child,
+            details=CancelRequest(request_id=request_id, reason=reason),
             message_source=self.config.message_source,
         )
-        with contextlib.suppress(VoxError):
-            await self.send_message(cancel, expects_reply=False)
+        return await self.send_message(cancel, expects_reply=expects_reply)
 
     # --- what comes back: the one place acks and replies are matched ----------------------
 
