@@ -187,6 +187,11 @@ class Client(aiomqtt.Client):
         if not self._flush(sock) or client.want_write():
             # Wait for the socket to take the rest; this same call writes it then.
             self._loop.add_writer(sock, self._write_now, client, userdata, sock)
+        else:
+            # All written: a writer added for an earlier partial flush must go, or the
+            # always-writable socket would call this at every turn of the loop (paho
+            # unregisters only the writers it registered itself).
+            self._loop.remove_writer(sock)
 
     def _coalesce_sends(self, data: bytes | bytearray) -> int:
         # paho sends each packet with a send() of its own: a system call and a TCP segment
