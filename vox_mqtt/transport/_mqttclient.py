@@ -190,8 +190,10 @@ class Client(aiomqtt.Client):
         else:
             # All written: a writer added for an earlier partial flush must go, or the
             # always-writable socket would call this at every turn of the loop (paho
-            # unregisters only the writers it registered itself).
-            self._loop.remove_writer(sock)
+            # unregisters only the writers it registered itself). A socket paho closed
+            # meanwhile (after a DISCONNECT) has no descriptor and no writer left.
+            if sock.fileno() >= 0:
+                self._loop.remove_writer(sock)
 
     def _coalesce_sends(self, data: bytes | bytearray) -> int:
         # paho sends each packet with a send() of its own: a system call and a TCP segment
