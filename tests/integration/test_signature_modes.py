@@ -103,11 +103,14 @@ def test_accept_takes_and_counts_the_unsigned_verifies_the_signed_refuses_the_fo
             if r["message_id"] == forged_id and r["action"] != "rejected"
         ]
         # The ledger counts what came unsigned; everything signed verifies.
-        verified, count, refused = report(procs, "spec_a")
+        _, count, refused = report(procs, "spec_a")
         assert (count, refused) == (1, 0)
-        assert verified > 0
+        # spec_a may hold nothing signed (the first command went to either specialist); the
+        # root and the coordinator took that command, signed, on its way down.
         for name in ("root", "coord"):
-            assert report(procs, name)[1:] == (0, 0), name
+            verified, count, refused = report(procs, name)
+            assert verified > 0, name
+            assert (count, refused) == (0, 0), name
         keys = procs.agents["spec_a"].config.parent / "spec_a.signing.toml"
         assert main(["ledger", str(procs.ledger("spec_a")), "verify", "--keys", str(keys)]) == 0
         # ... and so does the agent, in its heartbeat's metrics (vox_agent_unsigned_total).
