@@ -23,10 +23,7 @@ import itertools
 import json
 import signal
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,11 +31,9 @@ import pytest
 
 from tests.kits.fleetproc import (
     AgentProcess,
-    FleetProcesses,
-    fleet_text,
-    run_fleet,
 )
-from tests.kits.killpoint import ENV, MODULE, KillPoint, Standby, fired
+from tests.kits.killfleet import DAEMONS, SERVING_LINE, WAIT, Fleet, kill_fleet, ledgers, poll
+from tests.kits.killpoint import KillPoint, fired
 from vox_mqtt.cli import main as vox
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.store import VOXAgentMemory
@@ -48,11 +43,7 @@ from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
-DAEMONS = ("root", "coordinator", "specialist")
-SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
 ANSWERS = ("command_result", "command_error")
-SERVING_LINE = "INFO vox-agent: serving "  # the daemon's log line once it is connected
-WAIT = 20.0  # seconds: any one step; a kill point converges in a few
 
 
 def point(
@@ -110,78 +101,11 @@ CASES = [case for turn in itertools.zip_longest(*BY_ROLE) for case in turn if ca
 STANDBYS = 2  # per daemon, started ahead (tests/kits/killpoint.py, Standby)
 
 
-@dataclass
-class Fleet:
-    """The running fleet, its tally file, the arm file and the next run of each daemon."""
-
-    procs: FleetProcesses
-    tally: Path
-    numbers: Iterator[int]
-    standbys: dict[str, list[Standby]] = field(default_factory=dict)
-
-    def arm_file(self, name: str) -> Path:
-        return self.procs.root / f"killpoint-{name}.json"
-
-    def restart(self, name: str) -> None:
-        """Start the killed daemon again (its standby run, already imported)."""
-        self.standbys[name].pop(0).go()  # the oldest: it has had the longest to import
-
-    def ready_standbys(self) -> None:
-        """Keep STANDBYS standby runs of each daemon started ahead."""
-        for name in DAEMONS:
-            queue = self.standbys.setdefault(name, [])
-            while len(queue) < STANDBYS:
-                queue.append(Standby(self.procs.agents[name]))
-
-    def tallies(self, n: int) -> int:
-        text = self.tally.read_text() if self.tally.exists() else ""
-        return text.split().count(str(n))
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    root = tmp_path_factory.mktemp("kill-at-each-commit")
-    tally = root / "tally.txt"
-    roles = {"specialist": ["tests.kits.agentkit:Tally", "tests.kits.killpoint:Counted"]}
-    settings = {"specialist": {"tally_file": str(tally)}}
-    with run_fleet(root, fleet_text(SHAPE, roles=roles, settings=settings), start=False) as procs:
-        found = Fleet(procs, tally, itertools.count(1))
-        for name in DAEMONS:
-            agent = procs.agents[name]
-            agent.module, agent.env = MODULE, {ENV: str(found.arm_file(name))}
-        procs.start_all()
-        found.ready_standbys()
-        try:
-            yield found
-        finally:
-            for queue in found.standbys.values():
-                for standby in queue:
-                    standby.cancel()
-
-
-async def poll(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Await check() (sync or async) until it returns something true; fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if asyncio.iscoroutine(found):
-            found = await found
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-@asynccontextmanager
-async def ledgers(fleet: Fleet) -> AsyncIterator[dict[str, VOXAgentMemory]]:
-    """Open every daemon's ledger read-only beside the daemon writing it."""
-    async with AsyncExitStack() as stack:
-        yield {
-            name: await stack.enter_async_context(
-                VOXAgentMemory(fleet.procs.ledger(name), read_only=True)
-            )
-            for name in DAEMONS
-        }
+    roles = ["tests.kits.agentkit:Tally", "tests.kits.killpoint:Counted"]
+    with kill_fleet(tmp_path_factory.mktemp("kill-at-each-commit"), roles, STANDBYS) as found:
+        yield found
 
 
 async def route_is_up(console: OperatorConsole, command: str) -> bool:

@@ -18,21 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import signal
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from tests.kits.fleetproc import AgentProcess, FleetProcesses, fleet_text, run_fleet
-from tests.kits.killpoint import ENV, MODULE, KillPoint, Standby, fired
+from tests.kits.fleetproc import AgentProcess
+from tests.kits.killfleet import DAEMONS, SERVING_LINE, WAIT, Fleet, kill_fleet, ledgers, poll
+from tests.kits.killpoint import KillPoint, fired
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import CommandFailed
@@ -41,10 +38,6 @@ from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
-DAEMONS = ("root", "coordinator", "specialist")
-SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
-SERVING_LINE = "INFO vox-agent: serving "
-WAIT = 20.0
 CASES = [
     (role, KillPoint(when, "canceled", MSG_COMMAND_REQUEST, "tally"))
     for role in DAEMONS
@@ -53,65 +46,11 @@ CASES = [
 Case = tuple[str, Literal["before", "after"]]
 
 
-@dataclass
-class Fleet:
-    procs: FleetProcesses
-    tally: Path
-    numbers: Iterator[int]
-    standbys: dict[str, list[Standby]] = field(default_factory=dict)
-
-    def arm_file(self, name: str) -> Path:
-        return self.procs.root / f"killpoint-{name}.json"
-
-    def ready_standbys(self) -> None:
-        for name in DAEMONS:
-            queue = self.standbys.setdefault(name, [])
-            while len(queue) < 1:
-                queue.append(Standby(self.procs.agents[name]))
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    root = tmp_path_factory.mktemp("kill-at-each-cancel")
-    tally = root / "tally.txt"
-    roles = {"specialist": ["tests.kits.agentkit:Tally"]}
-    settings = {"specialist": {"tally_file": str(tally)}}
-    with run_fleet(root, fleet_text(SHAPE, roles=roles, settings=settings), start=False) as procs:
-        found = Fleet(procs, tally, itertools.count(1))
-        for name in DAEMONS:
-            agent = procs.agents[name]
-            agent.module, agent.env = MODULE, {ENV: str(found.arm_file(name))}
-        procs.start_all()
-        found.ready_standbys()
-        try:
-            yield found
-        finally:
-            for queue in found.standbys.values():
-                for standby in queue:
-                    standby.cancel()
-
-
-async def poll(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if asyncio.iscoroutine(found):
-            found = await found
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-@asynccontextmanager
-async def ledgers(fleet: Fleet) -> AsyncIterator[dict[str, VOXAgentMemory]]:
-    async with AsyncExitStack() as stack:
-        yield {
-            name: await stack.enter_async_context(
-                VOXAgentMemory(fleet.procs.ledger(name), read_only=True)
-            )
-            for name in DAEMONS
-        }
+    roles = ["tests.kits.agentkit:Tally"]
+    with kill_fleet(tmp_path_factory.mktemp("kill-at-each-cancel"), roles, 1) as found:
+        yield found
 
 
 def outbox_size(ledger: Path) -> int:
@@ -186,7 +125,7 @@ async def test_a_kill_at_a_cancels_commit_converges(
             batch = json.loads(fired(arm).read_text())
             assert any(r["action"] == "canceled" for r in batch)
             served = agent.log().count(SERVING_LINE)
-            fleet.standbys[role].pop(0).go()
+            fleet.restart(role)
             await poll(lambda: agent.log().count(SERVING_LINE) > served, f"{role} to serve again")
             outcome = await asyncio.wait_for(answer, WAIT)
             with contextlib.suppress(CommandFailed):

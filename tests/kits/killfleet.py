@@ -1,0 +1,102 @@
+"""A three-level fleet of `vox-agent` processes that kill themselves at a chosen commit.
+
+What tests/integration/test_kill_at_each_commit.py and test_request_life_core_kill.py share:
+operator -> root -> coordinator -> specialist on one real broker, each daemon run through
+tests/kits/killpoint.py with its arm file, standby runs started ahead, and the waits on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
+from tests.kits.killpoint import ENV, MODULE, Standby
+from vox_mqtt.ledger.store import VOXAgentMemory
+
+DAEMONS = ("root", "coordinator", "specialist")
+SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
+SERVING_LINE = "INFO vox-agent: serving "  # the daemon's log line once it is connected
+WAIT = 20.0  # seconds: any one step; a kill point converges in a few
+
+
+@dataclass
+class Fleet:
+    """The running fleet, its tally file, the arm file and the next run of each daemon."""
+
+    procs: FleetProcesses
+    tally: Path
+    numbers: Iterator[int]
+    standbys_per_daemon: int = 1
+    standbys: dict[str, list[Standby]] = field(default_factory=dict)
+
+    def arm_file(self, name: str) -> Path:
+        return self.procs.root / f"killpoint-{name}.json"
+
+    def restart(self, name: str) -> None:
+        """Start the killed daemon again (its standby run, already imported)."""
+        self.standbys[name].pop(0).go()  # the oldest: it has had the longest to import
+
+    def ready_standbys(self) -> None:
+        """Keep standbys_per_daemon standby runs of each daemon started ahead."""
+        for name in DAEMONS:
+            queue = self.standbys.setdefault(name, [])
+            while len(queue) < self.standbys_per_daemon:
+                queue.append(Standby(self.procs.agents[name]))
+
+    def tallies(self, n: int) -> int:
+        text = self.tally.read_text() if self.tally.exists() else ""
+        return text.split().count(str(n))
+
+
+@contextlib.contextmanager
+def kill_fleet(root: Path, specialist_roles: list[str], standbys: int) -> Iterator[Fleet]:
+    """Run the fleet, every daemon armed through its kill-point file; stop it after."""
+    tally = root / "tally.txt"
+    roles = {"specialist": specialist_roles}
+    settings = {"specialist": {"tally_file": str(tally)}}
+    with run_fleet(root, fleet_text(SHAPE, roles=roles, settings=settings), start=False) as procs:
+        found = Fleet(procs, tally, itertools.count(1), standbys)
+        for name in DAEMONS:
+            agent = procs.agents[name]
+            agent.module, agent.env = MODULE, {ENV: str(found.arm_file(name))}
+        procs.start_all()
+        found.ready_standbys()
+        try:
+            yield found
+        finally:
+            for queue in found.standbys.values():
+                for standby in queue:
+                    standby.cancel()
+
+
+async def poll(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """Await check() (sync or async) until it returns something true; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if asyncio.iscoroutine(found):
+            found = await found
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def ledgers(fleet: Fleet) -> AsyncIterator[dict[str, VOXAgentMemory]]:
+    """Open every daemon's ledger read-only beside the daemon writing it."""
+    async with AsyncExitStack() as stack:
+        yield {
+            name: await stack.enter_async_context(
+                VOXAgentMemory(fleet.procs.ledger(name), read_only=True)
+            )
+            for name in DAEMONS
+        }
