@@ -27,6 +27,7 @@ from .daemon import (
     AgentDaemon,
     Prepared,
     daemon_running,
+    hold_early_reloads,
     prepare,
 )
 from .health import read_health
@@ -78,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not (args.check or args.health):
+        hold_early_reloads()  # a `systemctl reload` during start is applied, not fatal
     if args.log_level not in LEVELS:
         parser.error(f"VOX_LOG_LEVEL must be one of {', '.join(LEVELS)}")
     if args.login and not args.check:

@@ -46,6 +46,7 @@ __all__ = [
     "AgentDaemon",
     "Prepared",
     "daemon_running",
+    "hold_early_reloads",
     "prepare",
     "state_dir_problems",
 ]
@@ -61,6 +62,16 @@ EXIT_REFUSED: Final = 77
 # Held (flock) in the state dir for the daemon's whole run: `vox-agent --check --login`
 # looks at it, because a login as this agent would take over the daemon's session.
 RUN_LOCK: Final = "vox-agent.lock"
+
+# A SIGHUP taken before the event loop's own handler exists (hold_early_reloads): SIGHUP's
+# default action would end the process, and the reload it asked for would be lost.
+_early_reload: list[bool] = []
+
+
+def hold_early_reloads() -> None:
+    """Keep a SIGHUP that comes while the daemon starts; AgentDaemon.run applies it."""
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: _early_reload.append(True))
+
 
 # Checks of the loop and the session between watchdog pings; a wedged loop misses them all.
 _CHECKS_PER_PING: Final = 4
@@ -242,6 +253,10 @@ class AgentDaemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signum)
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        if _early_reload:
+            # Asked for while the config was read or before: the file may have changed since.
+            _early_reload.clear()
+            self._reload.set()
         reloader = asyncio.ensure_future(self._reload_loop())
         keep_names(self.prepared.config)
         lock: int | None = None

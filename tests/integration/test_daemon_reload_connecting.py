@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.kits.fleetproc import fleet_text, run_fleet, wait_until
+from tests.kits.fleetproc import AgentProcess, fleet_text, run_fleet, wait_until
 from vox_mqtt.broker.signkeys import load_keys
 from vox_mqtt.cli import main
 from vox_mqtt.fleet.bundles import render_agent_config
@@ -75,3 +75,20 @@ def test_keys_rotated_during_a_connect_attempt_are_used_once_connected(tmp_path:
         assert "FORGED_TRAFFIC" not in root.log(), root.log()
         new = load_keys(procs.broker_dir.root).current[procs.fleet.agent("coordinator").id]
         assert new.kid != old.kid
+
+
+def test_a_sighup_while_the_daemon_starts_is_applied_not_fatal(tmp_path: Path) -> None:
+    # SIGHUP's default action ends a process: a reload that came before the loop's handler
+    # killed the daemon with an empty log (seen as a flaky key rotation test).
+    with run_fleet(tmp_path, fleet_text(SHAPE), start=False) as procs:
+        procs.agents["root"].start()
+        plain = procs.agents["coordinator"]
+        coordinator = AgentProcess(
+            plain.name, plain.config, plain.state_dir, plain.log_path, module="tests.kits.earlyhup"
+        )
+        procs.agents["coordinator"] = coordinator
+        coordinator.start()
+        wait_until(lambda: "serving coordinator" in coordinator.log(), 30, "the coordinator")
+        wait_until(lambda: "SIGHUP: logs reopened" in coordinator.log(), 10, "the reload")
+        assert coordinator.process is not None
+        assert coordinator.process.poll() is None

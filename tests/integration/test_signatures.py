@@ -233,6 +233,10 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
     with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         asyncio.run(first_answer(procs, "before.pdf"))
+        # The route needs one specialist: the other may still be starting, and the SIGHUP
+        # below must reach a daemon that serves (the rotation is of a running fleet).
+        for name in ROTATE_SHAPE:
+            wait_until(lambda name=name: f"serving {name}" in procs.agents[name].log(), 30, name)
         old = load_keys(procs.broker_dir.root).current[ids["coordinator"]]
         code = main(
             [
