@@ -35,15 +35,19 @@ from vox_mqtt.observe.metrics import (
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE
 from vox_mqtt.observe.warroom import INCIDENT_CODE
+from vox_mqtt.observe.warroomreplay import NOT_NEWER
+from vox_mqtt.protocol.signing import STALE as STALE_POST
 
 __all__ = [
     "HOST_FAMILIES",
     "INVALID_CODE",
+    "REPLAY_REASONS",
     "STATES",
     "WARROOM_SERIES_KEEP",
     "FleetCollector",
     "code_label",
     "fleet_families",
+    "observer_families",
     "warroom_series",
 ]
 
@@ -75,6 +79,8 @@ HOST_FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
 # (docs/metrics.md).
 WARROOM_SERIES_KEEP: Final = 900.0
 _MAX_WARROOM_SERIES: Final = 256
+# Why a war-room post was not taken (FleetObserver.replays): vox_warroom_replays_total{reason}.
+REPLAY_REASONS: Final = (STALE_POST, NOT_NEWER)
 # The code label of a post whose error_code is not an incident code (INCIDENT_CODE).
 INVALID_CODE: Final = "INVALID_CODE"
 Pair = tuple[str, str]
@@ -281,7 +287,26 @@ def fleet_families(
     for row in agent_rows(observer, names, now):
         _, figures, snapshot = _parsed(row, cache)
         add_agent(families, row, figures, snapshot)
-    return [*families.values(), warroom_family(observer, seen_incidents)]
+    return [*families.values(), *observer_families(observer, seen_incidents)]
+
+
+def observer_families(observer: FleetObserver, seen: dict[Pair, float] | None) -> list[Metric]:
+    """Return the families of the exporter's own reading, after the agents' (every scrape)."""
+    return [warroom_family(observer, seen), replays_family(observer)]
+
+
+def replays_family(observer: FleetObserver) -> Metric:
+    """Return the war-room posts the observer did not take as replays, by reason."""
+    family = CounterMetricFamily(
+        "vox_warroom_replays",
+        "war-room posts not taken as replays (docs/security.md): STALE, refused as older "
+        "than the replay window; NOT_NEWER, ignored as not newer than the post held",
+        labels=["reason"],
+    )
+    # Both reasons always, from 0: a rate over them needs the series before the first.
+    for reason in REPLAY_REASONS:
+        family.add_metric([reason], float(observer.replays.get(reason, 0)))
+    return family
 
 
 def warroom_family(observer: FleetObserver, seen: dict[Pair, float] | None) -> Metric:

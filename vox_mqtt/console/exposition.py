@@ -47,7 +47,7 @@ from vox_mqtt.console.exporter import (
     agent_rows,
     family_keys,
     new_family,
-    warroom_family,
+    observer_families,
 )
 from vox_mqtt.observe.metrics import (
     COUNTERS,
@@ -249,7 +249,7 @@ class CachedExposition:
     def _read(self) -> tuple[list[AgentRow], list[Metric]]:
         """Take what this scrape reports, on the observer's loop (cheap: no text is built)."""
         rows = agent_rows(self.observer, self.names, self.clock())
-        tail = [warroom_family(self.observer, self._seen)]
+        tail = observer_families(self.observer, self._seen)
         if self.connected is not None:
             link = GaugeMetricFamily(
                 "vox_exporter_broker_connected",
