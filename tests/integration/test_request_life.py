@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -318,3 +319,38 @@ async def test_a_request_and_its_cancel_held_for_a_frozen_specialist_never_run_o
         assert cancelled - started < 2.0
     report = await show(capture, procs, request_id)
     assert [state for state, _ in levels(report)] == ["canceled"] * 3, report
+
+
+async def test_detach_reports_a_refusal_at_once_with_its_code_and_what_to_do(
+    fleet: Fleet, capture: Any
+) -> None:
+    procs, _ = fleet
+    await route_up(procs)
+    # The root answers a command nobody serves with NO_ROUTE instead of an ack.
+    for flags in ((), ("--json",)):
+        started = time.monotonic()
+        code, out, err = await capture(
+            "send", "--config", procs.operator_config, "no_such_command", "--detach",
+            "--timeout", "600", *flags,
+        )  # fmt: skip
+        took = time.monotonic() - started
+        assert code == 1, (out, err)
+        assert took < 5.0, f"the refusal took {took:.1f}s: it came at once"
+        if flags:
+            report = json.loads(out)
+            assert (report["ok"], report["state"], report["code"]) == (False, "failed", "NO_ROUTE")
+            assert "it serves: " in report["error"], report
+            UUID(report["request_id"])
+            continue
+        assert out == "", out
+        (line,) = err.splitlines()
+        assert line.startswith("vox: error: no_such_command: NO_ROUTE: "), line
+        # What to send instead, and that nothing was left running.
+        assert re.search(r"it serves: .*\bstuck\b", line), line
+        assert re.search(r"\(request [0-9a-f-]{36}: not running\)$", line), line
+    # Accepted, it still returns promptly with the id.
+    started = time.monotonic()
+    request_id = await detach(capture, procs, "stuck", "n=7")
+    assert time.monotonic() - started < 5.0
+    code, out, err = await capture("cancel", str(request_id), "--config", procs.operator_config)
+    assert code == 0, (out, err)

@@ -1,7 +1,8 @@
 """Ctrl-C during `vox send --follow` at a terminal asks whether to cancel (docs/operations.md).
 
 The question is asked on a real pseudo-terminal: its answer "y" cancels the request down the
-tree, an empty answer leaves it running and says how to find it again.
+tree, an empty answer leaves it running and says how to find it again; the request's answer
+ends the question unanswered, and a second Ctrl-C ends the command at once.
 """
 
 from __future__ import annotations
@@ -72,6 +73,51 @@ def drain(fd: int, quiet: float = 0.5) -> bytes:
     return seen
 
 
+class AtATerminal:
+    """`vox send ... --follow` with a pseudo-terminal as stdin and stderr, stdout a pipe."""
+
+    def __init__(self, procs: FleetProcesses, *args: str) -> None:
+        self.master, self.slave = pty.openpty()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vox_mqtt.cli", "send", "--config",
+             str(procs.operator_config), *args, "--follow", "--timeout", "600"],
+            stdin=self.slave, stdout=subprocess.PIPE, stderr=self.slave, text=False,
+            env=child_env(), cwd=REPO, start_new_session=True,
+        )  # fmt: skip
+        self.out = b""
+
+    def read_out_until(self, marker: bytes, timeout: float) -> None:
+        """Read the command's stdout until marker shows (or fail after timeout)."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while marker not in self.out:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {marker!r} on stdout; it printed {self.out!r}"
+            if select.select([fd], [], [], min(left, 0.5))[0]:
+                chunk = os.read(fd, 4096)
+                assert chunk, f"stdout closed before {marker!r}: {self.out!r}"
+                self.out += chunk
+
+    def ended_within(self, timeout: float) -> tuple[int, str, str]:
+        """Wait for the command to end (fail after timeout); return code, stdout, terminal."""
+        try:
+            rest, _ = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout}s later") from None
+        return self.process.returncode, (self.out + rest).decode(), self.shown()
+
+    def shown(self) -> str:
+        return drain(self.master).decode(errors="replace")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        os.close(self.master)
+        os.close(self.slave)
+
+
 def follow_at_a_terminal(
     procs: FleetProcesses, events_file: Path, n: int, answer: bytes
 ) -> tuple[int, str, str]:
@@ -130,3 +176,42 @@ def test_ctrl_c_at_a_terminal_and_no_answer_leaves_it_running(fleet: Fleet) -> N
 async def cancel(procs: FleetProcesses, request_id: UUID) -> dict[str, Any]:
     async with OperatorConsole(procs.operator_config) as console:
         return await console.cancel(request_id, reason="the test is over", wait=20)
+
+
+def test_the_answer_ends_the_question(fleet: Fleet) -> None:
+    procs, _ = fleet
+    asyncio.run(route_up(procs))
+    term = AtATerminal(procs, "steps", "count=4", "pause=0.8")
+    try:
+        term.read_out_until(b" progress ", 30)
+        term.process.send_signal(signal.SIGINT)  # Ctrl-C, and nobody answers the question
+        asked = read_until(term.master, b"[y/N]", 20)
+        code, out, shown = term.ended_within(20)  # the answer comes within about 3 s
+    finally:
+        term.close()
+    assert b"cancel request " in asked, asked
+    assert code == 0, (out, shown)
+    assert "steps: 4" in out, out
+    assert "left running" not in shown, shown
+
+
+def test_a_second_ctrl_c_ends_the_command_at_once(fleet: Fleet) -> None:
+    procs, events_file = fleet
+    asyncio.run(route_up(procs))
+    term = AtATerminal(procs, "stuck", "n=23")
+    try:
+        wait_until(lambda: event_at(events_file, "started", 23), 30, "the handler to start")
+        term.process.send_signal(signal.SIGINT)
+        read_until(term.master, b"[y/N]", 20)
+        term.process.send_signal(signal.SIGINT)  # the second, while the question waits
+        code, out, shown = term.ended_within(5)
+    finally:
+        term.close()
+    request_id = out.splitlines()[0].removeprefix("request ")
+    assert code == 130, (out, shown)
+    line = f"vox: error: interrupted again: request {request_id} left running: "
+    assert line in shown, shown
+    assert "Traceback" not in shown, shown
+    assert event_at(events_file, "cancelled", 23) is None
+    report = asyncio.run(cancel(procs, UUID(request_id)))
+    assert report["state"] == "canceled", report

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -349,6 +350,18 @@ def test_the_note_to_human_is_sealed_end_to_end(
             assert code == 0
             [job] = [e for e in json.loads(capsys.readouterr().out) if e["type"] == "job_detected"]
             assert NOTE in job["details"]["note_to_human"]  # opened with the operator's key
+            # Without the key it stays sealed, in the words of the web console's rows.
+            [keys] = [
+                path
+                for path in procs.operator_config.parent.glob("*.signing.toml")
+                if "seal_key = " in path.read_text()
+            ]
+            keys.write_text(re.sub(r"(?m)^seal_key = .*\n", "", keys.read_text()))
+            code = main(["inbox", "--config", str(procs.operator_config), "--json", "--wait", "1"])
+            assert code == 0
+            [job] = [e for e in json.loads(capsys.readouterr().out) if e["type"] == "job_detected"]
+            shown = job["details"]["note_to_human"]
+            assert shown == "(sealed for the operator: this console has no operator key to open it)"
             captured = attacker.captured()
         finally:
             attacker.close()

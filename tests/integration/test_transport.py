@@ -20,8 +20,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from vox_mqtt.broker.local import LocalBroker, free_port
+from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, DeliveryFailed
+from vox_mqtt.protocol.signing import Keyring, Signing, SigningKey, check
 from vox_mqtt.transport.session import BrokerSettings, Inbound, Session, Will
+from vox_mqtt.transport.signing import received_signature
 
 Factory = Callable[..., LocalBroker]
 USER = getpass.getuser()
@@ -454,3 +457,38 @@ async def test_tls_with_client_certificate(broker_factory: Factory, tmp_path: Pa
         with pytest.raises(BrokerUnavailable, match="cannot load the TLS files"):
             async with Session(settings(broker.port, **missing), subscriptions=[]):
                 pass
+
+
+async def test_a_key_rotated_during_an_outage_signs_the_next_will(
+    plain_broker: LocalBroker,
+) -> None:
+    # docs/security.md, rotation: after use_signing, the next CONNECT registers a will
+    # signed with the new key, even when the will was made for an attempt that failed.
+    agent, old, new = uuid4(), SigningKey.generate(), SigningKey.generate()
+    topic = topics.status(agent)
+    will = Will(topic=topic, payload=b'{"gone": true}')
+    session = Session(
+        settings(plain_broker.port, signing=Signing(mode="require", key=old)),
+        subscriptions=[],
+        will=lambda: will,
+    )
+    async with asyncio.timeout(30):
+        await session.__aenter__()
+        try:
+            await asyncio.to_thread(plain_broker.stop)
+            # Attempts fail while the broker is down: each keeps the will it never sent.
+            await asyncio.sleep(1.0)
+            assert not session.connected
+            assert not session.use_signing(Signing(mode="require", key=new))  # no reconnect
+            await asyncio.to_thread(plain_broker.start)
+            await session.wait_connected(timeout=10)
+            await session.disconnect_abruptly()  # killed hard: the broker fires the will
+        finally:
+            await session.__aexit__(None, None, None)
+        async with Session(settings(plain_broker.port), subscriptions=[topic]) as reader:
+            fired = await next_message(reader)  # retained: it waits for whoever comes
+    value = received_signature(fired.raw_properties)
+    assert value is not None
+    assert value.startswith(f"{new.kid}."), value
+    ring = Keyring(current={agent: {new.kid: new.public}}, retired={old.kid: (agent, old.public)})
+    assert check(topic, fired.payload, value, ring) is None

@@ -25,6 +25,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.kits.attackerkit import ATTACKER, ATTACKER_PASSWORD, Attacker, Captured, add_attacker
 from tests.kits.faultkit import run_vox
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from tests.kits.promkit import Exporter, run_exporter, sample
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import parse_timestamp
@@ -110,7 +111,9 @@ def test_a_replayed_open_post_never_reopens_a_resolved_incident(tmp_path: Path) 
         ids = {spec.name: spec.id for spec in procs.fleet}
         attacker = Attacker(procs.broker_dir.port)
         try:
-            asyncio.run(replays(procs, attacker, ids))
+            # The exporter reads what the operator reads, and counts what it did not take.
+            with run_exporter(procs.operator_config, tmp_path / "exporter.log") as exporter:
+                asyncio.run(replays(procs, attacker, ids, exporter))
         finally:
             attacker.close()
 
@@ -141,7 +144,14 @@ def stale_count(console: OperatorConsole) -> int:
     return int(console.agent.metrics.rejected.values.get("STALE", 0))
 
 
-async def replays(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUID]) -> None:
+def scraped_replays(exporter: Exporter, reason: str) -> float | None:
+    """Scrape the exporter: vox_warroom_replays_total for one reason."""
+    return sample(exporter.samples(), "vox_warroom_replays_total", reason=reason)
+
+
+async def replays(
+    procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUID], exporter: Exporter
+) -> None:
     coord, spec_a, spec_b = ids["coord"], ids["spec_a"], ids["spec_b"]
     key = (coord, spec_a)
     topic = topics.warroom(coord, spec_a)
@@ -173,6 +183,11 @@ async def replays(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUID
         ignored = "war room: ignored a post: NOT_NEWER"
         await until(logged(procs, "root", ignored, 2), "the root ignoring both replays")
         assert "refused a post" not in procs.agents["root"].log()
+        # The exporter took the resolution too: both ignored, counted, none refused yet.
+        await until(
+            lambda: (scraped_replays(exporter, "NOT_NEWER") or 0) >= 2, "the exporter's NOT_NEWER"
+        )
+        assert scraped_replays(exporter, "STALE") == 0
 
         # 2. After the window: refused STALE by every reader, even one that connects now
         # and gets only the replayed retained copy from the broker.
@@ -186,6 +201,7 @@ async def replays(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUID
         await until(lambda: stale_count(console) >= before + 2, "the console's STALE")
         refused = "war room: refused a post: STALE: emitted"
         await until(logged(procs, "root", refused, 2), "the root's STALE")
+        await until(lambda: (scraped_replays(exporter, "STALE") or 0) >= 2, "the exporter's STALE")
         assert not any(i.key == key for i in console.agent.incidents)
         assert opened_about(warroom_look(procs), coord, spec_a) == []
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.kits.plankit import rejected
 from vox_mqtt.agent.plan import (
     Admission,
     AnswerFacts,
@@ -85,27 +86,18 @@ def test_a_message_from_a_peer_on_its_own_topic_is_admitted() -> None:
 
 
 def test_a_message_from_a_stranger_is_rejected_with_the_reason() -> None:
-    message = command_from(source=OTHER)
-    plan = admit(message, inbox_of(message), ADMISSION)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    plan = rejected(command_from(source=OTHER), ADMISSION)
     assert plan.code is ErrorCode.UNAUTHORIZED_SOURCE
     assert "neither this agent's master nor a child" in plan.reason
 
 
 def test_a_command_from_a_child_is_rejected() -> None:
-    message = command_from(source=CHILD)
-    plan = admit(message, inbox_of(message), ADMISSION)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    plan = rejected(command_from(source=CHILD), ADMISSION)
     assert "commands come only from the master" in plan.reason
 
 
 def test_a_message_whose_source_is_not_its_topic_is_rejected() -> None:
-    message = command_from()
-    plan = admit(message, InboxTopic(target=ME, source=CHILD), ADMISSION)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    plan = rejected(command_from(), ADMISSION, InboxTopic(target=ME, source=CHILD))
     assert "does not match the sender" in plan.reason
 
 
@@ -119,11 +111,8 @@ def test_a_retained_copy_is_never_acted_on() -> None:
 
 
 def test_a_rejection_comes_before_the_retained_check() -> None:
-    message = command_from(source=OTHER)
     admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, retained=True)
-    plan = admit(message, inbox_of(message), admission)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    rejected(command_from(source=OTHER), admission)
 
 
 def test_nothing_is_admitted_when_the_ledger_cannot_record() -> None:

@@ -6,6 +6,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from tests.kits.plankit import rejected
 from vox_mqtt.agent.plan import (
     Admission,
     CancelAction,
@@ -82,25 +83,18 @@ def test_a_second_copy_of_a_cancel_changes_nothing() -> None:
 def test_only_the_master_may_cancel_or_ask(build: object) -> None:
     assert callable(build)
     sent = build(CHILD)
-    plan = admit(sent, inbox_of(sent), ADMISSION)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    plan = rejected(sent, ADMISSION)
     assert plan.code is ErrorCode.UNAUTHORIZED_SOURCE
     assert f"{sent.type} from a child: only this agent's master may send it" == plan.reason
     # A stranger is refused before that: it is no peer at all.
-    stranger = build(OTHER)
-    plan = admit(stranger, inbox_of(stranger), ADMISSION)
-    assert plan is not None
+    plan = rejected(build(OTHER), ADMISSION)
     assert "neither this agent's master nor a child" in plan.reason
     # From the master: admitted.
     assert admit(build(MASTER), InboxTopic(target=ME, source=MASTER), ADMISSION) is None
 
 
 def test_progress_comes_only_from_a_child() -> None:
-    sent = progress_from(MASTER)
-    plan = admit(sent, inbox_of(sent), ADMISSION)
-    assert plan is not None
-    assert plan.step is Step.REJECT
+    plan = rejected(progress_from(MASTER), ADMISSION)
     assert "progress comes only from a child" in plan.reason
     assert admit(progress_from(), inbox_of(progress_from()), ADMISSION) is None
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import enum
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -91,16 +93,75 @@ async def _print_transitions(console: OperatorConsole, request_id: UUID, as_json
             sys.stdout.flush()
 
 
-async def _ask_to_cancel(request_id: UUID) -> bool:
-    """Ask on the terminal whether to cancel; no terminal (or no answer) means no."""
+class _Choice(enum.Enum):
+    """How the question "cancel?" ended."""
+
+    YES = "yes"
+    NO = "no"  # the answer no, an empty one, or no terminal to ask on
+    ANSWERED = "answered"  # the request's answer came first: it ends the question
+    AGAIN = "again"  # a second Ctrl-C: the command ends at once
+
+
+async def _ask_to_cancel(
+    request_id: UUID, answer: asyncio.Future[Any], again: asyncio.Event
+) -> _Choice:
+    """Ask on the terminal whether to cancel, raced with the answer and a second Ctrl-C.
+
+    No terminal (or no answer) means no. The line is read from the terminal as the loop
+    sees it readable, never in a thread: nothing is left blocked on it when the command ends.
+    """
     if not sys.stdin.isatty():
-        return False
+        return _Choice.NO
     print(f"\ncancel request {request_id}? [y/N] ", end="", file=sys.stderr, flush=True)
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    line: asyncio.Future[bytes] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1024)
+        except OSError:
+            data = b""
+        if not line.done():
+            line.set_result(data)
+
     try:
-        answer = await asyncio.to_thread(sys.stdin.readline)
-    except (OSError, ValueError):
-        return False
-    return answer.strip().lower() in ("y", "yes")
+        loop.add_reader(fd, readable)
+    except (OSError, ValueError, NotImplementedError):
+        return _Choice.NO
+    second = asyncio.ensure_future(again.wait())
+    try:
+        await asyncio.wait({line, answer, second}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_reader(fd)
+        second.cancel()
+    if again.is_set():
+        return _Choice.AGAIN
+    if not line.done():  # the answer came while the question was asked
+        print(file=sys.stderr, flush=True)  # end the question's line
+        return _Choice.ANSWERED
+    text = line.result().decode(errors="replace")
+    return _Choice.YES if text.strip().lower() in ("y", "yes") else _Choice.NO
+
+
+async def _unless_again(work: asyncio.Future[Any], again: asyncio.Event) -> bool:
+    """Wait for work unless a second Ctrl-C comes first; return whether work is done."""
+    second = asyncio.ensure_future(again.wait())
+    try:
+        await asyncio.wait({work, second}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        second.cancel()
+    return work.done()
+
+
+def _ended_again(request_id: UUID, canceling: bool) -> int:
+    """The second Ctrl-C: end now, and say where the request stands and how to reach it."""
+    where = "cancel asked for, its end not awaited" if canceling else "left running"
+    fail(
+        f"interrupted again: request {request_id} {where}: `vox request show {request_id}`, "
+        f"`vox cancel {request_id}`"
+    )
+    return EXIT_INTERRUPTED
 
 
 async def follow_command(
@@ -109,39 +170,55 @@ async def follow_command(
     params: dict[str, Any],
     show_answer: Callable[[Any], int],
 ) -> int:
-    """Send the command, print its transitions until its answer; Ctrl-C offers a cancel."""
+    """Send the command, print its transitions until its answer; Ctrl-C offers a cancel.
+
+    The question is raced with the answer (the answer ends it), and a second Ctrl-C ends
+    the command at once, whatever it waits for (docs/operations.md).
+    """
     sent: Sent = await console.start_command(args.command, params, wait=args.timeout)
     request_id = sent.request_id
     if not args.json:
         out_console().print(f"[dim]request {request_id}[/]")
     printer = asyncio.ensure_future(_print_transitions(console, request_id, args.json))
     answer = asyncio.ensure_future(sent.answer())
-    interrupted = asyncio.Event()
+    interrupted, again = asyncio.Event(), asyncio.Event()
+
+    def on_interrupt() -> None:
+        (again if interrupted.is_set() else interrupted).set()
+
     loop = asyncio.get_running_loop()
     # Ctrl-C is the operator's question "stop this?", not a crash: it is handled here
     # (only a main thread's loop can take a signal: anywhere else, no Ctrl-C reaches it).
     with contextlib.suppress(ValueError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        stop = asyncio.ensure_future(interrupted.wait())
-        await asyncio.wait({answer, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not answer.done():
-            with contextlib.suppress(ValueError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
-            wanted = args.cancel_on_interrupt or await _ask_to_cancel(request_id)
-            if not wanted:
-                answer.cancel()
+        if not await _unless_again(answer, interrupted):
+            choice = (
+                _Choice.YES
+                if args.cancel_on_interrupt
+                else await _ask_to_cancel(request_id, answer, again)
+            )
+            if choice is _Choice.AGAIN:
+                return _ended_again(request_id, canceling=False)
+            if choice is _Choice.NO:
                 fail(
                     f"request {request_id} left running: `vox request show {request_id}`, "
                     f"`vox cancel {request_id}`"
                 )
                 return EXIT_INTERRUPTED
-            report = await console.cancel(request_id, reason="interrupted by the operator")
-            if not args.json:
-                out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+            if choice is _Choice.YES:
+                reason = "interrupted by the operator"
+                canceling = asyncio.ensure_future(console.cancel(request_id, reason=reason))
+                if not await _unless_again(canceling, again):
+                    canceling.cancel()
+                    return _ended_again(request_id, canceling=True)
+                report = canceling.result()
+                if not args.json:
+                    out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+            if not await _unless_again(answer, again):
+                return _ended_again(request_id, canceling=choice is _Choice.YES)
         try:
-            reply = await answer
+            reply = answer.result()
         except CommandFailed as exc:
             await _settle(printer)
             if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -31,6 +32,18 @@ from .follow import follow_command
 __all__ = ["parse_params", "register"]
 
 _ACK_WAIT = 10.0  # seconds --detach waits for the root's acknowledgement
+# After the ack, how long --detach still waits for an end that comes at once (a refusal).
+_AT_ONCE = 1.0
+# What a person can do about a request refused at once, where its error does not say.
+_WHAT_TO_DO = {
+    "DELIVERY_FAILED": "; the broker's rules do not let this console publish to the root: "
+    "render and reload them from the fleet file (`vox broker render`, `vox broker reload`)",
+    "UNAUTHORIZED_SOURCE": "; the root takes commands only from its master: is this "
+    "console's config the one the fleet file renders for the operator?",
+    "TARGET_INACTIVE": "; `vox status` shows which agents are down",
+    "SHUTTING_DOWN": "; the root is stopping: send it again once it is back",
+    "LEDGER_UNAVAILABLE": "; the root cannot record (its log says why: a full disk?)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -133,11 +146,16 @@ async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) ->
 async def _detach(
     console: OperatorConsole, args: argparse.Namespace, params: dict[str, Any]
 ) -> int:
-    """Send the command, wait until the root acknowledged it, print its id and leave."""
+    """Send the command, wait until the root acknowledged it, print its id and leave.
+
+    A refusal or failure that comes at once (a command_error instead of the ack or right
+    after it, the broker refusing the publish) is reported with its code and exits 1.
+    """
     sent = await console.start_command(args.command, params, wait=args.timeout)
+    tracked = sent.tracked
     try:
         async with asyncio.timeout(min(args.timeout, _ACK_WAIT)):
-            await sent.tracked.acknowledged.wait()
+            await _first(tracked.acknowledged, tracked.done)
     except TimeoutError:
         # Still in the outbox: the next `vox` run of this console re-sends it.
         fail(
@@ -145,11 +163,57 @@ async def _detach(
             "console's outbox and is sent again by its next run"
         )
         return EXIT_RUNTIME
+    # The root acknowledges a command it cannot route, then answers NO_ROUTE from its next
+    # commit: an end that follows the ack this closely is the report, not "running".
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(tracked.done.wait(), _AT_ONCE)
+    result: Any = None
+    if tracked.done.is_set():  # answered already: its end is the report
+        try:
+            reply = await sent.answer()  # at once: the request is over
+        except CommandFailed as exc:
+            return _ended_at_once(args, sent.request_id, exc)
+        state, result = "completed", reply.details.get("result")
+    else:
+        state = "acknowledged"
     if args.json:
-        print_json({"request_id": str(sent.request_id), "state": "acknowledged"})
+        done = {"result": result} if state == "completed" else {}
+        print_json({"request_id": str(sent.request_id), "state": state, **done})
+    elif state == "completed":
+        text = shown(json.dumps(result, default=str))
+        out_console().print(f"request {sent.request_id}: completed already: {text}")
     else:
         out_console().print(f"request {sent.request_id}: acknowledged by the root, running")
     return 0
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Return once any of the events is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+def _ended_at_once(args: argparse.Namespace, request_id: UUID, exc: CommandFailed) -> int:
+    """Report a request refused or failed before it could run: nothing is left running."""
+    if args.json:
+        print_json(
+            {
+                "ok": False,
+                "request_id": str(request_id),
+                "state": "failed",
+                "code": exc.code,
+                "error": exc.error,
+            }
+        )
+    else:
+        # NO_ROUTE's error lists what the root serves; the others get what to look at.
+        hint = _WHAT_TO_DO.get(exc.code, "")
+        fail(f"{args.command}: {exc.code}: {exc.error}{hint} (request {request_id}: not running)")
+    return EXIT_RUNTIME
 
 
 def _show_reply(args: argparse.Namespace, reply: VOXMessage, root_name: str, root_id: str) -> int:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from prometheus_client.core import (
@@ -35,15 +35,21 @@ from vox_mqtt.observe.metrics import (
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE
 from vox_mqtt.observe.warroom import INCIDENT_CODE
+from vox_mqtt.observe.warroomreplay import NOT_NEWER
+from vox_mqtt.protocol.signing import STALE as STALE_POST
 
 __all__ = [
     "HOST_FAMILIES",
     "INVALID_CODE",
+    "REPLAY_REASONS",
     "STATES",
     "WARROOM_SERIES_KEEP",
     "FleetCollector",
     "code_label",
     "fleet_families",
+    "link_families",
+    "observer_families",
+    "on_loop",
     "warroom_series",
 ]
 
@@ -75,9 +81,12 @@ HOST_FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
 # (docs/metrics.md).
 WARROOM_SERIES_KEEP: Final = 900.0
 _MAX_WARROOM_SERIES: Final = 256
+# Why a war-room post was not taken (FleetObserver.replays): vox_warroom_replays_total{reason}.
+REPLAY_REASONS: Final = (STALE_POST, NOT_NEWER)
 # The code label of a post whose error_code is not an incident code (INCIDENT_CODE).
 INVALID_CODE: Final = "INVALID_CODE"
 Pair = tuple[str, str]
+T = TypeVar("T")
 
 
 def code_label(code: str) -> str:
@@ -281,7 +290,26 @@ def fleet_families(
     for row in agent_rows(observer, names, now):
         _, figures, snapshot = _parsed(row, cache)
         add_agent(families, row, figures, snapshot)
-    return [*families.values(), warroom_family(observer, seen_incidents)]
+    return [*families.values(), *observer_families(observer, seen_incidents)]
+
+
+def observer_families(observer: FleetObserver, seen: dict[Pair, float] | None) -> list[Metric]:
+    """Return the families of the exporter's own reading, after the agents' (every scrape)."""
+    return [warroom_family(observer, seen), replays_family(observer)]
+
+
+def replays_family(observer: FleetObserver) -> Metric:
+    """Return the war-room posts the observer did not take as replays, by reason."""
+    family = CounterMetricFamily(
+        "vox_warroom_replays",
+        "war-room posts not taken as replays (docs/security.md): STALE, refused as older "
+        "than the replay window; NOT_NEWER, ignored as not newer than the post held",
+        labels=["reason"],
+    )
+    # Both reasons always, from 0: a rate over them needs the series before the first.
+    for reason in REPLAY_REASONS:
+        family.add_metric([reason], float(observer.replays.get(reason, 0)))
+    return family
 
 
 def warroom_family(observer: FleetObserver, seen: dict[Pair, float] | None) -> Metric:
@@ -301,11 +329,35 @@ def warroom_family(observer: FleetObserver, seen: dict[Pair, float] | None) -> M
     return family
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def link_families(connected: Callable[[], bool] | None) -> list[Metric]:
+    """Return vox_exporter_broker_connected, when the exporter says whether it is connected."""
+    if connected is None:
+        return []
+    link = GaugeMetricFamily(
+        "vox_exporter_broker_connected",
+        "1 while the exporter's read-only session to the broker is up",
+    )
+    link.add_metric([], 1.0 if connected() else 0.0)
+    return [link]
+
+
+def on_loop(loop: asyncio.AbstractEventLoop | None, read: Callable[[], T], timeout: float) -> T:
+    """Return read(), called on the observer's loop when it runs in another thread.
+
+    The HTTP server scrapes from its own thread; the observer's dicts change on the loop's
+    thread, so what a scrape reports is read there, between two messages.
+    """
     try:
-        return asyncio.get_running_loop()
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
-        return None
+        running = None
+    if loop is None or not loop.is_running() or running is loop:
+        return read()
+
+    async def call() -> T:
+        return read()
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout)
 
 
 class FleetCollector(Collector):
@@ -334,25 +386,9 @@ class FleetCollector(Collector):
         families = fleet_families(
             self.observer, names=self.names, seen_incidents=self._seen, cache=self._cache
         )
-        if self.connected is not None:
-            link = GaugeMetricFamily(
-                "vox_exporter_broker_connected",
-                "1 while the exporter's read-only session to the broker is up",
-            )
-            link.add_metric([], 1.0 if self.connected() else 0.0)
-            families.append(link)
-        return families
+        return [*families, *link_families(self.connected)]
 
     def collect(self) -> Iterable[Metric]:
         """Build the families; on the observer's event loop when it runs in another thread."""
         with self._lock:
-            loop = self.loop
-            if loop is None or not loop.is_running() or _running_loop() is loop:
-                return self._build()
-
-            async def build() -> list[Metric]:
-                return self._build()
-
-            # The HTTP server scrapes from its own thread; the observer's dicts change on
-            # the loop's thread, so the snapshot is taken there, between two messages.
-            return asyncio.run_coroutine_threadsafe(build(), loop).result(self.timeout)
+            return on_loop(self.loop, self._build, self.timeout)

@@ -46,8 +46,10 @@ from vox_mqtt.console.exporter import (
     add_agent,
     agent_rows,
     family_keys,
+    link_families,
     new_family,
-    warroom_family,
+    observer_families,
+    on_loop,
 )
 from vox_mqtt.observe.metrics import (
     COUNTERS,
@@ -249,28 +251,13 @@ class CachedExposition:
     def _read(self) -> tuple[list[AgentRow], list[Metric]]:
         """Take what this scrape reports, on the observer's loop (cheap: no text is built)."""
         rows = agent_rows(self.observer, self.names, self.clock())
-        tail = [warroom_family(self.observer, self._seen)]
-        if self.connected is not None:
-            link = GaugeMetricFamily(
-                "vox_exporter_broker_connected",
-                "1 while the exporter's read-only session to the broker is up",
-            )
-            link.add_metric([], 1.0 if self.connected() else 0.0)
-            tail.append(link)
-        return rows, tail
+        tail = observer_families(self.observer, self._seen)
+        return rows, [*tail, *link_families(self.connected)]
 
     def _snapshot(self) -> tuple[list[AgentRow], list[Metric]]:
-        loop = self.loop
-        if loop is None or not loop.is_running() or _running_loop() is loop:
-            return self._read()
-
-        async def read() -> tuple[list[AgentRow], list[Metric]]:
-            return self._read()
-
-        # The HTTP server scrapes from its own thread; the observer's dicts change on the
-        # loop's thread, so the rows are read there, between two messages. The text is
-        # built here, off the loop: rows only hold values and each status's own dict.
-        return asyncio.run_coroutine_threadsafe(read(), loop).result(self.timeout)
+        # The rows are read on the observer's loop; the text is built here, off the loop:
+        # rows only hold values and each status's own dict.
+        return on_loop(self.loop, self._read, self.timeout)
 
     def body(self) -> bytes:
         """Return the text of one scrape (prometheus_client's text format 0.0.4)."""
@@ -412,10 +399,3 @@ def metrics_app(body: Callable[[], bytes]) -> WsgiApp:
         return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else output]
 
     return app
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

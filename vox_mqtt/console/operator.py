@@ -15,6 +15,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.console.decisions import Job, number_jobs
+from vox_mqtt.console.web_operator import note_of
 from vox_mqtt.fleet.config import ConsoleFile, load_console_config
 from vox_mqtt.ledger.peernames import write_names
 from vox_mqtt.ledger.privatefs import private_dir
@@ -30,7 +31,7 @@ from vox_mqtt.protocol.messages import (
     new_message,
     now_iso,
 )
-from vox_mqtt.protocol.signing import is_sealed, open_sealed
+from vox_mqtt.protocol.signing import is_sealed
 from vox_mqtt.protocol.topics import PRESENCE_FILTER, STATUS_FILTER, WARROOM_FILTER
 
 __all__ = ["ALL_STATUS", "OperatorConsole", "Sent"]
@@ -206,13 +207,9 @@ class OperatorConsole:
         if not isinstance(details, dict) or not is_sealed(note):
             return entry
         signing = self.agent.config.broker.signing
-        try:
-            if signing is None or signing.seal_key is None:
-                raise ValueError("this console has no sealing key")
-            text = open_sealed(str(note), signing.seal_key)
-        except ValueError as exc:
-            text = f"(sealed note_to_human, not opened: {exc})"
-        return {**entry, "details": {**details, "note_to_human": text}}
+        # Opened as the web console's rows open it: why not, where it cannot be.
+        text, sealed = note_of(note, None if signing is None else signing.seal_key)
+        return {**entry, "details": {**details, "note_to_human": text or f"({sealed})"}}
 
     def notifications(self) -> list[dict[str, Any]]:
         """Return every notification kept so far, oldest first."""

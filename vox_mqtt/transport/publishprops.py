@@ -51,9 +51,6 @@ class PackedProperties(Properties):
         return known
 
 
-_BLANK_PUBLISH: Final = dict(PackedProperties(PacketTypes.PUBLISH).__dict__)  # type: ignore[no-untyped-call]
-
-
 def packed(props: PackedProperties) -> PackedProperties:
     """Serialize props now and keep the bytes: they must not be changed afterwards."""
     props.__dict__["_packed"] = Properties.pack(props)  # type: ignore[no-untyped-call]
@@ -155,7 +152,7 @@ def with_user_property(props: Properties, key: str, value: str) -> Properties:
 
 
 class _Appended(PackedProperties):
-    """Packed properties made from bytes alone, once per signed publish.
+    """Packed properties made from bytes alone, once per signed publish or deadline's expiry.
 
     paho's own __init__ builds its tables of every property name for each object (most of
     with_user_property's time, measured); paho only ever asks a publish's properties to
@@ -173,11 +170,7 @@ def with_expiry(props: Properties, expiry: int) -> Properties:
     """Return props with a message expiry interval, packed at once (props is not changed)."""
     packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
     body = bytes([_EXPIRY]) + expiry.to_bytes(4, "big") + packed_old[_skip_varint(packed_old) :]
-    # Properties() builds its name tables per object; this one shares a blank one's.
-    result: PackedProperties = object.__new__(PackedProperties)
-    result.__dict__.update(_BLANK_PUBLISH)
-    result.__dict__["_packed"] = _varint(len(body)) + body
-    return result
+    return _Appended(_varint(len(body)) + body)
 
 
 def signature_of(packed_props: bytes, key: str) -> str | None:

@@ -123,7 +123,7 @@ class Session:
         self._first: asyncio.Future[None] | None = None
         self._last_error: BrokerUnavailable | None = None
         self._first_logged = ""  # the last cause logged while the first connect is retried
-        self._spare_will: tuple[Will | None] | None = None
+        self._spare_will: tuple[Will | None] | None = None  # made, never sent; unsigned
         self.forged = 0  # messages delivered with a forgery verdict
         self.unsigned = 0  # unsigned messages let through in "accept" mode
         self.on_unsigned: Callable[[], None] | None = None  # told of each (the agent counts)
@@ -257,6 +257,7 @@ class Session:
 
         A new own key reconnects once, cleanly (the broker discards the old will), so that
         the will is registered signed with it (docs/security.md); return whether it does.
+        Disconnected, nothing reconnects: the next CONNECT's will is signed with it.
         """
         renewed = own_key_renewed(self.settings.signing, signing)
         self.settings = replace(self.settings, signing=signing)
@@ -349,17 +350,21 @@ class Session:
         if not self._queue.full():
             self._queue.put_nowait(None)
 
-    def _new_client(self) -> Client:
+    def _new_client(self) -> tuple[Client, Will | None]:
+        """Return a client for one attempt and its will as made, before it is signed."""
         s = self.settings
         if self._spare_will is not None:  # the last attempt never sent its CONNECT
             (will,), self._spare_will = self._spare_will, None
         else:
-            will = signed_will(s.signing, self._will() if self._will is not None else None)
-        return new_client(s, will=will, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM)
+            will = self._will() if self._will is not None else None
+        # Signed per attempt with the key of now: a key rotated while no CONNECT went out
+        # (an outage) signs the will kept from before it (docs/security.md, rotation).
+        signed = signed_will(s.signing, will)
+        return new_client(s, will=signed, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM), will
 
     async def _open(self) -> Client:
         """Make one connection attempt; raise BrokerUnavailable saying why it failed."""
-        client = self._new_client()
+        client, will = self._new_client()
         attempt = asyncio.ensure_future(client.__aenter__())
         try:
             await asyncio.shield(attempt)
@@ -377,7 +382,7 @@ class Session:
             # No CONNECT went out, or the broker refused it (e.g. a secret re-keyed before
             # this agent was told): the will was never registered, so keep it and its epoch.
             if client.connect_error is not None or refused:
-                self._spare_will = (client.will,)
+                self._spare_will = (will,)
             raise broker_error(client.connect_error or exc, self.settings) from None
         client.lost.add_done_callback(client.fail_pending)
         return client
