@@ -354,6 +354,29 @@ async def test_publish_during_an_outage_goes_out_after_reconnect(
         assert (await next_message(session)).payload == b"held"
 
 
+async def test_publish_soon_in_on_connect_goes_out_on_the_connection_being_set_up(
+    plain_broker: LocalBroker,
+) -> None:
+    """The outbox re-sends what it holds from on_connect (VOXAgent._on_connect), with
+    publish_soon: on a reconnect it must go out then, not wait for the next re-send timer,
+    whose delay grew through the outage (found by tests/integration/test_broker_outage.py:
+    commands held through a 2 s core restart reached the root up to 16 s late)."""
+    sent: list[bool] = []
+
+    async def on_connect() -> None:
+        outcome = session.publish_soon("t/soon", f"{session.connection_count}".encode())
+        sent.append(outcome is not None)
+        if outcome is not None:
+            await outcome
+
+    session = Session(settings(plain_broker.port), subscriptions=["t/soon"], on_connect=on_connect)
+    async with asyncio.timeout(30), session:
+        assert (await next_message(session)).payload == b"1"
+        await asyncio.to_thread(plain_broker.restart)
+        assert (await next_message(session)).payload == b"2"
+    assert sent == [True, True]
+
+
 async def test_a_slow_consumer_holds_back_the_broker_and_loses_nothing(
     plain_broker: LocalBroker,
 ) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -22,8 +22,9 @@ from tests.kits.brokerkit import Witness
 from tests.kits.federationkit import Federation
 from tests.kits.fleetproc import REPO, child_env, wait_for_route
 from vox_mqtt.broker.federation import bridge_id, bridge_restart
+from vox_mqtt.cli.ops import load_reader, observing
 from vox_mqtt.console.operator import OperatorConsole
-from vox_mqtt.observe.status import ACTIVE, AgentLiveness
+from vox_mqtt.observe.status import ACTIVE, AgentLiveness, FleetView
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST
@@ -39,13 +40,13 @@ BRIDGE_KEEPALIVE = 5
 DOWN = 1.0
 
 
-def sites_fleet(tally: Path) -> str:
-    """Root and site masters on the core; each site's 100 agents in a fan-out 10 tree."""
+def sites_fleet(tally: Path, *, sites: int = SITES, per_site: int = PER_SITE) -> str:
+    """Root and site masters on the core; each site's agents (100) in a fan-out 10 tree."""
     from uuid import uuid4
 
     ids: dict[str, str] = {}
     parts = [f'[operator]\nname = "operator"\nid = "{uuid4()}"\n', '[[brokers]]\nname = "core"\n']
-    parts += [f'[[brokers]]\nname = "site-{s}"\nupstream = "core"\n' for s in range(SITES)]
+    parts += [f'[[brokers]]\nname = "site-{s}"\nupstream = "core"\n' for s in range(sites)]
 
     def agent(name: str, master: str | None, broker: str, roles: tuple[str, ...] = ()) -> None:
         ids[name] = str(uuid4())
@@ -60,9 +61,9 @@ def sites_fleet(tally: Path) -> str:
         parts.append("\n".join(lines) + "\n")
 
     agent("root", None, "core")
-    for s in range(SITES):
+    for s in range(sites):
         agent(f"master-{s}", "root", "core")
-        for j in range(PER_SITE):
+        for j in range(per_site):
             above = f"master-{s}" if j < 10 else f"s{s}-a{(j - 10) // 10}"
             # One tally agent per site, a direct child of its master: commands cross.
             roles = (f"tests.kits.storm_roles:CountSite{s}",) if j == 0 else ()
@@ -110,14 +111,22 @@ def agents_count(fed: Federation) -> int:
     return len(list(fed.fleet))
 
 
+@contextlib.asynccontextmanager
+async def look(fed: Federation) -> AsyncIterator[FleetView]:
+    """A fresh look on the core, as `vox status` takes it: the operator's status look
+    identity, no session, no ledger. (A console of the operator's own identity would take
+    the operator's session over, since the brokers lock client ids: docs/broker.md.)"""
+    async with observing(load_reader(fed.operator_config, "status"), warroom=False) as seen:
+        yield seen.view
+
+
 async def epochs(fed: Federation, timeout: float) -> dict[UUID, int]:
     """Wait until a fresh look on the core sees every agent ACTIVE; return their epochs."""
     wanted = agents_count(fed)
-    look = OperatorConsole(fed.operator_config, persistent=False, observe=(topics.STATUS_FILTER,))
-    async with look, asyncio.timeout(timeout):
-        while sum(a.status == ACTIVE for a in look.view.agents()) < wanted:  # noqa: ASYNC110 - the view is polled
+    async with look(fed) as view, asyncio.timeout(timeout):
+        while sum(a.status == ACTIVE for a in view.agents()) < wanted:  # noqa: ASYNC110 - the view is polled
             await asyncio.sleep(0.2)
-        return {a.id: a.epoch for a in look.view.agents()}
+        return {a.id: a.epoch for a in view.agents()}
 
 
 async def all_back(
@@ -130,17 +139,16 @@ async def all_back(
     (it lives on the restarted broker) once that status carries a newer epoch.
     """
     started = time.monotonic()
-    look = OperatorConsole(fed.operator_config, persistent=False, observe=(topics.STATUS_FILTER,))
 
     def back(entry: AgentLiveness) -> bool:
         newer = entry.id not in reconnected or entry.epoch > before[entry.id]
         return entry.status == ACTIVE and not entry.retained and newer
 
-    async with look:
+    async with look(fed) as view:
         deadline = started + timeout
-        while sum(back(a) for a in look.view.agents()) < len(before):
+        while sum(back(a) for a in view.agents()) < len(before):
             if time.monotonic() > deadline:
-                late = sorted(a.name for a in look.view.agents() if not back(a))
+                late = sorted(a.name for a in view.agents() if not back(a))
                 raise AssertionError(f"not back after {timeout} s: {late[:10]} ({len(late)})")
             await asyncio.sleep(0.2)
     return time.monotonic() - started

@@ -15,9 +15,11 @@ from vox_mqtt.broker.pki import init_pki
 from vox_mqtt.broker.render import BrokerDir, render_broker_dir
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import load_reader
+from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.fleet.config import load_console_config, load_daemon_config
 from vox_mqtt.fleet.explorer import load_explorer_config
+from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
 NAMES = ("root", "coord", "spec_a", "spec_b", "other", "other_spec")
@@ -126,6 +128,32 @@ def test_operator_console_config(tmp_path: Path, fleet: Fleet, broker: BrokerDir
     assert console.operator.state_dir == Path("alice-state")
     password = console.broker.settings(str(fleet.operator_id), base=out.parent).password
     assert password == broker.credentials_for("alice").password
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_a_second_operator_console_is_refused_where_client_ids_are_locked(
+    tmp_path: Path, fleet: Fleet, locked: bool
+) -> None:
+    """With client ids locked to usernames, a second console of the operator's identity
+    would be given the operator's own client id and take its session over (found by
+    tests/integration/test_broker_outage.py); it is refused, the operator's own is not."""
+    broker = render_broker_dir(
+        fleet, tmp_path / "b", port=1884, run_as_user=getpass.getuser(), lock_client_ids=locked
+    )
+    out = tmp_path / "console" / "operator.toml"
+    render_agent_config(fleet, "operator", broker.root, out)
+    console = load_console_config(out)
+    own = console.agent_config(out.parent)
+    assert own.broker.client_id == str(fleet.operator_id)
+    if locked:
+        with pytest.raises(ConfigError, match="take over the operator's own session"):
+            console.agent_config(out.parent, client_id=f"{fleet.operator_id}-look")
+        with pytest.raises(ConfigError, match="locks client ids"):
+            OperatorConsole(out, persistent=False)
+    else:
+        second = console.agent_config(out.parent, client_id=f"{fleet.operator_id}-look")
+        assert second.broker.session_expiry == 0
+        OperatorConsole(out, persistent=False)
 
 
 def test_explorer_config_is_a_read_only_look(tmp_path: Path, fleet: Fleet) -> None:

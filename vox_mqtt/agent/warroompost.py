@@ -232,21 +232,25 @@ class WarroomPoster:
             details=failure,
             message_source=config.message_source,
         )
+        connection = session.connection_count
         try:
             await self.ctx.ledger.record_message(message, "sent")
         except LedgerError as exc:
             # The alert matters more than its record (the disk may be what is full).
             log.warning("%s: war-room post not recorded: %s", config.name, exc)
-        # Only on the connection it was decided on: carried over to the next one it would go
-        # out as old news (a stopping broker sends its clients' wills to those still
-        # connected just before it closes them): liveness's reconcile decides anew then.
+        # Only on the connection it was decided on (no newer one since, not even one being
+        # set up): carried over to the next one it would go out as old news (a stopping
+        # broker sends its clients' wills to those still connected just before it closes
+        # them): liveness's reconcile decides anew then.
         topic = topics.warroom(config.id, subject)
-        pending = session.publish_soon(
-            topic,
-            self._checked(message),
-            retain=retain,
-            props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
-        )
+        pending = None
+        if session.connection_count == connection:
+            pending = session.publish_soon(
+                topic,
+                self._checked(message),
+                retain=retain,
+                props=self.ctx.publish_props.own(MSG_SYSTEM_FAILURE, expiry=INCIDENT_EXPIRY),
+            )
         if pending is None:
             raise VoxError(f"{config.name}: offline, war-room post skipped")
         try:

@@ -58,7 +58,9 @@ class OperatorConsole:
         self.file = config
         base = base or Path.cwd()
         # Only the persistent session uses the operator's own client id: a second,
-        # read-only console (status, watch) must not take that session over.
+        # read-only console (status, watch) must not take that session over. A broker that
+        # locks client ids to usernames would make it the operator's own: refused there
+        # (ConfigError), `vox status` and `vox watch` log in as looks of their own.
         op = config.operator
         client_id = str(op.id) if persistent else f"{op.id}-{secrets.token_hex(4)}"
         agent_config = config.agent_config(base, client_id=client_id, observe=observe)

@@ -67,18 +67,27 @@ class BrokerSection(_Section):
     reconnect_min: Annotated[float, Field(gt=0, le=3600)] = 0.5
     reconnect_max: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
+    def client_id_locked(self, base: Path) -> bool:
+        """Tell whether the credentials file says the broker locks client ids to usernames."""
+        if self.password_file is None:
+            return False
+        return self._credentials(base).get("client_id_locked") is True
+
+    def _credentials(self, base: Path) -> dict[str, Any]:
+        path = _resolve_path(base, self.password_file or Path())
+        try:
+            raw = read_regular(path, limit=MAX_SECRET_BYTES)
+            return tomllib.loads(raw.decode("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{path}: cannot read the broker credentials: {exc}"]) from None
+
     def settings(self, client_id: str, *, base: Path) -> BrokerSettings:
         """Return the transport settings, reading the password file if one is named."""
         password = self.password
         if password is None and self.password_file is not None:
-            path = _resolve_path(base, self.password_file)
-            try:
-                raw = read_regular(path, limit=MAX_SECRET_BYTES)
-                data = tomllib.loads(raw.decode("utf-8"))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError([f"{path}: cannot read the broker credentials: {exc}"]) from None
-            password = data.get("password")
+            password = self._credentials(base).get("password")
             if not isinstance(password, str):
+                path = _resolve_path(base, self.password_file)
                 raise ConfigError([f"{path}: no password in the credentials file"])
         # The TLS files are read at each connection: a FIFO or a device there is refused now.
         tls = [_resolve(base, name) for name in (self.ca_file, self.cert_file, self.key_file)]
@@ -275,11 +284,22 @@ class ConsoleFile(_Section):
         op = self.operator
         broker = self.broker.settings(client_id or str(op.id), base=base)
         if client_id is not None and client_id != str(op.id):
+            if self.broker.client_id_locked(base):
+                # The broker would make it the operator's own client id: it would take over
+                # the operator's session and the answers queued there (docs/broker.md).
+                raise ConfigError([_SECOND_CONSOLE_REFUSED])
             # A second, read-only console keeps no session behind it.
             broker = replace(broker, session_expiry=0)
         if self.signing is not None:
             broker = replace(broker, signing=self.signing.signing(base))
         return op.agent_config(broker, base=base, observe=observe)
+
+
+_SECOND_CONSOLE_REFUSED = (
+    "the broker locks client ids to usernames, so a second console as the operator would "
+    "take over the operator's own session (and the answers queued in it): look with "
+    "`vox status` or `vox watch`, which log in as looks of their own"
+)
 
 
 def _resolve_path(base: Path, path: Path) -> Path:

@@ -244,9 +244,12 @@ class Session:
         props: Properties | None = None,
     ) -> asyncio.Future[ReasonCode] | None:
         """Publish at QoS 1 on the live connection only; return the future of its PUBACK
-        (DeliveryFailed if that connection drops first), or None with no connection up."""
-        client = self._link
-        if self._closing or client is None or client.lost.done():
+        (DeliveryFailed if that connection drops first), or None with no connection up.
+
+        During on_connect that is the connection being set up: the outbox re-sends what it
+        holds from there, at once (docs/architecture.md, the outbox)."""
+        client = self._usable()
+        if self._closing or client is None:
             return None
         if props is None:
             props = publish_properties(content_type, None)
@@ -320,15 +323,21 @@ class Session:
         last = f": {self._last_error}" if self._last_error is not None else ""
         return BrokerUnavailable(f"not connected to {self.settings.address}{waited}{last}")
 
+    def _usable(self) -> Client | None:
+        """Return the live connection or, while on_connect runs, the one being set up (on_connect's
+        own publishes, the birth and the outbox's re-sends, go out on it); None without one."""
+        for client in (self._link, self._setting_up):
+            if client is not None and not client.lost.done():
+                return client
+        return None
+
     async def _live_client(self) -> Client:
         """Return the connection to publish on, waiting for one while there is none."""
         while True:
             if self._closing:
                 raise DeliveryFailed(f"the MQTT session of {self.settings.client_id} is closed")
-            # on_connect's own publishes (the birth) go out on the connection being set up.
-            for client in (self._link, self._setting_up):
-                if client is not None and not client.lost.done():
-                    return client
+            if (client := self._usable()) is not None:
+                return client
             if self._link is not None:
                 self._mark_down(self._link)
             await self._ready.wait()
