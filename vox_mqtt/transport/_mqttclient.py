@@ -303,6 +303,16 @@ def _buffer_reads(client: mqtt.Client) -> None:
     client.loop_read = read_all  # type: ignore[method-assign]
 
 
+def refused_publish(topic: str, rc: ReasonCode) -> DeliveryFailed:
+    """Return the error for a PUBACK that refused a publish, in words a person can act on."""
+    hint = " — the broker's ACL does not let this client publish there"
+    return DeliveryFailed(
+        f"the broker refused the message on {topic!r}: {rc} (0x{rc.value:02X})"
+        + (hint if rc.value == 0x87 else ""),
+        reason_code=rc.value,
+    )
+
+
 def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:
     """Translate any low-level connection failure into a message a person can act on."""
     where = f"the broker at {s.address}"

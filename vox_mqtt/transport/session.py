@@ -27,6 +27,7 @@ from vox_mqtt.transport._mqttclient import (
     broker_error,
     new_client,
     publish_properties,
+    refused_publish,
     tls_context,
 )
 from vox_mqtt.transport._mqttdecode import RawProperties
@@ -71,16 +72,6 @@ class Inbound:
         if isinstance(raw, RawProperties):
             raw = raw.decode()
         return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
-
-
-def refused_publish(topic: str, rc: ReasonCode) -> DeliveryFailed:
-    """Return the error for a PUBACK that refused a publish, in words a person can act on."""
-    hint = " — the broker's ACL does not let this client publish there"
-    return DeliveryFailed(
-        f"the broker refused the message on {topic!r}: {rc} (0x{rc.value:02X})"
-        + (hint if rc.value == 0x87 else ""),
-        reason_code=rc.value,
-    )
 
 
 class Session:
