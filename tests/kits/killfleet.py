@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
+from tests.kits.fleetproc import AgentProcess, FleetProcesses, fleet_text, run_fleet
 from tests.kits.killpoint import ENV, MODULE, Standby
+from tests.kits.lifecyclekit import outbox_size
 from vox_mqtt.ledger.store import VOXAgentMemory
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST
 
 DAEMONS = ("root", "coordinator", "specialist")
 SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
@@ -100,3 +102,42 @@ async def ledgers(fleet: Fleet) -> AsyncIterator[dict[str, VOXAgentMemory]]:
             )
             for name in DAEMONS
         }
+
+
+def alive(agent: AgentProcess) -> bool:
+    """Whether the agent's process runs (it has not killed itself yet)."""
+    return agent.process is not None and agent.process.poll() is None
+
+
+async def restarted(fleet: Fleet, name: str) -> None:
+    """Start a killed daemon again and wait until it serves (one more serving line)."""
+    agent = fleet.procs.agents[name]
+    runs = agent.log().count(SERVING_LINE)
+    fleet.restart(name)
+    await poll(lambda: agent.log().count(SERVING_LINE) > runs, f"{name} to serve again")
+
+
+async def converged(memories: dict[str, VOXAgentMemory]) -> bool:
+    """Nothing left to re-send anywhere, nothing acknowledged and not yet answered.
+
+    The outbox is counted with sqlite3 itself (tests/kits/lifecyclekit.py): a read-only
+    ledger holds no key to unseal VOXAgentMemory.pending_outbox() with.
+    """
+    for name, memory in memories.items():
+        if outbox_size(memory.path):
+            return False
+        if name in DAEMONS and (
+            await memory.pending_commands() or await memory.interrupted_commands()
+        ):
+            return False
+    return True
+
+
+def of_number(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Rows about a command_request whose params are {"n": n}."""
+    return [
+        r
+        for r in rows
+        if r["message_type"] == MSG_COMMAND_REQUEST
+        and (r["details"] or {}).get("params", {}).get("n") == n
+    ]
