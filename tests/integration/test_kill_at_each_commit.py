@@ -19,33 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import signal
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
 
-from tests.kits.fleetproc import wait_for_route
 from tests.kits.killfleet import (
     DAEMONS,
     WAIT,
     Fleet,
-    alive,
-    converged,
+    asked,
+    died,
     kill_fleet,
-    ledgers,
     of_number,
-    poll,
+    operator_on,
     restarted,
+    settled,
 )
-from tests.kits.killpoint import KillPoint, fired
+from tests.kits.killpoint import KillPoint
 from vox_mqtt.cli import main as vox
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import VOXMessage
-from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
@@ -122,40 +117,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 async def test_a_kill_at_this_commit_converges(
     fleet: Fleet, role: str, point: KillPoint, idempotent: bool
 ) -> None:
-    procs, agent, n = fleet.procs, fleet.procs.agents[role], next(fleet.numbers)
-    arm = fleet.arm_file(role)
-    try:
-        async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-            await wait_for_route(console, point.command, timeout=WAIT)
+    n, ledger = next(fleet.numbers), fleet.procs.ledger(role)
+    with fleet.armed(role) as arm:
+        async with operator_on(fleet, point.command) as console:
             point.arm(arm)
-
-            async def ask() -> VOXMessage | CommandFailed:
-                try:
-                    return await console.send_command(point.command, {"n": n}, wait=WAIT)
-                except CommandFailed as exc:
-                    return exc
-
-            answer = asyncio.ensure_future(ask())
-            await poll(lambda: not alive(agent), f"{role} to reach the point and die")
-            assert agent.process is not None
-            assert agent.process.returncode == -signal.SIGKILL, agent.log()[-3000:]
-            batch = json.loads(fired(arm).read_text())
+            answer = asked(console, point.command, {"n": n}, WAIT)
+            batch = await died(fleet, role)
             await restarted(fleet, role)
             outcome = await answer
-            async with ledgers(fleet) as memories:
-                memories["operator"] = console.agent.memory
-                await poll(lambda: converged(memories), "every outbox to empty")
+            async with settled(fleet, console.agent.memory) as memories:
                 await check(fleet, memories, n, outcome, idempotent, batch)
         # `vox ledger DB verify` on the killed agent's ledger, in a thread (its own loop),
         # in this process: a process of its own would cost seconds of imports per test.
-        code = await asyncio.to_thread(vox, ["ledger", str(procs.ledger(role)), "verify"])
-        assert code == 0, f"vox ledger {procs.ledger(role)} verify exited {code}"
-    except BaseException:
-        print(procs.logs()[-20000:])
-        raise
-    finally:
-        arm.unlink(missing_ok=True)  # a point never reached must not fire in a later test
-        fleet.ready_standbys()
+        code = await asyncio.to_thread(vox, ["ledger", str(ledger), "verify"])
+        assert code == 0, f"vox ledger {ledger} verify exited {code}"
 
 
 async def check(

@@ -18,32 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import signal
 from collections.abc import Iterator
 from typing import Literal
 
 import pytest
 
-from tests.kits.fleetproc import wait_for_route
 from tests.kits.killfleet import (
     DAEMONS,
     WAIT,
     Fleet,
-    alive,
-    converged,
+    asked,
+    died,
     kill_fleet,
-    ledgers,
     of_number,
+    operator_on,
     poll,
     restarted,
+    settled,
 )
-from tests.kits.killpoint import KillPoint, fired
-from vox_mqtt.console.operator import OperatorConsole
+from tests.kits.killpoint import KillPoint
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
-from vox_mqtt.protocol.topics import STATUS_FILTER
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode
 
 pytestmark = pytest.mark.slow
 
@@ -72,29 +68,17 @@ async def started_at_specialist(fleet: Fleet, n: int) -> bool:
 async def test_a_kill_at_a_cancels_commit_converges(
     fleet: Fleet, role: str, point: KillPoint
 ) -> None:
-    procs, agent, n = fleet.procs, fleet.procs.agents[role], next(fleet.numbers)
-    arm = fleet.arm_file(role)
-    try:
-        async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-            await wait_for_route(console, "tally", timeout=WAIT)
-
-            async def ask() -> VOXMessage | CommandFailed:
-                try:
-                    return await console.send_command("tally", {"n": n, "seconds": 60}, wait=60)
-                except CommandFailed as exc:
-                    return exc
-
-            answer = asyncio.ensure_future(ask())
+    n = next(fleet.numbers)
+    with fleet.armed(role) as arm:
+        async with operator_on(fleet, "tally") as console:
+            answer = asked(console, "tally", {"n": n, "seconds": 60}, 60)
             await poll(lambda: started_at_specialist(fleet, n), "the handler to start")
             (request,) = [
                 t for t in console.agent.tracker.pending() if t.message.type == MSG_COMMAND_REQUEST
             ]
             point.arm(arm)
             cancel = asyncio.ensure_future(console.agent.cancel(request.message_id, timeout=WAIT))
-            await poll(lambda: not alive(agent), f"{role} to reach the point and die")
-            assert agent.process is not None
-            assert agent.process.returncode == -signal.SIGKILL, agent.log()[-3000:]
-            batch = json.loads(fired(arm).read_text())
+            batch = await died(fleet, role)
             assert any(r["action"] == "canceled" for r in batch)
             await restarted(fleet, role)
             outcome = await asyncio.wait_for(answer, WAIT)
@@ -102,18 +86,10 @@ async def test_a_kill_at_a_cancels_commit_converges(
                 await cancel  # its report may have been cut with the killed agent
             assert isinstance(outcome, CommandFailed), outcome
             assert outcome.code == ErrorCode.CANCELED, outcome
-            async with ledgers(fleet) as memories:
-                memories["operator"] = console.agent.memory
-                await poll(lambda: converged(memories), "every outbox to empty")
+            async with settled(fleet, console.agent.memory) as memories:
                 await check(memories, n, role, point.when)
         tallied = fleet.tally.read_text().split() if fleet.tally.exists() else []
         assert str(n) not in tallied  # the handler never finished, here or after a restart
-    except BaseException:
-        print(procs.logs()[-20000:])
-        raise
-    finally:
-        arm.unlink(missing_ok=True)
-        fleet.ready_standbys()
 
 
 async def check(memories: dict[str, VOXAgentMemory], n: int, role: str, when: str) -> None:
