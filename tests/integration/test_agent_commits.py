@@ -60,17 +60,24 @@ async def commits_for_one_sleep(
     return root.memory.commit_count - before, reply.reply_to
 
 
+async def root_and_operator(
+    stack: AsyncExitStack, secure: Any, tmp_path: Path, roles: dict[str, Any], **options: Any
+) -> tuple[VOXAgent, VOXAgent]:
+    """Start the agents and an operator, none re-sending or beating while a command is counted."""
+    agents = await start_agents(stack, secure, tmp_path, roles, **NO_RESEND, **options)
+    operator = await stack.enter_async_context(
+        VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+    )
+    return agents["root"], operator
+
+
 async def test_a_command_that_starts_at_once_costs_its_agent_three_commits(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(
-            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"], **NO_RESEND
-        )
-        root = agents["root"]
-        operator = await stack.enter_async_context(
-            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        root, operator = await root_and_operator(
+            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"]
         )
         commits, request = await commits_for_one_sleep(operator, root, 0)
         # received + ack sent + started; result sent + completed; the ack received + outbox.
@@ -94,18 +101,8 @@ async def test_a_command_waiting_for_a_slot_is_started_only_when_it_runs(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(
-            stack,
-            secure,
-            tmp_path,
-            {"root": [Slow()]},
-            names=["root"],
-            max_concurrency=1,
-            **NO_RESEND,
-        )
-        root = agents["root"]
-        operator = await stack.enter_async_context(
-            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
+        root, operator = await root_and_operator(
+            stack, secure, tmp_path, {"root": [Slow()]}, names=["root"], max_concurrency=1
         )
         first = asyncio.create_task(
             operator.request("sleep", {"seconds": 0.6}, to=root.id, timeout=10)
@@ -127,14 +124,10 @@ async def test_delegating_commits_the_delegated_row_with_the_downstream_request(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(
-            stack, secure, tmp_path, {"specialist_a": [Analyst()]}, **NO_RESEND
+        root, operator = await root_and_operator(
+            stack, secure, tmp_path, {"specialist_a": [Analyst()]}
         )
-        root = agents["root"]
         await wait_for(lambda: "analyze" in root.advertised_commands())
-        operator = await stack.enter_async_context(
-            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
-        )
         reply = await operator.request("analyze", {"target": "x"}, to=root.id, timeout=10)
         assert reply.reply_to is not None
         rows = sorted(await root.memory.get_recent(100), key=lambda r: r["id"])
@@ -152,14 +145,10 @@ async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
 ) -> None:
     secure = secure_broker_factory(fleet)
     async with AsyncExitStack() as stack:
-        agents = await start_agents(
-            stack, secure, tmp_path, {"specialist_a": [Slow()]}, **NO_RESEND
+        root, operator = await root_and_operator(
+            stack, secure, tmp_path, {"specialist_a": [Slow()]}
         )
-        root = agents["root"]
         await wait_for(lambda: "sleep" in root.advertised_commands())
-        operator = await stack.enter_async_context(
-            VOXAgent(operator_config(secure, tmp_path, **NO_RESEND))
-        )
         # Slow enough that each ack's row commits alone, so the count is exact.
         commits, request = await commits_for_one_sleep(operator, root, 0.3)
         # received + ack sent + downstream sent + delegated; the child's ack; the child's

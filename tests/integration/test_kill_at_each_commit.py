@@ -18,28 +18,29 @@ before or just after that commit (tests/kits/killpoint.py), is restarted, and th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import json
-import signal
-import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from tests.kits.fleetproc import (
-    AgentProcess,
+from tests.kits.killfleet import (
+    DAEMONS,
+    WAIT,
+    Fleet,
+    asked,
+    died,
+    kill_fleet,
+    of_number,
+    operator_on,
+    restarted,
+    settled,
 )
-from tests.kits.killfleet import DAEMONS, SERVING_LINE, WAIT, Fleet, kill_fleet, ledgers, poll
-from tests.kits.killpoint import KillPoint, fired
+from tests.kits.killpoint import KillPoint
 from vox_mqtt.cli import main as vox
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import VOXMessage
-from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
@@ -108,46 +109,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield found
 
 
-async def route_is_up(console: OperatorConsole, command: str) -> bool:
-    root = console.view.get(console.root_id)
-    return root is not None and root.healthy and command in root.commands
-
-
-def outbox_size(ledger: Path) -> int:
-    """Count a ledger's outbox entries with sqlite3 itself (read-only, beside its writer).
-
-    Not VOXAgentMemory.pending_outbox(): it unseals each entry, and a read-only ledger holds
-    no key to unseal with.
-    """
-    with contextlib.closing(
-        sqlite3.connect(f"{ledger.resolve().as_uri()}?mode=ro", uri=True)
-    ) as db:
-        db.execute("PRAGMA busy_timeout = 10000")
-        return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
-
-
-async def converged(memories: dict[str, VOXAgentMemory]) -> bool:
-    """Nothing left to re-send anywhere, nothing acknowledged and not yet answered."""
-    for name, memory in memories.items():
-        if outbox_size(memory.path):
-            return False
-        if name in DAEMONS and (
-            await memory.pending_commands() or await memory.interrupted_commands()
-        ):
-            return False
-    return True
-
-
-def of_number(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """Rows about a command_request whose params are {"n": n}."""
-    return [
-        r
-        for r in rows
-        if r["message_type"] == "command_request"
-        and (r["details"] or {}).get("params", {}).get("n") == n
-    ]
-
-
 @pytest.mark.parametrize(
     ("role", "point", "idempotent"),
     CASES,
@@ -156,46 +117,20 @@ def of_number(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 async def test_a_kill_at_this_commit_converges(
     fleet: Fleet, role: str, point: KillPoint, idempotent: bool
 ) -> None:
-    procs, agent, n = fleet.procs, fleet.procs.agents[role], next(fleet.numbers)
-    arm = fleet.arm_file(role)
-    try:
-        async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-            await poll(lambda: route_is_up(console, point.command), "the route to the specialist")
+    n, ledger = next(fleet.numbers), fleet.procs.ledger(role)
+    with fleet.armed(role) as arm:
+        async with operator_on(fleet, point.command) as console:
             point.arm(arm)
-
-            async def ask() -> VOXMessage | CommandFailed:
-                try:
-                    return await console.send_command(point.command, {"n": n}, wait=WAIT)
-                except CommandFailed as exc:
-                    return exc
-
-            answer = asyncio.ensure_future(ask())
-            await poll(lambda: not agent_runs(agent), f"{role} to reach the point and die")
-            assert agent.process is not None
-            assert agent.process.returncode == -signal.SIGKILL, agent.log()[-3000:]
-            batch = json.loads(fired(arm).read_text())
-            runs = agent.log().count(SERVING_LINE)
-            fleet.restart(role)
-            await poll(lambda: agent.log().count(SERVING_LINE) > runs, f"{role} to serve again")
+            answer = asked(console, point.command, {"n": n}, WAIT)
+            batch = await died(fleet, role)
+            await restarted(fleet, role)
             outcome = await answer
-            async with ledgers(fleet) as memories:
-                memories["operator"] = console.agent.memory
-                await poll(lambda: converged(memories), "every outbox to empty")
+            async with settled(fleet, console.agent.memory) as memories:
                 await check(fleet, memories, n, outcome, idempotent, batch)
         # `vox ledger DB verify` on the killed agent's ledger, in a thread (its own loop),
         # in this process: a process of its own would cost seconds of imports per test.
-        code = await asyncio.to_thread(vox, ["ledger", str(procs.ledger(role)), "verify"])
-        assert code == 0, f"vox ledger {procs.ledger(role)} verify exited {code}"
-    except BaseException:
-        print(procs.logs()[-20000:])
-        raise
-    finally:
-        arm.unlink(missing_ok=True)  # a point never reached must not fire in a later test
-        fleet.ready_standbys()
-
-
-def agent_runs(agent: AgentProcess) -> bool:
-    return agent.process is not None and agent.process.poll() is None
+        code = await asyncio.to_thread(vox, ["ledger", str(ledger), "verify"])
+        assert code == 0, f"vox ledger {ledger} verify exited {code}"
 
 
 async def check(

@@ -13,7 +13,7 @@ import json
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -21,7 +21,7 @@ from uuid import UUID
 import pytest
 
 from tests.kits.clikit import capture
-from tests.kits.fleetproc import FleetProcesses, wait_for_route
+from tests.kits.fleetproc import FleetProcesses
 from tests.kits.lifecyclekit import (
     DAEMONS,
     agent_id,
@@ -32,12 +32,12 @@ from tests.kits.lifecyclekit import (
     lifecycle_fleet,
     outbox_size,
     restart,
+    route_up,
+    until,
     witness,
     witnessed,
 )
 from tests.kits.promkit import run_exporter, sample
-from vox_mqtt.console.operator import OperatorConsole
-from vox_mqtt.protocol.topics import STATUS_FILTER
 
 __all__ = ["capture"]  # the fixture this module borrows
 
@@ -50,21 +50,6 @@ Fleet = tuple[FleetProcesses, Path]
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with lifecycle_fleet(tmp_path_factory.mktemp("request-life")) as found:
         yield found
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Return check()'s first true value; fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
-
-
-async def route_up(procs: FleetProcesses) -> None:
-    """Wait until the root offers the specialist's commands (the console closes after)."""
-    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-        await wait_for_route(console, "stuck", timeout=60)
 
 
 async def detach(capture: Any, procs: FleetProcesses, command: str, *params: str) -> UUID:
@@ -122,7 +107,7 @@ async def test_request_show_nests_each_level_and_names_no_one_below_its_children
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     request_id = await detach(capture, procs, "stuck", "n=1")
     await until(lambda: event_at(events_file, "started", 1), "the handler to start")
 
@@ -165,7 +150,7 @@ async def test_cancel_reaches_the_handler_every_ledger_and_the_operator_and_noth
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     request_id = await detach(capture, procs, "stuck", "n=2")
     await until(lambda: event_at(events_file, "started", 2), "the handler to start")
 
@@ -216,7 +201,7 @@ async def test_a_cancel_sent_to_a_frozen_specialist_is_delivered_once_it_thaws(
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     request_id = await detach(capture, procs, "stuck", "n=3")
     await until(lambda: event_at(events_file, "started", 3), "the handler to start")
     specialist = procs.agents["specialist"]
@@ -243,7 +228,7 @@ async def test_status_shows_in_flight_requests_and_the_exporter_counts_cancels(
     fleet: Fleet, capture: Any, tmp_path: Path
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     request_id = await detach(capture, procs, "stuck", "n=4")
     await until(lambda: event_at(events_file, "started", 4), "the handler to start")
     expected = {
@@ -295,7 +280,7 @@ async def test_a_request_and_its_cancel_held_for_a_frozen_specialist_never_run_o
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     specialist = procs.agents["specialist"]
     specialist.signal(signal.SIGSTOP)  # before the request reaches it
     try:
@@ -325,7 +310,7 @@ async def test_detach_reports_a_refusal_at_once_with_its_code_and_what_to_do(
     fleet: Fleet, capture: Any
 ) -> None:
     procs, _ = fleet
-    await route_up(procs)
+    await route_up(procs, "stuck")
     # The root answers a command nobody serves with NO_ROUTE instead of an ack.
     for flags in ((), ("--json",)):
         started = time.monotonic()

@@ -18,23 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import signal
-import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 
-from tests.kits.fleetproc import AgentProcess
-from tests.kits.killfleet import DAEMONS, SERVING_LINE, WAIT, Fleet, kill_fleet, ledgers, poll
-from tests.kits.killpoint import KillPoint, fired
-from vox_mqtt.console.operator import OperatorConsole
+from tests.kits.killfleet import (
+    DAEMONS,
+    WAIT,
+    Fleet,
+    asked,
+    died,
+    kill_fleet,
+    of_number,
+    operator_on,
+    poll,
+    restarted,
+    settled,
+)
+from tests.kits.killpoint import KillPoint
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
-from vox_mqtt.protocol.topics import STATUS_FILTER
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode
 
 pytestmark = pytest.mark.slow
 
@@ -53,38 +58,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield found
 
 
-def outbox_size(ledger: Path) -> int:
-    with contextlib.closing(
-        sqlite3.connect(f"{ledger.resolve().as_uri()}?mode=ro", uri=True)
-    ) as db:
-        db.execute("PRAGMA busy_timeout = 10000")
-        return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
-
-
-async def converged(memories: dict[str, VOXAgentMemory]) -> bool:
-    for name, memory in memories.items():
-        if outbox_size(memory.path):
-            return False
-        if name in DAEMONS and (
-            await memory.pending_commands() or await memory.interrupted_commands()
-        ):
-            return False
-    return True
-
-
-def of_number(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    return [
-        r
-        for r in rows
-        if r["message_type"] == MSG_COMMAND_REQUEST
-        and (r["details"] or {}).get("params", {}).get("n") == n
-    ]
-
-
-def runs(agent: AgentProcess) -> bool:
-    return agent.process is not None and agent.process.poll() is None
-
-
 async def started_at_specialist(fleet: Fleet, n: int) -> bool:
     async with VOXAgentMemory(fleet.procs.ledger("specialist"), read_only=True) as memory:
         rows = of_number(await memory.get_recent(1000), n)
@@ -95,55 +68,28 @@ async def started_at_specialist(fleet: Fleet, n: int) -> bool:
 async def test_a_kill_at_a_cancels_commit_converges(
     fleet: Fleet, role: str, point: KillPoint
 ) -> None:
-    procs, agent, n = fleet.procs, fleet.procs.agents[role], next(fleet.numbers)
-    arm = fleet.arm_file(role)
-    try:
-        async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-
-            async def route_is_up() -> bool:
-                root = console.view.get(console.root_id)
-                return root is not None and root.healthy and "tally" in root.commands
-
-            await poll(route_is_up, "the route to the specialist")
-
-            async def ask() -> VOXMessage | CommandFailed:
-                try:
-                    return await console.send_command("tally", {"n": n, "seconds": 60}, wait=60)
-                except CommandFailed as exc:
-                    return exc
-
-            answer = asyncio.ensure_future(ask())
+    n = next(fleet.numbers)
+    with fleet.armed(role) as arm:
+        async with operator_on(fleet, "tally") as console:
+            answer = asked(console, "tally", {"n": n, "seconds": 60}, 60)
             await poll(lambda: started_at_specialist(fleet, n), "the handler to start")
             (request,) = [
                 t for t in console.agent.tracker.pending() if t.message.type == MSG_COMMAND_REQUEST
             ]
             point.arm(arm)
             cancel = asyncio.ensure_future(console.agent.cancel(request.message_id, timeout=WAIT))
-            await poll(lambda: not runs(agent), f"{role} to reach the point and die")
-            assert agent.process is not None
-            assert agent.process.returncode == -signal.SIGKILL, agent.log()[-3000:]
-            batch = json.loads(fired(arm).read_text())
+            batch = await died(fleet, role)
             assert any(r["action"] == "canceled" for r in batch)
-            served = agent.log().count(SERVING_LINE)
-            fleet.restart(role)
-            await poll(lambda: agent.log().count(SERVING_LINE) > served, f"{role} to serve again")
+            await restarted(fleet, role)
             outcome = await asyncio.wait_for(answer, WAIT)
             with contextlib.suppress(CommandFailed):
                 await cancel  # its report may have been cut with the killed agent
             assert isinstance(outcome, CommandFailed), outcome
             assert outcome.code == ErrorCode.CANCELED, outcome
-            async with ledgers(fleet) as memories:
-                memories["operator"] = console.agent.memory
-                await poll(lambda: converged(memories), "every outbox to empty")
+            async with settled(fleet, console.agent.memory) as memories:
                 await check(memories, n, role, point.when)
         tallied = fleet.tally.read_text().split() if fleet.tally.exists() else []
         assert str(n) not in tallied  # the handler never finished, here or after a restart
-    except BaseException:
-        print(procs.logs()[-20000:])
-        raise
-    finally:
-        arm.unlink(missing_ok=True)
-        fleet.ready_standbys()
 
 
 async def check(memories: dict[str, VOXAgentMemory], n: int, role: str, when: str) -> None:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,12 +21,14 @@ from uuid import UUID, uuid4
 import pytest
 
 from tests.kits.clikit import capture
-from tests.kits.fleetproc import REPO, FleetProcesses, child_env, wait_for_route
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env
 from tests.kits.lifecyclekit import (
     agent_id,
     event_at,
     ledger_rows,
     lifecycle_fleet,
+    route_up,
+    until,
     witness,
     witnessed,
 )
@@ -34,7 +36,6 @@ from vox_mqtt.broker.local import free_port
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.topics import STATUS_FILTER
 
 __all__ = ["capture"]  # the fixture this module borrows
 
@@ -52,19 +53,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield found
 
 
-async def until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
-
-
-async def route_up(procs: FleetProcesses) -> None:
-    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-        await wait_for_route(console, "steps", timeout=60)
-
-
 def innermost(details: dict[str, Any]) -> dict[str, Any]:
     """Return the deepest level of a progress report (the handler's own words)."""
     while isinstance(details.get("below"), dict):
@@ -74,7 +62,7 @@ def innermost(details: dict[str, Any]) -> dict[str, Any]:
 
 async def test_progress_reaches_send_follow_in_order(fleet: Fleet, capture: Any) -> None:
     procs, _ = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     code, out, err = await capture(
         "send", "--config", procs.operator_config, "steps", "count=5", "pause=0.7",
         "--follow", "--json", "--timeout", "60",
@@ -122,7 +110,7 @@ async def test_progress_reaches_send_follow_in_order(fleet: Fleet, capture: Any)
 
 async def test_the_bound_on_progress_holds_under_a_tight_loop(fleet: Fleet, capture: Any) -> None:
     procs, _ = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     ids = {
         name: agent_id(procs, name) for name in ("operator", "root", "coordinator", "specialist")
     }
@@ -158,7 +146,7 @@ async def test_a_non_master_s_status_query_and_cancel_are_refused_and_recorded(
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     code, out, err = await capture(
         "send", "--config", procs.operator_config, "stuck", "n=5", "--detach", "--json",
         "--timeout", "600",
@@ -197,7 +185,7 @@ async def test_a_non_master_s_status_query_and_cancel_are_refused_and_recorded(
 
 async def test_unknown_and_malformed_ids_are_one_line(fleet: Fleet, capture: Any) -> None:
     procs, _ = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     nobody = uuid4()
     for verb in (("request", "show"), ("cancel",)):
         code, out, err = await capture(*verb, str(nobody), "--config", procs.operator_config)
@@ -217,7 +205,7 @@ async def test_unknown_and_malformed_ids_are_one_line(fleet: Fleet, capture: Any
 
 async def test_a_flood_of_status_queries_leaves_the_root_serving(fleet: Fleet) -> None:
     procs, _ = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     async with OperatorConsole(procs.operator_config) as console:
         asked = [uuid4() for _ in range(300)]
         outcomes = await asyncio.gather(
@@ -279,7 +267,7 @@ async def test_ctrl_c_during_follow_cancels_or_leaves_the_request_running(
     fleet: Fleet, capture: Any
 ) -> None:
     procs, events_file = fleet
-    await route_up(procs)
+    await route_up(procs, "steps")
     # --cancel-on-interrupt: Ctrl-C cancels, and the answer CANCELED is the last word.
     process = _follow_process(procs, 8, "--cancel-on-interrupt")
     await _interrupt_once_working(process, events_file, 8)

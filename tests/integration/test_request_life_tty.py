@@ -22,10 +22,9 @@ from uuid import UUID
 
 import pytest
 
-from tests.kits.fleetproc import REPO, FleetProcesses, child_env, wait_for_route, wait_until
-from tests.kits.lifecyclekit import event_at, lifecycle_fleet
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env, wait_until
+from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up
 from vox_mqtt.console.operator import OperatorConsole
-from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +35,6 @@ Fleet = tuple[FleetProcesses, Path]
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with lifecycle_fleet(tmp_path_factory.mktemp("request-tty")) as found:
         yield found
-
-
-async def route_up(procs: FleetProcesses) -> None:
-    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
-        await wait_for_route(console, "stuck", timeout=60)
 
 
 def read_until(fd: int, marker: bytes, timeout: float) -> bytes:
@@ -150,7 +144,7 @@ def follow_at_a_terminal(
 
 def test_ctrl_c_at_a_terminal_asks_and_y_cancels(fleet: Fleet) -> None:
     procs, events_file = fleet
-    asyncio.run(route_up(procs))
+    asyncio.run(route_up(procs, "stuck"))
     code, out, shown = follow_at_a_terminal(procs, events_file, 21, b"y")
     request_id = out.splitlines()[0].removeprefix("request ")
     assert f"cancel request {request_id}? [y/N]" in shown, shown
@@ -180,7 +174,7 @@ async def cancel(procs: FleetProcesses, request_id: UUID) -> dict[str, Any]:
 
 def test_the_answer_ends_the_question(fleet: Fleet) -> None:
     procs, _ = fleet
-    asyncio.run(route_up(procs))
+    asyncio.run(route_up(procs, "stuck"))
     term = AtATerminal(procs, "steps", "count=4", "pause=0.8")
     try:
         term.read_out_until(b" progress ", 30)
@@ -197,7 +191,7 @@ def test_the_answer_ends_the_question(fleet: Fleet) -> None:
 
 def test_a_second_ctrl_c_ends_the_command_at_once(fleet: Fleet) -> None:
     procs, events_file = fleet
-    asyncio.run(route_up(procs))
+    asyncio.run(route_up(procs, "stuck"))
     term = AtATerminal(procs, "stuck", "n=23")
     try:
         wait_until(lambda: event_at(events_file, "started", 23), 30, "the handler to start")

@@ -133,6 +133,24 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str
     return code, out, err
 
 
+def retire(
+    capsys: pytest.CaptureFixture[str], secure: SecureBroker, name: str, fleet: Path, *more: str
+) -> tuple[int, str, str]:
+    """Run `vox fleet retire NAME --fleet FLEET` against this broker directory."""
+    return run(
+        capsys, "fleet", "retire", name, "--fleet", fleet, "--broker-dir", secure.dir.root, *more
+    )
+
+
+def watch_status(secure: SecureBroker, watcher: str, subject: UUID) -> Client:
+    """Log in as watcher, subscribe to subject's status, and wait for the retained one."""
+    client = Client(secure.creds(watcher), client_id=f"{secure.fleet.agent(watcher).id}-watch")
+    client.connect()
+    client.subscribe([topics.status(subject)])
+    assert client.wait_for(lambda got: any(m.retain and m.payload for m in got))
+    return client
+
+
 def operator_config(secure: SecureBroker, tmp_path: Path) -> Path:
     return render_agent_config(
         secure.fleet, "operator", secure.dir.root, tmp_path / "op" / "operator.toml"
@@ -146,16 +164,10 @@ def test_retire_clears_status_and_posts_tells_the_master_and_the_credential_goes
     fleet = secure.fleet
     spec_b = fleet.agent("spec_b").id
     leave_behind(secure, coord_active=False)
-    # The master's view of its child, as a running coordinator subscribes to it.
-    master = Client(secure.creds("coord"), client_id=f"{fleet.agent('coord').id}-watch")
-    master.connect()
-    master.subscribe([topics.status(spec_b)])
-    assert master.wait_for(lambda got: any(m.retain for m in got))
+    master = watch_status(secure, "coord", spec_b)  # as a running coordinator watches it
     new_fleet = write_fleet(without(fleet, "spec_b"), tmp_path / "new.toml")
 
-    code, out, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", new_fleet, "--broker-dir", secure.dir.root
-    )
+    code, out, err = retire(capsys, secure, "spec_b", new_fleet)
     assert (code, err) == (0, ""), out
     assert f"spec_b ({spec_b}): last status INACTIVE SHUTDOWN, epoch 4" in out
     coord = fleet.agent("coord").id
@@ -196,10 +208,7 @@ def test_retire_leaves_a_running_masters_post_to_the_master(
     secure = fleet_broker
     leave_behind(secure, coord_active=True)
     new_fleet = write_fleet(without(secure.fleet, "spec_b"), tmp_path / "new.toml")
-    code, _, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", new_fleet, "--broker-dir",
-        secure.dir.root, "--wait", "1",
-    )  # fmt: skip
+    code, _, err = retire(capsys, secure, "spec_b", new_fleet, "--wait", "1")
     coord, spec_b = secure.fleet.agent("coord").id, secure.fleet.agent("spec_b").id
     assert code == 1
     assert err == (
@@ -219,21 +228,14 @@ def test_retire_refuses_a_running_agent(
     assert client.publish(topics.status(spec_b), payload, retain=True) in ACCEPTED
     client.close()
     new_fleet = write_fleet(without(secure.fleet, "spec_b"), tmp_path / "new.toml")
-    code, out, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", new_fleet, "--broker-dir",
-        secure.dir.root, "--wait", "1",
-    )  # fmt: skip
+    code, out, err = retire(capsys, secure, "spec_b", new_fleet, "--wait", "1")
     assert (code, out) == (1, "")
     assert err == (
         "vox: error: 'spec_b' is still running (ACTIVE, epoch 2): stop it first "
         "(systemctl disable --now vox-agent@spec_b), or pass --force\n"
     )
     # Nothing was touched.
-    watcher = Client(secure.creds("spec_b"))
-    watcher.connect()
-    watcher.subscribe([topics.status(spec_b)])
-    assert watcher.wait_for(lambda got: any(m.retain and m.payload for m in got))
-    watcher.close()
+    watch_status(secure, "spec_b", spec_b).close()
 
 
 def test_retire_refuses_what_it_cannot_do(
@@ -241,18 +243,14 @@ def test_retire_refuses_what_it_cannot_do(
 ) -> None:
     secure = fleet_broker
     fleet_file = write_fleet(secure.fleet, tmp_path / "fleet.toml")
-    code, _, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", fleet_file, "--broker-dir", secure.dir.root
-    )
+    code, _, err = retire(capsys, secure, "spec_b", fleet_file)
     spec_b = secure.fleet.agent("spec_b").id
     assert code == 2
     assert err == (
         f"vox: error: 'spec_b' ({spec_b}) is still in the fleet file: remove it there first "
         "(`vox fleet diff OLD NEW` shows every step)\n"
     )
-    code, _, err = run(
-        capsys, "fleet", "retire", "ghost", "--fleet", fleet_file, "--broker-dir", secure.dir.root
-    )
+    code, _, err = retire(capsys, secure, "ghost", fleet_file)
     assert code == 2
     assert err == (
         f"vox: error: 'ghost' is not an agent of the fleet {secure.dir.root}/render.json was "
@@ -268,16 +266,11 @@ def test_retire_checks_the_fleet_file_against_the_broker_s_render_record(
     fleet = secure.fleet
     spec_b = fleet.agent("spec_b").id
     leave_behind(secure, coord_active=False)
-    master = Client(secure.creds("coord"), client_id=f"{fleet.agent('coord').id}-watch")
-    master.connect()
-    master.subscribe([topics.status(spec_b)])
-    assert master.wait_for(lambda got: any(m.retain for m in got))
+    master = watch_status(secure, "coord", spec_b)
 
     # Another fleet (its own operator and ids) that has no spec_b either.
     other = write_fleet(without(tree_fleet(SHAPE), "spec_b"), tmp_path / "other.toml")
-    code, out, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", other, "--broker-dir", secure.dir.root
-    )
+    code, out, err = retire(capsys, secure, "spec_b", other)
     assert (code, out) == (2, "")
     assert err.startswith("vox: error: the fleet file is not the fleet "), err
     assert err.count("\n") == 1
@@ -285,17 +278,13 @@ def test_retire_checks_the_fleet_file_against_the_broker_s_render_record(
     text = write_fleet(without(fleet, "spec_b"), tmp_path / "new.toml").read_text()
     edited = tmp_path / "edited.toml"
     edited.write_text(text.replace(str(fleet.agent("spec_a").id), str(uuid4())))
-    code, _, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", edited, "--broker-dir", secure.dir.root
-    )
+    code, _, err = retire(capsys, secure, "spec_b", edited)
     assert code == 2
     assert "'spec_a' has another id there" in err
 
     new_fleet = tmp_path / "new.toml"
     for name in ("operator", fleet.operator_name, "_status", "_canary", "explorer", "_exporter"):
-        code, out, err = run(
-            capsys, "fleet", "retire", name, "--fleet", new_fleet, "--broker-dir", secure.dir.root
-        )
+        code, out, err = retire(capsys, secure, name, new_fleet)
         assert (code, out) == (2, ""), (name, out)
         assert err == (
             f"vox: error: {name!r} is one of the operator's or the broker's own identities, not "
@@ -304,13 +293,7 @@ def test_retire_checks_the_fleet_file_against_the_broker_s_render_record(
     # Nothing reached the master, and spec_b's status is still retained.
     assert not any(not m.retain for m in master.messages)
     master.close()
-    watcher = Client(secure.creds("spec_b"))
-    watcher.connect()
-    watcher.subscribe([topics.status(spec_b)])
-    assert watcher.wait_for(lambda got: any(m.retain and m.payload for m in got))
-    watcher.close()
+    watch_status(secure, "spec_b", spec_b).close()
     # With its own fleet file it retires.
-    code, _, err = run(
-        capsys, "fleet", "retire", "spec_b", "--fleet", new_fleet, "--broker-dir", secure.dir.root
-    )
+    code, _, err = retire(capsys, secure, "spec_b", new_fleet)
     assert (code, err) == (0, "")

@@ -21,10 +21,11 @@ from tests.kits.attackerkit import (
     ledger,
     raw_envelope,
     rows_of,
+    target_fleet,
     wait_rejected,
 )
 from tests.kits.federationkit import federated_fleet_text, running_federation
-from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from tests.kits.fleetproc import FleetProcesses, run_fleet, wait_for_route, wait_until
 from vox_mqtt.cli import main
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.config import SigningSection
@@ -33,15 +34,6 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
-
-SHAPE: dict[str, str | None] = {
-    "root": None,
-    "coord": "root",
-    "spec_a": "coord",
-    "spec_b": "coord",
-}
-ANALYST = ["tests.kits.agentkit:Analyst"]
-ROLES = {"spec_a": ANALYST, "spec_b": ANALYST}
 
 
 def keyring_of(config: Path) -> SigningSection:
@@ -66,7 +58,7 @@ async def answer(config: Path, target: str) -> str:
 def test_accept_takes_and_counts_the_unsigned_verifies_the_signed_refuses_the_forged(
     tmp_path: Path,
 ) -> None:
-    text = 'signatures = "accept"\n' + fleet_text(SHAPE, roles=ROLES)
+    text = target_fleet("accept")
     with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         assert asyncio.run(answer(procs.operator_config, "signed.pdf")) == "signed.pdf"
@@ -132,7 +124,7 @@ async def unsigned_counted(procs: FleetProcesses, agent: UUID) -> int:
 def test_retire_says_retired_with_the_agents_own_key_and_its_master_believes_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = 'signatures = "require"\n' + fleet_text(SHAPE, roles=ROLES)
+    text = target_fleet("require")
     with run_fleet(tmp_path, text) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         assert asyncio.run(answer(procs.operator_config, "before.pdf")) == "before.pdf"

@@ -25,10 +25,11 @@ from tests.kits.attackerkit import (
     add_attacker,
     command_capture,
     ledger,
+    target_fleet,
     wait_rejected,
     wait_view,
 )
-from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from tests.kits.fleetproc import FleetProcesses, run_fleet, wait_for_route, wait_until
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.observe.status import ACTIVE, STALE
 from vox_mqtt.protocol import topics
@@ -38,21 +39,8 @@ from vox_mqtt.protocol.topics import STATUS_FILTER
 
 pytestmark = pytest.mark.slow
 
-SHAPE: dict[str, str | None] = {
-    "root": None,
-    "coord": "root",
-    "spec_a": "coord",
-    "spec_b": "coord",
-}
-ANALYST = ["tests.kits.agentkit:Analyst"]
 WINDOW = 6.0  # the fleet's replay_window, short enough to outlive in a test
 SKEW = 1.0  # the clock skew each agent allows on top of it (one host here)
-
-
-def signed_fleet() -> str:
-    roles = {"spec_a": ANALYST, "spec_b": ANALYST}
-    text = fleet_text(SHAPE, roles=roles)
-    return f'signatures = "require"\nreplay_window = {WINDOW}\n' + text
 
 
 def allow_skew(procs: FleetProcesses, skew: float) -> None:
@@ -91,7 +79,11 @@ def test_replays_older_than_the_window_are_stale_and_genuine_messages_never_are(
 ) -> None:
     # keepalive 30: a specialist frozen for a few seconds keeps its connection (no will).
     with run_fleet(
-        tmp_path, signed_fleet(), keepalive=30, start=False, before_broker=add_attacker
+        tmp_path,
+        target_fleet("require", WINDOW),
+        keepalive=30,
+        start=False,
+        before_broker=add_attacker,
     ) as procs:
         allow_skew(procs, SKEW)
         procs.start_all()
@@ -174,8 +166,7 @@ async def by_age(procs: FleetProcesses, attacker: Attacker, ids: dict[str, UUID]
 
 
 def test_a_replayed_older_status_of_a_live_agent_is_ignored(tmp_path: Path) -> None:
-    roles = {"spec_a": ANALYST, "spec_b": ANALYST}
-    text = 'signatures = "require"\n' + fleet_text(SHAPE, roles=roles)
+    text = target_fleet("require")
     with run_fleet(tmp_path, text, keepalive=30, before_broker=add_attacker) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         attacker = Attacker(procs.broker_dir.port)

@@ -22,9 +22,16 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.kits.attackerkit import ATTACKER, ATTACKER_PASSWORD, Attacker, Captured, add_attacker
+from tests.kits.attackerkit import (
+    ATTACKER,
+    ATTACKER_PASSWORD,
+    Attacker,
+    Captured,
+    add_attacker,
+    target_fleet,
+)
 from tests.kits.faultkit import run_vox
-from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route, wait_until
+from tests.kits.fleetproc import FleetProcesses, run_fleet, wait_for_route, wait_until
 from tests.kits.promkit import Exporter, run_exporter, sample
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.protocol import topics
@@ -32,19 +39,8 @@ from vox_mqtt.protocol.messages import parse_timestamp
 
 pytestmark = pytest.mark.slow
 
-SHAPE: dict[str, str | None] = {
-    "root": None,
-    "coord": "root",
-    "spec_a": "coord",
-    "spec_b": "coord",
-}
 WINDOW = 6.0  # the fleet's replay_window, short enough to outlive in a test
 SKEW = 1.0  # the clock skew every reader allows on top of it (one host here)
-
-
-def signed_fleet() -> str:
-    roles = {"spec_a": ["tests.kits.agentkit:Analyst"], "spec_b": ["tests.kits.agentkit:Analyst"]}
-    return f'signatures = "require"\nreplay_window = {WINDOW}\n' + fleet_text(SHAPE, roles=roles)
 
 
 def allow_skew(procs: FleetProcesses) -> None:
@@ -105,7 +101,9 @@ def opened_about(rows: list[dict[str, Any]], source: UUID, subject: UUID) -> lis
 
 
 def test_a_replayed_open_post_never_reopens_a_resolved_incident(tmp_path: Path) -> None:
-    with run_fleet(tmp_path, signed_fleet(), start=False, before_broker=add_attacker) as procs:
+    with run_fleet(
+        tmp_path, target_fleet("require", WINDOW), start=False, before_broker=add_attacker
+    ) as procs:
         allow_skew(procs)
         procs.start_all()
         ids = {spec.name: spec.id for spec in procs.fleet}

@@ -21,7 +21,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.kits.fleetproc import FleetProcesses, wait_until
+from tests.kits.fleetproc import FleetProcesses, fleet_text, wait_until
 from vox_mqtt.broker.render import BrokerDir
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.store import VOXAgentMemory
@@ -29,6 +29,23 @@ from vox_mqtt.protocol.messages import now_iso
 
 ATTACKER = "attacker"
 ATTACKER_PASSWORD = "all-powerful-secret"
+
+# The fleet the signature tests attack: two analysts under a coordinator under the root.
+SHAPE: dict[str, str | None] = {
+    "root": None,
+    "coord": "root",
+    "spec_a": "coord",
+    "spec_b": "coord",
+}
+ANALYST = ["tests.kits.agentkit:Analyst"]
+
+
+def target_fleet(signatures: str, replay_window: float | None = None) -> str:
+    """Return that fleet's text, with its signatures mode (and replay window)."""
+    head = f'signatures = "{signatures}"\n'
+    if replay_window is not None:
+        head += f"replay_window = {replay_window}\n"
+    return head + fleet_text(SHAPE, roles={"spec_a": ANALYST, "spec_b": ANALYST})
 
 
 def add_attacker(broker_dir: BrokerDir) -> None:

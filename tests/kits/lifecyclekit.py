@@ -15,15 +15,17 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from tests.kits.brokerkit import Witness
-from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
+from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet, wait_for_route
 from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol.topics import STATUS_FILTER
 
 SHAPE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
 DAEMONS = tuple(SHAPE)
@@ -107,6 +109,21 @@ def lifecycle_fleet(tmp: Path) -> Iterator[tuple[FleetProcesses, Path]]:
     settings = {"specialist": {"events_file": str(events_file)}}
     with run_fleet(tmp, fleet_text(SHAPE, roles=roles, settings=settings)) as procs:
         yield procs, events_file
+
+
+async def route_up(procs: FleetProcesses, command: str) -> None:
+    """Wait until the root offers one of the specialist's commands (the console closes after)."""
+    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+        await wait_for_route(console, command, timeout=60)
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Return check()'s first true value; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.05)
+    return found
 
 
 def agent_id(procs: FleetProcesses, name: str) -> UUID:

@@ -48,7 +48,6 @@ from vox_mqtt.protocol.messages import (
     CommandRequest,
     ErrorCode,
     VOXMessage,
-    new_message,
     now_iso,
 )
 from vox_mqtt.protocol.settings import AgentConfig
@@ -377,13 +376,8 @@ class Lifecycle:
 
     async def _query(self, child: UUID, request_id: UUID, wait: float) -> StatusReport:
         """Send a status_query and return its report (CommandFailed: none in time)."""
-        message = new_message(
-            MSG_STATUS_QUERY,
-            source=self.config.id,
-            target=child,
-            details=StatusQuery(request_id=request_id, within=min(wait, MAX_STATUS_WAIT)),
-            message_source=self.config.message_source,
-        )
+        query = StatusQuery(request_id=request_id, within=min(wait, MAX_STATUS_WAIT))
+        message = self._outbox.addressed(MSG_STATUS_QUERY, query, child)
         # Recorded, never kept in the outbox: a query nobody awaits after a restart is moot.
         outgoing = self._outbox.prepare(message, expects_reply=True)
         started = time.perf_counter()

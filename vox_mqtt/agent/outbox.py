@@ -380,13 +380,8 @@ class Outbox:
 
     async def send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
         """Answer a message with command_error; a failure to send is only logged by delivery."""
-        message = new_message(
-            MSG_COMMAND_ERROR,
-            source=self.config.id,
-            target=peer,
-            reply_to=reply_to,
-            details=CommandError(code=code, error=reason[:1000]),
-            message_source=self.config.message_source,
+        message = self.addressed(
+            MSG_COMMAND_ERROR, CommandError(code=code, error=reason[:1000]), peer, reply_to
         )
         with contextlib.suppress(VoxError):
             await self.send_message(message, expects_reply=False)
@@ -439,12 +434,8 @@ class Outbox:
     ) -> TrackedRequest:
         """Send a child a cancel_request for a request sent to it (durable, counted)."""
         self._metrics.cancels_sent += 1
-        cancel = new_message(
-            MSG_CANCEL_REQUEST,
-            source=self.config.id,
-            target=child,
-            details=CancelRequest(request_id=request_id, reason=reason),
-            message_source=self.config.message_source,
+        cancel = self.addressed(
+            MSG_CANCEL_REQUEST, CancelRequest(request_id=request_id, reason=reason), child
         )
         return await self.send_message(cancel, expects_reply=expects_reply)
 
@@ -489,16 +480,14 @@ class Outbox:
         """
         limit = self.config.request_timeout if timeout is None else timeout
         deadline = datetime.now(UTC) + timedelta(seconds=limit)
-        message = new_message(
+        message = self.addressed(
             MSG_COMMAND_REQUEST,
-            source=self.config.id,
-            target=to,
-            details=CommandRequest(
+            CommandRequest(
                 command=command,
                 params=params or {},
                 deadline=deadline.isoformat(timespec="milliseconds"),
             ),
-            message_source=self.config.message_source,
+            to,
         )
         return await self.await_reply(message, limit)
 
@@ -512,15 +501,7 @@ class Outbox:
         reply_to: UUID | None = None,
     ) -> VOXMessage:
         """Send a message that expects an answer linked by reply_to, and return the answer."""
-        message = new_message(
-            type,
-            source=self.config.id,
-            target=to,
-            details=details,
-            reply_to=reply_to,
-            message_source=self.config.message_source,
-        )
-        return await self.await_reply(message, timeout)
+        return await self.await_reply(self.addressed(type, details, to, reply_to), timeout)
 
     async def send(
         self,
@@ -532,7 +513,20 @@ class Outbox:
         message_source: str | None = None,
     ) -> TrackedRequest:
         """Send an event or answer to the master or a child; it is re-sent until acknowledged."""
-        message = new_message(
+        message = self.addressed(type, details, to, reply_to, message_source=message_source)
+        return await self.send_message(message, expects_reply=False)
+
+    def addressed(
+        self,
+        type: str,
+        details: dict[str, Any] | BaseModel,
+        to: UUID,
+        reply_to: UUID | None = None,
+        *,
+        message_source: str | None = None,
+    ) -> VOXMessage:
+        """Return a new message from this agent to a peer (the one place one is built)."""
+        return new_message(
             type,
             source=self.config.id,
             target=to,
@@ -540,7 +534,6 @@ class Outbox:
             reply_to=reply_to,
             message_source=message_source or self.config.message_source,
         )
-        return await self.send_message(message, expects_reply=False)
 
     async def notify_master(
         self, type: str, details: dict[str, Any] | BaseModel, *, message_source: str | None = None

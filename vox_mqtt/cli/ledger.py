@@ -41,8 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     tail = verbs.add_parser("tail", help="show the newest rows, oldest of them first")
     tail.add_argument("-n", "--rows", type=_positive, default=20, help="how many (default 20)")
-    tail.add_argument("--json", action="store_true", help="print the rows as JSON")
-    tail.add_argument("--config", type=Path, metavar="FILE", help=_NAMES_HELP)
+    _shows(tail, "rows")
     tail.set_defaults(func=cmd_tail)
 
     trace = verbs.add_parser("trace", help="rebuild a message's causality chain via reply_to")
@@ -52,8 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MESSAGE_ID",
         help="a message id, or its first digits as `tail` shows them (unique in this ledger)",
     )
-    trace.add_argument("--json", action="store_true", help="print the chain as JSON")
-    trace.add_argument("--config", type=Path, metavar="FILE", help=_NAMES_HELP)
+    _shows(trace, "chain")
     trace.set_defaults(func=cmd_trace)
 
     verify = verbs.add_parser("verify", help="check the hash chain and the append-only triggers")
@@ -77,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(the agent's NAME.signing.toml from `vox agent render`: docs/security.md)",
     )
     verify.set_defaults(func=cmd_verify)
+
+
+def _shows(verb: argparse.ArgumentParser, what: str) -> None:
+    """Add the options of a verb that prints rows: --json, and --config for the names."""
+    verb.add_argument("--json", action="store_true", help=f"print the {what} as JSON")
+    verb.add_argument("--config", type=Path, metavar="FILE", help=_NAMES_HELP)
 
 
 def _positive(text: str) -> int:

@@ -28,7 +28,12 @@ from rich.tree import Tree
 
 from vox_mqtt.broker.passwd import Credentials, load_credentials
 from vox_mqtt.console.safetext import shown
-from vox_mqtt.fleet.config import SigningSection, load_console_config, load_daemon_config
+from vox_mqtt.fleet.config import (
+    BrokerSection,
+    SigningSection,
+    load_console_config,
+    load_daemon_config,
+)
 from vox_mqtt.fleet.explorer import load_explorer_config
 from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
@@ -94,10 +99,11 @@ class Reader:
     id: UUID
     top: UUID  # the tree is drawn from here: the operator, or the agent's master
     top_name: str
-    peers: tuple[UUID, ...]  # statuses an agent reads (for a broker that refuses wildcards)
-    warroom: bool  # whether this identity is meant to read the war room
-    stale_after: float
     broker: BrokerSettings
+    # The defaults are a look at the whole fleet (the operator's or the explorer's).
+    peers: tuple[UUID, ...] = ()  # statuses an agent reads (for a broker refusing wildcards)
+    warroom: bool = True  # whether this identity is meant to read the war room
+    stale_after: float = 3.0
     # The bridge links this identity watches, from NAME.links.json (docs/federation.md).
     links: LinkMap | None = None
 
@@ -144,13 +150,14 @@ def _look_client_id(identity: UUID) -> str:
     return f"{identity}-status-{secrets.token_hex(4)}"
 
 
-def _verifying(
-    broker: BrokerSettings, section: SigningSection | None, base: Path
+def _look_broker(
+    section: BrokerSection, signing: SigningSection | None, identity: UUID, base: Path
 ) -> BrokerSettings:
-    """Return the look's settings with the keys it verifies with; a look signs nothing."""
-    if section is None:
+    """Return how a look of this identity logs in: its own client id, read-only, verifying."""
+    broker = _read_only(section.settings(_look_client_id(identity), base=base))
+    if signing is None:
         return broker
-    return replace(broker, signing=replace(section.signing(base), key=None))
+    return replace(broker, signing=replace(signing.signing(base), key=None))  # it signs nothing
 
 
 def load_reader(given: Path | None, purpose: str = "status") -> Reader:
@@ -164,19 +171,13 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
     if kind == "explorer":
         explorer = load_explorer_config(path)
         e = explorer.explorer
-        broker = _verifying(
-            explorer.broker.settings(_look_client_id(e.id), base=base), explorer.signing, base
-        )
         return Reader(
             kind="explorer",
             name=e.name,
             id=e.id,
             top=e.operator_id,
             top_name=e.operator_name,
-            peers=(),
-            warroom=True,
-            stale_after=3.0,
-            broker=_read_only(broker),
+            broker=_look_broker(explorer.broker, explorer.signing, e.id, base),
         )
     if kind == "agent":
         daemon = load_daemon_config(path)
@@ -190,9 +191,6 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
                     "console config instead"
                 ]
             )
-        broker = _verifying(
-            daemon.broker.settings(_look_client_id(a.id), base=base), daemon.signing, base
-        )
         return Reader(
             kind="agent",
             name=a.name,
@@ -202,14 +200,12 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
             peers=(a.id, a.master_id, *a.children),
             warroom=a.watch_warroom,
             stale_after=a.stale_after,
-            broker=_read_only(broker),
+            broker=_look_broker(daemon.broker, daemon.signing, a.id, base),
             links=_links_beside(path),
         )
     console = load_console_config(path)
     op = console.operator
-    broker = _verifying(
-        console.broker.settings(_look_client_id(op.id), base=base), console.signing, base
-    )
+    broker = _look_broker(console.broker, console.signing, op.id, base)
     broker = _as_look(broker, _credentials(console.broker.password_file, base), purpose, base)
     return Reader(
         kind="operator",
@@ -217,10 +213,7 @@ def load_reader(given: Path | None, purpose: str = "status") -> Reader:
         id=op.id,
         top=op.id,
         top_name=op.name,
-        peers=(),
-        warroom=True,
-        stale_after=3.0,
-        broker=_read_only(broker),
+        broker=broker,
         links=_links_beside(path),
     )
 
