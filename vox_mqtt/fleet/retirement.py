@@ -33,7 +33,13 @@ from vox_mqtt.observe.status import ACTIVE, INACTIVE, RETIRED, AgentLiveness
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import ConfigError, VoxError
 from vox_mqtt.protocol.hierarchy import Fleet
-from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
+from vox_mqtt.protocol.messages import (
+    MSG_AGENT_STATUS,
+    AgentStatus,
+    new_message,
+    now_iso,
+    serialize,
+)
 from vox_mqtt.protocol.settings import BrokerSettings
 from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Session
@@ -232,7 +238,8 @@ def _retired_status(name: str, agent_id: UUID, last: AgentLiveness | None) -> by
         status=INACTIVE,
         error_code=RETIRED,
         epoch=max(0, epoch),
-        started_at="" if last is None else last.started_at,
+        # No status seen: this one is the first the watchers read of it, authored now.
+        started_at=now_iso() if last is None else last.started_at,
         heartbeat_interval=last.heartbeat_interval if last and last.heartbeat_interval else 1.0,
     )
     target = topics.WARROOM_ID if last is None or last.master_id is None else last.master_id
@@ -283,6 +290,10 @@ async def retire_agent(
     report = RetireReport(name=name, id=agent_id)
     async with _Look(operator_creds, agent_id) as look:
         await look.settle(wait)
+        if look.status is None:
+            # A pause in the retained stream is not its end on a loaded machine: its own
+            # status decides whether it still runs, so it is given the whole wait again.
+            await look.until(lambda: look.status is not None, wait)
         last = look.status
         if last is not None:
             code = f" {last.error_code}" if last.error_code else ""
