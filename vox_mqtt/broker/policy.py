@@ -220,7 +220,7 @@ def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
     return tuple(probes)
 
 
-def rendered_acl_problems(identities: Sequence[Identity], *, source: str = "acl") -> list[str]:
+def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl") -> list[str]:
     """Return why Mosquitto would not read render_acl_file's text as these rules, one line each.
 
     The renderer writes only `# KIND NAME`, `user UUID` and `topic ACCESS FILTER` lines,
@@ -230,11 +230,8 @@ def rendered_acl_problems(identities: Sequence[Identity], *, source: str = "acl"
     what parse_acl_file would refuse or warn about: a control character (a newline in a
     name or filter would start a line of its own), spaces Mosquitto trims, an empty
     filter, a wildcard that is not a whole level. A hand-edited file still gets the
-    full parse on reload. Names and filters are checked all at once first; only when
-    that finds something is each one looked at, to say which.
+    full parse on reload.
     """
-    if _all_well_formed(identities):
-        return []
     problems: list[str] = []
     seen: set[str] = set()
     for identity in identities:
@@ -254,25 +251,6 @@ def rendered_acl_problems(identities: Sequence[Identity], *, source: str = "acl"
             if reason is not None:
                 problems.append(f"{source}: invalid topic {topic!r}: {reason}")
     return problems
-
-
-def _all_well_formed(identities: Sequence[Identity]) -> bool:
-    """Return whether rendered_acl_problems has nothing to say, checking all texts at once."""
-    if _CONTROL.search("".join(identity.name for identity in identities)):
-        return False
-    rules = [rule for identity in identities for rule in identity.rules]
-    if not all(rule.read or rule.write for rule in rules):
-        return False
-    filters = list(dict.fromkeys(rule.topic for rule in rules))
-    if _CONTROL.search("".join(filters)):
-        return False
-    # With no control character in any, "\n" parts them and only " " can be trimmed.
-    joined = "\n" + "\n".join(filters) + "\n"
-    if "\n\n" in joined or "\n " in joined or " \n" in joined:
-        return False
-    if max(map(len, filters), default=0) > 16383:
-        return False
-    return all(sub_topic_problem(f) is None for f in filters if "+" in f or "#" in f)
 
 
 # The tail of a policy.json row per (write, allowed): `"w",true]` and the like.
