@@ -235,7 +235,8 @@ def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl"
     problems: list[str] = []
     seen: set[str] = set()
     for identity in identities:
-        if _CONTROL.search(identity.name):
+        # isprintable() first: a C call, and a control character is never printable.
+        if not identity.name.isprintable() and _CONTROL.search(identity.name):
             problems.append(f"{source}: name {identity.name!r} contains control characters")
         for rule in identity.rules:
             topic = rule.topic
@@ -244,7 +245,11 @@ def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl"
             seen.add(topic)
             if not (rule.read or rule.write):
                 problems.append(f"{source}: rule on {topic!r} grants nothing")
-            if not topic or topic != topic.strip(_C_SPACE) or _CONTROL.search(topic):
+            if (
+                not topic
+                or topic != topic.strip(_C_SPACE)
+                or (not topic.isprintable() and _CONTROL.search(topic))
+            ):
                 problems.append(f"{source}: topic {topic!r} has spaces or control characters")
                 continue
             reason = sub_topic_problem(topic)
