@@ -22,7 +22,7 @@ from uuid import UUID, uuid5
 from vox_mqtt.broker.passwd import PasswordHash, decode_hash
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import ConfigError
-from vox_mqtt.protocol.hierarchy import Fleet
+from vox_mqtt.protocol.hierarchy import AgentSpec, Fleet
 
 __all__ = [
     "ADMIN_NAME",
@@ -174,16 +174,20 @@ def admin_identity(fleet: Fleet) -> Identity:
     )
 
 
-def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
-    master = fleet.master_of(agent_id)
-    children = [child.id for child in fleet.children_of(agent_id)]
+def _agent_rules(
+    fleet: Fleet, agent: AgentSpec, root: UUID, text: dict[UUID, str]
+) -> tuple[Rule, ...]:
+    # Ids as text, made once per fleet: str(UUID) for every topic was a fifth of a render.
+    me = text[agent.id]
+    master = text[fleet.operator_id if agent.master_id is None else agent.master_id]
+    children = [text[child.id] for child in fleet.children_of(agent.id)]
     rules = [
-        Rule(topic=topics.inbox_filter(agent_id), read=True),
-        Rule(topic=topics.inbox(master, agent_id), write=True),
-        *(Rule(topic=topics.inbox(child, agent_id), write=True) for child in children),
+        Rule(topic=topics.inbox_filter(me), read=True),
+        Rule(topic=topics.inbox(master, me), write=True),
+        *(Rule(topic=topics.inbox(child, me), write=True) for child in children),
         # Written by the agent (its will on the presence); read back to resume its epoch.
-        Rule(topic=topics.status(agent_id), read=True, write=True),
-        Rule(topic=topics.presence(agent_id), read=True, write=True),
+        Rule(topic=topics.status(me), read=True, write=True),
+        Rule(topic=topics.presence(me), read=True, write=True),
         # Of its master only the presence: the full status names the master's own master
         # and its other children's commands, which this agent must not learn (docs/broker.md).
         Rule(topic=topics.presence(master), read=True),
@@ -191,10 +195,10 @@ def _agent_rules(fleet: Fleet, agent_id: UUID) -> tuple[Rule, ...]:
         *(Rule(topic=topics.presence(child), read=True) for child in children),
         # Posts about itself and its own children only: a forged incident about the
         # root or another branch is refused at the broker (docs/broker.md).
-        Rule(topic=topics.warroom(agent_id, agent_id), write=True),
-        *(Rule(topic=topics.warroom(agent_id, child), write=True) for child in children),
+        Rule(topic=topics.warroom(me, me), write=True),
+        *(Rule(topic=topics.warroom(me, child), write=True) for child in children),
     ]
-    if agent_id == fleet.root.id:
+    if agent.id == root:
         rules.append(Rule(topic=topics.WARROOM_FILTER, read=True))
     return tuple(rules)
 
@@ -252,8 +256,10 @@ def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity,
         ),
         *_looks(fleet),
     ]
+    text = {a.id: str(a.id) for a in fleet} | {fleet.operator_id: str(fleet.operator_id)}
+    root = fleet.root.id  # once: finding it walks the agents
     result += [
-        Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a.id))
+        Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a, root, text))
         for a in fleet
     ]
     if explorer:
@@ -305,15 +311,9 @@ def sub_topic_problem(topic: str) -> str | None:
     return None
 
 
-def _access_word(rule: Rule) -> str:
-    if rule.read and rule.write:
-        return "readwrite"
-    return "read" if rule.read else "write"
-
-
-# _access_word per (read, write), looked up once per line of a 120,000-line file.
-_B: Final = (False, True)
-_WORDS: Final = {(r, w): _access_word(Rule(topic="", read=r, write=w)) for r in _B for w in _B}
+# The access word per (read, write), looked up once per line of a 120,000-line file (a
+# rule granting nothing is refused by rendered_acl_problems after the text is made).
+_WORDS: Final = {(1, 1): "readwrite", (1, 0): "read", (0, 1): "write", (0, 0): "write"}
 
 
 def render_acl_file(identities: Iterable[Identity], *, header: Iterable[str] = ()) -> str:

@@ -54,6 +54,10 @@ class _Snapshot:
     by_id: Mapping[UUID, str]
 
 
+# The last store read in this process, by path: a snapshot is only read, never changed.
+_READ: dict[Path, _Snapshot] = {}
+
+
 class CredentialStore:
     """The credentials of one broker directory, read from its store (or older per-name files)."""
 
@@ -75,6 +79,12 @@ class CredentialStore:
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._snapshot is not None and self._snapshot.stamp == stamp:
             return self._snapshot
+        # Another store object of the same file may have read it already: rendering every
+        # bundle of 10,000 agents in one process read the whole store once per bundle.
+        shared = _READ.get(self.path)
+        if shared is not None and shared.stamp == stamp:
+            self._snapshot = shared
+            return shared
         try:
             document = json.loads(self.path.read_bytes())
         except OSError as exc:
@@ -97,6 +107,8 @@ class CredentialStore:
             with contextlib.suppress(TypeError, ValueError, AttributeError):
                 by_id[UUID(entry["id"])] = name
         self._snapshot = _Snapshot(stamp=stamp, entries=identities, by_id=by_id)
+        _READ.clear()  # the last store read only: one broker directory at a time
+        _READ[self.path] = self._snapshot
         return self._snapshot
 
     def _legacy(self, name: str) -> Path:

@@ -9,12 +9,13 @@ a site speaks for its own agents and nobody else's (docs/federation.md).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 from uuid import UUID, uuid5
 
 from vox_mqtt.broker.acl import Identity, Kind, Rule, fleet_identities
@@ -54,6 +55,26 @@ __all__ = [
 
 BRIDGE_PREFIX: Final = "bridge-"
 _BRIDGE_NS: Final = "vox-mqtt bridge "
+T = TypeVar("T")
+
+
+def _per_fleet(func: Callable[[Fleet], T]) -> Callable[[Fleet], T]:
+    """Return func answered once per fleet object (the last one asked): a fleet is frozen.
+
+    `vox agent render` asks a link map per agent: each walking every agent was quadratic
+    for 10,000 of them (docs/performance.md, figure 7). Its answer is only read.
+    """
+    last: list[tuple[Fleet, T]] = []
+
+    @functools.wraps(func)
+    def once(fleet: Fleet) -> T:
+        if last and last[0][0] is fleet:
+            return last[0][1]
+        value = func(fleet)
+        last[:] = [(fleet, value)]
+        return value
+
+    return once
 
 
 def bridge_id(fleet: Fleet, broker: str) -> UUID:
@@ -168,6 +189,7 @@ def _base_identities(fleet: Fleet) -> list[tuple[str, Identity]]:
     return result
 
 
+@_per_fleet
 def _crossings(fleet: Fleet) -> dict[UUID, list[tuple[UUID, UUID]]]:
     """Return bridge -> the (master, child) pairs whose traffic crosses it."""
     root = fleet.root_broker
@@ -184,6 +206,11 @@ def _crossings(fleet: Fleet) -> dict[UUID, list[tuple[UUID, UUID]]]:
 
 def link_owners(fleet: Fleet) -> dict[UUID, UUID]:
     """Return bridge -> the agent that posts its one incident: the highest master across it."""
+    return dict(_link_owners(fleet))
+
+
+@_per_fleet
+def _link_owners(fleet: Fleet) -> dict[UUID, UUID]:
     owners: dict[UUID, UUID] = {}
     for bridge, pairs in _crossings(fleet).items():
         masters = {m for m, _ in pairs if m != fleet.operator_id}
@@ -197,27 +224,42 @@ def link_map(fleet: Fleet, identity: UUID) -> LinkMap | None:
     if not fleet.brokers:
         return None
     sites = {bridge_id(fleet, b.name): b.name for b in fleet.brokers if b.upstream is not None}
-    owners = link_owners(fleet)
-    behind: dict[UUID, set[UUID]] = defaultdict(set)
+    owners = _link_owners(fleet)
+    behind: Mapping[UUID, set[UUID]]
     if identity == fleet.operator_id:
-        for bridge, site in sites.items():
-            below = sites_below(fleet, site)
-            behind[bridge] = {a.id for a in fleet if a.broker in below}
+        below = {bridge: sites_below(fleet, site) for bridge, site in sites.items()}
+        behind = {bridge: {a.id for a in fleet if a.broker in below[bridge]} for bridge in sites}
     else:
-        for bridge, pairs in _crossings(fleet).items():
-            behind[bridge] |= {child for master, child in pairs if master == identity}
+        behind = _behind_per_master(fleet).get(identity, {})
+    caps = _restart_caps(fleet)
     links = [
         Link(
             id=bridge,
             site=sites[bridge],
             behind=frozenset(agents),
             owner=owners.get(bridge) == identity,
-            restart_cap=bridge_restart(fleet, sites[bridge])[1],
+            restart_cap=caps[sites[bridge]][1],
         )
         for bridge, agents in sorted(behind.items(), key=lambda kv: sites[kv[0]])
         if agents
     ]
     return LinkMap(links=tuple(links))
+
+
+@_per_fleet
+def _behind_per_master(fleet: Fleet) -> dict[UUID, dict[UUID, set[UUID]]]:
+    """Return master -> bridge -> its children whose traffic crosses that bridge."""
+    behind: dict[UUID, dict[UUID, set[UUID]]] = defaultdict(lambda: defaultdict(set))
+    for bridge, pairs in _crossings(fleet).items():
+        for master, child in pairs:
+            behind[master][bridge].add(child)
+    return behind
+
+
+@_per_fleet
+def _restart_caps(fleet: Fleet) -> dict[str, tuple[int, int]]:
+    """Return bridge_restart of every site broker."""
+    return {b.name: bridge_restart(fleet, b.name) for b in fleet.brokers if b.upstream is not None}
 
 
 def bridge_restart(fleet: Fleet, site: str) -> tuple[int, int]:

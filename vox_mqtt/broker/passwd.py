@@ -9,10 +9,12 @@ import hmac
 import json
 import os
 import secrets
+import subprocess
+import sys
 import tomllib
 from collections.abc import Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -21,6 +23,7 @@ from vox_mqtt.protocol.errors import ConfigError
 __all__ = [
     "ITERATIONS",
     "Credentials",
+    "Hashing",
     "LookLogin",
     "PasswordHash",
     "atomic_write",
@@ -115,6 +118,119 @@ def hash_passwords(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         hashed = [pw for done in pool.map(some, parts) for pw in done]
     return dict(zip(keys, hashed, strict=True))
+
+
+# A separate interpreter hashes a large render's passwords: threads of this one got the
+# GIL back only when the rendering thread's switch interval (5 ms) forced it off, so
+# hashing "in the background" in threads went on only once the rest was done
+# (docs/performance.md, figure 7). Lines in: `iterations salt-hex password-hex`; out: the
+# digests in hex, one a line, in the same order, written once all are made.
+_HASHER: Final = """
+import hashlib, sys
+jobs = [line.split() for line in sys.stdin.buffer.read().decode().splitlines()]
+size = int(sys.argv[1])
+done = [
+    hashlib.pbkdf2_hmac("sha512", bytes.fromhex(pw), bytes.fromhex(salt), int(n), size).hex()
+    for n, salt, pw in jobs
+]
+sys.stdout.write("".join(line + "\\n" for line in done))
+"""
+_HASHER_FROM: Final = 2000  # below this many, threads here (no process to start)
+
+
+class Hashing:
+    """hash_passwords' work going on beside this thread; `result()` waits for it.
+
+    Many passwords go to another interpreter (its own GIL, its own core), so they hash
+    while this thread renders; if it cannot start or answer, they are hashed here. As a
+    context manager it stops an interpreter whose answer nobody took (a failed render).
+    """
+
+    def __init__(self, passwords: Mapping[K, str], kept: Mapping[K, PasswordHash | None]) -> None:
+        self._passwords: Mapping[Any, str] = passwords
+        self._kept: Mapping[Any, PasswordHash | None] = kept
+        self._keys = list(passwords)
+        self._done: dict[Any, PasswordHash] | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        # A kept hash is checked with its own salt; the others get a fresh one, drawn here.
+        self._jobs = (
+            [
+                PasswordHash(salt=secrets.token_bytes(_SALT_BYTES), digest=b"")
+                if (old := kept.get(key)) is None
+                else replace(old, digest=b"")
+                for key in self._keys
+            ]
+            if len(self._keys) >= _HASHER_FROM and sys.executable
+            else []
+        )
+        if self._jobs:
+            self._start()
+
+    def _start(self) -> None:
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _HASHER, str(_DIGEST_BYTES)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            return  # hashed here, in result()
+        self._child = child
+        assert child.stdin is not None
+        lines = (
+            f"{job.iterations} {job.salt.hex()} {self._passwords[key].encode().hex()}\n"
+            for key, job in zip(self._keys, self._jobs, strict=True)
+        )
+        try:
+            with child.stdin:
+                child.stdin.write("".join(lines).encode("ascii"))
+        except OSError:
+            pass  # the child is gone: its answer falls short, and result() hashes here
+
+    def _answer(self) -> list[bytes]:
+        """Return the child's digests in order; [] if it failed."""
+        child, self._child = self._child, None
+        if child is None or child.stdout is None:
+            return []
+        with child.stdout:
+            answer = child.stdout.read().decode("ascii", errors="replace").split()
+        try:
+            digests = [bytes.fromhex(text) for text in answer]
+        except ValueError:
+            digests = []
+        return digests if child.wait() == 0 and len(digests) == len(self._keys) else []
+
+    def result(self) -> dict[Any, PasswordHash]:
+        """Return each key's hash (the kept one where it still matches); the same each call."""
+        if self._done is not None:
+            return self._done
+        digests = self._answer()
+        if not digests:
+            self._done = hash_passwords(self._passwords, self._kept)
+            return self._done
+        done: dict[Any, PasswordHash] = {}
+        for key, job, digest in zip(self._keys, self._jobs, digests, strict=True):
+            old = self._kept.get(key)
+            if old is None:
+                done[key] = replace(job, digest=digest)
+            elif hmac.compare_digest(digest, old.digest):
+                done[key] = old  # it still matches: an unchanged fleet renders unchanged files
+            else:
+                done[key] = hash_password(self._passwords[key])
+        self._done = done
+        return done
+
+    def __enter__(self) -> Hashing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+            child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
 
 
 def decode_hash(*, salt_b64: str, digest_b64: str, iterations: int) -> PasswordHash | None:

@@ -45,6 +45,7 @@ __all__ = [
     "load_policy",
     "policy_probes",
     "policy_problems",
+    "policy_text",
     "rendered_acl_problems",
     "write_policy",
 ]
@@ -131,14 +132,18 @@ class _Grants:
         return False
 
 
-def _first_forbidden(probe: Any, other: Identity) -> list[Probe]:
-    for rule in other.rules:
-        for write in (False, True):
-            if rule.write if write else rule.read:
-                candidate: Probe = probe(_instance(rule.topic), write)
-                if not candidate.allowed:
-                    return [candidate]
-    return []
+def _paths(identity: Identity) -> list[tuple[str, bool]]:
+    """Return an instance of each of its rules' paths, (topic, write), in the rules' order."""
+    paths: list[tuple[str, bool]] = []
+    for rule in identity.rules:
+        topic = rule.topic
+        if "+" in topic or "#" in topic:
+            topic = _instance(topic)
+        if rule.read:
+            paths.append((topic, False))
+        if rule.write:
+            paths.append((topic, True))
+    return paths
 
 
 def _status_of_presence(topic: str, known: dict[str, str | None]) -> str | None:
@@ -152,62 +157,66 @@ def _status_of_presence(topic: str, known: dict[str, str | None]) -> str | None:
     return known[topic]
 
 
-def _presence_only(probe: Any, identity: Identity, known: dict[str, str | None]) -> list[Probe]:
-    """Return the full statuses of those whose presence alone it reads (its master's).
+def _presence_only(grants: _Grants, identity: Identity, known: dict[str, str | None]) -> str | None:
+    """Return the full status of the first one whose presence alone it reads (its master's).
 
     Ignorance enforced: a child reads its master's presence, never its status, which
     names the master's own master and its other children's commands (docs/broker.md).
     """
-    found: list[Probe] = []
     for rule in identity.rules:
         if not (rule.read and rule.topic.endswith("/presence")):
             continue  # no presence read: parsing all 100,000 rules cost a third of a render
         # Each presence topic is read by its agent, its master and its children: parsed once.
         status = _status_of_presence(rule.topic, known)
-        if status is not None:
-            candidate: Probe = probe(status, False)
-            if not candidate.allowed:
-                found.append(candidate)
-    return found[:1]
+        if status is not None and not grants.may(status, False):
+            return status  # one such probe per identity is enough
+    return None
 
 
 def policy_probes(identities: Sequence[Identity]) -> tuple[Probe, ...]:
-    """Return at most MAX_PROBES_PER_IDENTITY probes per identity (a pure function)."""
+    """Return at most MAX_PROBES_PER_IDENTITY probes per identity (a pure function).
+
+    Per identity: an instance of each of its first rules (allowed by construction: rules
+    only grant), the canary's forbidden topic, the full status of one whose presence alone
+    it reads, and the first path of each of the next identities in the fleet's order that
+    it may not use (bounded work per identity). Each identity's paths are made once: its
+    own probes and its predecessors' look at them (docs/performance.md, figure 7).
+    """
     probes: list[Probe] = []
     forbidden_topic = canary_forbidden_topic()
-    known: dict[str, str | None] = {}
+    # Every identity's username is a UUID's canonical text: its presence topic's status
+    # is known without parsing the topic (the others are parsed, once each).
+    known: dict[str, str | None] = {
+        topics.presence(i.username): topics.status(i.username) for i in identities
+    }
+    count = len(identities)
+    paths = [_paths(identity) for identity in identities]
+    steps = range(1, min(_NEIGHBOURS, count - 1) + 1)
     for index, identity in enumerate(identities):
         user, name = identity.username, identity.name  # a username is a UUID's text: made once
         grants = _Grants(identity)
-
-        def probe(
-            topic: str, write: bool, *, may: Any = grants.may, user: str = user, name: str = name
-        ) -> Probe:
-            return Probe(user=user, name=name, topic=topic, write=write, allowed=may(topic, write))
-
-        # An instance of one of its own rules: allowed by construction (rules only grant).
-        own: list[Probe] = []
-        for rule in identity.rules:
-            if len(own) >= _MAX_ALLOWED:
-                break  # the root's rules run to hundreds: only the first ones are kept
-            topic = _instance(rule.topic)
-            if rule.read:
-                own.append(Probe(user, name, topic, False, True))
-            if rule.write:
-                own.append(Probe(user, name, topic, True, True))
-        del own[_MAX_ALLOWED:]
-        forbidden = [probe(forbidden_topic, True), *_presence_only(probe, identity, known)]
+        may = grants.may
+        own = paths[index][:_MAX_ALLOWED]
+        probes += [Probe(user, name, topic, write, True) for topic, write in own]
+        # The canary's topic counts against the bound even in the (unusual) case it is allowed.
+        allowed_canary = may(forbidden_topic, True)
+        taken = len(own) + 1
+        if not allowed_canary:
+            probes.append(Probe(user, name, forbidden_topic, True, False))
+        status = _presence_only(grants, identity, known)
+        if status is not None:
+            taken += 1
+            probes.append(Probe(user, name, status, False, False))
         # Another identity's paths (the next ones in the fleet's order) it may not use:
         # one per neighbour, so the work per identity stays bounded.
-        count = len(identities)
-        others = [
-            identities[(index + step) % count] for step in range(1, min(_NEIGHBOURS, count - 1) + 1)
-        ]
-        for other in others:
-            if len(own) + len(forbidden) >= MAX_PROBES_PER_IDENTITY:
+        for step in steps:
+            if taken >= MAX_PROBES_PER_IDENTITY:
                 break
-            forbidden += _first_forbidden(probe, other)
-        probes += own + [p for p in forbidden if not p.allowed]
+            for topic, write in paths[(index + step) % count]:
+                if not may(topic, write):
+                    probes.append(Probe(user, name, topic, write, False))
+                    taken += 1
+                    break
     return tuple(probes)
 
 
@@ -226,7 +235,8 @@ def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl"
     problems: list[str] = []
     seen: set[str] = set()
     for identity in identities:
-        if _CONTROL.search(identity.name):
+        # isprintable() first: a C call, and a control character is never printable.
+        if not identity.name.isprintable() and _CONTROL.search(identity.name):
             problems.append(f"{source}: name {identity.name!r} contains control characters")
         for rule in identity.rules:
             topic = rule.topic
@@ -235,7 +245,11 @@ def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl"
             seen.add(topic)
             if not (rule.read or rule.write):
                 problems.append(f"{source}: rule on {topic!r} grants nothing")
-            if not topic or topic != topic.strip(_C_SPACE) or _CONTROL.search(topic):
+            if (
+                not topic
+                or topic != topic.strip(_C_SPACE)
+                or (not topic.isprintable() and _CONTROL.search(topic))
+            ):
                 problems.append(f"{source}: topic {topic!r} has spaces or control characters")
                 continue
             reason = sub_topic_problem(topic)
@@ -244,11 +258,36 @@ def rendered_acl_problems(identities: Iterable[Identity], *, source: str = "acl"
     return problems
 
 
+# The tail of a policy.json row per (write, allowed): `"w",true]` and the like.
+_ROW_TAILS: Final = {
+    (write, allowed): f"{json.dumps('w' if write else 'r')},{json.dumps(allowed)}]"
+    for write in (False, True)
+    for allowed in (False, True)
+}
+
+
+def policy_text(probes: Iterable[Probe]) -> str:
+    """Return policy.json's text: json.dumps of the rows, compact, written row by row.
+
+    The same bytes as `json.dumps({"version": 1, "probes": rows}, separators=(",", ":"))`
+    (tests/unit/test_broker_policy.py), without 160,000 lists for the encoder to walk:
+    each identity's user and name are encoded once (docs/performance.md, figure 7).
+    """
+    encode = json.encoder.encode_basestring_ascii  # json.dumps' own, with ensure_ascii
+    rows: list[str] = []
+    last: tuple[str, str] | None = None
+    head = ""
+    for user, name, topic, write, allowed in probes:
+        if last != (user, name):
+            last = (user, name)
+            head = f"[{encode(user)},{encode(name)},"
+        rows.append(f"{head}{encode(topic)},{_ROW_TAILS[bool(write), bool(allowed)]}")
+    return '{"version":1,"probes":[' + ",".join(rows) + "]}"
+
+
 def write_policy(root: Path, probes: Iterable[Probe]) -> None:
     """Write policy.json (0644: topics and ids, no secret)."""
-    rows = [[p.user, p.name, p.topic, "w" if p.write else "r", p.allowed] for p in probes]
-    text = json.dumps({"version": 1, "probes": rows}, separators=(",", ":"))
-    atomic_write(root / POLICY_NAME, text + "\n", mode=0o644)
+    atomic_write(root / POLICY_NAME, policy_text(probes) + "\n", mode=0o644)
 
 
 def load_policy(root: Path) -> tuple[Probe, ...] | None:

@@ -14,12 +14,12 @@ Facts of Mosquitto 2.0.11 this module is built around (measured):
 from __future__ import annotations
 
 import contextlib
+import gc
 import glob
 import hashlib
 import os
 import pwd
-from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -48,10 +48,10 @@ from vox_mqtt.broker.manifest import (
 )
 from vox_mqtt.broker.passwd import (
     Credentials,
+    Hashing,
     LookLogin,
     PasswordHash,
     atomic_write,
-    hash_passwords,
     new_secret,
     parse_passwd,
     render_passwd,
@@ -363,6 +363,24 @@ def _write_bridge(
     return folder
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (as timeit does); resume it if it was on.
+
+    A render of 10,000 agents makes about a million objects that live until it returns
+    and form no cycle: the collector's passes walked every one of them again and again,
+    a third of the render's CPU (docs/performance.md, figure 7).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@_collector_paused()
 def render_broker_dir(
     fleet: Fleet,
     out_dir: str | Path,
@@ -416,12 +434,11 @@ def render_broker_dir(
     # The canary's id does not depend on its topic: its secret is settled with the rest.
     local = (canary_identity(fleet, ""),) + ((admin_identity(fleet),) if fmt == "dynsec" else ())
     passwords, kept = _secrets(root, (*identities, *local), rotate, rotate_names)
-    # PBKDF2 runs in OpenSSL without the GIL (passwd.hash_passwords), so the hashing goes
-    # on in the background while this thread renders, parses and probes the rules: for
-    # 10,000 identities the two take about as long (docs/performance.md, figure 7).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vox-hash") as background:
-        # A hash that still matches is kept, so an unchanged fleet renders unchanged files.
-        hashing = background.submit(hash_passwords, passwords, kept)
+    # For a large fleet the hashing goes on in another interpreter while this thread
+    # renders and probes the rules: for 10,000 identities the two take about as long
+    # (passwd.Hashing; docs/performance.md, figure 7). A hash that still matches
+    # its secret is kept, so an unchanged fleet renders unchanged files.
+    with Hashing(passwords, kept) as hashing:
         security_name, security_text, nonce, every = _render_security(
             fmt, fleet, identities + local[1:], hashing.result
         )

@@ -50,13 +50,40 @@ class FleetKeys:
         return json.dumps(data, indent=1) + "\n"
 
 
+# The keys file last read, by path, with its (inode, mtime, size): read only, never changed.
+_READ: dict[Path, tuple[tuple[int, int, int], FleetKeys]] = {}
+
+
 def _path(broker_dir: str | Path) -> Path:
     return Path(broker_dir) / KEYS_FILE
 
 
 def load_keys(broker_dir: str | Path) -> FleetKeys:
-    """Read the keys file of a broker directory (empty when there is none yet)."""
+    """Read the keys file of a broker directory (empty when there is none yet).
+
+    The keys last read are kept while the file is the same one (inode, mtime, size):
+    `vox agent render` reads them twice per bundle, and making 10,000 keys from their
+    seeds took a second (docs/performance.md, figure 7). The caller gets its own copy.
+    """
     path = _path(broker_dir)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return FleetKeys()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the signing keys: {exc}"]) from None
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    kept = _READ.get(path)
+    if kept is None or kept[0] != stamp:
+        kept = (stamp, _read_keys(path))
+        _READ.clear()  # one keys file at a time
+        _READ[path] = kept
+    keys = kept[1]
+    retired = {owner: list(publics) for owner, publics in keys.retired.items()}
+    return FleetKeys(current=dict(keys.current), retired=retired, seal=keys.seal)
+
+
+def _read_keys(path: Path) -> FleetKeys:
     try:
         data = json.loads(read_regular(path, limit=_MAX_BYTES))
     except FileNotFoundError:

@@ -105,7 +105,7 @@ def reconnect_settings(fleet: Fleet, broker: str | None) -> dict[str, float]:
     Every agent of a broker loses it at once when it restarts: their first tries spread
     over agents / CONNECTS_PER_SECOND seconds (protocol/storm.py, docs/federation.md).
     """
-    spread = reconnect_spread(sum(1 for agent in fleet if agent.broker == broker))
+    spread = reconnect_spread(fleet.count_on(broker))
     return {"reconnect_min": round(spread, 3), "reconnect_max": reconnect_cap(spread)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -104,6 +105,8 @@ class Fleet:
     _by_id: dict[UUID, AgentSpec] = field(init=False, repr=False, compare=False)
     _by_name: dict[str, AgentSpec] = field(init=False, repr=False, compare=False)
     _children: dict[UUID, tuple[AgentSpec, ...]] = field(init=False, repr=False, compare=False)
+    _roots: tuple[AgentSpec, ...] = field(init=False, repr=False, compare=False)
+    _on_broker: Counter[str | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_id = {agent.id: agent for agent in self.agents}
@@ -111,6 +114,10 @@ class Fleet:
         for agent in self.agents:
             if agent.master_id is not None:
                 children[agent.master_id].append(agent)
+        # Asked per agent when 10,000 bundles or rules are rendered: found once here.
+        roots = tuple(agent for agent in self.agents if agent.master_id is None)
+        object.__setattr__(self, "_roots", roots[:1])
+        object.__setattr__(self, "_on_broker", Counter(agent.broker for agent in self.agents))
         object.__setattr__(self, "_by_id", by_id)
         object.__setattr__(self, "_by_name", {agent.name: agent for agent in self.agents})
         object.__setattr__(
@@ -120,7 +127,11 @@ class Fleet:
     @property
     def root(self) -> AgentSpec:
         """Return the one agent without a master."""
-        return next(agent for agent in self.agents if agent.master_id is None)
+        return next(iter(self._roots))
+
+    def count_on(self, broker: str | None) -> int:
+        """Return how many agents live on a broker (None: of a fleet with one broker)."""
+        return self._on_broker[broker]
 
     @property
     def root_broker(self) -> str | None:

@@ -86,22 +86,22 @@ class WarroomTopic:
         return warroom(self.source, self.subject)
 
 
-def inbox(target: UUID, source: UUID) -> str:
-    """Return the topic on which source writes to target."""
+def inbox(target: UUID | str, source: UUID | str) -> str:
+    """Return the topic on which source writes to target (ids as UUIDs or their str())."""
     return f"{PREFIX}/{target}/inbox/{source}"
 
 
-def inbox_filter(agent: UUID) -> str:
+def inbox_filter(agent: UUID | str) -> str:
     """Return the filter an agent subscribes to for its whole inbox."""
     return f"{PREFIX}/{agent}/inbox/+"
 
 
-def status(agent: UUID) -> str:
+def status(agent: UUID | str) -> str:
     """Return the agent's retained status topic."""
     return f"{PREFIX}/{agent}/status"
 
 
-def presence(agent: UUID) -> str:
+def presence(agent: UUID | str) -> str:
     """Return the agent's retained presence topic: alive or not, its epoch, nothing more."""
     return f"{PREFIX}/{agent}/presence"
 
@@ -129,7 +129,7 @@ def liveness_topics(
     return out
 
 
-def warroom(source: UUID, subject: UUID) -> str:
+def warroom(source: UUID | str, subject: UUID | str) -> str:
     """Return the war-room topic of source's incident about subject."""
     return f"{PREFIX}/warroom/{source}/{subject}"
 
