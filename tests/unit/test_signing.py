@@ -66,6 +66,38 @@ def test_a_retired_key_is_refused_by_name() -> None:
     old, new = SigningKey.generate(), SigningKey.generate()
     ring = Keyring(current={SENDER: {new.kid: new.public}}, retired={old.kid: (SENDER, old.public)})
     assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring)) == "RETIRED_KEY"
+
+
+def rotated_ring(old: SigningKey, older: SigningKey, new: SigningKey) -> Keyring:
+    """A keyring of a verifier reloaded after SENDER's rotation from older to old to new."""
+    retired = {older.kid: (SENDER, older.public), old.kid: (SENDER, old.public)}
+    current = {SENDER: {new.kid: new.public}}
+    return Keyring(current=current, retired=retired, outgoing={SENDER: old.kid})
+
+
+def test_the_outgoing_key_is_believed_until_its_sender_signs_with_the_new_one() -> None:
+    older, old, new = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    ring = rotated_ring(old, older, new)
+    # Reloaded before its signer: the signer's messages under the key it still has are taken.
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring) is None
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring) is None
+    # A key retired before it never is.
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, older), ring)) == "RETIRED_KEY"
+    # A forgery under the outgoing key neither passes nor ends the grace.
+    forged = sign(TOPIC, PAYLOAD, old)
+    assert reason(check(TOPIC, PAYLOAD + b" ", forged, ring)) == "BAD_SIGNATURE"
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring) is None
+    # Once the signer is seen with its new key, the old one is refused by name.
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, new), ring) is None
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring)) == "RETIRED_KEY"
+
+
+def test_a_bad_signature_under_the_new_key_does_not_end_the_grace() -> None:
+    older, old, new = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    ring = rotated_ring(old, older, new)
+    forged = sign(TOPIC, PAYLOAD, new)
+    assert reason(check(TOPIC, PAYLOAD + b" ", forged, ring)) == "BAD_SIGNATURE"
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring) is None
     assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, new), ring) is None
 
 

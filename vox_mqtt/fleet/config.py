@@ -135,16 +135,18 @@ class SigningSection(_Section):
         try:
             current: dict[UUID, dict[str, bytes]] = {}
             retired: dict[str, tuple[UUID, bytes]] = {}
+            outgoing: dict[UUID, str] = {}
             for owner, entry in dict(data.get("peers", {})).items():
                 who = UUID(owner)
                 current[who] = {key_id(k): k for k in map(bytes.fromhex, entry["keys"])}
-                for old in map(bytes.fromhex, entry.get("retired", [])):
+                for old in map(bytes.fromhex, entry.get("retired", [])):  # oldest first
                     retired[key_id(old)] = (who, old)
+                    outgoing[who] = key_id(old)
             seal_key = data.get("seal_key")
             return Signing(
                 mode=self.mode,
                 key=SigningKey(bytes.fromhex(data["key"])) if "key" in data else None,
-                keyring=Keyring(current=current, retired=retired),
+                keyring=Keyring(current=current, retired=retired, outgoing=outgoing),
                 seal_to=bytes.fromhex(data["seal_to"]) if "seal_to" in data else None,
                 seal_key=None if seal_key is None else SealKey(bytes.fromhex(seal_key)),
                 replay_window=self.replay_window,

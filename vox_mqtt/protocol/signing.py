@@ -149,6 +149,12 @@ class Keyring:
 
     current: Mapping[UUID, Mapping[str, bytes]] = field(default_factory=dict)  # kid -> key
     retired: Mapping[str, tuple[UUID, bytes]] = field(default_factory=dict)  # kid -> owner, key
+    # Each sender's newest retired key, still believed until that sender is first seen
+    # signing with a current key: the daemons of a rotation are reloaded one after another,
+    # and a verifier reloaded first would refuse every message of a signer not reloaded yet
+    # (docs/security.md, rotation). The one state of a keyring: the senders seen switched.
+    outgoing: Mapping[UUID, str] = field(default_factory=dict)  # sender -> kid
+    switched: set[UUID] = field(default_factory=set, compare=False)
 
     def public(self, kid: str) -> tuple[UUID, bytes] | None:
         """Return (owner, public key) of a current or retired key id; None if unknown."""
@@ -276,6 +282,9 @@ def check(
     if sender is None:
         return f"{UNKNOWN_SENDER}: {topic} names no sender whose key could sign it"
     public = keyring.current.get(sender, {}).get(kid)
+    outgoing = public is None and keyring.outgoing.get(sender) == kid
+    if outgoing and sender not in keyring.switched:
+        public = keyring.retired[kid][1]
     if public is None:
         retired = keyring.retired.get(kid)
         if retired is not None and retired[0] == sender:
@@ -286,6 +295,8 @@ def check(
         nacl.bindings.crypto_sign_open(signature + data, public)
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
         return f"{BAD_SIGNATURE}: the signature of {sender} does not match this topic and payload"
+    if not outgoing and sender in keyring.outgoing:
+        keyring.switched.add(sender)  # from now on its retired key is refused
     return None
 
 
