@@ -143,12 +143,21 @@ def with_user_property(props: Properties, key: str, value: str) -> Properties:
     """Return props with one more user property, packed at once (props is not changed).
 
     Appended to the packed bytes rather than rebuilt: a signature differs per message, and
-    paho would otherwise pack every property again (see PackedProperties).
+    paho would otherwise pack every property again (see PackedProperties). Everything but
+    the value is kept with props, per key and value length (a signature's is always the
+    same): one concatenation per publish.
     """
-    packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
-    body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY])
-    body += _utf8(key) + _utf8(value)
-    return _Appended(_varint(len(body)) + body)
+    encoded = value.encode()
+    heads: dict[tuple[str, int], bytes] | None = props.__dict__.get("_heads")
+    head = None if heads is None else heads.get((key, len(encoded)))
+    if head is None:
+        packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
+        body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY]) + _utf8(key)
+        body += len(encoded).to_bytes(2, "big")
+        head = _varint(len(body) + len(encoded)) + body
+        if "_packed" in props.__dict__:  # packed once, never changed after: kept with them
+            props.__dict__.setdefault("_heads", {})[(key, len(encoded))] = head
+    return _Appended(head + encoded)
 
 
 class _Appended(PackedProperties):
@@ -173,13 +182,18 @@ def with_expiry(props: Properties, expiry: int) -> Properties:
     return _Appended(_varint(len(body)) + body)
 
 
+_markers: dict[str, bytes] = {}  # a user property's key as packed, per key
+
+
 def signature_of(packed_props: bytes, key: str) -> str | None:
     """Return the value of the last user property `key` in packed properties; None if absent.
 
     A plain search: the signature is the last property a signer appends, and whatever a
     forger puts before it can only name a signature that must still verify (docs/security.md).
     """
-    marker = bytes([_USER_PROPERTY]) + _utf8(key)
+    marker = _markers.get(key)
+    if marker is None:
+        marker = _markers[key] = bytes([_USER_PROPERTY]) + _utf8(key)
     at = packed_props.rfind(marker)
     if at < 0:
         return None

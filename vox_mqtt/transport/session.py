@@ -267,15 +267,12 @@ class Session:
     def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
         """Wrap a received message with the verdict on its signature (docs/security.md)."""
         payload = bytes(message.payload)
-        inbound = Inbound(
-            topic=topic,
-            payload=payload,
-            retain=bool(message.retain),
-            raw_properties=message.properties,
-        )
+        retain = bool(message.retain)
         signing = self.settings.signing
         if signing is None or signing.mode == "off":
-            return inbound
+            return Inbound(
+                topic=topic, payload=payload, retain=retain, raw_properties=message.properties
+            )
         verdict = judge(signing, topic, payload, message.properties)
         if verdict.unsigned:
             self.unsigned += 1
@@ -286,7 +283,7 @@ class Session:
             # A retained copy signed with a retired key is what the broker kept from before a
             # rotation, until its agent's birth under the new key replaces it: refused all the
             # same, but no sign of forgery (docs/security.md, rotation).
-            kept = inbound.retain and verdict.forgery.startswith(RETIRED_KEY)
+            kept = retain and verdict.forgery.startswith(RETIRED_KEY)
             if self.on_forgery is not None and not kept:
                 self.on_forgery(topic, verdict.forgery)
             log.log(
@@ -297,11 +294,13 @@ class Session:
                 topic,
                 verdict.forgery,
             )
-        if verdict.signature is not None and verdict.forgery is None:
+        elif verdict.signature is not None:
             topic = SignedTopic.of(topic, verdict.signature, verdict.digest)  # for the ledger
-        return replace(
-            inbound,
+        return Inbound(  # built once, with its verdict (dataclasses.replace costs as much again)
             topic=topic,
+            payload=payload,
+            retain=retain,
+            raw_properties=message.properties,
             signature=verdict.signature,
             forgery=verdict.forgery,
             digest=verdict.digest,
