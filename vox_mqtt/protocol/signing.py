@@ -17,7 +17,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 from uuid import UUID
 
 import nacl.bindings
@@ -45,16 +45,19 @@ __all__ = [
     "UNKNOWN_SENDER",
     "Keyring",
     "Mode",
+    "Proof",
     "SealKey",
     "SignedTopic",
     "Signing",
     "SigningKey",
+    "bad_signature",
     "check",
     "incident_due",
     "is_sealed",
     "key_id",
     "open_sealed",
     "payload_digest",
+    "prepare",
     "replay_problem",
     "resend_until",
     "seal",
@@ -62,6 +65,7 @@ __all__ = [
     "sender_of",
     "sign",
     "signed_bytes",
+    "verified",
     "verify_digest",
 ]
 
@@ -256,13 +260,20 @@ def verify_digest(topic: str, digest: bytes, value: str, public: bytes) -> bool:
     return True
 
 
-def check(
-    topic: str, payload: bytes, value: str | None, keyring: Keyring, *, digest: bytes | None = None
-) -> str | None:
-    """Return why a received message may not be believed (reason first), or None.
+class Proof(NamedTuple):
+    """What one verification takes: the signature and the bytes it covers, the public key."""
 
-    The signer must be the sender the topic names, with one of its current keys; a retired
-    key, a key of another identity, a changed topic or payload are each refused.
+    signed: bytes  # the 64-byte signature, then signed_bytes (libsodium's signed message)
+    public: bytes
+    sender: UUID
+
+
+def prepare(topic: str, value: str | None, keyring: Keyring, digest: bytes) -> Proof | str | None:
+    """Return the problem found before any cryptography (reason first), what to verify, or
+    None for a topic nobody signs (a bridge's state).
+
+    `check` in two steps: the cheap one here, the verification (`verified`) wherever it
+    runs (transport/received.py verifies a batch on a worker thread).
     """
     if topic.startswith(_LINK_PREFIX):
         return None  # a bridge's state, written by the broker itself (docs/security.md)
@@ -281,12 +292,39 @@ def check(
         if retired is not None and retired[0] == sender:
             return f"{RETIRED_KEY}: key {kid} of {sender} was retired"
         return f"{UNKNOWN_KEY}: key {kid} is not a key of {sender}"
-    data = signed_bytes(topic, payload_digest(payload) if digest is None else digest, kid)
+    return Proof(signature + signed_bytes(topic, digest, kid), public, sender)
+
+
+def verified(proof: Proof) -> bool:
+    """Return whether the signature of proof is its sender's over exactly those bytes.
+
+    libsodium through PyNaCl's cffi, which releases the GIL around the C call: another
+    thread may run this (docs/security.md).
+    """
     try:
-        nacl.bindings.crypto_sign_open(signature + data, public)
+        nacl.bindings.crypto_sign_open(proof.signed, proof.public)
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
-        return f"{BAD_SIGNATURE}: the signature of {sender} does not match this topic and payload"
-    return None
+        return False
+    return True
+
+
+def bad_signature(proof: Proof) -> str:
+    """Return the problem of a proof that did not verify."""
+    return f"{BAD_SIGNATURE}: the signature of {proof.sender} does not match this topic and payload"
+
+
+def check(
+    topic: str, payload: bytes, value: str | None, keyring: Keyring, *, digest: bytes | None = None
+) -> str | None:
+    """Return why a received message may not be believed (reason first), or None.
+
+    The signer must be the sender the topic names, with one of its current keys; a retired
+    key, a key of another identity, a changed topic or payload are each refused.
+    """
+    proof = prepare(topic, value, keyring, payload_digest(payload) if digest is None else digest)
+    if proof is None or isinstance(proof, str):
+        return proof
+    return None if verified(proof) else bad_signature(proof)
 
 
 def _emitted(emitted_at: str) -> float | None:

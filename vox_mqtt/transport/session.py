@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import functools
 import logging
 import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -29,8 +28,8 @@ from vox_mqtt.transport._mqttclient import (
     publish_properties,
     tls_context,
 )
-from vox_mqtt.transport._mqttdecode import RawProperties
-from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
+from vox_mqtt.transport.received import MAX_BATCH, Inbound, verdicts
+from vox_mqtt.transport.signing import Verdict, own_key_renewed, signed_properties, signed_will
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will", "refused_publish"]
 
@@ -41,36 +40,6 @@ log = logging.getLogger(__name__)
 # the rest in the persistent session instead of this process buffering without bound.
 _RECEIVE_MAXIMUM = 100
 _STABLE = 10.0  # seconds a connection must last before the reconnect backoff starts over
-_INBOUND = {  # paho property name -> Inbound.properties key
-    "ContentType": "content_type",
-    "MessageExpiryInterval": "message_expiry_interval",
-    "UserProperty": "user_properties",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Inbound:
-    """One message received on a subscription."""
-
-    topic: str
-    payload: bytes
-    retain: bool
-    # Left packed as received: no agent reads them, and decoding costs more than the rest of
-    # the PUBLISH (see _mqttdecode.py).
-    raw_properties: RawProperties | Properties | None = None
-    # The message's `vox-sig` as received, and why it may not be believed (None: it may,
-    # or signatures are off); set by the session before anyone sees it (docs/security.md).
-    signature: str | None = None
-    forgery: str | None = None
-    digest: bytes | None = field(default=None, repr=False)  # SHA-256 of the payload, if checked
-
-    @functools.cached_property
-    def properties(self) -> dict[str, Any]:
-        """Return content_type, message_expiry_interval (seconds left), user_properties."""
-        raw = self.raw_properties
-        if isinstance(raw, RawProperties):
-            raw = raw.decode()
-        return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
 
 
 def refused_publish(topic: str, rc: ReasonCode) -> DeliveryFailed:
@@ -128,6 +97,8 @@ class Session:
         self.unsigned = 0  # unsigned messages let through in "accept" mode
         self.on_unsigned: Callable[[], None] | None = None  # told of each (the agent counts)
         self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
+        self._held: collections.deque[Inbound] = collections.deque()  # taken, to judge
+        self._judged: collections.deque[Inbound] = collections.deque()  # judged, to yield
 
     @property
     def queued(self) -> int:
@@ -185,13 +156,44 @@ class Session:
             raise self._unreachable(timeout)
 
     async def messages(self) -> AsyncIterator[Inbound]:
-        """Yield inbound messages, across reconnects, until the session ends."""
-        while not (self._closing and self._queue.empty()):
-            item = await self._queue.get()
+        """Yield inbound messages, across reconnects, until the session ends.
+
+        Each is yielded with the verdict on its signature; those waiting together are judged
+        together, a batch verified on a thread (transport/received.py), in order.
+        """
+        while True:
+            if not self._judged:
+                if not self._held:
+                    if self._closing and self._queue.empty():
+                        return
+                    item = await self._queue.get()
+                    if item is None:
+                        self._queue.put_nowait(None)  # let any other reader stop too
+                        return
+                    self._take(item)
+                await self._judge()  # cancelled: the held messages are judged next time
+            yield self._judged.popleft()
+
+    def _take(self, first: Inbound) -> None:
+        """Hold first and what waits behind it: judged together."""
+        self._held.append(first)
+        while len(self._held) < MAX_BATCH and not self._queue.empty():
+            item = self._queue.get_nowait()
             if item is None:
-                self._queue.put_nowait(None)  # let any other reader stop too
-                return
-            yield item
+                self._queue.put_nowait(None)  # the end, after the held ones
+                break
+            self._held.append(item)
+
+    async def _judge(self) -> None:
+        signing = self.settings.signing
+        held = list(self._held)
+        if signing is None or signing.mode == "off":
+            judged = held
+        else:
+            said = await verdicts(signing, [(i.topic, i.payload, i.raw_properties) for i in held])
+            judged = [self._believed(i, v) for i, v in zip(held, said, strict=True)]
+        self._held.clear()
+        self._judged.extend(judged)
 
     async def publish(
         self,
@@ -270,18 +272,17 @@ class Session:
         return signed_properties(self.settings.signing, topic, payload, props)
 
     def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
-        """Wrap a received message with the verdict on its signature (docs/security.md)."""
-        payload = bytes(message.payload)
-        inbound = Inbound(
+        """Wrap a received message; messages() judges its signature (docs/security.md)."""
+        return Inbound(
             topic=topic,
-            payload=payload,
+            payload=bytes(message.payload),
             retain=bool(message.retain),
             raw_properties=message.properties,
         )
-        signing = self.settings.signing
-        if signing is None or signing.mode == "off":
-            return inbound
-        verdict = judge(signing, topic, payload, message.properties)
+
+    def _believed(self, inbound: Inbound, verdict: Verdict) -> Inbound:
+        """Return inbound with the verdict on its signature; count and log a refusal."""
+        topic = inbound.topic
         if verdict.unsigned:
             self.unsigned += 1
             if self.on_unsigned is not None:
@@ -302,11 +303,13 @@ class Session:
                 topic,
                 verdict.forgery,
             )
-        if verdict.signature is not None and verdict.forgery is None:
+        elif verdict.signature is not None:
             topic = SignedTopic.of(topic, verdict.signature, verdict.digest)  # for the ledger
-        return replace(
-            inbound,
+        return Inbound(
             topic=topic,
+            payload=inbound.payload,
+            retain=inbound.retain,
+            raw_properties=inbound.raw_properties,
             signature=verdict.signature,
             forgery=verdict.forgery,
             digest=verdict.digest,

@@ -11,11 +11,29 @@ from dataclasses import dataclass, replace
 from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol.settings import Will
-from vox_mqtt.protocol.signing import SIG_KEY, Signing, check, payload_digest, sign
+from vox_mqtt.protocol.signing import (
+    SIG_KEY,
+    Proof,
+    Signing,
+    bad_signature,
+    payload_digest,
+    prepare,
+    sign,
+    verified,
+)
 from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.publishprops import signature_of, with_user_property
 
-__all__ = ["Verdict", "judge", "own_key_renewed", "signed_properties", "signed_will"]
+__all__ = [
+    "Unverified",
+    "Verdict",
+    "first_step",
+    "judge",
+    "last_step",
+    "own_key_renewed",
+    "signed_properties",
+    "signed_will",
+]
 
 _LINK_PREFIX = "vox/link/"
 
@@ -72,9 +90,37 @@ def judge(
     signing: Signing, topic: str, payload: bytes, raw: RawProperties | Properties | None
 ) -> Verdict:
     """Return the verdict on one received message under signing's mode (not "off")."""
+    step = first_step(signing, topic, payload, raw)
+    if isinstance(step, Verdict):
+        return step
+    return last_step(step, verified(step.proof))
+
+
+@dataclass(frozen=True, slots=True)
+class Unverified:
+    """A received message whose signature is ready to verify (`first_step`)."""
+
+    value: str
+    proof: Proof
+    digest: bytes
+
+
+def first_step(
+    signing: Signing, topic: str, payload: bytes, raw: RawProperties | Properties | None
+) -> Verdict | Unverified:
+    """Return the verdict found without cryptography, or what is left to verify."""
     value = received_signature(raw)
     digest = payload_digest(payload)
     if value is None and signing.mode == "accept":
         return Verdict(None, None, digest, unsigned=not topic.startswith(_LINK_PREFIX))
-    forgery = check(topic, payload, value, signing.keyring, digest=digest)
-    return Verdict(value, forgery, digest, unsigned=False)
+    proof = prepare(topic, value, signing.keyring, digest)
+    if proof is None or isinstance(proof, str):
+        return Verdict(value, proof, digest, unsigned=False)
+    assert value is not None  # prepare refuses a message without one
+    return Unverified(value, proof, digest)
+
+
+def last_step(unverified: Unverified, ok: bool) -> Verdict:
+    """Return the verdict once the signature was verified (ok) or not."""
+    forgery = None if ok else bad_signature(unverified.proof)
+    return Verdict(unverified.value, forgery, unverified.digest, unsigned=False)
