@@ -1,9 +1,12 @@
-"""Verifying received signatures in two steps, and a batch on the worker thread, in order."""
+"""Signatures off the event loop's path: a batch verified on a worker thread, in order, and
+a publish signed on the signing thread while its record commits."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from dataclasses import replace
 from uuid import uuid4
 
 from paho.mqtt.packettypes import PacketTypes
@@ -23,9 +26,10 @@ from vox_mqtt.protocol.signing import (
 )
 from vox_mqtt.transport import received
 from vox_mqtt.transport._mqttdecode import RawProperties
-from vox_mqtt.transport.publishprops import vox_properties, with_user_property
+from vox_mqtt.transport.publishprops import signature_of, vox_properties, with_user_property
 from vox_mqtt.transport.received import Inbound, verdicts, verify_all
 from vox_mqtt.transport.session import Session
+from vox_mqtt.transport.signing import Presigned, presign, signed_properties
 
 SENDER, TARGET = uuid4(), uuid4()
 KEY = SigningKey.generate()
@@ -141,3 +145,34 @@ async def test_a_cancelled_reader_leaves_the_batch_to_the_next() -> None:
     got = [inbound async for inbound in session.messages()]
     assert [inbound.payload for inbound in got] == [payload(n) for n in range(4)]
     assert all(inbound.forgery is None for inbound in got)
+
+
+def test_a_presigned_signature_is_the_one_signed_on_the_spot() -> None:
+    job = presign(SIGNING, TOPIC, payload(1))
+    assert job is not None
+    deadline = time.monotonic() + 10
+    while job.value is None and time.monotonic() < deadline:
+        time.sleep(0.001)  # made on the signing thread
+    assert job.value == sign(TOPIC, payload(1), KEY)  # Ed25519 signatures are deterministic
+    props = vox_properties(type="command_request", sender="a")
+    used = signed_properties(SIGNING, TOPIC, payload(1), props, job)
+    assert signature_of(used.pack(), "vox-sig") == job.value  # type: ignore[no-untyped-call]
+    assert presign(Signing(mode="off", key=KEY, keyring=RING), TOPIC, payload(1)) is None
+
+
+def test_a_presigned_signature_of_other_bytes_or_an_old_key_is_never_used() -> None:
+    props = vox_properties(type="command_request", sender="a")
+    job = presign(SIGNING, TOPIC, payload(1))
+    assert job is not None
+    job.value = "not-a-signature"  # as if ready: whatever it holds must not be sent
+    for topic, data, signing in (
+        (TOPIC, payload(2), SIGNING),  # other bytes
+        (topics.inbox(uuid4(), SENDER), payload(1), SIGNING),  # another topic
+        (TOPIC, payload(1), replace(SIGNING, key=SigningKey.generate())),  # a rotated key
+    ):
+        used = signed_properties(signing, topic, data, props, job)
+        value = signature_of(used.pack(), "vox-sig")  # type: ignore[no-untyped-call]
+        assert value == sign(topic, data, signing.key)  # type: ignore[arg-type]
+    unready = Presigned(TOPIC, payload(1), KEY)  # not signed yet: signed on the spot
+    used = signed_properties(SIGNING, TOPIC, payload(1), props, unready)
+    assert signature_of(used.pack(), "vox-sig") == sign(TOPIC, payload(1), KEY)  # type: ignore[no-untyped-call]

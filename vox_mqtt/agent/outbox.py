@@ -60,6 +60,7 @@ class _Delivery:
     give_up_at: float
     resend_until: float | None  # wall clock: past it a signed message is not sent again
     delay: float
+    presigned: Any = None  # its signature, made while its "sent" row committed (or None)
     counted: bool = False  # counted in messages_out
     timer: asyncio.TimerHandle | None = None
 
@@ -72,6 +73,7 @@ class Outgoing:
     expects_reply: bool
     topic: str
     payload: bytes
+    presigned: Any = None  # its signature, started while its record commits (Publisher.presign)
 
 
 class Outbox:
@@ -137,12 +139,18 @@ class Outbox:
         payload = serialize(message)
         check_size(message, payload, self.config.max_message_bytes)
         topic = topics.inbox(message.target, self.config.id)
-        return Outgoing(message=message, expects_reply=expects_reply, topic=topic, payload=payload)
+        return Outgoing(
+            message=message,
+            expects_reply=expects_reply,
+            topic=topic,
+            payload=payload,
+            presigned=self._publisher.presign(topic, payload),
+        )
 
     def dispatch(self, outgoing: Outgoing) -> TrackedRequest:
         """Track and publish a prepared message whose "sent" row is durable, until acknowledged."""
         tracked = self._tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
-        self._schedule(tracked, outgoing.payload, resend=False)
+        self._schedule(tracked, outgoing.payload, resend=False, presigned=outgoing.presigned)
         return tracked
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
@@ -188,7 +196,9 @@ class Outbox:
 
     # --- delivery: publish now, re-send on a timer, no task per message --------------------
 
-    def _schedule(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
+    def _schedule(
+        self, tracked: TrackedRequest, payload: bytes, *, resend: bool, presigned: Any = None
+    ) -> None:
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
         fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
@@ -199,6 +209,7 @@ class Outbox:
             give_up_at=time.monotonic() + self.config.request_timeout,
             resend_until=self._resend_until(message),
             delay=self.config.resend_initial,
+            presigned=presigned,
         )
         self._deliveries[tracked.message_id] = delivery
         self._attempt(delivery, resend=resend)
@@ -232,7 +243,9 @@ class Outbox:
             props = self._props.inbox(message.target, message.type, expiry=expiry(message))
         topic = topics.inbox(message.target, self.config.id)
         try:
-            outcome = self._publisher.publish_soon(topic, delivery.payload, props=props)
+            outcome = self._publisher.publish_soon(
+                topic, delivery.payload, props=props, presigned=delivery.presigned
+            )
         except VoxError as exc:
             log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
             outcome = None

@@ -63,6 +63,11 @@ class Publisher(Protocol):
         *,
         content_type: str | None = "application/json",
         props: Any = None,
+        presigned: Any = None,
     ) -> asyncio.Future[Any] | None:
         """Publish on the live connection without waiting; None when no connection is up."""
+        ...
+
+    def presign(self, topic: str, payload: bytes) -> Any:
+        """Start signing a publish to come (its record commits meanwhile); None: unsigned."""
         ...

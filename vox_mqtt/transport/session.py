@@ -29,7 +29,14 @@ from vox_mqtt.transport._mqttclient import (
     tls_context,
 )
 from vox_mqtt.transport.received import MAX_BATCH, Inbound, verdicts
-from vox_mqtt.transport.signing import Verdict, own_key_renewed, signed_properties, signed_will
+from vox_mqtt.transport.signing import (
+    Presigned,
+    Verdict,
+    own_key_renewed,
+    presign,
+    signed_properties,
+    signed_will,
+)
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will", "refused_publish"]
 
@@ -216,7 +223,7 @@ class Session:
             raise ValueError(f"message expiry must be >= 1 s, not {expiry}")
         if props is None:
             props = publish_properties(content_type, expiry)
-        props = self._signed(topic, payload, props)
+        props = signed_properties(self.settings.signing, topic, payload, props)
         timeout = self.settings.publish_timeout
         rc: ReasonCode | None = None
         sent = False
@@ -244,6 +251,7 @@ class Session:
         retain: bool = False,
         content_type: str | None = "application/json",
         props: Properties | None = None,
+        presigned: Presigned | None = None,
     ) -> asyncio.Future[ReasonCode] | None:
         """Publish at QoS 1 on the live connection only; return the future of its PUBACK
         (DeliveryFailed if that connection drops first), or None with no connection up."""
@@ -252,7 +260,12 @@ class Session:
             return None
         if props is None:
             props = publish_properties(content_type, None)
-        return client.publish_soon(topic, payload, 1, retain, self._signed(topic, payload, props))
+        props = signed_properties(self.settings.signing, topic, payload, props, presigned)
+        return client.publish_soon(topic, payload, 1, retain, props)
+
+    def presign(self, topic: str, payload: bytes) -> Presigned | None:
+        """Start signing a publish to come on the signing thread (transport/signing.py)."""
+        return presign(self.settings.signing, topic, payload)
 
     def use_signing(self, signing: Signing | None) -> bool:
         """Sign and verify with these keys from now on (a rotation picked up on SIGHUP).
@@ -267,9 +280,6 @@ class Session:
         log.info("%s: a new signing key: reconnecting once for its will", self.settings.client_id)
         self._link.disconnect_soon()
         return True
-
-    def _signed(self, topic: str, payload: bytes, props: Properties) -> Properties:
-        return signed_properties(self.settings.signing, topic, payload, props)
 
     def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
         """Wrap a received message; messages() judges its signature (docs/security.md)."""

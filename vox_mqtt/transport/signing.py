@@ -6,6 +6,9 @@ what paho received and adds it to what paho sends (docs/security.md).
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import threading
 from dataclasses import dataclass, replace
 
 from paho.mqtt.properties import Properties
@@ -15,6 +18,7 @@ from vox_mqtt.protocol.signing import (
     SIG_KEY,
     Proof,
     Signing,
+    SigningKey,
     bad_signature,
     payload_digest,
     prepare,
@@ -25,12 +29,14 @@ from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.publishprops import signature_of, with_user_property
 
 __all__ = [
+    "Presigned",
     "Unverified",
     "Verdict",
     "first_step",
     "judge",
     "last_step",
     "own_key_renewed",
+    "presign",
     "signed_properties",
     "signed_will",
 ]
@@ -49,12 +55,70 @@ class Verdict:
 
 
 def signed_properties(
-    signing: Signing | None, topic: str, payload: bytes, props: Properties
+    signing: Signing | None,
+    topic: str,
+    payload: bytes,
+    props: Properties,
+    presigned: Presigned | None = None,
 ) -> Properties:
-    """Return props with this identity's signature of (topic, payload), when it signs."""
+    """Return props with this identity's signature of (topic, payload), when it signs.
+
+    A signature presigned with this very key over these bytes, and ready, is used as it is.
+    """
     if signing is None or signing.key is None or signing.mode == "off":
         return props
-    return with_user_property(props, SIG_KEY, sign(topic, payload, signing.key))
+    value = None
+    if presigned is not None and presigned.key is signing.key and presigned.topic == topic:
+        value = presigned.value if presigned.payload == payload else None
+    if value is None:
+        value = sign(topic, payload, signing.key)
+    return with_user_property(props, SIG_KEY, value)
+
+
+class Presigned:
+    """A publish's signature, made on the signing thread while its sender's ledger commits.
+
+    `value` is None until it is ready; whoever publishes then signs on the spot rather than
+    wait (signed_properties).
+    """
+
+    __slots__ = ("key", "payload", "topic", "value")
+
+    def __init__(self, topic: str, payload: bytes, key: SigningKey) -> None:
+        self.topic, self.payload, self.key = topic, payload, key
+        self.value: str | None = None
+
+
+_jobs: queue.SimpleQueue[Presigned] | None = None
+_jobs_lock = threading.Lock()
+
+
+def presign(signing: Signing | None, topic: str, payload: bytes) -> Presigned | None:
+    """Start signing (topic, payload) on the signing thread; None when this identity does not sign.
+
+    libsodium runs there without the GIL (PyNaCl's cffi releases it), beside the event loop.
+    """
+    if signing is None or signing.key is None or signing.mode == "off":
+        return None
+    global _jobs
+    if _jobs is None:
+        with _jobs_lock:
+            if _jobs is None:
+                jobs: queue.SimpleQueue[Presigned] = queue.SimpleQueue()
+                signer = threading.Thread(target=_sign_each, args=(jobs,), name="vox-sign")
+                signer.daemon = True
+                signer.start()
+                _jobs = jobs
+    job = Presigned(topic, payload, signing.key)
+    _jobs.put(job)
+    return job
+
+
+def _sign_each(jobs: queue.SimpleQueue[Presigned]) -> None:
+    while True:
+        job = jobs.get()
+        with contextlib.suppress(Exception):  # not ready: the publisher signs it itself
+            job.value = sign(job.topic, job.payload, job.key)
 
 
 def signed_will(signing: Signing | None, will: Will | None) -> Will | None:
