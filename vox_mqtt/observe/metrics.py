@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Final, TypeVar
@@ -410,6 +410,10 @@ def _out_of(where: str, value: Any, bounds: _Range) -> str | None:
     """Say why a number is not to be believed, or None when it is one within bounds."""
     if _number(value, bounds) is not None:
         return None
+    return _outside(where, value, bounds)
+
+
+def _outside(where: str, value: Any, bounds: _Range) -> str:
     shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge integer"
     return f"{where} = {shown[:40]} is outside [{bounds[0]:g}, {bounds[1]:g}]"
 
@@ -419,19 +423,47 @@ def _count_problem(where: str, value: Any) -> str | None:
     if not _is_number(value) or _count(value) is not None:
         return None
     if isinstance(value, int):
-        return _out_of(where, value, (0, float(_MAX_COUNT)))
+        # Compared as an int: 2**63 is no count, though as a float it equals the bound.
+        return _outside(where, value, (0, _MAX_COUNT))
     return f"{where} = {repr(value)[:40]} is not a whole count"
+
+
+_NUMBER_TYPES: Final = frozenset({int, float})
+_INT_TYPES: Final = frozenset({int})
+
+
+def _all_within(values: Collection[Any], bounds: _Range, *, whole: bool) -> bool:
+    """Tell at C speed that every value is a number of its kind within bounds.
+
+    True only when none of them can be a problem (plain ints, or finite plain floats too
+    unless whole); False sends the caller through its per-value check, which says why.
+    """
+    kinds = set(map(type, values))
+    if not kinds <= (_INT_TYPES if whole else _NUMBER_TYPES):
+        return False
+    if not kinds:
+        return True
+    if float in kinds and not all(map(math.isfinite, values)):
+        return False
+    return bool(bounds[0] <= min(values) and max(values) <= bounds[1])
+
+
+# Counts compare as ints: float(2**63 - 1) rounds up to 2**63, one past the largest count.
+_COUNT_RANGE: Final[_Range] = (0, _MAX_COUNT)
+_BOUND_RANGE: Final[_Range] = (0.0, MAX_SECONDS)
 
 
 def _histogram_problem(where: str, raw: dict[Any, Any]) -> str | None:
     bounds = raw.get("le")
-    for bound in bounds if isinstance(bounds, list) else []:
-        if _is_number(bound) and (problem := _out_of(f"{where}.le", bound, (0.0, MAX_SECONDS))):
-            return problem
+    if isinstance(bounds, list) and not _all_within(bounds, _BOUND_RANGE, whole=False):
+        for bound in bounds:
+            if _is_number(bound) and (problem := _out_of(f"{where}.le", bound, _BOUND_RANGE)):
+                return problem
     counts = raw.get("counts")
-    for n in counts if isinstance(counts, list) else []:
-        if problem := _count_problem(f"{where}.counts", n):
-            return problem
+    if isinstance(counts, list) and not _all_within(counts, _COUNT_RANGE, whole=True):
+        for n in counts:
+            if problem := _count_problem(f"{where}.counts", n):
+                return problem
     total = raw.get("sum")
     if _is_number(total):
         return _out_of(f"{where}.sum", total, (0.0, MAX_SECONDS_SUM))
@@ -446,12 +478,20 @@ def _section(raw: dict[Any, Any], key: str) -> dict[Any, Any]:
 def _snapshot_problem(raw: dict[Any, Any]) -> str | None:
     where = "metrics.agent"
     counters = _section(raw, "counters")
+    # Every count of every known counter at once; only a doubt walks them one by one.
+    every: list[Any] = []
     for name in COUNTERS:
         value = counters.get(name)
-        values = value.values() if isinstance(value, dict) else [value]
-        for n in values:
-            if problem := _count_problem(f"{where}.counters.{name}", n):
-                return problem
+        if isinstance(value, dict):
+            every.extend(value.values())
+        elif value is not None:
+            every.append(value)
+    if not _all_within(every, _COUNT_RANGE, whole=True):
+        for name in COUNTERS:
+            value = counters.get(name)
+            for n in value.values() if isinstance(value, dict) else [value]:
+                if problem := _count_problem(f"{where}.counters.{name}", n):
+                    return problem
     gauges = _section(raw, "gauges")
     for name, bounds in GAUGE_BOUNDS.items():
         value = gauges.get(name)

@@ -335,7 +335,8 @@ class FleetView:
         if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
         try:
-            report = AgentStatus.model_validate(message.details)
+            # Validated once per message: parse and new_message already did (and kept it).
+            report = message.payload_as(AgentStatus)
         except ValidationError as exc:
             self._reject(message.source, _describe(exc))
             return None
