@@ -59,6 +59,9 @@ def tree_shape(agents: int, fanout: int) -> dict[str, str | None]:
     return {f"agent-{i}": None if i == 0 else f"agent-{(i - 1) // fanout}" for i in range(agents)}
 
 
+_STORES: dict[Path, CredentialStore] = {}
+
+
 @dataclass
 class BenchBroker:
     """A broker rendered from a fleet (running, where `broker` is set) and its identities."""
@@ -77,7 +80,12 @@ class BenchBroker:
 
     def creds(self, name: str) -> Credentials:
         """Return the plain-listener credentials of an identity (agent, operator, explorer)."""
-        return CredentialStore(self.root).get(name)
+        # One store per broker directory: it re-reads its file only when it changed, so a
+        # worker starting a thousand agents does not parse a thousand identities each time.
+        store = _STORES.get(self.root)
+        if store is None:
+            store = _STORES[self.root] = CredentialStore(self.root)
+        return store.get(name)
 
     def id(self, name: str) -> UUID:
         """Return an identity's UUID by name (the operator's too)."""

@@ -16,11 +16,8 @@ import pytest
 from vox_mqtt.agent.rules import MIN_CHILD_SHARE, advertisement, child_share
 from vox_mqtt.console.exporter import INVALID_CODE, code_label, warroom_series
 from vox_mqtt.ledger.witness import WITNESS_BURST, RateBudget
-from vox_mqtt.observe.metrics import (
-    metrics_problem,
-    parse_host_metrics,
-    parse_snapshot,
-)
+from vox_mqtt.observe.metricbounds import metrics_problem
+from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot
 from vox_mqtt.observe.status import ADVERT_CHANGE_BURST, ChangeBudget, FleetView
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, new_message
 
@@ -91,6 +88,13 @@ def timing(le: Any, counts: Any, total: Any) -> dict[str, Any]:
             histograms={"ledger_commit_seconds": {"le": [0.1], "counts": [HUGE, 1], "sum": 1}}
         ),
         snapshot(messages_per_s=HUGE),
+        # One bad number among good ones, where a min and max alone would miss it.
+        timing([0.1, math.nan, 0.5], [1, 1, 1, 1], 1),
+        timing([math.inf, 0.1], [1, 1, 1], 1),
+        timing([0.1, 0.2], [1, 2.0, 3], 1),
+        timing([0.1, 0.2], [1, 2**63, 3], 1),
+        snapshot(counters={"messages_in": {"a": 1, "b": 2.5}, "duplicates": 1}),
+        snapshot(counters={"messages_in": {"a": 1}, "commands_failed": {"X": 2**63}}),
     ],
 )
 def test_a_number_out_of_its_range_is_a_problem_and_parses_to_nothing(
@@ -124,7 +128,24 @@ def test_ordinary_figures_and_what_is_not_a_number_are_no_problem() -> None:
     }
     assert metrics_problem(fine) is None
     assert metrics_problem({"cpu_percent": "high"}) is None  # not a number: left out
+    # Among numbers within bounds, what is not a number is left out too; the edges hold.
+    assert metrics_problem(timing([0.1, "x", None], [True, 1, None, 2**63 - 1], 0)) is None
+    assert metrics_problem(snapshot(counters={"messages_in": {"a": None, "b": 0}})) is None
+    assert metrics_problem(timing([], [], 0.0)) is None
     assert parse_host_metrics({"cpu_percent": HUGE, "load_1m": 1.0}) == {"load_1m": 1.0}
+
+
+def test_the_problem_names_the_first_bad_number_where_it_is() -> None:
+    problem = metrics_problem(timing([0.1, 0.2], [1, 2.5, -1], 1))
+    assert problem == (
+        "metrics.agent.histograms.ledger_commit_seconds.counts = 2.5 is not a whole count"
+    )
+    problem = metrics_problem(snapshot(counters={"rejected": {"A": 1, "B": -4}}))
+    assert problem == "metrics.agent.counters.rejected = -4 is outside [0, 9.22337e+18]"
+    problem = metrics_problem(timing([0.1, 2e10], [1, 1, 1], 1))
+    assert problem == (
+        "metrics.agent.histograms.ledger_commit_seconds.le = 20000000000.0 is outside [0, 1e+10]"
+    )
 
 
 def test_a_status_out_of_bounds_is_refused_whole_and_the_agent_is_marked() -> None:

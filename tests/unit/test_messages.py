@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
+from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json
 from vox_mqtt.protocol.acks import acknowledge
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.messages import (
@@ -306,6 +309,33 @@ def test_moderately_nested_details_are_fine() -> None:
 def test_numbers_json_cannot_hold_are_rejected(number: bytes) -> None:
     data = encode(envelope(type="reading", details={"value": 0})).replace(b"0}", number + b"}")
     assert reason_of(data) == "details: NaN and Infinity are not JSON numbers"
+
+
+def test_freezing_checks_every_number_and_freezes_every_container() -> None:
+    raw = {
+        "counts": [1, 2, 3],
+        "le": [0.5, 1.0, 2.5],
+        "mixed": [1, "a", None, True, [2.0, {"k": (3.0,)}]],
+        "map": OrderedDict([(1, 4.0)]),
+        "ok": 1.25,
+    }
+    frozen = freeze_json(raw)
+    assert frozen == {
+        "counts": [1, 2, 3],
+        "le": [0.5, 1, 2.5],
+        "mixed": [1, "a", None, True, [2, {"k": [3]}]],
+        "map": {"1": 4},
+        "ok": 1.25,
+    }
+    assert [type(x) for x in frozen["le"]] == [float, int, float]
+    assert type(frozen["mixed"][4][1]["k"][0]) is int
+    for container in (frozen, frozen["counts"], frozen["mixed"][4], frozen["map"]):
+        assert isinstance(container, FrozenDict | FrozenList)
+    assert isinstance(frozen["mixed"][4][1]["k"], FrozenList)
+    assert freeze_json(frozen) is frozen  # checked when it was built
+    for bad in ([1, 2, math.nan], {"a": [0.5, math.inf]}, (1, (2, -math.inf))):
+        with pytest.raises(ValueError, match="NaN and Infinity"):
+            freeze_json(bad)
 
 
 def test_null_inside_details_survives_serialization() -> None:

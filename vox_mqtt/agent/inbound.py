@@ -105,10 +105,13 @@ class InboundPipeline:
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
-        # Inbox messages wait here for one of max_intake workers: no task per message.
+        # Inbox messages wait here for one of max_intake workers: no task per message. The
+        # workers start as messages need them (an idle agent holds one, not max_intake).
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
             settings().max_intake
         )
+        self._workers = 0
+        self._idle_workers = 0  # started, and waiting for a message (or about to)
         self._in_progress: dict[UUID, asyncio.Event] = {}
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
         self._taken_in = asyncio.Event()  # set while no message is in intake
@@ -125,9 +128,7 @@ class InboundPipeline:
         return self._settings()
 
     async def run(self) -> None:
-        """Read the session's messages until it ends; max_intake workers take the inbox's."""
-        for n in range(self.config.max_intake):
-            self._tasks.spawn(self._intake_worker(), f"intake-{n}")
+        """Read the session's messages until it ends; up to max_intake workers take the inbox's."""
         async for inbound in self._session.messages():
             if self.linked is not None and parse_link_topic(inbound.topic) is not None:
                 self.linked(inbound)
@@ -142,13 +143,22 @@ class InboundPipeline:
             else:
                 self.intake += 1
                 self._taken_in.clear()
+                if self._intake_queue.qsize() >= self._idle_workers:
+                    self._add_worker()  # every queued message has a worker to take it
                 # Full: every worker is busy and max_intake wait; the session's queue holds
                 # the rest, and its PUBACKs wait with them (backpressure, docs/transport.md).
                 await self._intake_queue.put((inbound, topic))
 
+    def _add_worker(self) -> None:
+        if self._workers < self.config.max_intake:
+            self._workers += 1
+            self._idle_workers += 1
+            self._tasks.spawn(self._intake_worker(), f"intake-{self._workers - 1}")
+
     async def _intake_worker(self) -> None:
         while True:
             inbound, topic = await self._intake_queue.get()
+            self._idle_workers -= 1
             try:
                 await self._process(inbound, topic)
             except Exception:
@@ -157,6 +167,7 @@ class InboundPipeline:
                     "%s: failed to process a message on %s", self.config.name, inbound.topic
                 )
             finally:
+                self._idle_workers += 1
                 self.intake -= 1
                 if self.intake == 0:
                     self._taken_in.set()

@@ -105,11 +105,13 @@ class Liveness:
         self._order = WarroomOrder()  # replayed posts (docs/security.md), window set per post
         self._advertised: list[str] | None = None
         self._changes: asyncio.Queue[tuple[AgentLiveness, str, str]] = asyncio.Queue()
+        self._waiter: asyncio.Future[None] | None = None  # the idle run loop, woken by a change
         fleet_view.add_listener(self._queue_change)
         fleet_view.add_reject_listener(self._queue_reject)
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
         self._witness = HeadWitness(ctx.ledger, on_skip=self._witness_skipped)
         self._published_failure: str | None = None  # the ledger failure our status names
+        self._head_read: tuple[int, tuple[int, str]] | None = None  # (commits then, head)
         # A federated fleet: children behind a lost bridge are one site incident, not many.
         self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
 
@@ -245,11 +247,23 @@ class Liveness:
         return payload
 
     async def _ledger_head(self) -> tuple[int, str] | None:
+        # At every heartbeat: from memory when this process committed, or the last read while
+        # nothing was committed since (an idle agent writes nothing: docs/ledger.md).
+        ledger = self.ctx.ledger
+        head = ledger.written_head
+        if head is not None:
+            return head
+        commits = ledger.commit_count
+        if self._head_read is not None and self._head_read[0] == commits:
+            return self._head_read[1]
         try:
-            return await self.ctx.ledger.head()
+            head = await ledger.head()
         except LedgerError as exc:
             log.warning("%s: ledger head unknown: %s", self.config.name, exc)
             return None
+        if ledger.commit_count == commits:
+            self._head_read = (commits, head)
+        return head
 
     async def run(self) -> None:
         """Heartbeat, staleness checks and reactions to watched agents, until cancelled."""
@@ -257,11 +271,8 @@ class Liveness:
         tick = max(0.05, min(1.0, interval / 4))
         next_beat = time.monotonic() + interval
         while True:
-            change = None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(tick):
-                    change = await self._changes.get()
-            if change is not None:  # reacting outside the timeout: never cut short mid-post
+            change = await self._next_change(tick)
+            if change is not None:
                 await self._react(*change)
                 continue
             self.fleet_view.refresh()
@@ -272,6 +283,23 @@ class Liveness:
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
                 await self._heartbeat()
+
+    async def _next_change(self, tick: float) -> tuple[AgentLiveness, str, str] | None:
+        """Return the next change of a watched agent, or None after tick seconds without one.
+
+        A plain timer and future, not a timeout that cancels a queue's get: an idle tick
+        of every agent a process hosts (a thousand a second) raises no exception.
+        """
+        if self._changes.empty():
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(tick, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return None if self._changes.empty() else self._changes.get_nowait()
 
     def _figures(self) -> dict[str, Any]:
         """Return the host figures and this agent's metrics for details.metrics."""
@@ -348,12 +376,14 @@ class Liveness:
 
     def _queue_change(self, entry: AgentLiveness, old: str, new: str) -> None:
         self._changes.put_nowait((entry, old, new))
+        if self._waiter is not None:
+            _wake(self._waiter)
 
     def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
         who = entry.name or entry.id
         log.warning("%s: refused a status of %s: %s", self.config.name, who, reason)
         # Not a change of state, but the agent now gets no work: react as to one.
-        self._changes.put_nowait((entry, entry.status, entry.status))
+        self._queue_change(entry, entry.status, entry.status)
 
     async def on_observed(
         self, inbound: Inbound, topic: topics.StatusTopic | topics.WarroomTopic
@@ -555,3 +585,8 @@ class Liveness:
     async def resolve_own(self, error_code: str, description: str) -> bool:
         """Remove a cause from this agent's own incident; False if it was not open."""
         return await self.posts.resolve_own(error_code, description)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -84,6 +84,8 @@ def advertisement(
     keeps an equal part: no child's list can push out a sibling's commands.
     """
     chosen = set(sorted(own)[:limit])
+    if not children:  # a leaf's own commands (asked at every liveness tick)
+        return sorted(chosen), 0
     queues = [sorted(set(commands) - chosen) for _, commands in sorted(children.items())]
     offered = set().union(*queues) if queues else set()
     depth = 0

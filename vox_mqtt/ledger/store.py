@@ -121,8 +121,9 @@ class VOXAgentMemory:
         self._flush_later = False  # the handle is the timer of rows nothing waits for
         self._drain_waiters: list[asyncio.Future[None]] = []
         # (last row id, its hash) as this writer's last commit left them: the next batch is
-        # chained onto it on the loop, so the thread only executes and commits.
-        self._head: Head | None = None
+        # chained onto it on the loop, so the thread only executes and commits; and, one
+        # writer per ledger (docs/ledger.md), `head()` without a read (a heartbeat's).
+        self.written_head: Head | None = None
         self._received = ReceivedIndex()  # answers has_message(..., emitted_at=...)
         # Told (records written, seconds) after each commit: the agent's metrics.
         self.on_commit: Callable[[int, float], None] | None = None
@@ -178,7 +179,7 @@ class VOXAgentMemory:
         self._thread.start()
         thread = self._thread
         with self._errors("cannot open"):
-            self._head, received = await thread.call(
+            self.written_head, received = await thread.call(
                 lambda: open_writer(thread, self.path, SYNC_MODES[self.sync], self._received.load)
             )
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -418,7 +419,7 @@ class VOXAgentMemory:
         batch = self._buffer[: self._max_batch]
         del self._buffer[: self._max_batch]
         rows, added, removed, held = [], [], [], []
-        last_id, prev = self._head or (0, GENESIS_HASH)
+        last_id, prev = self.written_head or (0, GENESIS_HASH)
         for pending in batch:
             for values in pending.rows:
                 content = (last_id := last_id + 1, *values)
@@ -431,7 +432,7 @@ class VOXAgentMemory:
                 removed.append((pending.outbox_done,))
             held += [pending.held] if pending.held is not None else []
         thread = self._thread
-        chained = self._head is not None
+        chained = self.written_head is not None
 
         def job() -> tuple[list[tuple[Any, ...]], Head | None]:
             assert thread.db is not None
@@ -446,7 +447,7 @@ class VOXAgentMemory:
         if ok:
             rows, head = outcome
             if head is not None:
-                self._head = head
+                self.written_head = head
             self._commits += 1
             if self.on_commit is not None:
                 self.on_commit(len(rows), time.perf_counter() - started)
@@ -460,7 +461,7 @@ class VOXAgentMemory:
                 if not pending.future.done():
                     pending.future.set_result(row_id)
         else:
-            self._head = None  # re-read inside the next transaction
+            self.written_head = None  # re-read inside the next transaction
             error = self._error(outcome, "cannot write")
             if isinstance(outcome, sqlite3.OperationalError | OSError):
                 self.write_failure = str(error)  # the file cannot take writes (disk full ...)

@@ -30,6 +30,7 @@ __all__ = [
     "GAUGES",
     "HISTOGRAMS",
     "HOST_METRICS",
+    "MAX_COUNT",
     "MAX_LABEL_VALUES",
     "OTHER",
     "AgentMetrics",
@@ -38,8 +39,10 @@ __all__ = [
     "HistogramSnapshot",
     "LabelledCounter",
     "MetricsSnapshot",
+    "Range",
     "host_figure",
-    "metrics_problem",
+    "json_count",
+    "json_number",
     "parse_host_metrics",
     "parse_snapshot",
     "quantile",
@@ -57,7 +60,7 @@ CORE_TYPES: Final = (
     MSG_COMMAND_ERROR,
     MSG_ACKNOWLEDGED,
 )
-_MAX_COUNT: Final = 2**63 - 1
+MAX_COUNT: Final = 2**63 - 1
 _T = TypeVar("_T")
 
 # Upper bounds in seconds, shared by every timing: from a ledger group commit (sub-ms)
@@ -150,8 +153,8 @@ HOST_METRICS: Final[Mapping[str, str]] = {
 }
 
 # The range each number of a heartbeat must lie in, by its kind (docs/metrics.md). A status
-# whose metrics hold a number outside it is refused whole (`metrics_problem`): its agent is
-# shown as rejected and nothing else of the fleet's view or /metrics is touched.
+# whose metrics hold a number outside it is refused whole (`metricbounds.metrics_problem`):
+# its agent is shown as rejected and nothing else of the fleet's view or /metrics is touched.
 MAX_PERCENT: Final = 100.0
 MAX_PROCESS_PERCENT: Final = 100.0 * 1024  # one process on up to 1024 cores
 MAX_LOAD: Final = 1e6
@@ -159,8 +162,8 @@ MAX_BYTES: Final = float(2**63 - 1)
 MAX_SECONDS: Final = 1e10  # about 317 years: an uptime, a timing, a bucket bound
 MAX_SECONDS_SUM: Final = 1e15  # the sum of a histogram's timings
 MAX_RATE: Final = 1e9  # messages per second
-_Range = tuple[float, float]
-HOST_BOUNDS: Final[Mapping[str, _Range]] = {
+Range = tuple[float, float]
+HOST_BOUNDS: Final[Mapping[str, Range]] = {
     "cpu_percent": (0.0, MAX_PERCENT),
     "memory_percent": (0.0, MAX_PERCENT),
     "disk_percent": (0.0, MAX_PERCENT),
@@ -170,13 +173,13 @@ HOST_BOUNDS: Final[Mapping[str, _Range]] = {
     "uptime_s": (0.0, MAX_SECONDS),
     "process_uptime_s": (0.0, MAX_SECONDS),
 }
-GAUGE_BOUNDS: Final[Mapping[str, _Range]] = {
-    "inflight_commands": (0.0, float(_MAX_COUNT)),
-    "intake_queue": (0.0, float(_MAX_COUNT)),
+GAUGE_BOUNDS: Final[Mapping[str, Range]] = {
+    "inflight_commands": (0.0, float(MAX_COUNT)),
+    "intake_queue": (0.0, float(MAX_COUNT)),
     "ledger_bytes": (0.0, MAX_BYTES),
-    "requests_received": (0.0, float(_MAX_COUNT)),
-    "requests_working": (0.0, float(_MAX_COUNT)),
-    "requests_delegated": (0.0, float(_MAX_COUNT)),
+    "requests_received": (0.0, float(MAX_COUNT)),
+    "requests_working": (0.0, float(MAX_COUNT)),
+    "requests_delegated": (0.0, float(MAX_COUNT)),
 }
 
 
@@ -381,13 +384,14 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+def json_count(value: Any) -> int | None:
+    """Return a JSON number as a count (a whole number, 0 to MAX_COUNT), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         return None
     return value
 
 
-def _number(value: Any, bounds: _Range | None = None) -> float | None:
+def json_number(value: Any, bounds: Range | None = None) -> float | None:
     """Return a JSON number as a finite float (within bounds, when given), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -402,94 +406,6 @@ def _number(value: Any, bounds: _Range | None = None) -> float | None:
     return number
 
 
-def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float)
-
-
-def _out_of(where: str, value: Any, bounds: _Range) -> str | None:
-    """Say why a number is not to be believed, or None when it is one within bounds."""
-    if _number(value, bounds) is not None:
-        return None
-    shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge integer"
-    return f"{where} = {shown[:40]} is outside [{bounds[0]:g}, {bounds[1]:g}]"
-
-
-def _count_problem(where: str, value: Any) -> str | None:
-    """Say why a number that should be a count is not one (a whole number, 0 to 2**63-1)."""
-    if not _is_number(value) or _count(value) is not None:
-        return None
-    if isinstance(value, int):
-        return _out_of(where, value, (0, float(_MAX_COUNT)))
-    return f"{where} = {repr(value)[:40]} is not a whole count"
-
-
-def _histogram_problem(where: str, raw: dict[Any, Any]) -> str | None:
-    bounds = raw.get("le")
-    for bound in bounds if isinstance(bounds, list) else []:
-        if _is_number(bound) and (problem := _out_of(f"{where}.le", bound, (0.0, MAX_SECONDS))):
-            return problem
-    counts = raw.get("counts")
-    for n in counts if isinstance(counts, list) else []:
-        if problem := _count_problem(f"{where}.counts", n):
-            return problem
-    total = raw.get("sum")
-    if _is_number(total):
-        return _out_of(f"{where}.sum", total, (0.0, MAX_SECONDS_SUM))
-    return None
-
-
-def _section(raw: dict[Any, Any], key: str) -> dict[Any, Any]:
-    value = raw.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _snapshot_problem(raw: dict[Any, Any]) -> str | None:
-    where = "metrics.agent"
-    counters = _section(raw, "counters")
-    for name in COUNTERS:
-        value = counters.get(name)
-        values = value.values() if isinstance(value, dict) else [value]
-        for n in values:
-            if problem := _count_problem(f"{where}.counters.{name}", n):
-                return problem
-    gauges = _section(raw, "gauges")
-    for name, bounds in GAUGE_BOUNDS.items():
-        value = gauges.get(name)
-        if _is_number(value) and (problem := _out_of(f"{where}.gauges.{name}", value, bounds)):
-            return problem
-    histograms = _section(raw, "histograms")
-    for name in HISTOGRAMS:
-        value = histograms.get(name)
-        if isinstance(value, dict) and (
-            problem := _histogram_problem(f"{where}.histograms.{name}", value)
-        ):
-            return problem
-    rate = raw.get("messages_per_s")
-    if _is_number(rate):
-        return _out_of(f"{where}.messages_per_s", rate, (0.0, MAX_RATE))
-    return None
-
-
-def metrics_problem(metrics: Any) -> str | None:
-    """Return why a status's details.metrics holds a number out of its kind's range, or None.
-
-    Every number an observer reads from a heartbeat (the host figures, and the counters,
-    gauges, histograms and rate of the agent's snapshot) must be finite and within the
-    range HOST_BOUNDS, GAUGE_BOUNDS and the MAX_* constants give its kind. What is not a
-    number, or not a known name, is left out by the parsers and is no problem here.
-    """
-    if not isinstance(metrics, dict):
-        return None
-    for name, bounds in HOST_BOUNDS.items():
-        value = metrics.get(name)
-        if _is_number(value) and (problem := _out_of(f"metrics.{name}", value, bounds)):
-            return problem
-    agent = metrics.get("agent")
-    if isinstance(agent, dict):
-        return _snapshot_problem(agent)
-    return None
-
-
 def _label(value: Any) -> str | None:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_LABEL_LENGTH:
         return None
@@ -498,13 +414,13 @@ def _label(value: Any) -> str | None:
 
 def _counter(raw: Any, labelled: bool) -> dict[str, int] | None:
     if not labelled:
-        n = _count(raw)
+        n = json_count(raw)
         return None if n is None else {"": n}
     if not isinstance(raw, dict):
         return None
     values: dict[str, int] = {}
     for key, value in raw.items():
-        label, n = _label(key), _count(value)
+        label, n = _label(key), json_count(value)
         if label is None or n is None:
             continue
         if len(values) >= MAX_LABEL_VALUES:
@@ -521,9 +437,9 @@ def _histogram(raw: Any) -> HistogramSnapshot | None:
         return None
     if not 0 < len(bounds_raw) <= MAX_BUCKETS or len(counts_raw) != len(bounds_raw) + 1:
         return None
-    bounds = [_number(b, (0.0, MAX_SECONDS)) for b in bounds_raw]
-    counts = [_count(c) for c in counts_raw]
-    total = _number(raw.get("sum"), (0.0, MAX_SECONDS_SUM))
+    bounds = [json_number(b, (0.0, MAX_SECONDS)) for b in bounds_raw]
+    counts = [json_count(c) for c in counts_raw]
+    total = json_number(raw.get("sum"), (0.0, MAX_SECONDS_SUM))
     if total is None or any(b is None for b in bounds) or any(c is None for c in counts):
         return None
     checked = tuple(b for b in bounds if b is not None)
@@ -555,9 +471,9 @@ def parse_snapshot(raw: Any) -> MetricsSnapshot | None:
     counters = _known(
         raw.get("counters"), COUNTERS, lambda name, v: _counter(v, COUNTERS[name].label is not None)
     )
-    gauges = _known(raw.get("gauges"), GAUGES, lambda name, v: _number(v, GAUGE_BOUNDS[name]))
+    gauges = _known(raw.get("gauges"), GAUGES, lambda name, v: json_number(v, GAUGE_BOUNDS[name]))
     histograms = _known(raw.get("histograms"), HISTOGRAMS, lambda _, v: _histogram(v))
-    rate = _number(raw.get("messages_per_s"), (0.0, MAX_RATE))
+    rate = json_number(raw.get("messages_per_s"), (0.0, MAX_RATE))
     return MetricsSnapshot(
         counters=counters,
         gauges=gauges,
@@ -568,7 +484,7 @@ def parse_snapshot(raw: Any) -> MetricsSnapshot | None:
 
 def host_figure(name: str, value: Any) -> float | None:
     """Return one host figure of HOST_METRICS as a float if it is a number within bounds."""
-    return _number(value, HOST_BOUNDS[name])
+    return json_number(value, HOST_BOUNDS[name])
 
 
 def parse_host_metrics(raw: Any) -> dict[str, float]:
@@ -577,7 +493,7 @@ def parse_host_metrics(raw: Any) -> dict[str, float]:
         return {}
     figures = {}
     for name in HOST_METRICS:
-        number = _number(raw.get(name), HOST_BOUNDS[name])
+        number = json_number(raw.get(name), HOST_BOUNDS[name])
         if number is not None:
             figures[name] = number
     return figures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +17,7 @@ from uuid import UUID
 import psutil
 from pydantic import ValidationError
 
-from vox_mqtt.observe.metrics import metrics_problem
+from vox_mqtt.observe.metricbounds import metrics_problem
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
@@ -69,42 +70,62 @@ ADVERT_CHANGE_RATE: Final = 0.5
 
 _PROCESS_STARTED = time.time()
 _PROCESS = psutil.Process()
-# CPU figures are "since the previous call": two calls a few ms apart (a birth and an
-# advertisement update) would read 0 or 100. Samples closer than this reuse the last.
-_CPU_MIN_WINDOW = 1.0
-_cpu_sample: dict[str, float] = {"at": 0.0, "host": 0.0, "process": 0.0}
+# The host's and this process's figures are read at most once per this window and shared
+# by every agent the process hosts (a worker of a thousand agents reads /proc once a
+# second, not a thousand times per heartbeat). It also keeps the CPU figures meaningful:
+# they are "since the previous reading", and two readings a few ms apart (a birth and an
+# advertisement update) would say 0 or 100.
+_SHARED_WINDOW = 1.0
+_shared: dict[str, Any] = {"at": -math.inf, "figures": {}}
 
 
-def _cpu() -> tuple[float, float]:
+def _forked() -> None:
+    global _PROCESS
+    _PROCESS = psutil.Process()  # the child's own, not its parent's
+    _shared["at"] = -math.inf
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _shared_figures() -> dict[str, float]:
+    """Return the host's and this process's figures, read at most once per _SHARED_WINDOW."""
     now = time.monotonic()
-    if now - _cpu_sample["at"] >= _CPU_MIN_WINDOW:
-        _cpu_sample.update(
-            at=now,
-            host=psutil.cpu_percent(interval=None),
-            process=_PROCESS.cpu_percent(interval=None),
-        )
-    return _cpu_sample["host"], _cpu_sample["process"]
+    if now - _shared["at"] >= _SHARED_WINDOW:
+        load1, _, _ = os.getloadavg()
+        _shared["at"] = now
+        _shared["figures"] = {
+            "cpu_percent": psutil.cpu_percent(interval=None),
+            "memory_percent": psutil.virtual_memory().percent,
+            "load_1m": round(load1, 2),
+            "process_rss_bytes": _PROCESS.memory_info().rss,
+            "process_cpu_percent": _PROCESS.cpu_percent(interval=None),
+            "uptime_s": round(time.time() - psutil.boot_time()),
+        }
+    figures: dict[str, float] = _shared["figures"]
+    return figures
 
 
 def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
-    """Return this host's and process's health figures (psutil), cheap enough per heartbeat."""
-    memory = psutil.virtual_memory()
+    """Return this host's and process's health figures (psutil), cheap enough per heartbeat.
+
+    The host's and the process's are shared by the agents of one process (read at most once
+    a second); the disk is the agent's own state dir's.
+    """
+    shared = _shared_figures()
     try:
         disk = psutil.disk_usage(str(state_dir)).percent
     except OSError:
         disk = 0.0
-    load1, _, _ = os.getloadavg()
-    process = _PROCESS
-    host_cpu, process_cpu = _cpu()
     return {
-        # Since the previous call: the heartbeat interval is the sampling window.
-        "cpu_percent": host_cpu,
-        "memory_percent": memory.percent,
+        # Since the previous reading: at most the heartbeat interval, at least a second.
+        "cpu_percent": shared["cpu_percent"],
+        "memory_percent": shared["memory_percent"],
         "disk_percent": disk,
-        "load_1m": round(load1, 2),
-        "process_rss_bytes": process.memory_info().rss,
-        "process_cpu_percent": process_cpu,
-        "uptime_s": round(time.time() - psutil.boot_time()),
+        "load_1m": shared["load_1m"],
+        "process_rss_bytes": shared["process_rss_bytes"],
+        "process_cpu_percent": shared["process_cpu_percent"],
+        "uptime_s": shared["uptime_s"],
         "process_uptime_s": round(time.time() - _PROCESS_STARTED, 1),
     }
 
@@ -335,7 +356,8 @@ class FleetView:
         if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
         try:
-            report = AgentStatus.model_validate(message.details)
+            # Validated once per message: parse and new_message already did (and kept it).
+            report = message.payload_as(AgentStatus)
         except ValidationError as exc:
             self._reject(message.source, _describe(exc))
             return None

@@ -64,18 +64,66 @@ def _number(value: float) -> float | int:
     return value
 
 
+# Values kept as they are: JSON's scalars and what is already frozen (checked when built).
+_KEPT: Final = frozenset({str, int, bool, type(None)})
+_FROZEN: Final = frozenset({FrozenDict, FrozenList})
+_AS_IS: Final = _KEPT | _FROZEN
+_NUMBERS: Final = frozenset({int, float})
+
+
 def freeze_json(value: Any) -> Any:
     """Return value with every dict and list frozen, floats checked and integral ones as ints."""
+    kind = type(value)
+    # What a JSON parser makes (dict, list, the scalars) is told apart by its exact type:
+    # a status's details hold hundreds of numbers, taken at every heartbeat.
+    if kind is dict:
+        return _freeze_dict(value)
+    if kind is list:
+        return _freeze_list(value)
+    if kind is float:
+        return _number(value)
+    if kind in _AS_IS:
+        return value
     if isinstance(value, float):
         return _number(value)
     if isinstance(value, FrozenDict | FrozenList | str | int | None):
         # A frozen container was checked when it was built, and it cannot have changed since.
         return value
     if isinstance(value, Mapping):
-        return FrozenDict({str(k): freeze_json(v) for k, v in value.items()})
+        return _freeze_dict(value)
     if isinstance(value, list | tuple):
-        return FrozenList(freeze_json(v) for v in value)
+        return _freeze_list(value)
     return value
+
+
+def _freeze_dict(value: Mapping[Any, Any]) -> FrozenDict:
+    frozen: dict[str, Any] = {}
+    for key, item in value.items():
+        kind = type(item)
+        if kind is float:
+            item = _number(item)
+        elif kind not in _AS_IS:
+            item = freeze_json(item)
+        frozen[key if type(key) is str else str(key)] = item
+    return FrozenDict(frozen)
+
+
+def _freeze_list(value: list[Any] | tuple[Any, ...]) -> FrozenList:
+    kinds = set(map(type, value))
+    if kinds <= _KEPT:  # a list of counts or names: nothing in it changes
+        return FrozenList(value)
+    if kinds <= _NUMBERS and all(map(math.isfinite, value)):  # bucket bounds, readings
+        return FrozenList(
+            [
+                int(item)
+                if type(item) is float and item.is_integer() and abs(item) < MAX_EXACT_INT
+                else item
+                for item in value
+            ]
+        )
+    return FrozenList(
+        [_number(item) if type(item) is float else freeze_json(item) for item in value]
+    )
 
 
 def thaw_json(value: Any) -> Any:
