@@ -14,7 +14,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.broker.passwd import Credentials
 from vox_mqtt.broker.render import render_broker_dir
+from vox_mqtt.cli.ops import load_reader, observing
 from vox_mqtt.fleet.bundles import fleet_agent_config, fleet_operator_config
+from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.protocol.topics import WARROOM_FILTER
@@ -38,6 +40,20 @@ SEED_SHAPE: dict[str, str | None] = {
     "spec_a": "coordinator",
     "spec_b": "coordinator",
 }
+
+
+@contextlib.asynccontextmanager
+async def fresh_look(console_file: Path) -> AsyncIterator[FleetView]:
+    """A fresh look at the statuses as `vox status` takes it: the operator's status look
+    identity, no session and no ledger (a console of the operator's own identity is refused
+    where the broker locks client ids to usernames: docs/broker.md)."""
+    async with observing(load_reader(console_file, "status"), warroom=False) as seen:
+        yield seen.view
+
+
+def active_count(view: FleetView) -> int:
+    """Return how many agents the view reads ACTIVE."""
+    return sum(agent.status == ACTIVE for agent in view.agents())
 
 
 def fleet_text(

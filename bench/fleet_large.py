@@ -24,13 +24,21 @@ from typing import Any
 import aiomqtt
 import psutil
 
-from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
+from bench.common import (
+    BenchBroker,
+    active_count,
+    bench_broker,
+    figure,
+    fleet_text,
+    fresh_look,
+    run_alone,
+    tree_shape,
+)
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
 from bench.report import REPO
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
-from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.observe.status import FleetView
 from vox_mqtt.protocol import topics
 
 WORKERS = 4
@@ -69,8 +77,8 @@ async def measure(workdir: Path, agents: int, heartbeat: float, window: float) -
             workdir / "console",
         ).config  # fmt: skip
 
-        def all_active(console: OperatorConsole) -> Callable[[], bool]:
-            return lambda: sum(a.status == ACTIVE for a in console.view.agents()) >= agents
+        def all_active(view: FleetView) -> Callable[[], bool]:
+            return lambda: active_count(view) >= agents
 
         workers: list[asyncio.subprocess.Process] = []
         try:
@@ -92,9 +100,8 @@ async def measure(workdir: Path, agents: int, heartbeat: float, window: float) -
                     line = await worker.stdout.readline()
                 assert line.startswith(b"ready"), line
             startup = time.perf_counter() - started
-            fresh = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
             started = time.perf_counter()
-            async with fresh:
+            async with fresh_look(console_file) as fresh:
                 await poll(all_active(fresh), 120)
                 status_seconds = time.perf_counter() - started
             broker = psutil.Process(bench.broker_pid)

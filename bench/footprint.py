@@ -28,12 +28,20 @@ import aiomqtt
 import psutil
 
 from bench import daemon_idle
-from bench.common import BenchBroker, bench_broker, figure, fleet_text, run_alone, tree_shape
+from bench.common import (
+    BenchBroker,
+    active_count,
+    bench_broker,
+    figure,
+    fleet_text,
+    fresh_look,
+    run_alone,
+    tree_shape,
+)
 from bench.rawmqtt import raw_client
 from bench.report import REPO
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
-from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.topics import STATUS_FILTER
 
@@ -95,13 +103,12 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
     ).config  # fmt: skip
     total = len(names)
 
-    def all_active(console: OperatorConsole) -> Callable[[], bool]:
-        return lambda: sum(a.status == ACTIVE for a in console.view.agents()) >= total
+    def all_active(view: FleetView) -> Callable[[], bool]:
+        return lambda: active_count(view) >= total
 
     workers: list[asyncio.subprocess.Process] = []
-    watcher = OperatorConsole(console_file, persistent=False, observe=(STATUS_FILTER,))
     try:
-        async with watcher:
+        async with fresh_look(console_file) as watcher:
             started = time.perf_counter()
             for index in range(WORKERS):
                 args = ["--fleet", str(fleet_file), "--broker-dir", str(bench.root)]
@@ -120,9 +127,8 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
                 )
             await poll(all_active(watcher), 180)
             startup = time.perf_counter() - started
-        fresh = OperatorConsole(console_file, persistent=False, observe=(STATUS_FILTER,))
         started = time.perf_counter()
-        async with fresh:
+        async with fresh_look(console_file) as fresh:
             await poll(all_active(fresh), 60)
             status_seconds = time.perf_counter() - started
         worker_rss = sum(rss_mib(w.pid) for w in workers)

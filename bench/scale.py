@@ -39,15 +39,14 @@ from uuid import uuid4
 import aiomqtt
 import psutil
 
-from bench.common import BenchBroker, figure, run_alone
+from bench.common import BenchBroker, active_count, figure, fresh_look, run_alone
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
 from bench.report import REPO
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.broker.render import render_broker_dir
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
-from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 
@@ -285,8 +284,8 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             fed.fleet, "operator", core.root, workdir / "etc" / "operator.toml", workdir / "console"
         ).config
 
-        def all_active(console: OperatorConsole) -> Callable[[], bool]:
-            return lambda: sum(a.status == ACTIVE for a in console.view.agents()) >= agents
+        def all_active(view: FleetView) -> Callable[[], bool]:
+            return lambda: active_count(view) >= agents
 
         workers: list[Any] = []
         try:
@@ -298,9 +297,8 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
                     line = await worker.stdout.readline()
                 assert line.startswith(b"ready"), line
             detail["startup_seconds_until_workers_ready"] = round(time.perf_counter() - started, 1)
-            fresh = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
             look = time.perf_counter()
-            async with fresh:
+            async with fresh_look(console_file) as fresh:
                 await poll(all_active(fresh), 600)
                 detail["fresh_status_seconds_to_see_all_active"] = round(
                     time.perf_counter() - look, 3
@@ -357,8 +355,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             restarted = time.perf_counter()
             core_broker.start()
             peak_task = asyncio.ensure_future(sample_cpu_peak({CORE: core_broker.pid}, 30.0))
-            again = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
-            async with again:
+            async with fresh_look(console_file) as again:
                 await poll(all_active(again), 600)
             detail["core_restart_seconds_until_all_active"] = round(
                 time.perf_counter() - restarted, 1

@@ -31,10 +31,9 @@ from uuid import UUID
 import aiomqtt
 import psutil
 
-from bench.common import BenchBroker, bench_broker, fleet_text, tree_shape
+from bench.common import BenchBroker, active_count, bench_broker, fleet_text, fresh_look, tree_shape
 from bench.rawmqtt import raw_client
 from bench.report import REPO
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import ACTIVE
 from vox_mqtt.protocol import topics
@@ -80,11 +79,10 @@ async def start_workers(
 
 async def look_epochs(console_file: Path, agents: int) -> dict[UUID, int]:
     """Wait until a fresh look sees every agent ACTIVE; return their epochs."""
-    look = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
-    async with look, asyncio.timeout(300):
-        while sum(a.status == ACTIVE for a in look.view.agents()) < agents:  # noqa: ASYNC110
+    async with fresh_look(console_file) as view, asyncio.timeout(300):
+        while active_count(view) < agents:  # noqa: ASYNC110 - the view is filled by another task
             await asyncio.sleep(0.2)
-        return {a.id: a.epoch for a in look.view.agents()}
+        return {a.id: a.epoch for a in view.agents()}
 
 
 async def births_per_second(bench: BenchBroker, seconds: float) -> list[int]:
@@ -106,12 +104,11 @@ async def births_per_second(bench: BenchBroker, seconds: float) -> list[int]:
 async def all_back(console_file: Path, before: dict[UUID, int]) -> float:
     """Return the seconds until a look has every agent's live ACTIVE of a newer epoch."""
     started = time.perf_counter()
-    look = OperatorConsole(console_file, persistent=False, observe=(topics.STATUS_FILTER,))
-    async with look, asyncio.timeout(300):
+    async with fresh_look(console_file) as view, asyncio.timeout(300):
         while (  # noqa: ASYNC110 - the view is filled by another task
             sum(
                 a.status == ACTIVE and not a.retained and a.epoch > before.get(a.id, 0)
-                for a in look.view.agents()
+                for a in view.agents()
             )
             < len(before)
         ):
