@@ -184,16 +184,20 @@ class Client(aiomqtt.Client):
             return
         finally:
             self._collecting = False
-        if not self._flush(sock) or client.want_write():
+        flushed = self._flush(sock)
+        if sock.fileno() < 0:
+            # paho closed the socket meanwhile (after a DISCONNECT, or a connection lost in
+            # loop_write): no descriptor, no writer to add or remove; the loss is reported
+            # by paho's disconnect callback.
+            return
+        if not flushed or client.want_write():
             # Wait for the socket to take the rest; this same call writes it then.
             self._loop.add_writer(sock, self._write_now, client, userdata, sock)
         else:
             # All written: a writer added for an earlier partial flush must go, or the
             # always-writable socket would call this at every turn of the loop (paho
-            # unregisters only the writers it registered itself). A socket paho closed
-            # meanwhile (after a DISCONNECT) has no descriptor and no writer left.
-            if sock.fileno() >= 0:
-                self._loop.remove_writer(sock)
+            # unregisters only the writers it registered itself).
+            self._loop.remove_writer(sock)
 
     def _coalesce_sends(self, data: bytes | bytearray) -> int:
         # paho sends each packet with a send() of its own: a system call and a TCP segment
