@@ -28,6 +28,7 @@ from typing import Literal
 from tests.kits.brokerkit import Witness
 from tests.kits.federationkit import Federation
 from tests.kits.fleetproc import wait_for_route
+from tests.kits.lifecyclekit import witnessed
 from tests.kits.stormkit import all_back, back_bound, epochs
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.protocol import topics
@@ -193,13 +194,8 @@ def operator_ledger(fed: Federation) -> dict[str, Ledgered]:
 def raw_answers(witness: Witness) -> dict[str, set[str]]:
     """{request id: the distinct ids of the answers the raw capture saw to it}."""
     seen: dict[str, set[str]] = defaultdict(set)
-    for line in list(witness.lines):
-        _, _, payload = line.partition(" ")
-        try:
-            message = json.loads(payload)
-        except ValueError:
-            continue
-        if message.get("type") in ("command_result", "command_error"):
+    for kind in ("command_result", "command_error"):
+        for _, message in witnessed(witness, kind):
             seen[str(message.get("reply_to"))].add(str(message["message_id"]))
     return seen
 
