@@ -35,35 +35,26 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(300)  # 304 agents start in about 30 s on the 2-core VM
-def test_a_core_restart_gives_no_incident_about_any_agent(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("broker", "tag", "sites_with_incident"),
+    [("core", 100, []), ("site-1", 200, ["site-1"])],
+    ids=["a core restart gives no incident about any agent", "a site restart gives one"],
+)
+def test_a_broker_restart_gives_at_most_one_incident_per_site(
+    tmp_path: Path, broker: str, tag: int, sites_with_incident: list[str]
+) -> None:
     tally_file = tmp_path / "tally.txt"
     with running_federation(
         tmp_path / "fed", sites_fleet(tally_file), bridge_keepalive=BRIDGE_KEEPALIVE
     ) as fed, workers(fed):  # fmt: skip
         witness = war_room_witness(fed)
         try:
-            back = restart(fed, "core", 100)
-            print(f"core restart: every agent ACTIVE again after {back:.1f} s")
-            check_incidents(fed, witness, sites=[])
+            back = restart(fed, broker, tag)
+            print(f"{broker} restart: every agent ACTIVE again after {back:.1f} s")
+            check_incidents(fed, witness, sites=sites_with_incident)
         finally:
             witness.close()
-    assert sorted(tally(tally_file)) == sorted(str(100 + s) for s in range(SITES))
-
-
-@pytest.mark.timeout(300)
-def test_a_site_restart_gives_one_incident_for_the_site(tmp_path: Path) -> None:
-    tally_file = tmp_path / "tally.txt"
-    with running_federation(
-        tmp_path / "fed", sites_fleet(tally_file), bridge_keepalive=BRIDGE_KEEPALIVE
-    ) as fed, workers(fed):  # fmt: skip
-        witness = war_room_witness(fed)
-        try:
-            back = restart(fed, "site-1", 200)
-            print(f"site restart: every agent ACTIVE again after {back:.1f} s")
-            check_incidents(fed, witness, sites=["site-1"])
-        finally:
-            witness.close()
-    assert sorted(tally(tally_file)) == sorted(str(200 + s) for s in range(SITES))
+    assert sorted(tally(tally_file)) == sorted(str(tag + s) for s in range(SITES))
 
 
 def test_fleet_shape() -> None:
