@@ -8,10 +8,13 @@ in with the same identities, so both sides pass the same ACL checks.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import getpass
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from bench.report import REPO
 from tests.kits.fleetproc import fleet_text as tests_fleet_text
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.local import LocalBroker, free_port
@@ -54,6 +58,27 @@ async def fresh_look(console_file: Path) -> AsyncIterator[FleetView]:
 def active_count(view: FleetView) -> int:
     """Return how many agents the view reads ACTIVE."""
     return sum(agent.status == ACTIVE for agent in view.agents())
+
+
+async def spawn_worker(
+    bench: BenchBroker, fleet_file: Path, state: Path, names: list[str], *options: str
+) -> asyncio.subprocess.Process:
+    """Start one `bench.fleet_worker` process hosting the named agents on bench's broker."""
+    args = ["--fleet", str(fleet_file), "--broker-dir", str(bench.root)]
+    args += ["--port", str(bench.port), "--state", str(state), *options]
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fleet_worker", *args, *names,
+        stdout=asyncio.subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+async def workers_ready(workers: list[asyncio.subprocess.Process], within: float) -> None:
+    """Wait until every worker has said `ready` (each within the given seconds)."""
+    for worker in workers:
+        assert worker.stdout is not None
+        async with asyncio.timeout(within):
+            line = await worker.stdout.readline()
+        assert line.startswith(b"ready"), line
 
 
 def fleet_text(

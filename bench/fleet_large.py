@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +30,12 @@ from bench.common import (
     fleet_text,
     fresh_look,
     run_alone,
+    spawn_worker,
     tree_shape,
+    workers_ready,
 )
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
-from bench.report import REPO
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.protocol import topics
@@ -84,21 +83,13 @@ async def measure(workdir: Path, agents: int, heartbeat: float, window: float) -
         try:
             started = time.perf_counter()
             for index in range(WORKERS):
-                args = ["--fleet", str(fleet_file), "--broker-dir", str(bench.root)]
-                args += ["--port", str(bench.port), "--state", str(workdir)]
-                args += ["--heartbeat", str(heartbeat)]
                 workers.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "bench.fleet_worker", *args, *names[index::WORKERS],
-                        stdout=asyncio.subprocess.PIPE, cwd=REPO,
-                        env={**os.environ, "PYTHONPATH": str(REPO)},
+                    await spawn_worker(
+                        bench, fleet_file, workdir, names[index::WORKERS],
+                        "--heartbeat", str(heartbeat),
                     )
                 )  # fmt: skip
-            for worker in workers:
-                assert worker.stdout is not None
-                async with asyncio.timeout(600):
-                    line = await worker.stdout.readline()
-                assert line.startswith(b"ready"), line
+            await workers_ready(workers, 600)
             startup = time.perf_counter() - started
             started = time.perf_counter()
             async with fresh_look(console_file) as fresh:

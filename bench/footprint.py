@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -36,10 +34,10 @@ from bench.common import (
     fleet_text,
     fresh_look,
     run_alone,
+    spawn_worker,
     tree_shape,
 )
 from bench.rawmqtt import raw_client
-from bench.report import REPO
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol import topics
@@ -111,19 +109,8 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
         async with fresh_look(console_file) as watcher:
             started = time.perf_counter()
             for index in range(WORKERS):
-                args = ["--fleet", str(fleet_file), "--broker-dir", str(bench.root)]
-                args += ["--port", str(bench.port), "--state", str(bench.workdir)]
                 workers.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "-m",
-                        "bench.fleet_worker",
-                        *args,
-                        *names[index::WORKERS],
-                        stdout=asyncio.subprocess.PIPE,
-                        cwd=REPO,
-                        env={**os.environ, "PYTHONPATH": str(REPO)},
-                    )
+                    await spawn_worker(bench, fleet_file, bench.workdir, names[index::WORKERS])
                 )
             await poll(all_active(watcher), 180)
             startup = time.perf_counter() - started

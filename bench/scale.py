@@ -39,7 +39,15 @@ from uuid import uuid4
 import aiomqtt
 import psutil
 
-from bench.common import BenchBroker, active_count, figure, fresh_look, run_alone
+from bench.common import (
+    BenchBroker,
+    active_count,
+    figure,
+    fresh_look,
+    run_alone,
+    spawn_worker,
+    workers_ready,
+)
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
 from bench.report import REPO
@@ -148,18 +156,12 @@ def federation(workdir: Path, text: str) -> Iterator[Federation]:
 
 async def start_workers(fed: Federation, workdir: Path, heartbeat: float) -> list[Any]:
     """Start one worker process per broker with the agents that live on it."""
-    workers = []
-    for name, bench in fed.benches.items():
-        args = ["--fleet", str(fed.fleet_file), "--broker-dir", str(bench.root)]
-        args += ["--port", str(bench.port), "--state", str(workdir), "--heartbeat", str(heartbeat)]
-        workers.append(
-            await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.fleet_worker", *args, *fed.names_on(name),
-                stdout=asyncio.subprocess.PIPE, cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-            )
-        )  # fmt: skip
-    return workers
+    return [
+        await spawn_worker(
+            bench, fed.fleet_file, workdir, fed.names_on(name), "--heartbeat", str(heartbeat)
+        )
+        for name, bench in fed.benches.items()
+    ]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -291,11 +293,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
         try:
             started = time.perf_counter()
             workers = await start_workers(fed, workdir, heartbeat)
-            for worker in workers:
-                assert worker.stdout is not None
-                async with asyncio.timeout(1800):
-                    line = await worker.stdout.readline()
-                assert line.startswith(b"ready"), line
+            await workers_ready(workers, 1800)
             detail["startup_seconds_until_workers_ready"] = round(time.perf_counter() - started, 1)
             look = time.perf_counter()
             async with fresh_look(console_file) as fresh:

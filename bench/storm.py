@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,9 +30,17 @@ from uuid import UUID
 import aiomqtt
 import psutil
 
-from bench.common import BenchBroker, active_count, bench_broker, fleet_text, fresh_look, tree_shape
+from bench.common import (
+    BenchBroker,
+    active_count,
+    bench_broker,
+    fleet_text,
+    fresh_look,
+    spawn_worker,
+    tree_shape,
+    workers_ready,
+)
 from bench.rawmqtt import raw_client
-from bench.report import REPO
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import ACTIVE
 from vox_mqtt.protocol import topics
@@ -55,25 +62,13 @@ async def start_workers(
     bench: BenchBroker, workdir: Path, names: list[str], spread: float | None
 ) -> list[asyncio.subprocess.Process]:
     """Start the agents in WORKERS processes; return once every one says ready."""
-    workers = []
-    for index in range(WORKERS):
-        args = ["--fleet", str(workdir / "fleet.toml"), "--broker-dir", str(bench.root)]
-        args += ["--port", str(bench.port), "--state", str(workdir)]
-        args += ["--heartbeat", str(HEARTBEAT)]
-        if spread is not None:
-            args += ["--reconnect-spread", str(spread)]
-        workers.append(
-            await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.fleet_worker", *args, *names[index::WORKERS],
-                stdout=asyncio.subprocess.PIPE, cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-            )
-        )  # fmt: skip
-    for worker in workers:
-        assert worker.stdout is not None
-        async with asyncio.timeout(900):
-            line = await worker.stdout.readline()
-        assert line.startswith(b"ready"), line
+    options = ["--heartbeat", str(HEARTBEAT)]
+    options += [] if spread is None else ["--reconnect-spread", str(spread)]
+    workers = [
+        await spawn_worker(bench, workdir / "fleet.toml", workdir, names[i::WORKERS], *options)
+        for i in range(WORKERS)
+    ]
+    await workers_ready(workers, 900)
     return workers
 
 
