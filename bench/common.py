@@ -81,6 +81,15 @@ async def workers_ready(workers: list[asyncio.subprocess.Process], within: float
         assert line.startswith(b"ready"), line
 
 
+async def stop_workers(workers: list[asyncio.subprocess.Process]) -> None:
+    """Terminate the workers still running and reap them all."""
+    for worker in workers:
+        if worker.returncode is None:
+            worker.terminate()
+    for worker in workers:
+        await worker.wait()
+
+
 def fleet_text(
     shape: Mapping[str, str | None],
     *,

@@ -31,6 +31,7 @@ from bench.common import (
     fresh_look,
     run_alone,
     spawn_worker,
+    stop_workers,
     tree_shape,
     workers_ready,
 )
@@ -105,11 +106,7 @@ async def measure(workdir: Path, agents: int, heartbeat: float, window: float) -
             broker_rss = rss_mib(bench.broker_pid)
             workers_rss = sum(rss_mib(w.pid) for w in workers)
         finally:
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.terminate()
-            for worker in workers:
-                await worker.wait()
+            await stop_workers(workers)
     return {
         "agents": agents,
         "startup_seconds_until_all_ready": round(startup, 1),

@@ -35,6 +35,7 @@ from bench.common import (
     fresh_look,
     run_alone,
     spawn_worker,
+    stop_workers,
     tree_shape,
 )
 from bench.rawmqtt import raw_client
@@ -121,11 +122,7 @@ async def vox_fleet(bench: BenchBroker, names: list[str], fleet_file: Path) -> d
         worker_rss = sum(rss_mib(w.pid) for w in workers)
         broker_rss = rss_mib(bench.broker_pid)
     finally:
-        for worker in workers:
-            if worker.returncode is None:
-                worker.terminate()
-        for worker in workers:
-            await worker.wait()
+        await stop_workers(workers)
     return {
         "seconds_to_see_all": round(status_seconds, 3),
         "startup_seconds_until_all_active": round(startup, 3),

@@ -46,6 +46,7 @@ from bench.common import (
     fresh_look,
     run_alone,
     spawn_worker,
+    stop_workers,
     workers_ready,
 )
 from bench.footprint import poll, rss_mib
@@ -360,11 +361,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             )
             detail["core_restart_broker_cpu_peak_percent"] = (await peak_task)[CORE]
         finally:
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.terminate()
-            for worker in workers:
-                await worker.wait()
+            await stop_workers(workers)
     detail["heartbeat_interval"] = heartbeat
     return detail
 

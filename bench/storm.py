@@ -37,6 +37,7 @@ from bench.common import (
     fleet_text,
     fresh_look,
     spawn_worker,
+    stop_workers,
     tree_shape,
     workers_ready,
 )
@@ -152,11 +153,7 @@ async def one_run(workdir: Path, agents: int, down: float, spread: float | None)
             peak, cpu = await sampling
             per_second = await births
         finally:
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.terminate()
-            for worker in workers:
-                await worker.wait()
+            await stop_workers(workers)
     return {
         "agents": agents,
         "down_seconds": down,
