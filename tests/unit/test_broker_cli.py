@@ -83,7 +83,8 @@ def test_render_writes_the_broker_dir(
         f"persistence_location {out}/data/",
         f"password_file {out}/passwd",
         f"acl_file {out}/acl",
-        "max_queued_messages 1000",
+        # Room for every retained message of the fleet's 7 agents (docs/broker.md).
+        f"max_queued_messages {1000 + 4 * len(load_fleet(fleet_file).agents)}",
         f"max_packet_size {MAX_PACKET_BYTES}",
         "listener 18830 127.0.0.1",
         "user root",
