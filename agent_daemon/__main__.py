@@ -17,7 +17,7 @@ from vox_mqtt import __version__
 from vox_mqtt.broker.passwd import load_credentials
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError
-from vox_mqtt.transport.session import probe_login
+from vox_mqtt.transport.probe import probe_login
 
 from .daemon import (
     EXIT_CONFIG,

@@ -29,7 +29,7 @@ from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.broker.passwd import Credentials
 from vox_mqtt.broker.render import render_broker_dir
-from vox_mqtt.cli.ops import load_reader, observing
+from vox_mqtt.cli.looks import load_reader, observing
 from vox_mqtt.fleet.bundles import fleet_agent_config, fleet_operator_config
 from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from tests.kits.agentkit import start_agents, wait_for
 from tests.kits.brokerkit import Client, SecureBroker, tree_fleet
 from tests.kits.clikit import SEED, capture, configs, running_fleet, secure
+from tests.kits.faultkit import TcpProxy
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import activity
 from vox_mqtt.fleet.bundles import render_agent_config
@@ -237,3 +239,40 @@ async def test_warroom_marks_a_post_that_breaks_the_rule(
         assert code == 0
         assert "RULE BROKEN" in out
         assert "from spec_a about root" in out
+
+
+def through(config: Path, port: int) -> Path:
+    """Return a copy of a console config that reaches the broker on another port."""
+    text, count = re.subn(r"(?m)^port = \d+$", f"port = {port}", config.read_text())
+    assert count == 1, text
+    copy = config.with_name(f"via-{port}.toml")
+    copy.write_text(text)
+    return copy
+
+
+async def test_status_waits_out_a_stalled_broker_for_every_retained_status(
+    secure: SecureBroker, configs: dict[str, Path], tmp_path: Path, capture: Any
+) -> None:
+    async with AsyncExitStack() as stack:
+        await running_fleet(stack, secure, tmp_path)
+        proxy = TcpProxy(secure.broker.port)
+        stack.callback(proxy.close)
+        via = through(configs["operator"], proxy.port)
+        code, _, _ = await capture("status", "--config", via, "--json")
+        assert code == 0
+        third = proxy.downstream_bytes // 3  # of what a look reads: mostly the statuses
+        # The stream stops for 2 s a third of the way in: the look ends at the marker behind
+        # the last retained message, not at a pause (docs/broker.md, the end of the retained).
+        proxy.stall_downstream(after_bytes=third, seconds=2.0)
+        code, out, err = await capture("status", "--config", via, "--json")
+        assert proxy.stalls == 1
+        assert (code, err) == (0, "")
+        assert sorted(row["name"] for row in json.loads(out)["agents"]) == sorted(SEED)
+
+        # A stall longer than --wait: what came is listed, and the operator is told.
+        proxy.stall_downstream(after_bytes=third, seconds=3.0)
+        code, out, err = await capture("status", "--config", via, "--wait", "1")
+        assert proxy.stalls == 2
+        assert code == 0
+        assert "had not sent every retained status within 1s" in err
+        assert "--wait" in err

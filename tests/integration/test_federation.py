@@ -28,7 +28,8 @@ from vox_mqtt.broker.federation import (
     link_topic,
 )
 from vox_mqtt.broker.render import render_broker_dir
-from vox_mqtt.cli.ops import Reader, status_tree
+from vox_mqtt.cli.looks import Reader
+from vox_mqtt.cli.ops import status_tree
 from vox_mqtt.fleet.bundles import reconnect_settings
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import AgentLiveness

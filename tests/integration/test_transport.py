@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import getpass
 import ipaddress
 import json
 import socket
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.kits.sessionkit import Factory, conf, settings
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, DeliveryFailed
@@ -26,21 +26,7 @@ from vox_mqtt.protocol.signing import Keyring, Signing, SigningKey, check
 from vox_mqtt.transport.session import BrokerSettings, Inbound, Session, Will
 from vox_mqtt.transport.signing import received_signature
 
-Factory = Callable[..., LocalBroker]
-USER = getpass.getuser()
 DYNSEC_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
-
-
-def settings(port: int, **overrides: object) -> BrokerSettings:
-    values: dict[str, object] = {
-        "client_id": str(uuid4()),
-        "connect_timeout": 5.0,
-        "publish_timeout": 5.0,
-        "reconnect_min": 0.05,
-        "reconnect_max": 0.5,
-    }
-    values.update(overrides)
-    return BrokerSettings(port=port, **values)  # type: ignore[arg-type]
 
 
 async def next_message(session: Session, timeout: float = 10.0) -> Inbound:
@@ -85,13 +71,6 @@ def write_dynsec(path: Path, username: str, password: str, *, may_subscribe: str
     config["roles"][0]["acls"] = [acl]
     path.write_text(json.dumps(config))
     return path
-
-
-def conf(*lines: str, persistence: bool = False) -> str:
-    base = ["listener {port} 127.0.0.1", f"user {USER}", "log_dest stderr", "log_type all"]
-    if persistence:
-        base += ["persistence true", "persistence_location {dir}/"]
-    return "\n".join([*base, *lines, ""])
 
 
 class Gate:

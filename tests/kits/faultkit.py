@@ -191,12 +191,21 @@ class TcpProxy:
         self._blackholed = threading.Event()
         self._closed = threading.Event()
         self._pairs: dict[socket.socket, socket.socket] = {}
+        self._upstreams: set[socket.socket] = set()
+        self._stall: list[float] = []  # [bytes to pass first, seconds to hold the rest]
+        self.stalls = 0  # how many stall_downstream() holds have happened
+        self.downstream_bytes = 0  # from the broker to clients, after any stall's first part
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def blackhole(self) -> None:
         """Stop forwarding in both directions; sockets stay open, nothing is refused."""
         self._blackholed.set()
+
+    def stall_downstream(self, after_bytes: int, seconds: float) -> None:
+        """Once after_bytes more have gone from the broker to clients, hold everything for
+        seconds, as a starved broker or host would, then go on."""
+        self._stall = [float(after_bytes), seconds]
 
     def heal(self) -> None:
         """Forward again, including whatever piled up meanwhile."""
@@ -241,12 +250,25 @@ class TcpProxy:
             selector.register(sock, selectors.EVENT_READ)
         self._pairs[client] = upstream
         self._pairs[upstream] = client
+        self._upstreams.add(upstream)
 
     def _forward(self, selector: selectors.BaseSelector, sock: socket.socket) -> None:
         peer = self._pairs[sock]
         try:
             data = sock.recv(65536)
+            if data and self._stall and sock in self._upstreams:
+                passed, seconds = self._stall
+                if len(data) > passed:
+                    self._stall = []
+                    peer.sendall(data[: int(passed)])
+                    self.stalls += 1
+                    time.sleep(seconds)  # the whole relay stops, both ways
+                    data = data[int(passed) :]
+                else:
+                    self._stall[0] -= len(data)
             if data:
+                if sock in self._upstreams:
+                    self.downstream_bytes += len(data)
                 peer.sendall(data)
                 return
         except OSError:

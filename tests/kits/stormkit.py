@@ -22,7 +22,7 @@ from tests.kits.brokerkit import Witness
 from tests.kits.federationkit import Federation
 from tests.kits.fleetproc import REPO, child_env, wait_for_route
 from vox_mqtt.broker.federation import bridge_id, bridge_restart
-from vox_mqtt.cli.ops import load_reader, observing
+from vox_mqtt.cli.looks import load_reader, observing
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness, FleetView
 from vox_mqtt.protocol import topics

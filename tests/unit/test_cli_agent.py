@@ -14,7 +14,7 @@ from vox_mqtt.broker.acl import explorer_id
 from vox_mqtt.broker.pki import init_pki
 from vox_mqtt.broker.render import BrokerDir, render_broker_dir
 from vox_mqtt.cli import main
-from vox_mqtt.cli.ops import load_reader
+from vox_mqtt.cli.looks import load_reader
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.fleet.config import load_console_config, load_daemon_config

@@ -25,7 +25,7 @@ from vox_mqtt.protocol.errors import BrokerUnavailable, Refused
 from vox_mqtt.transport.session import Session
 
 from ._common import EXIT_USAGE, add_config_option, fail
-from .ops import Reader, load_reader
+from .looks import Reader, load_reader
 
 __all__ = ["parse_listen", "register"]
 

@@ -38,7 +38,7 @@ from vox_mqtt.transport.session import Session
 
 from ._common import EXIT_USAGE, add_config_option, config_path, fail
 from .exporter import parse_listen
-from .ops import Reader, load_reader
+from .looks import Reader, load_reader
 
 __all__ = ["register"]
 

@@ -47,7 +47,6 @@ from vox_mqtt.transport.session import Session
 __all__ = ["RetireReport", "retire_agent", "retire_refusal"]
 
 _CONNECT_TIMEOUT: Final = 5.0
-_QUIET: Final = 0.3  # seconds without a retained message: the broker sent them all
 
 
 @dataclass(kw_only=True)
@@ -177,6 +176,7 @@ class _Look:
         self.session = Session(
             _look_settings(creds),
             subscriptions=[*topics.LIVENESS_FILTERS, topics.WARROOM_FILTER],
+            mark_retained_end=True,
         )
         self._pump: asyncio.Task[None] | None = None
 
@@ -197,15 +197,12 @@ class _Look:
             self.observer.take(inbound)
 
     async def settle(self, limit: float) -> None:
-        """Wait until the retained messages stop coming (or limit seconds)."""
-        deadline = time.monotonic() + limit
-        seen = -1
-        while time.monotonic() < deadline:
-            count = self.observer.messages
-            if count == seen and count > 0:
-                return
-            seen = count
-            await asyncio.sleep(_QUIET)
+        """Wait until every retained message subscribed to is taken; VoxError after limit s."""
+        if not await self.session.caught_up(limit):
+            raise VoxError(
+                f"the broker had not sent every retained status and incident within {limit:g}s: "
+                "retire again with a longer --wait"
+            )
 
     async def until(self, done: Callable[[], bool], limit: float) -> bool:
         """Wait until done() holds, at most limit seconds; return whether it does."""
@@ -289,11 +286,7 @@ async def retire_agent(
     )
     report = RetireReport(name=name, id=agent_id)
     async with _Look(operator_creds, agent_id) as look:
-        await look.settle(wait)
-        if look.status is None:
-            # A pause in the retained stream is not its end on a loaded machine: its own
-            # status decides whether it still runs, so it is given the whole wait again.
-            await look.until(lambda: look.status is not None, wait)
+        await look.settle(wait)  # its retained status, if the broker holds one, is in
         last = look.status
         if last is not None:
             code = f" {last.error_code}" if last.error_code else ""
@@ -313,7 +306,7 @@ async def retire_agent(
         await _clear_others(look, root, agent_id, wait, report)
     # A fresh look sees only what the broker still retains.
     async with _Look(operator_creds, agent_id) as check:
-        await check.settle(min(wait, 1.0))
+        await check.settle(wait)
         if check.status is not None:
             report.left.append(f"{topics.status(agent_id)} or its presence: still retained")
         noted = {line.split(":", 1)[0] for line in report.left}

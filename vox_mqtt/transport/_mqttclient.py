@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 # The packet types whose writes are gathered into one send() per turn of the loop.
 _GATHERED = frozenset({mqtt.PUBLISH, mqtt.PUBACK})
+# The topic of the end-of-retained marker (Client.mark_retained_end): no broker delivers a
+# message on it, since no subscription of this package names a `$vox` topic.
+RETAINED_END_TOPIC = "$vox/retained-end"
 # CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
 _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
 
@@ -242,6 +245,10 @@ class Client(aiomqtt.Client):
             self._client.ack(message.mid, message.qos)
             return
         super()._on_message(client, userdata, message)
+
+    def mark_retained_end(self) -> None:
+        """Send the end-of-retained marker down the path of received messages, behind them."""
+        self._on_message(self._client, None, mqtt.MQTTMessage(topic=RETAINED_END_TOPIC.encode()))
 
     def _easy_log(self, level: int, fmt: str, *args: Any) -> None:
         if level == mqtt.MQTT_LOG_ERR:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -23,6 +21,7 @@ from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
 from vox_mqtt.protocol.storm import backoff_window
 from vox_mqtt.transport._mqttclient import (
+    RETAINED_END_TOPIC,
     Client,
     broker_error,
     new_client,
@@ -30,7 +29,7 @@ from vox_mqtt.transport._mqttclient import (
     refused_publish,
     tls_context,
 )
-from vox_mqtt.transport._mqttdecode import RawProperties
+from vox_mqtt.transport.inbound import Inbound
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 
 __all__ = ["BrokerSettings", "Inbound", "Session", "Will", "refused_publish"]
@@ -42,36 +41,11 @@ log = logging.getLogger(__name__)
 # the rest in the persistent session instead of this process buffering without bound.
 _RECEIVE_MAXIMUM = 100
 _STABLE = 10.0  # seconds a connection must last before the reconnect backoff starts over
-_INBOUND = {  # paho property name -> Inbound.properties key
-    "ContentType": "content_type",
-    "MessageExpiryInterval": "message_expiry_interval",
-    "UserProperty": "user_properties",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Inbound:
-    """One message received on a subscription."""
-
-    topic: str
-    payload: bytes
-    retain: bool
-    # Left packed as received: no agent reads them, and decoding costs more than the rest of
-    # the PUBLISH (see _mqttdecode.py).
-    raw_properties: RawProperties | Properties | None = None
-    # The message's `vox-sig` as received, and why it may not be believed (None: it may,
-    # or signatures are off); set by the session before anyone sees it (docs/security.md).
-    signature: str | None = None
-    forgery: str | None = None
-    digest: bytes | None = field(default=None, repr=False)  # SHA-256 of the payload, if checked
-
-    @functools.cached_property
-    def properties(self) -> dict[str, Any]:
-        """Return content_type, message_expiry_interval (seconds left), user_properties."""
-        raw = self.raw_properties
-        if isinstance(raw, RawProperties):
-            raw = raw.decode()
-        return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
+# What messages() finds in its queue where the end-of-retained marker went (never yielded).
+_RETAINED_END = Inbound(topic=RETAINED_END_TOPIC, payload=b"", retain=False)
+# How long the marker's SUBACK may take: it comes after every retained message its
+# subscriptions brought, thousands of them in a large fleet (docs/federation.md, sizing).
+_MARKER_TIMEOUT = 300.0
 
 
 class Session:
@@ -93,6 +67,7 @@ class Session:
         on_disconnect: Callable[[BaseException | None], Awaitable[None]] | None = None,
         max_queued: int = 10000,
         wait: bool = True,
+        mark_retained_end: bool = False,
     ) -> None:
         self.settings = settings
         self.subscriptions = tuple(subscriptions)
@@ -103,6 +78,12 @@ class Session:
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
         self._wait = wait
+        # A look's subscriptions are QoS 0 and each connection's retained messages end with a
+        # marker (caught_up): a QoS 1 message past the in-flight window waits in the broker's
+        # queue, and the marker's SUBACK would overtake it.
+        self._marks_end = mark_retained_end
+        self._qos = 0 if mark_retained_end else 1
+        self._caught_up = asyncio.Event()
         self._queue: asyncio.Queue[Inbound | None] = asyncio.Queue(max(1, max_queued))
         self._link: Client | None = None  # the connection that is up and set up
         self._setting_up: Client | None = None  # the one on_connect is running on
@@ -175,6 +156,16 @@ class Session:
         if self._link is None:
             raise self._unreachable(timeout)
 
+    async def caught_up(self, timeout: float) -> bool:
+        """Return whether, within timeout seconds, messages() has handed out every retained
+        message the latest connection's subscriptions brought (with mark_retained_end)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._caught_up.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def messages(self) -> AsyncIterator[Inbound]:
         """Yield inbound messages, across reconnects, until the session ends."""
         while not (self._closing and self._queue.empty()):
@@ -182,6 +173,10 @@ class Session:
             if item is None:
                 self._queue.put_nowait(None)  # let any other reader stop too
                 return
+            if item is _RETAINED_END:
+                # The reader asks for the next message only once it has taken the last one.
+                self._caught_up.set()
+                continue
             yield item
 
     async def publish(
@@ -498,7 +493,7 @@ class Session:
             return  # the next connection subscribes to all of them
         try:
             codes = await client.subscribe(
-                [(topic, SubscribeOptions(qos=1)) for topic in new],
+                [(topic, SubscribeOptions(qos=self._qos)) for topic in new],
                 timeout=self.settings.connect_timeout,
             )
         except aiomqtt.MqttError as exc:
@@ -530,10 +525,12 @@ class Session:
                 await client.unsubscribe(gone, timeout=self.settings.connect_timeout)
 
     async def _subscribe(self, client: Client) -> None:
+        self._caught_up.clear()
         if not self.subscriptions:
+            self._caught_up.set()  # nothing retained is coming
             return
         codes = await client.subscribe(
-            [(topic, SubscribeOptions(qos=1)) for topic in self.subscriptions],
+            [(topic, SubscribeOptions(qos=self._qos)) for topic in self.subscriptions],
             timeout=self.settings.connect_timeout,
         )
         for topic, code in zip(self.subscriptions, codes, strict=False):
@@ -543,12 +540,33 @@ class Session:
                     f"{code} (0x{code.value:02X}) — check the broker's ACL",
                     topic=topic,
                 )
+        if self._marks_end:
+            assert self._tg is not None
+            self._tg.create_task(self._mark_retained_end(client))
+
+    async def _mark_retained_end(self, client: Client) -> None:
+        """Mark where the retained messages of the subscriptions just made end.
+
+        The broker writes a subscription's retained QoS 0 messages before it answers the next
+        SUBSCRIBE, so the SUBACK of the same filter again, with retain-handling 2 (send none),
+        comes after all of them, unless the broker dropped some for lack of queue room
+        (`max_queued_messages`, sized to the fleet by `vox broker render`: docs/broker.md).
+        """
+        marker = SubscribeOptions(qos=0, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+        try:
+            await client.subscribe([(self.subscriptions[0], marker)], timeout=_MARKER_TIMEOUT)
+        except aiomqtt.MqttError:
+            return  # the connection went: the next one marks its own end
+        client.mark_retained_end()
 
     def _offer(self, message: mqtt.MQTTMessage) -> bool:
         """Queue a message straight from paho's callback if there is room (Client.sink)."""
         if self._queue.full():
             return False
-        self._queue.put_nowait(self._inbound(message.topic, message))
+        topic = message.topic
+        self._queue.put_nowait(
+            _RETAINED_END if topic == RETAINED_END_TOPIC else self._inbound(topic, message)
+        )
         return True
 
     async def _pump(self, client: Client) -> None:
@@ -556,35 +574,8 @@ class Session:
         with contextlib.suppress(aiomqtt.MqttError):
             async for message in client.messages:
                 # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
-                await self._queue.put(self._inbound(message.topic.value, message))
+                topic = message.topic.value
+                await self._queue.put(
+                    _RETAINED_END if topic == RETAINED_END_TOPIC else self._inbound(topic, message)
+                )
                 client._client.ack(message.mid, message.qos)
-
-
-async def probe_login(s: BrokerSettings, subscribe: str) -> None:
-    """Log in as s says, subscribe to one filter at QoS 1, disconnect; acknowledge nothing.
-
-    Raise BrokerUnavailable (Refused for a refused login, a TLS failure, or a refused
-    subscription). One message at most reaches this client before it leaves (Receive Maximum
-    1), and it is never acknowledged, so what the session holds stays queued for its owner.
-    """
-    client = new_client(s, will=None, tls=tls_context(s), receive_maximum=1)
-    try:
-        await client.__aenter__()
-    except Exception as exc:
-        client.abort()
-        raise broker_error(client.connect_error or exc, s) from None
-    try:
-        codes = await client.subscribe(
-            [(subscribe, SubscribeOptions(qos=1))], timeout=s.connect_timeout
-        )
-    except aiomqtt.MqttError as exc:
-        raise broker_error(exc, s) from None
-    finally:
-        await client.close()
-    code = codes[0] if codes else None
-    if code is None or getattr(code, "is_failure", False):
-        raise SubscriptionRefused(
-            f"the broker at {s.address} accepted the login of {s.username} but refused the "
-            f"subscription to {subscribe!r}: {code} — check the broker's ACL (docs/broker.md)",
-            topic=subscribe,
-        )
