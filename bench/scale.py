@@ -185,14 +185,16 @@ async def count_statuses(bench: BenchBroker, window: float) -> int:
     return count
 
 
-def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, float, str]:
-    """Run a `vox` command to its end; return (seconds, peak RSS MiB, its stdout)."""
+def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, float, str, str]:
+    """Run a `vox` command to its end; return (seconds, peak RSS MiB, its stdout, stderr)."""
     started = time.perf_counter()
-    with out.open("wb") as sink:  # a file, not a pipe: a big answer must not block it
+    err = out.with_suffix(".err")
+    # Files, not pipes: a big answer must not block it.
+    with out.open("wb") as sink, err.open("wb") as err_sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "vox_mqtt.cli", *args],
             stdout=sink,
-            stderr=subprocess.DEVNULL,
+            stderr=err_sink,
             stdin=subprocess.DEVNULL,
             cwd=REPO,
         )
@@ -206,7 +208,8 @@ def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, flo
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
-    return time.perf_counter() - started, round(peak, 1), out.read_text(errors="replace")
+    seconds = time.perf_counter() - started
+    return seconds, round(peak, 1), out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
 def exporter_scrapes(console_file: Path, log: Path, agents: int) -> dict[str, Any]:
@@ -325,19 +328,20 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             detail["workers_cpu_percent_of_one_core"] = round(100 * workers_cpu / elapsed, 1)
             detail["workers_rss_mib"] = round(sum(rss_mib(w.pid) for w in workers), 1)
             detail["window_seconds"] = round(elapsed, 1)
-            seconds, peak, out = await asyncio.to_thread(
+            seconds, peak, out, err = await asyncio.to_thread(
                 peak_rss_run,
-                ["status", "--config", str(console_file), "--json"],
+                ["status", "--config", str(console_file), "--json", "--wait", "120"],
                 workdir / "status.json",
                 300,
             )
-            listed = 0
+            rows = []
             with contextlib.suppress(ValueError):
                 rows = json.loads(out)["agents"]
-                listed = sum(1 for row in rows if row.get("status") == ACTIVE)
             detail["vox_status_json_seconds"] = round(seconds, 2)
             detail["vox_status_peak_rss_mib"] = peak
-            detail["vox_status_active_listed"] = listed
+            detail["vox_status_listed"] = len(rows)
+            detail["vox_status_active_listed"] = sum(1 for r in rows if r.get("status") == ACTIVE)
+            detail["vox_status_stderr"] = err.strip()[:300]
             try:
                 detail.update(
                     await asyncio.to_thread(
@@ -387,6 +391,17 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             vox=detail["fresh_status_seconds_to_see_all_active"],
             baseline=0.0,
             **none,
+        ),
+        figure(
+            title=f"{on}: agents a `vox status --json` on the core lists ACTIVE",
+            unit="agents",
+            vox=detail["vox_status_active_listed"],
+            baseline=agents,
+            target="every agent",
+            met=detail["vox_status_active_listed"] == agents,
+            higher_is_better=True,
+            seconds=detail["vox_status_json_seconds"],
+            peak_rss_mib=detail["vox_status_peak_rss_mib"],
         ),
         figure(
             title=f"{on}: core broker RSS (its CPU beside) in steady heartbeats",
