@@ -43,6 +43,8 @@ _RECEIVE_MAXIMUM = 100
 _STABLE = 10.0  # seconds a connection must last before the reconnect backoff starts over
 # What messages() finds in its queue where the end-of-retained marker went (never yielded).
 _RETAINED_END = Inbound(topic=RETAINED_END_TOPIC, payload=b"", retain=False)
+# Messages messages() hands out in a row before it lets the event loop run other work.
+_YIELD_EVERY = 256
 # How long the marker's SUBACK may take: it comes after every retained message its
 # subscriptions brought, thousands of them in a large fleet (docs/federation.md, sizing).
 _MARKER_TIMEOUT = 300.0
@@ -168,7 +170,13 @@ class Session:
 
     async def messages(self) -> AsyncIterator[Inbound]:
         """Yield inbound messages, across reconnects, until the session ends."""
+        handed = 0
         while not (self._closing and self._queue.empty()):
+            handed += 1
+            if handed % _YIELD_EVERY == 0:
+                # get() does not wait while the queue holds messages: let the loop's other
+                # work (reads, timers, the reader's own tasks) have a turn in a burst.
+                await asyncio.sleep(0)
             item = await self._queue.get()
             if item is None:
                 self._queue.put_nowait(None)  # let any other reader stop too
