@@ -80,11 +80,11 @@ class Session:
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
         self._wait = wait
-        # A look's subscriptions are QoS 0 and each connection's retained messages end with a
+        # A look subscribes at QoS 0 and each connection's retained messages end with a
         # marker (caught_up): a QoS 1 message past the in-flight window waits in the broker's
-        # queue, and the marker's SUBACK would overtake it.
+        # queue, and the marker's SUBACK would overtake it. The marker's subscription turns
+        # them to QoS 1, so that what comes live is paced by the Receive Maximum again.
         self._marks_end = mark_retained_end
-        self._qos = 0 if mark_retained_end else 1
         self._caught_up = asyncio.Event()
         self._queue: asyncio.Queue[Inbound | None] = asyncio.Queue(max(1, max_queued))
         self._link: Client | None = None  # the connection that is up and set up
@@ -501,7 +501,7 @@ class Session:
             return  # the next connection subscribes to all of them
         try:
             codes = await client.subscribe(
-                [(topic, SubscribeOptions(qos=self._qos)) for topic in new],
+                [(topic, SubscribeOptions(qos=1)) for topic in new],
                 timeout=self.settings.connect_timeout,
             )
         except aiomqtt.MqttError as exc:
@@ -538,7 +538,10 @@ class Session:
             self._caught_up.set()  # nothing retained is coming
             return
         codes = await client.subscribe(
-            [(topic, SubscribeOptions(qos=self._qos)) for topic in self.subscriptions],
+            [
+                (topic, SubscribeOptions(qos=0 if self._marks_end else 1))
+                for topic in self.subscriptions
+            ],
             timeout=self.settings.connect_timeout,
         )
         for topic, code in zip(self.subscriptions, codes, strict=False):
@@ -556,13 +559,16 @@ class Session:
         """Mark where the retained messages of the subscriptions just made end.
 
         The broker writes a subscription's retained QoS 0 messages before it answers the next
-        SUBSCRIBE, so the SUBACK of the same filter again, with retain-handling 2 (send none),
+        SUBSCRIBE, so the SUBACK of the same filters again, with retain-handling 2 (send none),
         comes after all of them, unless the broker dropped some for lack of queue room
         (`max_queued_messages`, sized to the fleet by `vox broker render`: docs/broker.md).
+        They come back at QoS 1: at QoS 0 nothing paces the live messages, and a look that
+        falls behind piles them up in this process (a 10,000-agent look never caught up).
         """
-        marker = SubscribeOptions(qos=0, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+        again = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+        filters = [(topic, again) for topic in self.subscriptions]
         try:
-            await client.subscribe([(self.subscriptions[0], marker)], timeout=_MARKER_TIMEOUT)
+            await client.subscribe(filters, timeout=_MARKER_TIMEOUT)
         except aiomqtt.MqttError:
             return  # the connection went: the next one marks its own end
         client.mark_retained_end()
