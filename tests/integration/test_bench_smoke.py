@@ -72,9 +72,10 @@ def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
         assert rows[1]["title"].split(":")[0].endswith("(process per agent)"), rows[1]
         assert len({json.dumps(row["baseline_detail"]) for row in rows}) == 1
     if name == "scale":
-        # `vox status` on the core of the tiny federation lists every agent ACTIVE.
+        # `vox status` on the core of the tiny federation lists every agent, all ACTIVE.
         listed = next(row for row in rows if "`vox status --json`" in row["title"])
         assert listed["met"], listed
+        assert listed["states"] == {"ACTIVE": listed["baseline"]}, listed
 
 
 def test_profile_of_the_throughput_figure_names_where_time_goes(tmp_path: Path) -> None:
