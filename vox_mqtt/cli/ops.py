@@ -56,12 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     status = verb("status", "show the liveness of every agent one may see")
     status.add_argument("--json", action="store_true")
-    status.add_argument(
-        "--wait",
-        type=float,
-        default=_WAIT,
-        help=f"at most this many seconds for the retained statuses (default {_WAIT:g})",
-    )
+    _add_wait(status, "statuses")
     status.set_defaults(func=cmd_status)
 
     watch = verb("watch", "live tree of the fleet coloured by health")
@@ -72,13 +67,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     warroom.add_argument("--follow", action="store_true", help="then print new posts as they come")
     warroom.add_argument("--duration", type=float, default=None, help="stop following after N s")
     warroom.add_argument("--json", action="store_true", help="one JSON object per line")
-    warroom.add_argument(
-        "--wait",
-        type=float,
-        default=_WAIT,
-        help=f"at most this many seconds for the retained incidents (default {_WAIT:g})",
-    )
+    _add_wait(warroom, "incidents")
     warroom.set_defaults(func=cmd_warroom)
+
+
+def _add_wait(parser: argparse.ArgumentParser, what: str) -> None:
+    help = f"at most this many seconds for the retained {what} (default {_WAIT:g})"
+    parser.add_argument("--wait", type=float, default=_WAIT, help=help)
 
 
 # --- read-only looks: status, watch, warroom (who looks, and how: looks.py) -----------------
