@@ -268,7 +268,10 @@ class Session:
         return signed_properties(self.settings.signing, topic, payload, props)
 
     def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
-        """Wrap a received message with the verdict on its signature (docs/security.md)."""
+        """Wrap a received message with the verdict on its signature (docs/security.md);
+        the end-of-retained marker becomes the one _RETAINED_END messages() looks for."""
+        if topic == RETAINED_END_TOPIC:
+            return _RETAINED_END
         payload = bytes(message.payload)
         retain = bool(message.retain)
         signing = self.settings.signing
@@ -577,10 +580,7 @@ class Session:
         """Queue a message straight from paho's callback if there is room (Client.sink)."""
         if self._queue.full():
             return False
-        topic = message.topic
-        self._queue.put_nowait(
-            _RETAINED_END if topic == RETAINED_END_TOPIC else self._inbound(topic, message)
-        )
+        self._queue.put_nowait(self._inbound(message.topic, message))
         return True
 
     async def _pump(self, client: Client) -> None:
@@ -588,8 +588,5 @@ class Session:
         with contextlib.suppress(aiomqtt.MqttError):
             async for message in client.messages:
                 # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
-                topic = message.topic.value
-                await self._queue.put(
-                    _RETAINED_END if topic == RETAINED_END_TOPIC else self._inbound(topic, message)
-                )
+                await self._queue.put(self._inbound(message.topic.value, message))
                 client._client.ack(message.mid, message.qos)
