@@ -341,7 +341,6 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             detail["vox_status_json_seconds"] = round(seconds, 2)
             detail["vox_status_peak_rss_mib"] = peak
             detail["vox_status_listed"] = len(rows)
-            detail["vox_status_active_listed"] = sum(1 for r in rows if r.get("status") == ACTIVE)
             detail["vox_status_states"] = dict(Counter(str(r.get("status")) for r in rows))
             detail["vox_status_stderr"] = err.strip()[:300]
             try:
