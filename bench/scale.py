@@ -10,7 +10,8 @@ on their own site broker, bridged to the core with the bridge, ACL and credentia
   every agent ACTIVE, and that fresh look alone;
 - the core's and the site brokers' RSS and CPU over a window of steady heartbeats;
 - the heartbeat messages/s a `vox/+/status` reader on the core receives, against
-  agents / interval;
+  agents / interval, with their lag (received - emitted_at) and each agent's gap between
+  two heartbeats (late agents, or late delivery);
 - `vox status --json` and `vox exporter` run as the operator would, on the core: their
   time and peak memory, and two scrapes of the exporter;
 - a core restart: the time until the fresh view sees all ACTIVE again and the core
@@ -32,7 +33,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -45,6 +46,7 @@ from bench.common import (
     active_count,
     figure,
     fresh_look,
+    percentile,
     run_alone,
     spawn_worker,
     stop_workers,
@@ -59,6 +61,7 @@ from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
+from vox_mqtt.protocol.messages import parse_timestamp
 
 CORE = "core"
 
@@ -172,18 +175,59 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-async def count_statuses(bench: BenchBroker, window: float) -> int:
-    """Return how many live status messages the explorer on the core got during the window."""
+@dataclass
+class StatusTrace:
+    """The live statuses one reader got: their count, lag and each agent's heartbeat gaps."""
+
+    count: int = 0
+    lags: list[float] = field(default_factory=list)  # receive time - emitted_at, seconds
+    gaps: list[float] = field(default_factory=list)  # one agent's emitted_at - its previous
+    last: dict[str, float] = field(default_factory=dict)
+
+    def take(self, topic: str, payload: bytes) -> None:
+        """Count one live status; note its lag and its agent's gap since the previous."""
+        self.count += 1
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            emitted = parse_timestamp(json.loads(payload)["emitted_at"]).timestamp()
+            self.lags.append(time.time() - emitted)
+            previous = self.last.get(topic)
+            if previous is not None:
+                self.gaps.append(emitted - previous)
+            self.last[topic] = emitted
+
+    def summary(self, elapsed: float) -> dict[str, Any]:
+        """Return messages/s and the lag's and the gap's p50 / p99 / max in seconds."""
+
+        def spread(values: list[float]) -> list[float]:
+            if not values:
+                return []
+            return [round(percentile(values, f), 2) for f in (0.5, 0.99)] + [round(max(values), 2)]
+
+        return {
+            "per_second": round(self.count / elapsed, 1),
+            "lag_s_p50_p99_max": spread(self.lags),
+            "heartbeat_gap_s_p50_p99_max": spread(self.gaps),
+        }
+
+
+async def trace_statuses(bench: BenchBroker, window: float) -> StatusTrace:
+    """Return the live statuses the explorer of the core got during the window.
+
+    Their lag (this host's clock against the status's emitted_at, one host here) tells
+    how late statuses reach the core; an agent's gap between two of its heartbeats
+    against the interval tells whether the agents themselves emit late.
+    """
     reader: aiomqtt.Client = raw_client(bench, "explorer")
-    count = 0
+    trace = StatusTrace()
     async with reader:
         await reader.subscribe(topics.STATUS_FILTER, qos=1)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(window):
                 async for message in reader.messages:
-                    if not message.retain:  # retained copies come at subscribe time
-                        count += 1
-    return count
+                    if not message.retain and isinstance(message.payload, bytes):
+                        # Retained copies come at subscribe time; presences are not heartbeats.
+                        trace.take(str(message.topic), message.payload)
+    return trace
 
 
 def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, float, str, str]:
@@ -313,8 +357,10 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             workers_before = sum(cpu_seconds(w.pid) for w in workers)
             at = time.perf_counter()
-            heartbeats = await count_statuses(core, window)
+            at_core = await trace_statuses(core, window)
             elapsed = time.perf_counter() - at
+            heartbeats = at_core.count
+            detail["statuses_at_core"] = at_core.summary(elapsed)
             busy = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
             site_names = [n for n in pids if n != CORE]
             detail["core_broker_rss_mib"] = rss_mib(pids[CORE])
@@ -424,6 +470,8 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             vox=detail["heartbeat_messages_per_second_at_core"],
             baseline=detail["expected_heartbeats_per_second"],
             higher_is_better=True,
+            lag_s_p50_p99_max=detail["statuses_at_core"]["lag_s_p50_p99_max"],
+            heartbeat_gap_s_p50_p99_max=detail["statuses_at_core"]["heartbeat_gap_s_p50_p99_max"],
             **none,
         ),
         figure(

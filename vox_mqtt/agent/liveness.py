@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 from uuid import UUID
 
 from vox_mqtt._version import __version__
+from vox_mqtt.agent.cadence import next_heartbeat
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.logonce import Repeats
 from vox_mqtt.agent.sendrules import check_size
@@ -280,8 +281,9 @@ class Liveness:
                 # DEGRADED now, or ACTIVE again: its children see the change of state too.
                 await self._safely(self.publish_status(presence=True))
             await self._reconcile()
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + interval
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = next_heartbeat(next_beat, now, interval)
                 await self._heartbeat()
 
     async def _next_change(self, tick: float) -> tuple[AgentLiveness, str, str] | None:
