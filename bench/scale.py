@@ -1,11 +1,13 @@
 """Figure 16: ten thousand agents on ten site brokers bridged to a core (docs/federation.md).
 
-Ten sites of 1,000 agents each (2 x 20 with --quick), every agent a VOXAgent with its own
+Ten sites of 1,000 agents each (3 x 20 with --quick), every agent a VOXAgent with its own
 identity, status and heartbeat (15 s), in worker processes as figure 9 runs them: one
 process per site, one for the core. The core broker holds the operator, the root and the
 ten site masters; each site's agents form a tree of fan-out 10 under their site master,
 on their own site broker, bridged to the core with the bridge, ACL and credentials that
-`vox broker render --broker NAME` writes. Measured:
+`vox broker render --broker NAME` writes (site-0's bridge through a proxy, a cable to
+cut). The first agent of sites 0 - 2 serves `count_site_N`, which records each run.
+Measured:
 - from the workers' start until a fresh console on the core (what `vox status` does) sees
   every agent ACTIVE, and that fresh look alone;
 - the core's and the site brokers' RSS and CPU over a window of steady heartbeats;
@@ -13,9 +15,14 @@ on their own site broker, bridged to the core with the bridge, ACL and credentia
   agents / interval, with their lag (received - emitted_at) and each agent's gap between
   two heartbeats (late agents, or late delivery);
 - `vox status --json` and `vox exporter` run as the operator would, on the core: their
-  time and peak memory, and two scrapes of the exporter;
-- a core restart: the time until the fresh view sees all ACTIVE again and the core
-  broker's CPU peak while everything comes back.
+  time and peak memory, and three scrapes of the exporter;
+- the storms of issue #27 one after the other, a `mosquitto_sub` on the core's war room
+  throughout: site-0 cut for 60 s (no FIN) while the operator sends sites 0 - 2 a
+  command a second (what each got, what ran twice, whether any agent of the other sites
+  reconnected); a restart of site-1 (its agents' reconnect spread as `vox agent render`
+  sizes it), of site-2 (a first window of 0.01 s: no jitter), then of the core, each
+  broker down 1 s: the time until every agent is heard live ACTIVE again (of a newer
+  epoch where it reconnected), the broker's CPU peak, and the incidents posted.
 
     python -m bench.scale [--quick]      (VOX_BENCH_SCALE=10x100 for a tenth of it)
 """
@@ -55,6 +62,17 @@ from bench.common import (
 from bench.footprint import poll, rss_mib
 from bench.rawmqtt import raw_client
 from bench.report import REPO
+from bench.storm import all_back, look_epochs
+from tests.kits.brokerkit import Witness
+from tests.kits.faultkit import TcpProxy, bridge_through
+from tests.kits.stormkit import (
+    PARTITION,
+    cut_under_load,
+    incident_summary,
+    posts,
+    tally,
+    witness_on,
+)
 from vox_mqtt.broker.local import LocalBroker, free_port
 from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.fleet.bundles import render_agent_config
@@ -64,17 +82,30 @@ from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
 from vox_mqtt.protocol.messages import parse_timestamp
 
 CORE = "core"
+TALLY = "tally.txt"  # one line per run of a count_site_N command
 
 
 SIZE_ENV = "VOX_BENCH_SCALE"  # "SITESxAGENTS", e.g. 10x100: a smaller run of the same figure
 
 
+CUT_SITE = 0  # its bridge runs through a proxy: cut for the partition
+SIZED_SITE = 1  # restarted with its agents' reconnect spread as `vox agent render` sizes it
+UNJITTERED_SITE = 2  # restarted with a first reconnect window of 0.01 s: no jitter to speak of
+NO_JITTER = "0.01"
+COUNTING_SITES = 3  # sites with a `count_site_N` agent (tests/kits/storm_roles.py)
+
+
 def sizes(quick: bool) -> tuple[int, int, float, float]:
     """Return (sites, agents per site, heartbeat interval, steady window in seconds)."""
     if quick:
-        return (2, 20, 5.0, 6.0)
+        return (3, 20, 5.0, 6.0)
     sites, _, per_site = os.environ.get(SIZE_ENV, "10x1000").partition("x")
-    return (int(sites), int(per_site), 15.0, 60.0)
+    return (max(COUNTING_SITES, int(sites)), int(per_site), 15.0, 60.0)
+
+
+def cut_seconds(quick: bool) -> float:
+    """Return how long the partition holds (issue #27: 60 s)."""
+    return 10.0 if quick else PARTITION
 
 
 def site_name(index: int) -> str:
@@ -82,11 +113,13 @@ def site_name(index: int) -> str:
     return f"site-{index}"
 
 
-def sites_text(sites: int, per_site: int, heartbeat: float, fanout: int = 10) -> str:
-    """Return the fleet file: root and site masters on the core, each site's tree on its broker."""
+def sites_text(sites: int, per_site: int, heartbeat: float, tally: Path, fanout: int = 10) -> str:
+    """Return the fleet file: root and site masters on the core, each site's tree on its
+    broker; the first agent of each of the first three sites serves `count_site_N`, which
+    writes each run's tag to the tally file."""
     ids: dict[str, str] = {}
 
-    def agent(name: str, master: str | None, broker: str) -> str:
+    def agent(name: str, master: str | None, broker: str, role: str | None = None) -> str:
         ids[name] = str(uuid4())
         lines = [
             f'[[agents]]\nname = "{name}"\nid = "{ids[name]}"',
@@ -95,6 +128,8 @@ def sites_text(sites: int, per_site: int, heartbeat: float, fanout: int = 10) ->
         if master is not None:
             lines.append(f'master_id = "{ids[master]}"')
         lines.append(f'broker = "{broker}"')
+        if role is not None:
+            lines.append(f'roles = ["{role}"]\nsettings.tally_file = "{tally}"')
         return "\n".join(lines) + "\n"
 
     parts = [
@@ -109,7 +144,9 @@ def sites_text(sites: int, per_site: int, heartbeat: float, fanout: int = 10) ->
         for j in range(per_site):
             # Fan-out 10 under the site master: the first ten are its own children.
             above = master if j < fanout else f"s{s}-a{(j - fanout) // fanout}"
-            parts.append(agent(f"s{s}-a{j}", above, site_name(s)))
+            counts = j == 0 and s < COUNTING_SITES
+            role = f"tests.kits.storm_roles:CountSite{s}" if counts else None
+            parts.append(agent(f"s{s}-a{j}", above, site_name(s), role))
     return "\n".join(parts)
 
 
@@ -121,6 +158,7 @@ class Federation:
     fleet_file: Path
     brokers: dict[str, LocalBroker]
     benches: dict[str, BenchBroker]
+    cut: TcpProxy  # in the cut site's bridge
 
     def names_on(self, broker: str) -> list[str]:
         """Return the agents that live on one broker."""
@@ -151,19 +189,32 @@ def federation(workdir: Path, text: str) -> Iterator[Federation]:
                 run_as_user=user,
                 explorer=spec.upstream is None,
             )
+            if spec.name == site_name(CUT_SITE):
+                # Its bridge through a proxy: a cable the partition cuts without a FIN.
+                cut = stack.enter_context(contextlib.closing(TcpProxy(benches[CORE].port)))
+                bridge_through(rendered.root, cut)
             brokers[spec.name] = stack.enter_context(LocalBroker(rendered.conf, port=rendered.port))
             benches[spec.name] = BenchBroker(
                 fleet=fleet, root=rendered.root, port=rendered.port, workdir=workdir
             )
             benches[spec.name].broker = brokers[spec.name]
-        yield Federation(fleet=fleet, fleet_file=fleet_file, brokers=brokers, benches=benches)
+        yield Federation(
+            fleet=fleet, fleet_file=fleet_file, brokers=brokers, benches=benches, cut=cut
+        )
 
 
 async def start_workers(fed: Federation, workdir: Path, heartbeat: float) -> list[Any]:
     """Start one worker process per broker with the agents that live on it."""
+    unjittered = ("--reconnect-spread", NO_JITTER)
     return [
         await spawn_worker(
-            bench, fed.fleet_file, workdir, fed.names_on(name), "--heartbeat", str(heartbeat)
+            bench,
+            fed.fleet_file,
+            workdir,
+            fed.names_on(name),
+            "--heartbeat",
+            str(heartbeat),
+            *(unjittered if name == site_name(UNJITTERED_SITE) else ()),
         )
         for name, bench in fed.benches.items()
     ]
@@ -327,7 +378,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
     """Start the federation and its agents, then take every figure of the run."""
     sites, per_site, heartbeat, window = sizes(quick)
     agents = sites * per_site + sites + 1
-    text = sites_text(sites, per_site, heartbeat)
+    text = sites_text(sites, per_site, heartbeat, workdir / TALLY)
     detail: dict[str, Any] = {"sites": sites, "agents_per_site": per_site, "agents": agents}
     with federation(workdir, text) as fed:
         core = fed.benches[CORE]
@@ -397,29 +448,96 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
                 )
             except (OSError, AssertionError) as exc:  # reported, and the rest still measured
                 detail["exporter_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            # A core restart under the whole fleet: the bridges and the core's own agents
-            # come back; the fresh view counts everyone ACTIVE again.
-            core_broker = fed.brokers[CORE]
-            core_broker.stop()
-            await asyncio.sleep(1.0)
-            restarted = time.perf_counter()
-            core_broker.start()
-            peak_task = asyncio.ensure_future(sample_cpu_peak({CORE: core_broker.pid}, 30.0))
-            async with fresh_look(console_file) as again:
-                try:
-                    await poll(all_active(again), 600)
-                    seconds_back: float | None = round(time.perf_counter() - restarted, 1)
-                except TimeoutError:  # reported with what the view had, the rest still measured
-                    seconds_back = None
-                detail["core_restart_view_after"] = dict(
-                    Counter(agent.status for agent in again.agents())
-                )
-            detail["core_restart_seconds_until_all_active"] = seconds_back
-            detail["core_restart_broker_cpu_peak_percent"] = (await peak_task)[CORE]
+            # The storms of issue #27 under the whole fleet, one after the other, a war-room
+            # witness on the core throughout: a site cut from the core under commands, a
+            # site restart with its agents' sized jitter and one without, a core restart.
+            witness = witness_on(core.creds("explorer"), fed.brokers[CORE])
+            try:
+                detail["partition"] = await partition(fed, console_file, witness, quick)
+                for site in (SIZED_SITE, UNJITTERED_SITE):
+                    detail[f"restart_{site_name(site)}"] = await restart(
+                        fed, site_name(site), console_file, witness, heartbeat
+                    )
+                detail["restart_core"] = await restart(fed, CORE, console_file, witness, heartbeat)
+            finally:
+                witness.close()
         finally:
             await stop_workers(workers)
     detail["heartbeat_interval"] = heartbeat
     return detail
+
+
+def incidents(fed: Federation, seen: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Return the war-room posts seen: how many about agents, and per site its
+    SITE_LINK_LOST posts opened and resolved (sites with none left out)."""
+    summary = incident_summary(fed.fleet, seen, len(fed.brokers) - 1)
+    return {
+        "about_agents": len(summary["about_agents"]),
+        "site_link_lost_opened_resolved": {
+            site: list(counts) for site, counts in summary["site_links"].items() if any(counts)
+        },
+    }
+
+
+async def partition(
+    fed: Federation, console_file: Path, witness: Witness, quick: bool
+) -> dict[str, Any]:
+    """Cut the cut site's bridge (no FIN) under a command a second to each counting site;
+    heal; return what each command got, what ran, and what the other sites saw."""
+    agents = len(list(fed.fleet))
+    before = await look_epochs(console_file, agents)
+    mark = len(posts(witness))
+    seconds = cut_seconds(quick)
+    answers = await cut_under_load(console_file, fed.cut, COUNTING_SITES, seconds)
+    after = await look_epochs(console_file, agents)
+    cut_ids = {a.id for a in fed.fleet if a.broker == site_name(CUT_SITE)}
+    prefix = f"p{CUT_SITE}-"
+    cut = {t: a for t, a in answers.items() if t.startswith(prefix)}
+    others = {t: a for t, a in answers.items() if not t.startswith(prefix)}
+    ran = tally(fed.fleet_file.parent / TALLY)
+    answered = {t for t, a in answers.items() if t == a}
+    return {
+        "seconds": seconds,
+        "cut_site_commands": dict(Counter("answered" if t == a else a for t, a in cut.items())),
+        "other_sites_commands": len(others),
+        "other_sites_answered": sum(t == a for t, a in others.items()),
+        "ran_twice": len(ran) - len(set(ran)),
+        "answered_without_a_run": len(answered - set(ran)),
+        "other_sites_agents_reconnected": sum(
+            after.get(i) != e for i, e in before.items() if i not in cut_ids
+        ),
+        "incidents": incidents(fed, posts(witness)[mark:]),
+    }
+
+
+async def restart(
+    fed: Federation, name: str, console_file: Path, witness: Witness, heartbeat: float
+) -> dict[str, Any]:
+    """Stop one broker under the fleet, start it 1 s later; return the time until every
+    agent is heard live ACTIVE again (of a newer epoch where it reconnected), the broker's
+    CPU peak, and the war-room posts until two heartbeats after."""
+    before = await look_epochs(console_file, len(list(fed.fleet)))
+    reconnected = {a.id for a in fed.fleet if (a.broker or CORE) == name}
+    mark = len(posts(witness))
+    broker = fed.brokers[name]
+    broker.stop()
+    await asyncio.sleep(1.0)
+    restarted = time.perf_counter()
+    broker.start()
+    peak_task = asyncio.ensure_future(sample_cpu_peak({name: broker.pid}, 30.0))
+    try:
+        await all_back(console_file, before, reconnected, timeout=600)
+        seconds: float | None = round(time.perf_counter() - restarted, 1)
+    except TimeoutError:  # reported as such, the rest still measured
+        seconds = None
+    peak = (await peak_task)[name]
+    await asyncio.sleep(2 * heartbeat)  # a late incident would be seen too
+    return {
+        "seconds_until_all_back": seconds,
+        "broker_cpu_peak_percent": peak,
+        "agents_reconnected": len(reconnected),
+        "incidents": incidents(fed, posts(witness)[mark:]),
+    }
 
 
 def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
@@ -474,16 +592,62 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             heartbeat_gap_s_p50_p99_max=detail["statuses_at_core"]["heartbeat_gap_s_p50_p99_max"],
             **none,
         ),
-        figure(
-            title=f"{on}: a core restart until all ACTIVE again (0: not within 600 s)",
-            unit="s",
-            vox=detail["core_restart_seconds_until_all_active"] or 0.0,
-            view_after=detail["core_restart_view_after"],
-            baseline=0.0,
-            core_cpu_peak_percent=detail["core_restart_broker_cpu_peak_percent"],
-            **none,
-        ),
+        *storm_rows(on, detail),
     ]
+
+
+def storm_rows(on: str, detail: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the rows of the partition and the three restarts."""
+    cut = detail["partition"]
+    others_unchanged = (
+        cut["other_sites_answered"] == cut["other_sites_commands"]
+        and cut["other_sites_agents_reconnected"] == 0
+    )
+    rows = [
+        figure(
+            title=f"{on}: a site cut from the core for {cut['seconds']:g} s under commands:"
+            " commands run twice (the other sites beside)",
+            unit="commands",
+            vox=cut["ran_twice"],
+            baseline=0.0,
+            target="none run twice, the other sites unchanged, no incident about an agent",
+            met=cut["ran_twice"] == 0
+            and cut["answered_without_a_run"] == 0
+            and others_unchanged
+            and cut["incidents"]["about_agents"] == 0,
+            partition=cut,
+        )
+    ]
+    for key, what, most in (
+        (f"restart_{site_name(SIZED_SITE)}", "a site restart (reconnect spread sized)", 1),
+        (f"restart_{site_name(UNJITTERED_SITE)}", "a site restart (no jitter: 0.01 s)", 1),
+        ("restart_core", "a core restart", None),
+    ):
+        run = detail[key]
+        links = run["incidents"]["site_link_lost_opened_resolved"]
+        if most == 1:  # one incident for the restarted site, resolved; none for the others
+            target = "one SITE_LINK_LOST for the site, resolved; none about an agent"
+            site = key.removeprefix("restart_")
+            fair = links == {site: [1, 1]}
+        else:
+            target = "at most one SITE_LINK_LOST per site, each resolved; none about an agent"
+            fair = all(opened <= 1 and opened == resolved for opened, resolved in links.values())
+        rows.append(
+            figure(
+                title=f"{on}: {what} until every agent is heard ACTIVE again (0: not in 600 s)",
+                unit="s",
+                vox=run["seconds_until_all_back"] or 0.0,
+                baseline=0.0,
+                target=target,
+                met=run["seconds_until_all_back"] is not None
+                and fair
+                and run["incidents"]["about_agents"] == 0,
+                broker_cpu_peak_percent=run["broker_cpu_peak_percent"],
+                agents_reconnected=run["agents_reconnected"],
+                incidents=run["incidents"],
+            )
+        )
+    return rows
 
 
 def main() -> int:

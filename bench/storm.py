@@ -43,7 +43,7 @@ from bench.common import (
 )
 from bench.rawmqtt import raw_client
 from vox_mqtt.fleet.bundles import render_agent_config
-from vox_mqtt.observe.status import ACTIVE
+from vox_mqtt.observe.status import ACTIVE, AgentLiveness
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.storm import reconnect_spread
 
@@ -97,17 +97,23 @@ async def births_per_second(bench: BenchBroker, seconds: float) -> list[int]:
     return counts
 
 
-async def all_back(console_file: Path, before: dict[UUID, int]) -> float:
-    """Return the seconds until a look has every agent's live ACTIVE of a newer epoch."""
+async def all_back(
+    console_file: Path,
+    before: dict[UUID, int],
+    reconnected: set[UUID] | None = None,
+    timeout: float = 300,
+) -> float:
+    """Return the seconds until a look has every agent's live ACTIVE status, of a newer
+    epoch for those that reconnected (all of them when reconnected is None)."""
     started = time.perf_counter()
-    async with fresh_look(console_file) as view, asyncio.timeout(300):
-        while (  # noqa: ASYNC110 - the view is filled by another task
-            sum(
-                a.status == ACTIVE and not a.retained and a.epoch > before.get(a.id, 0)
-                for a in view.agents()
-            )
-            < len(before)
-        ):
+
+    def back(agent: AgentLiveness) -> bool:
+        newer = reconnected is not None and agent.id not in reconnected
+        newer = newer or agent.epoch > before.get(agent.id, 0)
+        return agent.status == ACTIVE and not agent.retained and newer
+
+    async with fresh_look(console_file) as view, asyncio.timeout(timeout):
+        while sum(back(a) for a in view.agents()) < len(before):  # noqa: ASYNC110 - the view is filled by another task
             await asyncio.sleep(0.1)
     return time.perf_counter() - started
 

@@ -312,3 +312,10 @@ def status_json(config: Path, *, wait: float = 3.0) -> dict[str, dict[str, Any]]
     out = run_vox("status", "--config", config, "--json", "--wait", str(wait))
     assert out.returncode == 0, out.stderr
     return {entry["name"]: entry for entry in json.loads(out.stdout)["agents"]}
+
+
+def bridge_through(broker_root: Path, proxy: TcpProxy) -> None:
+    """Point the bridge a site broker's directory renders at proxy (a cable to cut)."""
+    bridge_conf = broker_root / "bridge" / "bridge.conf"
+    text = bridge_conf.read_text()
+    bridge_conf.write_text(re.sub(r"(?m)^address .*$", f"address 127.0.0.1:{proxy.port}", text))

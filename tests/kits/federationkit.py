@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID, uuid4
 
-from tests.kits.faultkit import TcpProxy
+from tests.kits.faultkit import TcpProxy, bridge_through
 from tests.kits.fleetproc import AgentProcess
 from vox_mqtt.broker.federation import write_link_map
 from vox_mqtt.broker.local import LocalBroker, free_port
@@ -150,10 +150,7 @@ def deploy_federation(
             assert spec.upstream is not None
             upstream = dirs[spec.upstream]
             proxy = TcpProxy(upstream.tls_port if tls and upstream.tls_port else upstream.port)
-            bridge_conf = dirs[spec.name].root / "bridge" / "bridge.conf"
-            text_before = bridge_conf.read_text()
-            rewired = re.sub(r"(?m)^address .*$", f"address 127.0.0.1:{proxy.port}", text_before)
-            bridge_conf.write_text(rewired)
+            bridge_through(dirs[spec.name].root, proxy)
             proxies[spec.name] = proxy
     etc = root / "etc"
     configs = {

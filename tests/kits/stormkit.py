@@ -19,14 +19,18 @@ from typing import Any
 from uuid import UUID
 
 from tests.kits.brokerkit import Witness
+from tests.kits.faultkit import TcpProxy
 from tests.kits.federationkit import Federation
 from tests.kits.fleetproc import REPO, child_env, wait_for_route
 from vox_mqtt.broker.federation import bridge_id, bridge_restart
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.broker.passwd import Credentials
 from vox_mqtt.cli.looks import load_reader, observing
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness, FleetView
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.hierarchy import Fleet
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST
 from vox_mqtt.protocol.storm import reconnect_cap, reconnect_spread
 
@@ -157,10 +161,14 @@ async def all_back(
 def war_room_witness(fed: Federation) -> Witness:
     """Return a witness of every war-room post on the core, through restarts (its session
     is kept on the broker, so what is posted while it reconnects is queued for it)."""
-    creds = fed.creds("core", "explorer")
+    return witness_on(fed.creds("core", "explorer"), fed.brokers["core"])
+
+
+def witness_on(creds: Credentials, broker: LocalBroker) -> Witness:
+    """Return a war-room witness logged in with creds on broker, once the broker saw it."""
     witness = Witness(creds, "vox/warroom/#", fmt="%r %t %p", session_expiry=600)
     deadline = time.monotonic() + 20
-    while f"as {creds.username} " not in fed.brokers["core"].log_text():
+    while f"as {creds.username} " not in broker.log_text():
         assert time.monotonic() < deadline, "the war-room witness did not connect"
         time.sleep(0.1)
     return witness
@@ -183,15 +191,27 @@ def check_incidents(fed: Federation, witness: Witness, sites: list[str]) -> None
     seen = posts(witness)
     kinds = Counter(d["error_code"] + (" resolved" if d.get("resolved") else "") for _, d in seen)
     print(f"war room: {len(seen)} posts {dict(kinds)}")
-    links = {str(bridge_id(fed.fleet, f"site-{s}")): f"site-{s}" for s in range(SITES)}
-    about_agents = [(t, d) for t, d in seen if t.rsplit("/", 1)[-1] not in links]
+    summary = incident_summary(fed.fleet, seen, SITES)
+    about_agents = summary["about_agents"]
     assert not about_agents, f"incidents about agents: {about_agents[:5]} ({len(about_agents)})"
+    for site, (opened, resolved) in summary["site_links"].items():
+        assert opened == (1 if site in sites else opened) <= 1, (site, opened)
+        assert resolved == opened, (site, "every SITE_LINK_LOST resolved", seen)
+
+
+def incident_summary(
+    fleet: Fleet, seen: list[tuple[str, dict[str, Any]]], sites: int
+) -> dict[str, Any]:
+    """Sort war-room posts: those about agents, and per site its SITE_LINK_LOST posts
+    (opened, resolved)."""
+    links = {str(bridge_id(fleet, f"site-{s}")): f"site-{s}" for s in range(sites)}
+    about_agents = [(t, d) for t, d in seen if t.rsplit("/", 1)[-1] not in links]
+    site_links = {}
     for link, site in links.items():
         mine = [d for t, d in seen if t.endswith(link)]
         opened = [d for d in mine if d["error_code"] == SITE_LINK_LOST and not d.get("resolved")]
-        resolved = [d for d in mine if d.get("resolved")]
-        assert len(opened) == (1 if site in sites else len(opened)) <= 1, (site, opened)
-        assert len(resolved) == len(opened), (site, "every SITE_LINK_LOST resolved", mine)
+        site_links[site] = (len(opened), sum(bool(d.get("resolved")) for d in mine))
+    return {"about_agents": about_agents, "site_links": site_links}
 
 
 def tally(path: Path) -> list[str]:
@@ -259,16 +279,23 @@ PARTITION = 60.0  # issue #27, item 4: one site cut from the core for 60 s under
 async def partition_under_load(fed: Federation, site: int) -> dict[str, str]:
     """Cut one site's bridge (no FIN) for PARTITION s while each site gets a command a
     second; heal; return {tag: the answer's tag, or the error code} of every command."""
-    proxy = fed.proxies[f"site-{site}"]
-    async with OperatorConsole(fed.operator_config, observe=[topics.STATUS_FILTER]) as console:
-        for s in range(SITES):
+    return await cut_under_load(fed.operator_config, fed.proxies[f"site-{site}"], SITES)
+
+
+async def cut_under_load(
+    operator_config: Path, proxy: TcpProxy, sites: int, seconds: float = PARTITION
+) -> dict[str, str]:
+    """Black-hole proxy (a site's bridge) for seconds while the operator sends each of the
+    sites' `count_site_N` a command a second; heal; return {tag: answer's tag or error code}."""
+    async with OperatorConsole(operator_config, observe=[topics.STATUS_FILTER]) as console:
+        for s in range(sites):
             await wait_for_route(console, f"count_site_{s}", timeout=60)
         pending: dict[str, asyncio.Future[Any]] = {}
         proxy.blackhole()
         cut = time.monotonic()
         second = 0
-        while time.monotonic() - cut < PARTITION:
-            for s in range(SITES):
+        while time.monotonic() - cut < seconds:
+            for s in range(sites):
                 command = console.send_command(
                     f"count_site_{s}", {"tag": f"p{s}-{second}"}, wait=240
                 )
