@@ -15,6 +15,7 @@ from vox_mqtt.protocol.storm import (
     SETTLE,
     backoff_window,
     bridge_restart_timeout,
+    child_silence,
     hold_loss,
     reconnect_cap,
     reconnect_grace,
@@ -62,6 +63,13 @@ def test_bridges_retry_from_one_second_up_to_a_cap_sized_like_the_spread() -> No
 
 def test_the_grace_is_the_window_plus_a_heartbeat_plus_settling() -> None:
     assert reconnect_grace(0.5, 5.0) == 0.5 + 5.0 + SETTLE
+
+
+def test_a_child_may_stay_unheard_its_backoff_cap_then_as_long_as_any_agent_may() -> None:
+    # Heartbeat 15 s, stale after 3, cap 30 s: a minute and a quarter after the broker is
+    # back, enough for a host that reborn a thousand agents in about a minute (figure 16).
+    assert child_silence(15.0, 3.0, 30.0) == 30.0 + 45.0
+    assert reconnect_grace(2.0, child_silence(15.0, 3.0, 30.0)) == 2.0 + 75.0 + SETTLE
 
 
 def held(now: float, seen_at: float, reconnected_at: float | None = 100.0) -> bool:

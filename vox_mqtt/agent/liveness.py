@@ -54,7 +54,7 @@ from vox_mqtt.protocol.messages import (
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.signing import STALE as REFUSED_STALE
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
-from vox_mqtt.protocol.storm import hold_loss
+from vox_mqtt.protocol.storm import child_silence, hold_loss
 from vox_mqtt.transport.session import Inbound
 
 __all__ = ["CATCH_UP", "Liveness"]
@@ -541,7 +541,10 @@ class Liveness:
         seen_at = entry.received_at
         if code == HEARTBEAT_STALE:  # seen when it went stale, not when it last spoke
             seen_at += self.config.stale_after * entry.heartbeat_interval
-        return self._held(seen_at, entry.heartbeat_interval)
+        silence = child_silence(
+            entry.heartbeat_interval, self.config.stale_after, self.config.broker.reconnect_max
+        )
+        return self._held(seen_at, silence)
 
     def _held(self, seen_at: float | None, heard_within: float) -> bool:
         if seen_at is None:

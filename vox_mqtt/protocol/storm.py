@@ -11,11 +11,12 @@ expect"; docs/liveness.md, "What a master does"):
   to a cap sized like the spread, to the agents whose births the upstream's bridges carry
   (`bridge_restart_timeout`).
 - **Grace after a reconnect.** A child's loss this agent sees within
-  `reconnect_grace(window, heartbeat)` of its own reconnect (window: the backoff window it
-  reconnected in) may be the restart's echo: a will the broker sent as it stopped, kept in
-  this agent's persistent session and delivered after its reconnect while the child is
-  being reborn, or a heartbeat still on its way across a bridge. It is held until the
-  grace ends and posted only if the child is not back by then (`hold_loss`).
+  `reconnect_grace(window, child_silence(...))` of its own reconnect (window: the backoff
+  window it reconnected in) may be the restart's echo: a will the broker sent as it
+  stopped, kept in this agent's persistent session and delivered after its reconnect
+  while the child is being reborn, or a heartbeat still on its way across a bridge. It is
+  held until the grace ends and posted only if the child is not back by then
+  (`hold_loss`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "SETTLE",
     "backoff_window",
     "bridge_restart_timeout",
+    "child_silence",
     "hold_loss",
     "reconnect_cap",
     "reconnect_grace",
@@ -83,13 +85,24 @@ def bridge_restart_timeout(agents_behind: int) -> tuple[int, int]:
     return BRIDGE_RESTART_BASE, max(BRIDGE_RESTART_CAP, spread)
 
 
+def child_silence(heartbeat_interval: float, stale_after: float, cap: float) -> float:
+    """Return how long a child that is fine may go unheard once its broker is back.
+
+    Its next try may wait up to its backoff's cap (a try that failed while the broker was
+    down doubled its window), and then its birth may take as long as any agent may stay
+    silent (stale_after heartbeats): a host that hosts many of the broker's agents reborn
+    them one after the other (figure 16: a thousand in one process took about a minute).
+    """
+    return cap + stale_after * heartbeat_interval
+
+
 def reconnect_grace(window: float, heard_within: float) -> float:
     """Return how long after a reconnect a loss may still be the restart's echo.
 
     window: the backoff window this agent reconnected in (its children on the same broker
     reconnect within about the same); heard_within: the seconds within which the lost one
-    is heard again once the broker is back: a child's heartbeat interval (a child behind a
-    bridge never lost its own broker), a bridge's restart_timeout cap.
+    is heard again once the broker is back: a child's `child_silence`, a bridge's
+    restart_timeout cap.
     """
     return window + heard_within + SETTLE
 
