@@ -22,6 +22,7 @@ from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import FleetView
 from vox_mqtt.observe.warroom import loss_code
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
     AgentStatus,
@@ -426,6 +427,46 @@ async def test_an_agent_that_reads_its_own_status_puts_its_birth_back_over_a_lat
         fresh.close()
     assert json.loads(fresh.messages[0].payload)["details"]["epoch"] == 2
     assert json.loads(fresh.messages[0].payload)["details"]["status"] == "ACTIVE"
+
+
+async def test_an_incident_decided_on_an_earlier_connection_is_not_posted_on_the_next(
+    secure: SecureBroker, tmp_path: Path
+) -> None:
+    """docs/liveness.md: a reconcile pass awaits each post's PUBACK, so on a busy host it may
+    outlast its connection (a stopping broker sends every child's will just before it
+    closes the master's own). What it decided on that connection is skipped on the next,
+    where liveness decides anew; decided on the connection up now, it goes out."""
+    coord, spec = secure.fleet.agent("coordinator").id, secure.fleet.agent("spec_a").id
+    witness = Witness(secure.creds("explorer"), "vox/warroom/#", fmt="%r %t %p", session_expiry=60)
+    try:
+        async with AsyncExitStack() as stack:
+            agents = await start_agents(
+                stack, secure, tmp_path, {"spec_a": [Analyst()]}, ["coordinator", "spec_a"],
+                heartbeat_interval=3.0,
+            )  # fmt: skip
+            coordinator = agents["coordinator"]
+            await wait_for(lambda: coordinator.advertised_commands() == ["analyze"])
+            link = coordinator.session._link  # the live connection; no public handle on purpose
+            assert link is not None
+            link.abort()
+            await wait_for(
+                lambda: coordinator.session.connection_count == 2 and coordinator.session.connected,
+                timeout=20,
+            )
+            posts = coordinator._live().posts
+            with pytest.raises(VoxError, match="offline, war-room post skipped"):
+                await posts.open_incident(
+                    spec, "VM_CONNECTION_LOST", "decided before", decided_on=1
+                )
+            assert spec not in posts.open_codes
+            await posts.open_incident(spec, "VM_CONNECTION_LOST", "decided now", decided_on=2)
+            assert posts.open_codes[spec] == "VM_CONNECTION_LOST"
+            await wait_for(lambda: any("decided now" in ln for ln in witness.lines), timeout=10)
+        about = [ln for ln in witness.lines if f"vox/warroom/{coord}/{spec}" in ln]
+        assert not any("decided before" in ln for ln in about), about
+        assert any("decided now" in ln for ln in about), about
+    finally:
+        witness.close()
 
 
 async def test_a_will_seen_within_the_grace_after_a_reconnect_is_held_and_never_posted(

@@ -474,6 +474,9 @@ class Liveness:
         if not self._online() or self.connected_at is None:
             return
         since_connect = time.monotonic() - self.connected_at
+        # A pass may outlast its connection (each post awaits its PUBACK): what it decided
+        # goes out on that connection only, never on the next one (warroompost.py).
+        decided_on = self.ctx.session.connection_count
         posted = self.posts.open_codes  # what the war room holds from us, kept current
         for child_id in self.config.children:
             entry = self.fleet_view.get(child_id)
@@ -481,10 +484,8 @@ class Liveness:
             if entry is None or not (entry.seen or entry.misbehaving()):
                 continue
             code = loss_code(entry)
-            grace = max(
-                self.config.stale_after * entry.heartbeat_interval,
-                self.config.broker.reconnect_max,
-            )
+            interval, stale_after = entry.heartbeat_interval, self.config.stale_after
+            grace = max(stale_after * interval, self.config.broker.reconnect_max)
             if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
                 continue  # the site's one SITE_LINK_LOST incident stands for it
             name = entry.name or str(child_id)
@@ -492,13 +493,16 @@ class Liveness:
             # attacker's connection takes the child's session over): say so, once.
             replace = code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code)
             if code is not None and (child_id not in posted or replace):
-                # What was retained or queued for us while we were away (e.g. the wills a
-                # broker publishes as it stops) is old news: a child that is fine is reborn
-                # within this grace after our own reconnect, its backoff included.
+                # What was retained or queued for us while we were away, or seen on our
+                # connection before this one (the wills a broker publishes as it stops,
+                # taken just before our own loss of it), is old news: a child that is fine
+                # is reborn within its silence allowance after our reconnect (storm.py).
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
-                if (entry.retained or queued) and since_connect < grace:
+                earlier = entry.received_at < self.connected_at
+                silence = child_silence(interval, stale_after, self.config.broker.reconnect_max)
+                if (entry.retained or queued or earlier) and since_connect < silence:
                     continue  # an incident it would replace stays open, still ours to resolve
-                if code != CHILD_MISBEHAVING and self._echo(entry, code):
+                if code != CHILD_MISBEHAVING and self._echo(entry, code, silence):
                     continue  # posted if the child is not back when the grace ends
                 if code == CHILD_MISBEHAVING:
                     why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
@@ -508,7 +512,13 @@ class Liveness:
                     severity = "CRITICAL"
                 await self._safely(
                     self.posts.open_incident(
-                        child_id, code, why, epoch=entry.epoch, severity=severity, replace=replace
+                        child_id,
+                        code,
+                        why,
+                        epoch=entry.epoch,
+                        severity=severity,
+                        replace=replace,
+                        decided_on=decided_on,
                     )
                 )
             elif code is None and child_id in posted:
@@ -529,21 +539,13 @@ class Liveness:
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
 
-    def _echo(self, entry: AgentLiveness, code: str) -> bool:
-        """Return whether a child's loss may be the echo of our own reconnect (storm.py).
-
-        A broker that stops sends its clients' wills to everyone subscribed, and keeps
-        those it could not deliver in the persistent sessions it restores: a master gets
-        its children's wills again after its own reconnect, live, and on a host busy with a
-        whole broker's reconnects maybe seconds after its CONNACK, while the children are
-        being reborn.
-        """
+    def _echo(self, entry: AgentLiveness, code: str, silence: float) -> bool:
+        """Return whether a child's loss may be the echo of our own reconnect (storm.py):
+        a restarted broker restores the wills it sent as it stopped and delivers them
+        again after our reconnect, maybe seconds after, while the children are reborn."""
         seen_at = entry.received_at
         if code == HEARTBEAT_STALE:  # seen when it went stale, not when it last spoke
             seen_at += self.config.stale_after * entry.heartbeat_interval
-        silence = child_silence(
-            entry.heartbeat_interval, self.config.stale_after, self.config.broker.reconnect_max
-        )
         return self._held(seen_at, silence)
 
     def _held(self, seen_at: float | None, heard_within: float) -> bool:

@@ -155,11 +155,13 @@ class WarroomPoster:
         epoch: int | None = None,
         severity: Severity = "CRITICAL",
         replace: bool = False,
+        decided_on: int | None = None,
     ) -> None:
         """Post a retained system_failure about subject, once per incident.
 
         With replace, an open incident about subject with another code gives way to this
-        one: the new retained post takes the old one's place on the same topic.
+        one: the new retained post takes the old one's place on the same topic. decided_on:
+        the session's connection the decision was taken on (default: the one up now).
         """
         held = self._open.codes.get(subject)
         if held is not None and not (replace and held != error_code):
@@ -171,7 +173,7 @@ class WarroomPoster:
             subject=subject,
             epoch=epoch,
         )
-        await self._post(subject, failure, retain=True)
+        await self._post(subject, failure, retain=True, decided_on=decided_on)
         # Only once posted: a post skipped (offline) leaves the old incident owned, so the
         # retained post about subject is always one this agent will resolve.
         self._open.set(subject, error_code)
@@ -222,7 +224,13 @@ class WarroomPoster:
                 await self._post(subject, held[0], retain=True, again=True)
 
     async def _post(
-        self, subject: UUID, failure: SystemFailure, *, retain: bool, again: bool = False
+        self,
+        subject: UUID,
+        failure: SystemFailure,
+        *,
+        retain: bool,
+        again: bool = False,
+        decided_on: int | None = None,
     ) -> None:
         config, session = self.ctx.config, self.ctx.session
         message = new_message(
@@ -232,7 +240,7 @@ class WarroomPoster:
             details=failure,
             message_source=config.message_source,
         )
-        connection = session.connection_count
+        connection = session.connection_count if decided_on is None else decided_on
         try:
             await self.ctx.ledger.record_message(message, "sent")
         except LedgerError as exc:
