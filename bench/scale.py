@@ -14,8 +14,9 @@ Measured:
 - the heartbeat messages/s a `vox/+/status` reader on the core receives, against
   agents / interval, with their lag (received - emitted_at) and each agent's gap between
   two heartbeats (late agents, or late delivery);
-- `vox status --json` and `vox exporter` run as the operator would, on the core: their
-  time and peak memory, and three scrapes of the exporter;
+- `vox status --json`, `vox watch` (15 s), `vox warroom --json` and `vox exporter` run as
+  the operator would, on the core: their time and peak memory, the agents the watch's
+  last tree draws, and three scrapes of the exporter;
 - the storms of issue #27 one after the other, a `mosquitto_sub` on the core's war room
   throughout: site-0 cut for 60 s (no FIN) while the operator sends sites 0 - 2 a
   command a second (what each got, what ran twice, whether any agent of the other sites
@@ -34,6 +35,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -308,6 +310,30 @@ def peak_rss_run(args: list[str], out: Path, timeout: float) -> tuple[float, flo
     return seconds, round(peak, 1), out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
+WATCH_SECONDS = 15.0  # how long `vox watch --duration` runs
+
+
+def watch_and_warroom(fed: Federation, console_file: Path, workdir: Path) -> dict[str, Any]:
+    """Run `vox watch` for WATCH_SECONDS and `vox warroom --json` on the core, as the operator
+    would: their time (watch's past its duration: how late its drawing let it end), peak
+    memory, and how many agents the watch's last tree names."""
+    config = ["--config", str(console_file)]
+    args = ["watch", *config, "--duration", str(WATCH_SECONDS)]
+    seconds, peak, out, err = peak_rss_run(args, workdir / "watch.txt", 600)
+    words = set(re.findall(r"[\w-]+", out))
+    posts_run = peak_rss_run(["warroom", *config, "--json"], workdir / "warroom.json", 300)
+    return {
+        "vox_watch_seconds_past_duration": round(seconds - WATCH_SECONDS, 2),
+        "vox_watch_peak_rss_mib": peak,
+        "vox_watch_agents_drawn": sum(a.name in words for a in fed.fleet),
+        "vox_watch_stderr": err.strip()[:300],
+        "vox_warroom_json_seconds": round(posts_run[0], 2),
+        "vox_warroom_peak_rss_mib": posts_run[1],
+        "vox_warroom_posts": len(posts_run[2].splitlines()),
+        "vox_warroom_stderr": posts_run[3].strip()[:300],
+    }
+
+
 def exporter_scrapes(console_file: Path, log: Path, agents: int) -> dict[str, Any]:
     """Run `vox exporter` on the core and time two scrapes once it sees every agent."""
     with log.open("wb") as sink:
@@ -440,6 +466,7 @@ async def measure(workdir: Path, quick: bool) -> dict[str, Any]:
             detail["vox_status_listed"] = len(rows)
             detail["vox_status_states"] = dict(Counter(str(r.get("status")) for r in rows))
             detail["vox_status_stderr"] = err.strip()[:300]
+            detail.update(await asyncio.to_thread(watch_and_warroom, fed, console_file, workdir))
             try:
                 detail.update(
                     await asyncio.to_thread(
@@ -573,6 +600,21 @@ def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             states=detail["vox_status_states"],
             seconds=detail["vox_status_json_seconds"],
             peak_rss_mib=detail["vox_status_peak_rss_mib"],
+        ),
+        figure(
+            title=f"{on}: agents the last tree of a `vox watch --duration"
+            f" {WATCH_SECONDS:g}` on the core draws (how late it ended beside)",
+            unit="agents",
+            vox=detail["vox_watch_agents_drawn"],
+            baseline=agents,
+            target="every agent",
+            met=detail["vox_watch_agents_drawn"] == agents,
+            higher_is_better=True,
+            seconds_past_duration=detail["vox_watch_seconds_past_duration"],
+            peak_rss_mib=detail["vox_watch_peak_rss_mib"],
+            warroom_json_seconds=detail["vox_warroom_json_seconds"],
+            warroom_peak_rss_mib=detail["vox_warroom_peak_rss_mib"],
+            warroom_posts=detail["vox_warroom_posts"],
         ),
         figure(
             title=f"{on}: core broker RSS (its CPU beside) in steady heartbeats",

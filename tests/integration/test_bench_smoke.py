@@ -38,7 +38,7 @@ ROWS = {
     "faststream": 2,
     "web_console": 2,
     "signatures": 3,
-    "scale": 9,
+    "scale": 10,
     "request_life": 2,
 }
 
@@ -77,6 +77,9 @@ def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
         listed = next(row for row in rows if "`vox status --json`" in row["title"])
         assert listed["met"], listed
         assert listed["states"] == {"ACTIVE": listed["baseline"]}, listed
+        # vox watch draws every agent in its last tree.
+        drawn = next(row for row in rows if "`vox watch" in row["title"])
+        assert drawn["met"], drawn
         # The storm rules hold on it: nothing ran twice, one incident per restarted site.
         storms = rows[-4:]
         assert all(row["met"] for row in storms), storms

@@ -493,12 +493,12 @@ class Liveness:
             # attacker's connection takes the child's session over): say so, once.
             replace = code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code)
             if code is not None and (child_id not in posted or replace):
-                # What was retained or queued for us while we were away, or seen on our
-                # connection before this one (the wills a broker publishes as it stops,
-                # taken just before our own loss of it), is old news: a child that is fine
-                # is reborn within its silence allowance after our reconnect (storm.py).
+                # Retained or queued for us while we were away, or seen on our connection
+                # before this one (the wills a stopping broker sends just before it closes
+                # ours): old news, while a child that is fine is reborn (storm.py).
                 queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
-                earlier = entry.received_at < self.connected_at
+                earlier = self._reconnected_at is not None and code != CHILD_MISBEHAVING
+                earlier = earlier and 0 < entry.received_at < self.connected_at
                 silence = child_silence(interval, stale_after, self.config.broker.reconnect_max)
                 if (entry.retained or queued or earlier) and since_connect < silence:
                     continue  # an incident it would replace stays open, still ours to resolve
