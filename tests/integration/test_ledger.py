@@ -270,7 +270,7 @@ async def test_note_to_human_and_payload_text_never_reach_the_disk(tmp_path: Pat
             "note_to_human": "Client: Netwire SECRET-ONE",
         },
     )
-    request = command(ROOT, COORD, note_to_human="SECRET-TWO", nested=[{"note_to_human": "X3"}])
+    request = command(ROOT, COORD, note_to_human="SECRET-TWO", nested=[{"note_to_human": "NESTED-SIX"}])
     async with VOXAgentMemory(path) as ledger:
         await ledger.record_message(job, "received")
         await ledger.record_message(request, "received")
@@ -286,7 +286,9 @@ async def test_note_to_human_and_payload_text_never_reach_the_disk(tmp_path: Pat
         )
         rows = await ledger.get_recent()
     data = raw_bytes(path)
-    for secret in (b"SECRET", b"Netwire", b"note_to_human", b"X3"):
+    # Markers long enough not to turn up by chance in a page's binary: the two bytes "X3"
+    # once did, in a full suite run (a rowid, a length, any two bytes may spell them).
+    for secret in (b"SECRET", b"Netwire", b"note_to_human", b"NESTED-SIX"):
         assert secret not in data
     by_type = {r["message_type"]: r["details"] for r in rows}
     assert by_type["job_detected"] == {"message_source": ledger.stored_source("vox-mqtt")}
