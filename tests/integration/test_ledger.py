@@ -270,7 +270,9 @@ async def test_note_to_human_and_payload_text_never_reach_the_disk(tmp_path: Pat
             "note_to_human": "Client: Netwire SECRET-ONE",
         },
     )
-    request = command(ROOT, COORD, note_to_human="SECRET-TWO", nested=[{"note_to_human": "NESTED-SIX"}])
+    request = command(
+        ROOT, COORD, note_to_human="SECRET-TWO", nested=[{"note_to_human": "NESTED-SIX"}]
+    )
     async with VOXAgentMemory(path) as ledger:
         await ledger.record_message(job, "received")
         await ledger.record_message(request, "received")
