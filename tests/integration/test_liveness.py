@@ -429,6 +429,18 @@ async def test_an_agent_that_reads_its_own_status_puts_its_birth_back_over_a_lat
     assert json.loads(fresh.messages[0].payload)["details"]["status"] == "ACTIVE"
 
 
+async def coordinator_over_spec_a(
+    stack: AsyncExitStack, secure: SecureBroker, tmp_path: Path
+) -> dict[str, VOXAgent]:
+    """Start the coordinator and its child spec_a (heartbeat 3 s); return once it serves."""
+    agents = await start_agents(
+        stack, secure, tmp_path, {"spec_a": [Analyst()]}, ["coordinator", "spec_a"],
+        heartbeat_interval=3.0,
+    )  # fmt: skip
+    await wait_for(lambda: agents["coordinator"].advertised_commands() == ["analyze"])
+    return agents
+
+
 async def test_an_incident_decided_on_an_earlier_connection_is_not_posted_on_the_next(
     secure: SecureBroker, tmp_path: Path
 ) -> None:
@@ -440,12 +452,8 @@ async def test_an_incident_decided_on_an_earlier_connection_is_not_posted_on_the
     witness = Witness(secure.creds("explorer"), "vox/warroom/#", fmt="%r %t %p", session_expiry=60)
     try:
         async with AsyncExitStack() as stack:
-            agents = await start_agents(
-                stack, secure, tmp_path, {"spec_a": [Analyst()]}, ["coordinator", "spec_a"],
-                heartbeat_interval=3.0,
-            )  # fmt: skip
+            agents = await coordinator_over_spec_a(stack, secure, tmp_path)
             coordinator = agents["coordinator"]
-            await wait_for(lambda: coordinator.advertised_commands() == ["analyze"])
             link = coordinator.session._link  # the live connection; no public handle on purpose
             assert link is not None
             link.abort()
@@ -475,17 +483,14 @@ async def test_a_will_seen_within_the_grace_after_a_reconnect_is_held_and_never_
     """docs/liveness.md, the grace after a reconnect (protocol/storm.py): after a broker
     restart the coordinator gets its child's will live past the 2 s catch-up (the child
     drops once more 2.5 s after the coordinator is back) and the child is reborn at once:
-    held for window + heartbeat + 2 s, never posted. Without the grace it is posted at once."""
+    held for the grace (window + the child's silence allowance + 2 s), never posted.
+    Without the grace it is posted at once."""
     coord, spec = secure.fleet.agent("coordinator").id, secure.fleet.agent("spec_a").id
     witness = Witness(secure.creds("explorer"), "vox/warroom/#", fmt="%r %t %p", session_expiry=60)
     try:
         async with AsyncExitStack() as stack:
-            agents = await start_agents(
-                stack, secure, tmp_path, {"spec_a": [Analyst()]}, ["coordinator", "spec_a"],
-                heartbeat_interval=3.0,
-            )  # fmt: skip
+            agents = await coordinator_over_spec_a(stack, secure, tmp_path)
             coordinator, child = agents["coordinator"], agents["spec_a"]
-            await wait_for(lambda: coordinator.advertised_commands() == ["analyze"])
             await asyncio.to_thread(secure.broker.restart)
             await wait_for(
                 lambda: coordinator.session.connection_count == 2 and coordinator.session.connected,
@@ -498,7 +503,8 @@ async def test_a_will_seen_within_the_grace_after_a_reconnect_is_held_and_never_
             config = agent_config(secure, "spec_a", tmp_path, heartbeat_interval=3.0)
             await stack.enter_async_context(VOXAgent(config, [Analyst()]))
             await wait_for(lambda: coordinator.advertised_commands() == ["analyze"], timeout=10)
-            # Past the end of the grace (window + 3 s + 2 s): still nothing posted.
+            # Seconds after the child is back (the grace of one heartbeat it once had is over):
+            # still nothing posted.
             await asyncio.sleep(max(0.0, back + coordinator.session.reconnect_window + 6.0
                                     - time.monotonic()))  # fmt: skip
             assert coordinator.fleet_view.get(spec).status == "ACTIVE"  # type: ignore[union-attr]
