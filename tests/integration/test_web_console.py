@@ -124,9 +124,11 @@ def test_tree_and_war_room_follow_a_kill_and_a_restart_without_reload(
             max(0.5, LIVENESS_BOUND - (time.monotonic() - killed)),
             "the incident about specialist in the war room",
         )
-        row = driver.find_element(By.CSS_SELECTOR, incident)
-        assert "specialist" in row.text
-        assert "root" in row.text
+        # Read within a wait: the page may redraw the row between finding it and reading it
+        # (a batch from the stream), and a row found before is then stale (seen once).
+        text = wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, incident).text, 5, "its text")
+        assert "specialist" in text
+        assert "root" in text
         assert driver.find_element(By.ID, "open-count").text != "0"
         screenshot(driver, "web-warroom.png")
 
