@@ -92,6 +92,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
+# A failing test shows the end of its broker's log, not the whole of it: a log at
+# `log_type all` under a load test ran to 200,000 lines, the failure buried in it.
+BROKER_LOG_LINES = 200
+
+
+def broker_log_report(broker: LocalBroker) -> str:
+    """Return the last BROKER_LOG_LINES lines of a broker's log and where the whole file is."""
+    lines = broker.log_text().splitlines()
+    shown = lines[-BROKER_LOG_LINES:]
+    head = f"last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else "whole"
+    return (
+        f"\n--- mosquitto log, {head}: {broker.log_path} ---\n"
+        + "\n".join(shown)
+        + f"\n--- end of the mosquitto log ({broker.log_path}) ---"
+    )
+
+
 def plain_conf(port: int, directory: Path) -> str:
     """Return a minimal anonymous config listening on 127.0.0.1:port."""
     return (
@@ -129,7 +146,7 @@ def broker_factory(
     for broker in started:
         broker.stop()
         if failed is not None and failed.failed:
-            print(f"\n--- mosquitto log ({broker.conf_path}) ---\n{broker.log_text()}")
+            print(broker_log_report(broker))
 
 
 @pytest.fixture
@@ -159,7 +176,7 @@ def module_broker_factory(
     for broker in started:
         broker.stop()
         if request.session.testsfailed > failed_before:
-            print(f"\n--- mosquitto log ({broker.conf_path}) ---\n{broker.log_text()}")
+            print(broker_log_report(broker))
 
 
 @pytest.fixture

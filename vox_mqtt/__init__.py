@@ -1,27 +1,89 @@
-"""vox-mqtt: hierarchical agents on edge hosts that talk VOX over MQTT."""
+"""vox-mqtt: hierarchical agents on edge hosts that talk VOX over MQTT.
+
+The public API is resolved on first use (PEP 562): `import vox_mqtt` costs nothing, so a
+`vox` verb imports only what it needs (docs/architecture.md, "Layers").
+"""
+
+from __future__ import annotations
+
+import importlib  # already loaded by the interpreter's own start
 
 from vox_mqtt._version import __version__
-from vox_mqtt.agent.facade import AgentConfig, VOXAgent
-from vox_mqtt.agent.roles import Role, command, on
-from vox_mqtt.console.operator import OperatorConsole
-from vox_mqtt.ledger.store import VOXAgentMemory
-from vox_mqtt.protocol.errors import (
-    BrokerUnavailable,
-    CommandFailed,
-    ConfigError,
-    DeliveryFailed,
-    FleetError,
-    InvalidMessage,
-    LedgerError,
-    Refused,
-    SubscriptionRefused,
-    TopicError,
-    VoxError,
-)
-from vox_mqtt.protocol.hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
-from vox_mqtt.protocol.messages import VOXMessage, new_message, parse, serialize
-from vox_mqtt.protocol.topics import WARROOM_ID
-from vox_mqtt.transport.session import BrokerSettings
+
+# Not `from typing import TYPE_CHECKING`: importing typing here would put a module load
+# between the interpreter's start and the `vox` entry's SIGINT handler (vox_mqtt/_entry.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from vox_mqtt.agent.facade import AgentConfig, VOXAgent
+    from vox_mqtt.agent.roles import Role, command, on
+    from vox_mqtt.console.operator import OperatorConsole
+    from vox_mqtt.ledger.store import VOXAgentMemory
+    from vox_mqtt.protocol.errors import (
+        BrokerUnavailable,
+        CommandFailed,
+        ConfigError,
+        DeliveryFailed,
+        FleetError,
+        InvalidMessage,
+        LedgerError,
+        Refused,
+        SubscriptionRefused,
+        TopicError,
+        VoxError,
+    )
+    from vox_mqtt.protocol.hierarchy import AgentSpec, AgentView, Fleet, load_fleet, parse_fleet
+    from vox_mqtt.protocol.messages import VOXMessage, new_message, parse, serialize
+    from vox_mqtt.protocol.topics import WARROOM_ID
+    from vox_mqtt.transport.session import BrokerSettings
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "AgentConfig": "vox_mqtt.agent.facade",
+    "VOXAgent": "vox_mqtt.agent.facade",
+    "Role": "vox_mqtt.agent.roles",
+    "command": "vox_mqtt.agent.roles",
+    "on": "vox_mqtt.agent.roles",
+    "OperatorConsole": "vox_mqtt.console.operator",
+    "VOXAgentMemory": "vox_mqtt.ledger.store",
+    "BrokerUnavailable": "vox_mqtt.protocol.errors",
+    "CommandFailed": "vox_mqtt.protocol.errors",
+    "ConfigError": "vox_mqtt.protocol.errors",
+    "DeliveryFailed": "vox_mqtt.protocol.errors",
+    "FleetError": "vox_mqtt.protocol.errors",
+    "InvalidMessage": "vox_mqtt.protocol.errors",
+    "LedgerError": "vox_mqtt.protocol.errors",
+    "Refused": "vox_mqtt.protocol.errors",
+    "SubscriptionRefused": "vox_mqtt.protocol.errors",
+    "TopicError": "vox_mqtt.protocol.errors",
+    "VoxError": "vox_mqtt.protocol.errors",
+    "AgentSpec": "vox_mqtt.protocol.hierarchy",
+    "AgentView": "vox_mqtt.protocol.hierarchy",
+    "Fleet": "vox_mqtt.protocol.hierarchy",
+    "load_fleet": "vox_mqtt.protocol.hierarchy",
+    "parse_fleet": "vox_mqtt.protocol.hierarchy",
+    "VOXMessage": "vox_mqtt.protocol.messages",
+    "new_message": "vox_mqtt.protocol.messages",
+    "parse": "vox_mqtt.protocol.messages",
+    "serialize": "vox_mqtt.protocol.messages",
+    "WARROOM_ID": "vox_mqtt.protocol.topics",
+    "BrokerSettings": "vox_mqtt.transport.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'vox_mqtt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "WARROOM_ID",

@@ -250,7 +250,13 @@ async def test_broker_restart_reconnects_resubscribes_and_keeps_yielding(
         await session.wait_connected(timeout=10)
         assert session.connection_count == 2
         await session.publish("t/r", b"after")
-        assert (await next_message(session)).payload == b"after"
+        # QoS 1 is at least once: a broker stopped before it read our PUBACK of "before"
+        # kept that message in the persisted session and delivers it again after the restart
+        # (seen once in a full suite under load). Only such a redelivery may come first.
+        payload = (await next_message(session)).payload
+        while payload == b"before":
+            payload = (await next_message(session)).payload
+        assert payload == b"after"
     assert wills == [1, 2]  # a fresh will (a new epoch) for every CONNECT
     assert births == [1, 2]
     assert isinstance(causes[0], BrokerUnavailable)

@@ -38,6 +38,7 @@ APPS = 6
 TOP_LEVEL = {
     "vox_mqtt",
     "vox_mqtt._version",
+    "vox_mqtt._entry",  # the console scripts' entry: Ctrl-C before and after a command
     "vox_mqtt.errors",
     "vox_mqtt.messages",
     "vox_mqtt.topics",

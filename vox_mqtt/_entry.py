@@ -1,0 +1,80 @@
+"""The console scripts' entry points (`vox`, `vox-agent` in pyproject.toml).
+
+Ctrl-C at any moment of a command ends it with exit status 130 and never a traceback
+(docs/operations.md, "Interrupting a command"): while the command's modules are still being
+imported, and again once it has returned, there is nothing of ours to clean up, so SIGINT ends
+the process at once; while the command runs, Python's own handler raises KeyboardInterrupt,
+which each command turns into its orderly stop and 130.
+
+This module imports nothing of the package at load time: `vox_mqtt/__init__.py` resolves its
+public names lazily, so this handler is in place before any heavy import starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130
+
+
+def _end_at_once(signum: int, frame: object) -> None:
+    # Between imports or after the command returned: no task, file or session of ours is
+    # half done, and a KeyboardInterrupt raised here would surface as an import-time or
+    # shutdown traceback. Flush what the command printed, then go.
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105  (contextlib would be one more import before the handler)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+# Installed as this module loads, before anything else is imported: the console script
+# imports this module first thing. A shell starts background jobs with SIGINT ignored (and
+# Python then installs no handler): such a process is not the one a Ctrl-C is meant for, so
+# it stays ignored.
+_IGNORED = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+if not _IGNORED:
+    signal.signal(signal.SIGINT, _end_at_once)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+def _run(load: Callable[[], Callable[[], int]]) -> None:
+    ignored = _IGNORED
+    main = load()
+    if not ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    if not ignored:
+        signal.signal(signal.SIGINT, _end_at_once)
+    sys.exit(code)
+
+
+def _load_vox() -> Callable[[], int]:
+    from vox_mqtt.cli import main
+
+    return main
+
+
+def _load_vox_agent() -> Callable[[], int]:
+    from agent_daemon.__main__ import main
+
+    return main
+
+
+def vox() -> None:
+    """The `vox` command."""
+    _run(_load_vox)
+
+
+def vox_agent() -> None:
+    """The `vox-agent` daemon."""
+    _run(_load_vox_agent)
