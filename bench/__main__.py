@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import (
     bridged,
+    burst_read,
     detection,
     exporter_scrape,
     faststream_rpc,
@@ -61,6 +62,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "signatures": (15, signatures.run),
     "scale": (16, scale.run),
     "request_life": (17, request_life.run),
+    "burst_read": (18, burst_read.run),
 }
 
 

@@ -40,6 +40,7 @@ ROWS = {
     "signatures": 3,
     "scale": 10,
     "request_life": 2,
+    "burst_read": 2,
 }
 
 
