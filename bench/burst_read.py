@@ -135,6 +135,7 @@ def _rounds(port: int, count: int, one: Round) -> tuple[float, float]:
 def run(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     """Measure figure 18: a Session catching up on a retained burst, against bare aiomqtt."""
     count = sizes(quick)
+    workdir.mkdir(parents=True, exist_ok=True)
     conf = workdir / "mosquitto.conf"
     port = free_port()
     conf.write_text(

@@ -43,6 +43,7 @@ from vox_mqtt.protocol.messages import (
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.publishprops import PublishProperties
 
 __all__ = ["Outbox", "Outgoing"]
@@ -252,22 +253,24 @@ class Outbox:
     def _outlived(self, message: VOXMessage, until: float | None = None) -> str | None:
         return outlived(message, self.config.broker.signing, until)
 
-    def _published(self, tracked: TrackedRequest, outcome: asyncio.Future[Any]) -> None:
+    def _published(self, tracked: TrackedRequest, pending: asyncio.Future[PublishOutcome]) -> None:
         """The broker's answer to one publish: a PUBACK, a refusal, or a dropped connection."""
-        if outcome.cancelled():
+        if pending.cancelled():
             return
-        if (exc := outcome.exception()) is not None:
-            # The connection dropped first: the next try re-sends it.
-            log.info("%s: will re-send %s: %s", self.config.name, tracked.message_id, exc)
-            return
-        code = outcome.result()
-        if not code.is_failure:
+        outcome = pending.result()
+        if outcome.accepted:
             self._tracker.dispatched(tracked.message_id)
             return
-        if int(code.value) >= 0x80 and not tracked.final and not tracked.acknowledged.is_set():
+        if outcome.lost:
+            # The connection dropped first: the next try re-sends it.
+            log.info(
+                "%s: will re-send %s: %s", self.config.name, tracked.message_id, outcome.reason
+            )
+            return
+        if not tracked.final and not tracked.acknowledged.is_set():
             # The broker refused it (ACL): re-sending cannot help.
             self._metrics.delivery_failures += 1
-            reason = f"the broker refused it: {code}"
+            reason = f"the broker refused it: {outcome.reason}"
             self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
 
     def _give_up(
@@ -340,17 +343,20 @@ class Outbox:
         self._acking.add(outcome)
         outcome.add_done_callback(self._acking.discard)
 
-    def _acked(self, message_id: UUID, outcome: asyncio.Future[Any]) -> None:
-        if outcome.cancelled():
+    def _acked(self, message_id: UUID, pending: asyncio.Future[PublishOutcome]) -> None:
+        if pending.cancelled():
             return
         name = self.config.name
-        if (exc := outcome.exception()) is not None:
+        outcome = pending.result()
+        if outcome.lost:
             # The connection dropped (or was closed) first: the sender will re-send.
             self._metrics.delivery_failures += 1
-            log.info("%s: ack for %s not confirmed: %s", name, message_id, exc)
-        elif (code := outcome.result()).is_failure:
+            log.info("%s: ack for %s not confirmed: %s", name, message_id, outcome.reason)
+        elif outcome.refused:
             self._metrics.delivery_failures += 1
-            log.warning("%s: the broker refused the ack for %s: %s", name, message_id, code)
+            log.warning(
+                "%s: the broker refused the ack for %s: %s", name, message_id, outcome.reason
+            )
 
     async def flush_acks(self, timeout: float) -> None:
         """Wait (up to timeout) for the acks still on their way to their PUBACK.

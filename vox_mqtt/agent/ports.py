@@ -13,6 +13,7 @@ from uuid import UUID
 
 from vox_mqtt.protocol.messages import VOXMessage
 from vox_mqtt.protocol.settings import AgentConfig
+from vox_mqtt.transport.outcome import PublishOutcome
 
 __all__ = ["Publisher", "Recorder", "Settings"]
 
@@ -63,6 +64,8 @@ class Publisher(Protocol):
         *,
         content_type: str | None = "application/json",
         props: Any = None,
-    ) -> asyncio.Future[Any] | None:
-        """Publish on the live connection without waiting; None when no connection is up."""
+    ) -> asyncio.Future[PublishOutcome] | None:
+        """Publish on the live connection without waiting; None when no connection is up.
+
+        The future resolves to the publish's outcome (transport/outcome.py), never raises."""
         ...

@@ -31,7 +31,6 @@ from vox_mqtt.protocol.messages import (
     new_message,
     serialize,
 )
-from vox_mqtt.transport.session import refused_publish
 
 __all__ = ["WarroomPoster"]
 
@@ -263,11 +262,11 @@ class WarroomPoster:
             raise VoxError(f"{config.name}: offline, war-room post skipped")
         try:
             async with asyncio.timeout(config.broker.publish_timeout):
-                rc = await pending
+                outcome = await pending
         except TimeoutError:
             raise DeliveryFailed(f"{config.name}: war-room post not acknowledged") from None
-        if rc.is_failure:
-            raise refused_publish(topic, rc)
+        if not outcome.accepted:
+            raise outcome.error(topic)
         if retain:
             self._retained[subject] = (failure, time.monotonic())
         # An incident is news a person should see (WARNING); its resolution is not (INFO),

@@ -22,6 +22,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.transport._mqttdecode import decode_lean
+from vox_mqtt.transport.outcome import CONNECTION_LOST, PublishOutcome, answered
 from vox_mqtt.transport.publishprops import PackedProperties, packed
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Client(aiomqtt.Client):
         self.will = will
         self.session_present = False
         self.connect_error: BaseException | None = None
-        self._outcomes: dict[int, asyncio.Future[ReasonCode]] = {}
+        self._outcomes: dict[int, asyncio.Future[PublishOutcome]] = {}
         # paho reports socket and TLS errors only as log lines; keep the last one for our
         # messages, and send its log to ours at debug level so it is not said twice.
         self.last_failure = ""
@@ -95,15 +96,16 @@ class Client(aiomqtt.Client):
 
     async def publish_checked(
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
-    ) -> ReasonCode | None:
-        """Publish and return the broker's reason code; None if this connection is gone."""
+    ) -> PublishOutcome | None:
+        """Publish and return what became of it; None if this connection is gone already."""
         outcome = self.publish_soon(topic, payload, qos, retain, properties)
         return None if outcome is None else await outcome
 
     def publish_soon(
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties
-    ) -> asyncio.Future[ReasonCode] | None:
-        """Publish; return the future of the broker's reason code, None if the link is gone."""
+    ) -> asyncio.Future[PublishOutcome] | None:
+        """Publish; return the future of its outcome (never an exception), None if the link
+        is gone already."""
         if self._disconnected.done():
             return None
         info = self._client.publish(topic, payload, qos, retain, properties)
@@ -114,11 +116,11 @@ class Client(aiomqtt.Client):
             raise DeliveryFailed(f"could not publish to {topic!r}: {mqtt.error_string(info.rc)}")
         # Registered before the loop runs again: paho writes (and so reports) only from the
         # event loop, never inside publish().
-        outcome: asyncio.Future[ReasonCode] = self._loop.create_future()
+        outcome: asyncio.Future[PublishOutcome] = self._loop.create_future()
         mid = info.mid
         self._outcomes[mid] = outcome
 
-        def forget(_: asyncio.Future[ReasonCode]) -> None:
+        def forget(_: asyncio.Future[PublishOutcome]) -> None:
             if self._outcomes.get(mid) is outcome:
                 del self._outcomes[mid]
 
@@ -149,12 +151,7 @@ class Client(aiomqtt.Client):
             lost.exception()  # mark it retrieved; the session reads it again
         for outcome in self._outcomes.values():
             if not outcome.done():
-                outcome.set_exception(
-                    DeliveryFailed(
-                        "the connection dropped before the broker acknowledged the message "
-                        "(it may or may not have been delivered)"
-                    )
-                )
+                outcome.set_result(CONNECTION_LOST)
         for subscribed in self._pending_subscribes.values():
             if not subscribed.done():
                 subscribed.set_exception(aiomqtt.MqttError("the connection dropped"))
@@ -280,7 +277,7 @@ class Client(aiomqtt.Client):
         mid, reason_code = args[2], args[3]  # (client, userdata, mid, reason_code, properties)
         outcome = self._outcomes.get(mid)  # None when that publish already gave up waiting
         if outcome is not None and not outcome.done():
-            outcome.set_result(reason_code)
+            outcome.set_result(answered(reason_code.value, str(reason_code)))
         super()._on_publish(*args, **kwargs)
 
 
@@ -331,16 +328,6 @@ def _buffer_reads(client: mqtt.Client) -> None:
 
     client._sock_recv = buffered_recv  # type: ignore[method-assign,assignment]
     client.loop_read = read_all  # type: ignore[method-assign]
-
-
-def refused_publish(topic: str, rc: ReasonCode) -> DeliveryFailed:
-    """Return the error for a PUBACK that refused a publish, in words a person can act on."""
-    hint = " — the broker's ACL does not let this client publish there"
-    return DeliveryFailed(
-        f"the broker refused the message on {topic!r}: {rc} (0x{rc.value:02X})"
-        + (hint if rc.value == 0x87 else ""),
-        reason_code=rc.value,
-    )
 
 
 def broker_error(exc: BaseException, s: BrokerSettings) -> BrokerUnavailable:

@@ -26,13 +26,13 @@ from vox_mqtt.transport._mqttclient import (
     broker_error,
     new_client,
     publish_properties,
-    refused_publish,
     tls_context,
 )
 from vox_mqtt.transport.inbound import Inbound
+from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 
-__all__ = ["BrokerSettings", "Inbound", "Session", "Will", "refused_publish"]
+__all__ = ["BrokerSettings", "Inbound", "PublishOutcome", "Session", "Will"]
 
 log = logging.getLogger(__name__)
 
@@ -210,14 +210,14 @@ class Session:
             props = publish_properties(content_type, expiry)
         props = self._signed(topic, payload, props)
         timeout = self.settings.publish_timeout
-        rc: ReasonCode | None = None
+        outcome: PublishOutcome | None = None
         sent = False
         try:
             async with asyncio.timeout(timeout):
-                while rc is None:  # None: that connection is gone, wait for the next one
+                while outcome is None:  # None: that connection is gone, wait for the next one
                     client = await self._live_client()
                     sent = True
-                    rc = await client.publish_checked(topic, payload, qos, retain, props)
+                    outcome = await client.publish_checked(topic, payload, qos, retain, props)
                     sent = False
         except TimeoutError:
             if sent:
@@ -225,8 +225,8 @@ class Session:
                     f"the broker did not acknowledge the message on {topic!r} within {timeout:g}s"
                 ) from None
             raise DeliveryFailed(f"not sent to {topic!r}: {self._unreachable(timeout)}") from None
-        if rc.is_failure:
-            raise refused_publish(topic, rc)
+        if not outcome.accepted:
+            raise outcome.error(topic)
 
     def publish_soon(
         self,
@@ -236,9 +236,10 @@ class Session:
         retain: bool = False,
         content_type: str | None = "application/json",
         props: Properties | None = None,
-    ) -> asyncio.Future[ReasonCode] | None:
-        """Publish at QoS 1 on the live connection only; return the future of its PUBACK
-        (DeliveryFailed if that connection drops first), or None with no connection up.
+    ) -> asyncio.Future[PublishOutcome] | None:
+        """Publish at QoS 1 on the live connection only; return the future of its outcome
+        (accepted, refused, or lost if that connection drops first: never an exception), or
+        None with no connection up.
 
         During on_connect that is the connection being set up: the outbox re-sends what it
         holds from there, at once (docs/architecture.md, the outbox)."""
