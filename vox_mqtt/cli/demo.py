@@ -23,7 +23,15 @@ from vox_mqtt.protocol.errors import ConfigError, VoxError
 from ._common import EXIT_RUNTIME, fail, out_console
 from .demo_decisions import DecisionStep
 from .fleet import draw_tree
-from .localfleet import DemoLayout, ExplorerWatch, Ledgers, LocalFleet, VoxRun, run_vox
+from .localfleet import (
+    DEMO_WATCHER,
+    DemoLayout,
+    ExplorerWatch,
+    Ledgers,
+    LocalFleet,
+    VoxRun,
+    run_vox,
+)
 
 __all__ = ["register"]
 
@@ -109,7 +117,7 @@ class Demo:
         try:
             self.setup()
             assert self.local.broker_dir is not None
-            observer = ExplorerWatch(self.local.broker_dir, self.layout.state("explorer"))
+            observer = ExplorerWatch(self.local.broker_dir, self.layout.state(DEMO_WATCHER))
             async with observer:
                 self.observer = observer
                 await self.start_agents()
@@ -180,12 +188,12 @@ class Demo:
         if fleet.brokers:
             self.say(
                 f"$ vox broker render {self.shown(layout.fleet)} --broker {fleet.root_broker} "
-                f"--out {self.shown(layout.broker)} --explorer"
+                f"--out {self.shown(layout.broker)} --explorer --explorer demo-watcher"
             )
         else:
             self.say(
                 f"$ vox broker render {self.shown(layout.fleet)} --out {self.shown(layout.broker)}"
-                " --explorer"
+                " --explorer --explorer demo-watcher"
             )
         self.say(
             "  mosquitto.conf, an ACL that lets each agent write only to its master's and"
@@ -475,6 +483,13 @@ class Demo:
         self.say(f"  username {creds.username}")
         self.say(f"  password {creds.password}")
         self.say("  subscribe to vox/#")
+        # This login is the user's alone (the demo watches as explorer-demo-watcher); a
+        # second explorer on it would kick the first off (docs/operations.md).
+        self.say(
+            "  one identity per explorer: a second one gets its own with "
+            f"`vox broker render {self.shown(self.layout.fleet)} --out "
+            f"{self.shown(self.layout.broker)} --explorer NAME`"
+        )
         self.say("Try, in another terminal:")
         for line in (
             f"vox status --config {op}",

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_id
+from vox_mqtt.broker.acl import EXPLORER_NAME, EXPLORER_PREFIX, explorer_id
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.manifest import load_manifest
 from vox_mqtt.broker.passwd import Credentials, LookLogin, atomic_write, render_credentials
@@ -186,8 +186,9 @@ def _identity(fleet: Fleet, name: str) -> tuple[str, str, Any]:
     except KeyError:
         if name in ("operator", fleet.operator_name, str(fleet.operator_id)):
             return "operator", fleet.operator_name, fleet.operator_id
-        if name == EXPLORER_NAME:
-            return "explorer", EXPLORER_NAME, explorer_id(fleet)
+        if name == EXPLORER_NAME or name.startswith(EXPLORER_PREFIX):
+            # Each explorer has its own login (`vox broker render --explorer NAME`).
+            return "explorer", name, explorer_id(fleet, name)
         known = ", ".join(sorted(a.name for a in fleet))
         raise ConfigError(
             [f"no agent {name!r} in the fleet (agents: {known}; or `operator`, `explorer`)"]
