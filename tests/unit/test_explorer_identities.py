@@ -32,6 +32,7 @@ from vox_mqtt.broker.passwd import hash_password
 from vox_mqtt.broker.pki import PkiLayout
 from vox_mqtt.cli import main
 from vox_mqtt.cli.agent import resolve_agent
+from vox_mqtt.fleet.explorer import load_explorer_config
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import load_fleet, parse_fleet
 
@@ -243,5 +244,7 @@ def test_agent_render_writes_a_named_explorers_config(fleet_file: Path, tmp_path
         )
         == 0
     )
-    text = config.read_text()
-    assert str(explorer_id(fleet, "explorer-alice")) in text
+    explorer = load_explorer_config(config)
+    assert explorer.explorer.name == "explorer-alice"
+    assert explorer.explorer.id == explorer_id(fleet, "explorer-alice")
+    assert explorer.broker.username == str(explorer.explorer.id)
