@@ -81,8 +81,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     # Roles only for an agent: not for the operator, nor an explorer (`explorer-NAME`).
     agents = {agent.name for agent in fleet}
-    if name != "operator" and name in agents and report_roles(
-        fleet, args.fleet, only=[fleet.agent(name)]
+    if (
+        name != "operator"
+        and name in agents
+        and report_roles(fleet, args.fleet, only=[fleet.agent(name)])
     ):
         fail(f"not written: fix the role paths of {name} in {args.fleet}")
         return EXIT_USAGE
