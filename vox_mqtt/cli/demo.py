@@ -485,10 +485,18 @@ class Demo:
         self.say("  subscribe to vox/#")
         # This login is the user's alone (the demo watches as explorer-demo-watcher); a
         # second explorer on it would kick the first off (docs/operations.md).
+        broker = self.shown(self.layout.broker)
+        site = f" --broker {self.fleet.root_broker}" if self.fleet and self.fleet.brokers else ""
+        self.say("  one identity per explorer; give another one its own:")
         self.say(
-            "  one identity per explorer: a second one gets its own with "
-            f"`vox broker render {self.shown(self.layout.fleet)} --out "
-            f"{self.shown(self.layout.broker)} --explorer NAME`"
+            f"  $ vox broker render {self.shown(self.layout.fleet)}{site} --out {broker}"
+            " --explorer NAME"
+        )
+        if self.local.broker is not None:
+            self.say(f"  $ vox broker reload {broker} --pid {self.local.broker.pid}")
+        self.say(
+            f"  $ vox agent render {self.shown(self.layout.fleet)} explorer-NAME "
+            f"--broker-dir {broker} --out NAME/explorer.toml"
         )
         self.say("Try, in another terminal:")
         for line in (
