@@ -271,7 +271,7 @@ def test_render_remembers_its_options_and_says_what_changed(
     assert _render(fleet_file, out, "--port", "18831", "--no-explorer") == 0
     err = capsys.readouterr().err
     assert "vox: changed: port: 18830 -> 18831" in err
-    assert "vox: changed: explorer: True -> False" in err
+    assert "vox: changed: explorers: ('explorer',) -> ()" in err
     assert "explorer" not in _creds(out)
 
 

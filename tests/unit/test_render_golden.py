@@ -27,14 +27,15 @@ from vox_mqtt.protocol.hierarchy import parse_fleet
 
 # The first 40 hex digits of each file's sha256, the folder's path replaced by TMP, as the
 # renderer of commit 8323385 wrote them; mosquitto.conf since its queue is sized to the
-# fleet (broker/render.py, queue_limits: max_queued_messages 1,056 for these 14 agents).
+# fleet (broker/render.py, queue_limits: max_queued_messages 1,056 for these 14 agents);
+# render.json since it keeps the explorers by name ("explorers": ["explorer"], issue 38).
 GOLDEN = {
     "acl-first/acl": "da1ac354796f212f1709f1826ff1dd69374ac16c",
     "acl-first/credentials/secrets.json": "fd51b40fb9c716aaf692266537935ef723ca16a9",
     "acl-first/mosquitto.conf": "a7839dfe55e746d98cc48e183b16a4b456eca8ac",
     "acl-first/passwd": "6ca1a708b4806d58d7b480d01636f04f7e3907e9",
     "acl-first/policy.json": "1cfe2130840e22b7d98b6999679a6c36fc51459c",
-    "acl-first/render.json": "bed4afcb0a4ed02fc0131fd6d979b4ecb7b9a5ff",
+    "acl-first/render.json": "5ebda2f770ba1bc4ecd2cf5b3a25bd83ddcb9d8b",
     "acl-again/acl": "da1ac354796f212f1709f1826ff1dd69374ac16c",
     "acl-again/credentials/secrets.json": "d2dc324d0dbc651447677cb53335b92b5cd1060b",
     "acl-again/last-good/acl": "da1ac354796f212f1709f1826ff1dd69374ac16c",
@@ -42,12 +43,12 @@ GOLDEN = {
     "acl-again/mosquitto.conf": "a7839dfe55e746d98cc48e183b16a4b456eca8ac",
     "acl-again/passwd": "e5a5abd1b028e9c2004626c0385ad8e4086c0828",
     "acl-again/policy.json": "1cfe2130840e22b7d98b6999679a6c36fc51459c",
-    "acl-again/render.json": "b2d0b4e58beb79aa004afabbd890caaa17021803",
+    "acl-again/render.json": "f64206f982c4ddf904f0eb2107e8fcdc9ba63f89",
     "dynsec/credentials/secrets.json": "11c3cea30c129c968b25956516e6ee2875576c1f",
     "dynsec/dynsec.json": "65a4b7f6a52ae490527f5cef2057d5e2d0c2d1fb",
     "dynsec/mosquitto.conf": "b86e1d9e2536ecd699a4cb90b87fa27dc238b1ba",
     "dynsec/policy.json": "e577c0cdc2091c8b481aa55776dd9c08c4490353",
-    "dynsec/render.json": "537d2ff1a77badaa05b165a5af1e63f12bf738bf",
+    "dynsec/render.json": "2477696decabedf4f99d96384137a7474ba2a82e",
     "bundles/agent-0.credentials.toml": "1554ff04fcbf6215a928ff6c79c5d42f3ceb042c",
     "bundles/agent-0.toml": "7037f20f0efd441351d2bb7a96c562fe26c7eee9",
     "bundles/agent-13.credentials.toml": "bd4544e643a8838fb852e24b62d00bc7f90c5e53",

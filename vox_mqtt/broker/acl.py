@@ -29,6 +29,7 @@ __all__ = [
     "CANARY_NAME",
     "DYNSEC_CONTROL",
     "EXPLORER_NAME",
+    "EXPLORER_PREFIX",
     "LOOK_PURPOSES",
     "AclEntry",
     "AclFile",
@@ -42,6 +43,8 @@ __all__ = [
     "check_dynsec",
     "dynsec_hashes",
     "explorer_id",
+    "explorer_identity",
+    "explorer_names",
     "fleet_identities",
     "look_name",
     "parse_acl_file",
@@ -52,6 +55,12 @@ __all__ = [
 ]
 
 EXPLORER_NAME: Final = "explorer"
+# A named explorer's identity: `vox broker render --explorer alice` makes `explorer-alice`.
+# Each person or tool reading the broker gets its own, so with client ids locked to
+# usernames two explorers never kick each other off (docs/operations.md, "Attach an
+# explorer").
+EXPLORER_PREFIX: Final = "explorer-"
+_EXPLORER_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # Agent names start with a letter or digit, so no agent can ever be called this.
 CANARY_NAME: Final = "_canary"
 _EXPLORER_NS: Final = "vox-mqtt read-only explorer"
@@ -128,9 +137,49 @@ class Identity:
         return any(rule.write and topic_matches(rule.topic, topic) for rule in self.rules)
 
 
-def explorer_id(fleet: Fleet) -> UUID:
-    """Return the explorer's id: stable per fleet, so certificates and secrets survive."""
-    return uuid5(fleet.operator_id, _EXPLORER_NS)
+def explorer_id(fleet: Fleet, name: str = EXPLORER_NAME) -> UUID:
+    """Return an explorer's id: stable per fleet and name, so certificates and secrets survive.
+
+    The unnamed explorer keeps the id it always had; a named one's id comes from its name.
+    """
+    if name == EXPLORER_NAME:
+        return uuid5(fleet.operator_id, _EXPLORER_NS)
+    return uuid5(fleet.operator_id, f"{_EXPLORER_NS} {name}")
+
+
+def explorer_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Return the identity names of explorers given as NAME, `explorer-NAME` or `explorer`.
+
+    `alice` and `explorer-alice` are the same explorer, so a name printed by one render
+    can be given back to the next; `explorer` is the unnamed one. Sorted and without
+    repeats: the order they were given in does not change the rendered files.
+    """
+    result: set[str] = set()
+    problems: list[str] = []
+    for given in names:
+        bare = given.removeprefix(EXPLORER_PREFIX)
+        if given == EXPLORER_NAME:
+            result.add(EXPLORER_NAME)
+        elif _EXPLORER_NAME_RE.fullmatch(bare) is None:
+            problems.append(
+                f"--explorer {given!r}: a name is 1 to 64 letters, digits, '-', '_' or '.', "
+                "starting with a letter or digit"
+            )
+        else:
+            result.add(EXPLORER_PREFIX + bare)
+    if problems:
+        raise ConfigError(problems)
+    return tuple(sorted(result))
+
+
+def explorer_identity(fleet: Fleet, name: str) -> Identity:
+    """Return the read-only explorer `name` (an identity name): it reads vox/#, writes nothing."""
+    return Identity(
+        name=name,
+        id=explorer_id(fleet, name),
+        kind=Kind.EXPLORER,
+        rules=(Rule(topic=_EVERYTHING, read=True),),
+    )
 
 
 def canary_topic(nonce: str) -> str:
@@ -236,10 +285,17 @@ def _looks(fleet: Fleet) -> list[Identity]:
     ]
 
 
-def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity, ...]:
-    """Return every broker identity of the fleet with its rules: operator, its looks, agents."""
+def fleet_identities(
+    fleet: Fleet, *, explorer: bool = False, explorers: Iterable[str] = ()
+) -> tuple[Identity, ...]:
+    """Return every broker identity of the fleet with its rules: operator, its looks, agents.
+
+    Then the read-only explorers: the unnamed `explorer` with explorer=True, and one per
+    name of `explorers` (NAME or `explorer-NAME`, see explorer_names).
+    """
+    wanted = explorer_names([*((EXPLORER_NAME,) if explorer else ()), *explorers])
     names = {agent.name for agent in fleet}
-    clashes = [n for n in (fleet.operator_name, EXPLORER_NAME if explorer else None) if n in names]
+    clashes = [n for n in (fleet.operator_name, *wanted) if n in names]
     if clashes:
         raise ConfigError(
             [
@@ -262,15 +318,7 @@ def fleet_identities(fleet: Fleet, *, explorer: bool = False) -> tuple[Identity,
         Identity(name=a.name, id=a.id, kind=Kind.AGENT, rules=_agent_rules(fleet, a, root, text))
         for a in fleet
     ]
-    if explorer:
-        result.append(
-            Identity(
-                name=EXPLORER_NAME,
-                id=explorer_id(fleet),
-                kind=Kind.EXPLORER,
-                rules=(Rule(topic=_EVERYTHING, read=True),),
-            )
-        )
+    result += [explorer_identity(fleet, name) for name in wanted]
     return tuple(result)
 
 

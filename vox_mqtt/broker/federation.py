@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 from uuid import UUID, uuid5
 
-from vox_mqtt.broker.acl import Identity, Kind, Rule, fleet_identities
+from vox_mqtt.broker.acl import EXPLORER_NAME, Identity, Kind, Rule, fleet_identities
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.passwd import atomic_write
 from vox_mqtt.protocol import topics
@@ -377,8 +377,14 @@ def bridge_for(fleet: Fleet, site: str) -> Bridge | None:
     return next((b for b in bridges(fleet) if b.site == site), None)
 
 
-def broker_identities(fleet: Fleet, broker: str, *, explorer: bool = False) -> tuple[Identity, ...]:
-    """Return the accounts of one broker: its agents, the bridges below, operator at the root."""
+def broker_identities(
+    fleet: Fleet, broker: str, *, explorer: bool = False, explorers: Iterable[str] = ()
+) -> tuple[Identity, ...]:
+    """Return the accounts of one broker: its agents, the bridges below, operator at the root.
+
+    The explorers (the unnamed one with explorer=True, and each of `explorers`) log in at
+    the root broker only: it is the one that sees every topic.
+    """
     spec = _spec(fleet, broker)
     names = {a.name for a in fleet} | {fleet.operator_name}
     clashes = sorted(names & {BRIDGE_PREFIX + b.name for b in fleet.brokers})
@@ -391,8 +397,10 @@ def broker_identities(fleet: Fleet, broker: str, *, explorer: bool = False) -> t
         )
     result = [i for b, i in _base_identities(fleet) if b == broker]
     result += [b.identity() for b in bridges(fleet) if b.upstream == broker]
-    if spec.upstream is None and explorer:
-        result += [i for i in fleet_identities(fleet, explorer=True) if i.kind is Kind.EXPLORER]
+    wanted = (*((EXPLORER_NAME,) if explorer else ()), *explorers)
+    if spec.upstream is None and wanted:
+        every = fleet_identities(fleet, explorers=wanted)
+        result += [i for i in every if i.kind is Kind.EXPLORER]
     return tuple(result)
 
 

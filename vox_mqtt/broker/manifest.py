@@ -45,7 +45,9 @@ class RenderOptions:
     tls_port: int = 8883
     fmt: Format = "acl"
     pki: str | None = None
-    explorer: bool = False
+    # The read-only explorers' identity names (`explorer`, `explorer-NAME`): kept by every
+    # re-render until --no-explorer (docs/broker.md).
+    explorers: tuple[str, ...] = ()
     user: str | None = None
     lock_client_ids: bool = True
     # One broker of a federated fleet (docs/federation.md): which, and its upstream's folder.
@@ -90,8 +92,7 @@ def load_manifest(root: Path) -> Manifest | None:
     try:
         if data.get("version") != _VERSION:
             raise ValueError(f"version {data.get('version')!r}")
-        known = {f.name for f in fields(RenderOptions)}
-        options = RenderOptions(**{k: v for k, v in data["options"].items() if k in known})
+        options = _options(data["options"])
         files = {str(k): str(v) for k, v in data["files"].items()}
         nonce = data.get("canary_nonce")
         edits = tuple(str(e) for e in data.get("accepted_edits", []))
@@ -113,6 +114,18 @@ def load_manifest(root: Path) -> Manifest | None:
         accepted_edits=edits,
         fleet=fleet,
     )
+
+
+def _options(data: Mapping[str, Any]) -> RenderOptions:
+    """Return the render options a manifest holds (one of an older version's too)."""
+    known = {f.name for f in fields(RenderOptions)}
+    chosen = {k: v for k, v in data.items() if k in known}
+    if "explorers" in chosen:
+        chosen["explorers"] = tuple(str(name) for name in chosen["explorers"])
+    elif data.get("explorer") is True:
+        # Rendered before explorers had names: its one explorer is the unnamed `explorer`.
+        chosen["explorers"] = ("explorer",)
+    return RenderOptions(**chosen)
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:

@@ -238,9 +238,13 @@ def init_pki(
     *,
     hosts: Sequence[str] = (),
     explorer: bool = False,
+    explorers: Sequence[str] = (),
     days: int = DEFAULT_DAYS,
 ) -> PkiReport:
-    """Create or complete a PKI dir: CA, server cert for localhost + hosts, a cert per identity."""
+    """Create or complete a PKI dir: CA, server cert for localhost + hosts, a cert per identity.
+
+    explorer certifies the unnamed explorer, explorers each named one (acl.explorer_names).
+    """
     problems = _check_hosts(hosts)
     if days < 1:
         problems.append(f"--days must be at least 1 (got {days})")
@@ -276,7 +280,8 @@ def init_pki(
         created += [layout.server_cert, layout.server_key]
 
     bridge_ids = [bridge.identity() for bridge in bridges(fleet)]
-    for identity in (*fleet_identities(fleet, explorer=explorer), *bridge_ids):
+    every = fleet_identities(fleet, explorer=explorer, explorers=explorers)
+    for identity in (*every, *bridge_ids):
         cert_path, key_path = layout.client_cert(identity.id), layout.client_key(identity.id)
         if cert_path.is_file() and key_path.is_file():
             kept += 1

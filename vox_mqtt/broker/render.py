@@ -26,12 +26,15 @@ from typing import Final, Literal
 from uuid import UUID
 
 from vox_mqtt.broker.acl import (
+    EXPLORER_NAME,
+    EXPLORER_PREFIX,
     Identity,
     Kind,
     admin_identity,
     canary_identity,
     check_dynsec,
     dynsec_hashes,
+    explorer_names,
     fleet_identities,
     render_acl_file,
     render_dynsec,
@@ -94,7 +97,7 @@ class BrokerDir:
     acl: Path | None
     dynsec: Path | None
     passwd: Path | None
-    # Names of the identities in the credential store (agents, the operator, "explorer").
+    # Names of the identities in the credential store (agents, the operator, the explorers).
     identities: tuple[str, ...]
     host: str
     port: int
@@ -263,7 +266,13 @@ def _tls_files(pki_dir: Path, identities: tuple[Identity, ...]) -> dict[str, byt
     missing = layout.missing(identity.id for identity in identities)
     if missing:
         shown = ", ".join(str(p) for p in missing[:3]) + (" ..." if len(missing) > 3 else "")
-        flag = " --explorer" if any(i.kind.value == "explorer" for i in identities) else ""
+        flag = "".join(
+            f" --explorer {i.name.removeprefix(EXPLORER_PREFIX)}"
+            if i.name != EXPLORER_NAME
+            else " --explorer"
+            for i in identities
+            if i.kind is Kind.EXPLORER
+        )
         raise ConfigError(
             [
                 f"--pki {pki_dir}: {len(missing)} file(s) missing ({shown}): "
@@ -345,7 +354,7 @@ def _identities_here(
     broker: str | None,
     upstream_dir: str | Path | None,
     *,
-    explorer: bool,
+    explorers: tuple[str, ...],
     keepalive: int,
 ) -> tuple[tuple[Identity, ...], str, dict[str, bytes]]:
     """Return the identities of this broker, its bridge section and the bridge's TLS files."""
@@ -355,13 +364,13 @@ def _identities_here(
             raise ConfigError(
                 [f"the fleet has several brokers: choose one with --broker ({names})"]
             )
-        return fleet_identities(fleet, explorer=explorer), "", {}
+        return fleet_identities(fleet, explorers=explorers), "", {}
     # One broker of a federation (docs/federation.md): its own clients and bridges.
     upstream = None if upstream_dir is None else Path(upstream_dir).absolute()
     bridge_conf, bridge_tls = site_section(
         fleet, broker, upstream, root / "tls", keepalive=keepalive
     )
-    return broker_identities(fleet, broker, explorer=explorer), bridge_conf, bridge_tls
+    return broker_identities(fleet, broker, explorers=explorers), bridge_conf, bridge_tls
 
 
 def _write_bridge(
@@ -409,6 +418,7 @@ def render_broker_dir(
     rotate: bool = False,
     rotate_names: Collection[str] = (),
     explorer: bool = False,
+    explorers: Sequence[str] = (),
     run_as_user: str | None = None,
     tls_port: int = 8883,
     bind: str | None = None,
@@ -417,9 +427,14 @@ def render_broker_dir(
     upstream_dir: str | Path | None = None,
     bridge_keepalive: int = 10,
 ) -> BrokerDir:
-    """Write mosquitto.conf, the ACL, passwd, the credential store and render.json into out_dir."""
+    """Write mosquitto.conf, the ACL, passwd, the credential store and render.json into out_dir.
+
+    explorer adds the unnamed read-only explorer, explorers one per name (NAME or
+    `explorer-NAME`): each person or tool reading the broker logs in as its own.
+    """
     root = Path(out_dir).absolute()
     _safe_text(str(root), "--out")
+    wanted = explorer_names([*((EXPLORER_NAME,) if explorer else ()), *explorers])
     options = RenderOptions(
         host=host,
         bind=bind,
@@ -427,7 +442,7 @@ def render_broker_dir(
         tls_port=tls_port,
         fmt=fmt,
         pki=None if pki_dir is None else str(Path(pki_dir).absolute()),
-        explorer=explorer,
+        explorers=wanted,
         user=run_as_user,
         lock_client_ids=lock_client_ids,
         broker=broker,
@@ -439,7 +454,7 @@ def render_broker_dir(
     _check_args(fmt, host, bind, port, tls_port if with_tls else None)
     user = _safe_text(run_as_user or DEFAULT_USER, "--user")
     identities, bridge_conf, bridge_tls = _identities_here(
-        fleet, root, broker, upstream_dir, explorer=explorer, keepalive=bridge_keepalive
+        fleet, root, broker, upstream_dir, explorers=wanted, keepalive=bridge_keepalive
     )
     plugin = find_dynsec_plugin() if fmt == "dynsec" else None
     tls = None

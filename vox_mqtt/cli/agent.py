@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vox_mqtt.broker.acl import EXPLORER_NAME
+from vox_mqtt.broker.acl import EXPLORER_NAME, EXPLORER_PREFIX
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.federation import write_link_map
 from vox_mqtt.fleet.bundles import DEFAULT_STATE_ROOT, render_agent_config
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verbs = agent.add_subparsers(dest="agent_verb", metavar="VERB", required=True)
     render = verbs.add_parser(
         "render",
-        help="write one agent's daemon config (or `operator`, `explorer` for theirs)",
+        help="write one agent's daemon config (or `operator`, `explorer`, `explorer-NAME`)",
         description=(
             "Write the config of one agent: itself, its master and its children, nothing "
             "else of the tree. Its broker credentials (and TLS files) are copied next to "
@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.add_argument("fleet", type=Path, help="the fleet file")
     render.add_argument(
         "name",
-        help="the agent's name or id (or the id's first digits), or `operator`, `explorer`",
+        help="the agent's name or id (or the id's first digits), or `operator`, `explorer`, "
+        "`explorer-NAME`",
     )
     render.add_argument(
         "--broker-dir", required=True, type=Path, help="the folder `vox broker render` wrote"
@@ -78,8 +79,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    if name not in ("operator", EXPLORER_NAME) and report_roles(
-        fleet, args.fleet, only=[fleet.agent(name)]
+    # Roles only for an agent: not for the operator, nor an explorer (`explorer-NAME`).
+    agents = {agent.name for agent in fleet}
+    if (
+        name != "operator"
+        and name in agents
+        and report_roles(fleet, args.fleet, only=[fleet.agent(name)])
     ):
         fail(f"not written: fix the role paths of {name} in {args.fleet}")
         return EXIT_USAGE
@@ -127,8 +132,9 @@ def resolve_agent(fleet: Fleet, key: str) -> str:
             )
     if key in ("operator", fleet.operator_name):
         return "operator"
-    if key == EXPLORER_NAME and EXPLORER_NAME not in {a.name for a in fleet}:
-        return EXPLORER_NAME
+    explorer = key == EXPLORER_NAME or key.startswith(EXPLORER_PREFIX)
+    if explorer and key not in {a.name for a in fleet}:
+        return key  # the unnamed explorer or a named one (`vox broker render --explorer NAME`)
     if key in named:
         return fleet.agent(key).name
     if prefix is None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_names
 from vox_mqtt.broker.dynsec import apply_dynsec
 from vox_mqtt.broker.federation import bridge_for, broker_spec
 from vox_mqtt.broker.manifest import RenderOptions, load_manifest, resolve_options
@@ -78,8 +79,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     render.add_argument(
         "--explorer",
-        action=argparse.BooleanOptionalAction,
-        help="add (or with --no-explorer drop) a read-only identity that reads vox/#",
+        action="append",
+        nargs="?",
+        const=EXPLORER_NAME,
+        dest="explorers",
+        metavar="NAME",
+        help="add a read-only identity `explorer-NAME` that reads vox/# (repeatable: one per "
+        "person or tool; without NAME: the one called `explorer`); kept by later renders",
+    )
+    render.add_argument(
+        "--no-explorer",
+        action="store_true",
+        help="drop every explorer rendered before (with --explorer NAME: keep only those)",
     )
     render.add_argument(
         "--user",
@@ -146,7 +157,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         help="broker name or address for the server certificate (repeatable)",
     )
-    init.add_argument("--explorer", action="store_true", help="also certify the explorer")
+    init.add_argument(
+        "--explorer",
+        action="append",
+        nargs="?",
+        const=EXPLORER_NAME,
+        dest="explorers",
+        metavar="NAME",
+        help="also certify the explorer `explorer-NAME` (repeatable; without NAME: `explorer`)",
+    )
     init.add_argument("--days", type=int, default=DEFAULT_DAYS, help="validity of new certs")
     init.set_defaults(func=cmd_pki_init)
     keys = pki_verbs.add_parser(
@@ -166,7 +185,7 @@ def _render_options(args: argparse.Namespace, fleet: Fleet) -> tuple[RenderOptio
         "tls_port": args.tls_port,
         "fmt": args.fmt,
         "pki": None if args.pki is None else str(args.pki.absolute()),
-        "explorer": args.explorer,
+        "explorers": None,
         "user": args.user,
         "lock_client_ids": args.lock_client_ids,
         "broker": args.broker,
@@ -178,6 +197,10 @@ def _render_options(args: argparse.Namespace, fleet: Fleet) -> tuple[RenderOptio
     if args.bridge_keepalive is not None and not 5 <= args.bridge_keepalive <= 65535:
         raise ConfigError([f"--bridge-keepalive must be 5 or more (got {args.bridge_keepalive})"])
     previous = load_manifest(args.out.absolute())
+    if args.no_explorer or args.explorers:
+        # Explorers add up over renders (each person gets one); --no-explorer starts over.
+        kept = () if args.no_explorer or previous is None else previous.options.explorers
+        given["explorers"] = explorer_names([*kept, *(args.explorers or ())])
     if args.broker is not None and previous is None:
         # A first render of one broker of a federation: its [[brokers]] entry says where.
         spec = broker_spec(fleet, args.broker)
@@ -210,7 +233,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         pki_dir=options.pki,
         rotate=rotate,
         rotate_names=tuple(args.rotate or ()),
-        explorer=options.explorer,
+        explorers=options.explorers,
         run_as_user=options.user,
         lock_client_ids=options.lock_client_ids,
         broker=options.broker,
@@ -247,6 +270,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "tls_port": result.tls_port,
                 "credentials": str(result.store.path),
                 "identities": names,
+                "explorers": list(options.explorers),
                 "warnings": list(result.warnings),
                 "changed": changes,
                 "broker": options.broker,
@@ -270,6 +294,12 @@ def cmd_render(args: argparse.Namespace) -> int:
         f"wrote the credentials of {len(names)} identities to {result.store.path} (0600)",
         markup=False,
     )
+    if options.explorers:
+        # One login each: two explorers sharing one kick each other off (docs/operations.md).
+        console.print(
+            f"read-only explorers, one per person or tool: {', '.join(options.explorers)}",
+            markup=False,
+        )
     if bridge is not None:
         console.print(
             f"wrote {result.root / 'bridge' / 'bridge.conf'} (0600): bridge to "
@@ -380,7 +410,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
 def cmd_pki_init(args: argparse.Namespace) -> int:
     """Create or complete the PKI directory."""
     fleet = load_fleet(args.fleet)
-    report = init_pki(args.dir, fleet, hosts=args.host, explorer=args.explorer, days=args.days)
+    report = init_pki(
+        args.dir, fleet, hosts=args.host, explorers=args.explorers or (), days=args.days
+    )
     console = out_console()
     console.print(
         f"{report.layout.root}: {len(report.created)} files created, {report.kept} kept",

@@ -23,7 +23,15 @@ from vox_mqtt.protocol.errors import ConfigError, VoxError
 from ._common import EXIT_RUNTIME, fail, out_console
 from .demo_decisions import DecisionStep
 from .fleet import draw_tree
-from .localfleet import DemoLayout, ExplorerWatch, Ledgers, LocalFleet, VoxRun, run_vox
+from .localfleet import (
+    DEMO_WATCHER,
+    DemoLayout,
+    ExplorerWatch,
+    Ledgers,
+    LocalFleet,
+    VoxRun,
+    run_vox,
+)
 
 __all__ = ["register"]
 
@@ -109,7 +117,7 @@ class Demo:
         try:
             self.setup()
             assert self.local.broker_dir is not None
-            observer = ExplorerWatch(self.local.broker_dir, self.layout.state("explorer"))
+            observer = ExplorerWatch(self.local.broker_dir, self.layout.state(DEMO_WATCHER))
             async with observer:
                 self.observer = observer
                 await self.start_agents()
@@ -180,12 +188,12 @@ class Demo:
         if fleet.brokers:
             self.say(
                 f"$ vox broker render {self.shown(layout.fleet)} --broker {fleet.root_broker} "
-                f"--out {self.shown(layout.broker)} --explorer"
+                f"--out {self.shown(layout.broker)} --explorer --explorer demo-watcher"
             )
         else:
             self.say(
                 f"$ vox broker render {self.shown(layout.fleet)} --out {self.shown(layout.broker)}"
-                " --explorer"
+                " --explorer --explorer demo-watcher"
             )
         self.say(
             "  mosquitto.conf, an ACL that lets each agent write only to its master's and"
@@ -475,6 +483,21 @@ class Demo:
         self.say(f"  username {creds.username}")
         self.say(f"  password {creds.password}")
         self.say("  subscribe to vox/#")
+        # This login is the user's alone (the demo watches as explorer-demo-watcher); a
+        # second explorer on it would kick the first off (docs/operations.md).
+        broker = self.shown(self.layout.broker)
+        site = f" --broker {self.fleet.root_broker}" if self.fleet and self.fleet.brokers else ""
+        self.say("  one identity per explorer; give another one its own:")
+        self.say(
+            f"  $ vox broker render {self.shown(self.layout.fleet)}{site} --out {broker}"
+            " --explorer NAME"
+        )
+        if self.local.broker is not None:
+            self.say(f"  $ vox broker reload {broker} --pid {self.local.broker.pid}")
+        self.say(
+            f"  $ vox agent render {self.shown(self.layout.fleet)} explorer-NAME "
+            f"--broker-dir {broker} --out NAME/explorer.toml"
+        )
         self.say("Try, in another terminal:")
         for line in (
             f"vox status --config {op}",

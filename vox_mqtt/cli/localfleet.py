@@ -34,10 +34,22 @@ from vox_mqtt.protocol.sites import chain_up
 from vox_mqtt.protocol.topics import LIVENESS_FILTERS, WARROOM_FILTER
 from vox_mqtt.transport.session import BrokerSettings
 
-__all__ = ["DemoLayout", "ExplorerWatch", "Ledgers", "LocalFleet", "VoxRun", "pid_alive", "run_vox"]
+__all__ = [
+    "DEMO_WATCHER",
+    "DemoLayout",
+    "ExplorerWatch",
+    "Ledgers",
+    "LocalFleet",
+    "VoxRun",
+    "pid_alive",
+    "run_vox",
+]
 
 MARKER: Final = ".vox-demo"
 WEB: Final = "web"  # `vox demo --web`: the console's process and log, beside the agents'
+# The demo's own watcher: an explorer identity of its own (`explorer-demo-watcher`), so
+# the `explorer` the demo offers the user is used by nobody else (docs/operations.md).
+DEMO_WATCHER: Final = "explorer-demo-watcher"
 _OWNED: Final = ("fleet.toml", "broker", "sites", "config", "state", "logs", "run.json")
 
 
@@ -126,7 +138,7 @@ class LocalFleet:
     shutdown_grace: float = 5.0
     sites: bool = False  # the seed over a core and two chained sites (docs/federation.md)
     fleet: Fleet | None = None
-    broker_dir: BrokerDir | None = None  # the root broker's: the operator and explorer log in here
+    broker_dir: BrokerDir | None = None  # the root broker's: the operator and explorers log in here
     broker: LocalBroker | None = None
     site_dirs: dict[str, BrokerDir] = field(default_factory=dict)
     site_brokers: dict[str, LocalBroker] = field(default_factory=dict)
@@ -163,7 +175,12 @@ class LocalFleet:
         user = getpass.getuser()
         if not fleet.brokers:
             self.broker_dir = render_broker_dir(
-                fleet, self.layout.broker, port=free_port(), explorer=True, run_as_user=user
+                fleet,
+                self.layout.broker,
+                port=free_port(),
+                explorer=True,
+                explorers=(DEMO_WATCHER,),
+                run_as_user=user,
             )
             return {"": self.broker_dir}
         dirs: dict[str, BrokerDir] = {}
@@ -176,6 +193,7 @@ class LocalFleet:
                 port=free_port(),
                 upstream_dir=None if root else dirs[spec.upstream or ""].root,
                 explorer=root,
+                explorers=(DEMO_WATCHER,) if root else (),
                 run_as_user=user,
             )
             if root:
@@ -346,10 +364,15 @@ class LocalFleet:
 
 
 class ExplorerWatch:
-    """Watch every status and the war room as the read-only explorer identity."""
+    """Watch every status and the war room as a read-only explorer identity of its own.
 
-    def __init__(self, broker_dir: BrokerDir, state_dir: Path) -> None:
-        creds = broker_dir.credentials_for("explorer")
+    The demo's watcher is `explorer-demo-watcher`, not the `explorer` the demo offers the
+    user: with client ids locked to usernames, two connections of one identity kick each
+    other off, every few seconds for as long as both run (issue 38).
+    """
+
+    def __init__(self, broker_dir: BrokerDir, state_dir: Path, name: str = DEMO_WATCHER) -> None:
+        creds = broker_dir.credentials_for(name)
         broker = BrokerSettings(
             host=creds.host,
             port=creds.port,
@@ -361,7 +384,7 @@ class ExplorerWatch:
         self.agent = VOXAgent(
             AgentConfig(
                 id=UUID(creds.username),
-                name="explorer",
+                name=name,
                 master_id=None,
                 state_dir=state_dir,
                 broker=replace(broker, session_expiry=0),

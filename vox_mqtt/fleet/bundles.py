@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_id
+from vox_mqtt.broker.acl import EXPLORER_NAME, EXPLORER_PREFIX, explorer_id
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.manifest import load_manifest
 from vox_mqtt.broker.passwd import Credentials, LookLogin, atomic_write, render_credentials
@@ -88,7 +88,7 @@ def render_agent_config(
         text = _operator_text(fleet, state, broker) + _signing_text(signing)
         _check(text, ConsoleFile, out)
     elif kind == "explorer":
-        text = _explorer_text(fleet, ident_id, broker) + _signing_text(signing)
+        text = _explorer_text(fleet, identity, ident_id, broker) + _signing_text(signing)
         _check(text, ExplorerFile, out)
     else:
         state = Path(state_dir) if state_dir is not None else DEFAULT_STATE_ROOT / identity
@@ -186,8 +186,9 @@ def _identity(fleet: Fleet, name: str) -> tuple[str, str, Any]:
     except KeyError:
         if name in ("operator", fleet.operator_name, str(fleet.operator_id)):
             return "operator", fleet.operator_name, fleet.operator_id
-        if name == EXPLORER_NAME:
-            return "explorer", EXPLORER_NAME, explorer_id(fleet)
+        if name == EXPLORER_NAME or name.startswith(EXPLORER_PREFIX):
+            # Each explorer has its own login (`vox broker render --explorer NAME`).
+            return "explorer", name, explorer_id(fleet, name)
         known = ", ".join(sorted(a.name for a in fleet))
         raise ConfigError(
             [f"no agent {name!r} in the fleet (agents: {known}; or `operator`, `explorer`)"]
@@ -362,15 +363,15 @@ def _operator_text(fleet: Fleet, state: Path, broker: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _explorer_text(fleet: Fleet, ident_id: Any, broker: dict[str, Any]) -> str:
+def _explorer_text(fleet: Fleet, name: str, ident_id: Any, broker: dict[str, Any]) -> str:
     section = {
-        "name": EXPLORER_NAME,
+        "name": name,  # `explorer`, or a named one's `explorer-NAME`
         "id": str(ident_id),
         "operator_id": str(fleet.operator_id),
         "operator_name": fleet.operator_name,
     }
     lines = [
-        "# vox config of the read-only explorer, rendered by `vox agent render FLEET explorer`",
+        f"# vox config of the read-only explorer, rendered by `vox agent render FLEET {name}`",
         "# (the broker lets it read vox/# and write nothing): for vox status and vox exporter.",
         'kind = "explorer"',
         "",
