@@ -14,15 +14,14 @@ from tests.kits.brokerkit import fleet_toml, seven_agent_fleet, tree_fleet
 from vox_mqtt.broker.acl import (
     EXPLORER_NAME,
     Kind,
-    check_dynsec,
     explorer_id,
     fleet_identities,
-    parse_acl_file,
     render_acl_file,
     render_dynsec,
     sub_topic_problem,
     topic_matches,
 )
+from vox_mqtt.broker.aclcheck import check_dynsec, parse_acl_file
 from vox_mqtt.broker.passwd import (
     Credentials,
     hash_password,

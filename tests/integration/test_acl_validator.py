@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vox_mqtt.broker.acl import parse_acl_file
+from vox_mqtt.broker.aclcheck import parse_acl_file
 from vox_mqtt.broker.local import find_mosquitto, free_port
 from vox_mqtt.protocol.errors import ConfigError
 

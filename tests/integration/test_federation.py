@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from tests.kits.fleetproc import REPO, child_env
-from vox_mqtt.broker.acl import Kind, parse_acl_file
+from vox_mqtt.broker.acl import Kind
+from vox_mqtt.broker.aclcheck import parse_acl_file
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.federation import (
     bridge_for,

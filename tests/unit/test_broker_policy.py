@@ -10,9 +10,9 @@ from vox_mqtt.broker.acl import (
     Identity,
     Rule,
     fleet_identities,
-    parse_acl_file,
     render_acl_file,
 )
+from vox_mqtt.broker.aclcheck import parse_acl_file
 from vox_mqtt.broker.policy import (
     MAX_PROBES_PER_IDENTITY,
     acl_allows,

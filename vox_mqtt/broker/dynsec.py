@@ -26,9 +26,8 @@ from vox_mqtt.broker.acl import (
     DYNSEC_CONTROL,
     canary_forbidden_topic,
     canary_topic,
-    check_dynsec,
-    dynsec_hashes,
 )
+from vox_mqtt.broker.aclcheck import check_dynsec, dynsec_hashes
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.lastgood import LAST_GOOD, keep_last_good
 from vox_mqtt.broker.manifest import file_digest, load_manifest, write_manifest

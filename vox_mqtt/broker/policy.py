@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from vox_mqtt.broker.acl import (
-    _C_SPACE,
-    _CONTROL,
-    AclEntry,
-    AclFile,
     Identity,
     canary_forbidden_topic,
     sub_topic_problem,
     topic_matches,
 )
+from vox_mqtt.broker.aclcheck import _C_SPACE, _CONTROL, AclEntry, AclFile
 from vox_mqtt.broker.passwd import atomic_write
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import ConfigError, TopicError

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from vox_mqtt.broker.acl import CANARY_NAME, AclFile, canary_forbidden_topic, parse_acl_file
+from vox_mqtt.broker.acl import CANARY_NAME, canary_forbidden_topic
+from vox_mqtt.broker.aclcheck import AclFile, parse_acl_file
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.lastgood import keep_last_good, restore_last_good
 from vox_mqtt.broker.manifest import Manifest, file_digest, load_manifest, write_manifest

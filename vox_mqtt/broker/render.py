@@ -32,13 +32,12 @@ from vox_mqtt.broker.acl import (
     Kind,
     admin_identity,
     canary_identity,
-    check_dynsec,
-    dynsec_hashes,
     explorer_names,
     fleet_identities,
     render_acl_file,
     render_dynsec,
 )
+from vox_mqtt.broker.aclcheck import check_dynsec, dynsec_hashes
 from vox_mqtt.broker.credstore import CredentialStore, StoredIdentity
 from vox_mqtt.broker.federation import broker_identities, site_section
 from vox_mqtt.broker.lastgood import seed_last_good
