@@ -86,6 +86,7 @@ __all__ = [
     "ErrorCode",
     "FrozenDict",
     "FrozenList",
+    "IsoTimestamp",
     "JobDetected",
     "LedgerHead",
     "MessageAcknowledged",
@@ -137,6 +138,8 @@ class ErrorCode(StrEnum):
     TIMEOUT = "TIMEOUT"
     HANDLER_ERROR = "HANDLER_ERROR"
     INVALID_MESSAGE = "INVALID_MESSAGE"
+    # The params do not fit the command's signature or types: refused before its handler ran.
+    INVALID_PARAMS = "INVALID_PARAMS"
     UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
     DELIVERY_FAILED = "DELIVERY_FAILED"
     SHUTTING_DOWN = "SHUTTING_DOWN"

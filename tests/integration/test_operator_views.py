@@ -1,0 +1,125 @@
+"""What the operator sees on a real fleet of `vox-agent` daemons (issue 39, items 2, 3, 5).
+
+One fleet with long names, shared by the module: a wrong parameter is the operator's
+(INVALID_PARAMS, no traceback anywhere), `vox status` fits 80 columns, `vox watch` prints
+lines into a pipe, and, last because it kills, a command whose specialists are all down
+is answered TARGET_INACTIVE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env, fleet_text, run_fleet
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.protocol.topics import STATUS_FILTER
+
+pytestmark = pytest.mark.slow
+
+COORDINATOR = "coordinator_for_the_northern_region_of_the_fleet"
+SPEC_A = "specialist_analyst_with_a_rather_long_name_a"
+SPEC_B = "specialist_analyst_with_a_rather_long_name_b"
+SHAPE = {"root": None, COORDINATOR: "root", SPEC_A: COORDINATOR, SPEC_B: COORDINATOR}
+ROLES = {
+    "root": ["examples.freelance:Root"],
+    COORDINATOR: ["examples.freelance:Coordinator"],
+    SPEC_A: ["examples.freelance:Analyst"],
+    SPEC_B: ["examples.freelance:Analyst"],
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetProcesses]:
+    tmp = tmp_path_factory.mktemp("views")
+    with run_fleet(tmp, fleet_text(SHAPE, roles=ROLES, heartbeat=1.0)) as procs:
+
+        async def routed() -> None:
+            async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+                async with asyncio.timeout(60):
+                    while True:
+                        root = console.view.get(console.root_id)
+                        if root is not None and root.healthy and "analyze" in root.commands:
+                            return
+                        await asyncio.sleep(0.1)
+
+        asyncio.run(routed())
+        yield procs
+
+
+def vox(
+    *args: str | Path, columns: int | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run(
+        [sys.executable, "-m", "vox_mqtt.cli", *(str(a) for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def no_traceback_anywhere(procs: FleetProcesses) -> None:
+    for agent in procs.agents.values():
+        assert "Traceback" not in agent.log(), f"{agent.name}:\n{agent.log()}"
+
+
+# --- item 5: operator mistakes are the operator's -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["analyze"],
+            "analyze: INVALID_PARAMS: parameter 'target' is missing (expected a string)",
+        ),
+        (
+            ["analyze", "target=7"],
+            "analyze: INVALID_PARAMS: parameter 'target' should be a valid string, not 7",
+        ),
+        (
+            ["financial_summary", "start_date=2026-01-01", "end_date=2026-02-01T00:00:00Z"],
+            "financial_summary: INVALID_PARAMS: parameter 'start_date': '2026-01-01' has no "
+            "timezone (write e.g. 2026-01-11T08:00:00-03:00)",
+        ),
+        (
+            [
+                "financial_summary",
+                "start_date=2026-03-01T00:00:00Z",
+                "end_date=2026-02-01T00:00:00Z",
+            ],
+            "financial_summary: INVALID_PARAMS: end_date 2026-02-01T00:00:00Z is before "
+            "start_date 2026-03-01T00:00:00Z",
+        ),
+    ],
+)
+def test_a_wrong_parameter_is_refused_in_one_line_with_no_traceback(
+    fleet: FleetProcesses, args: list[str], line: str
+) -> None:
+    done = vox("send", "--config", fleet.operator_config, *args, "--timeout", "30")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("vox: error: " + line), done.stderr
+    # Neither the role class nor the specialist that holds the command is named above it.
+    for hidden in ("Analyst", "Root.", SPEC_A, SPEC_B, COORDINATOR, "Traceback"):
+        assert hidden not in done.stderr
+    no_traceback_anywhere(fleet)
+    assert "HANDLER_ERROR" not in fleet.agents["root"].log()
+
+
+def test_the_right_parameters_still_work(fleet: FleetProcesses) -> None:
+    done = vox("send", "--config", fleet.operator_config, "analyze", "target=x.pdf", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"kind": "file name (.pdf)"' in done.stdout
