@@ -123,3 +123,40 @@ def test_the_right_parameters_still_work(fleet: FleetProcesses) -> None:
     done = vox("send", "--config", fleet.operator_config, "analyze", "target=x.pdf", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"kind": "file name (.pdf)"' in done.stdout
+
+
+# --- item 2b, last: it kills both specialists ------------------------------------------------
+
+
+def test_a_command_whose_specialists_are_all_down_is_target_inactive_naming_the_level(
+    fleet: FleetProcesses,
+) -> None:
+    fleet.agents[SPEC_A].kill()
+    fleet.agents[SPEC_B].kill()
+
+    async def root_reports_analyze_down() -> None:
+        # The wills fire after the keepalive; the coordinator then reports `analyze` down and
+        # the root, which no longer advertises it, does too (docs/liveness.md).
+        async with OperatorConsole(fleet.operator_config, observe=[STATUS_FILTER]) as console:
+            async with asyncio.timeout(60):
+                while True:
+                    root = console.view.get(console.root_id)
+                    if root is not None and "analyze" in root.commands_down:
+                        assert "analyze" not in root.commands
+                        return
+                    await asyncio.sleep(0.1)
+
+    asyncio.run(root_reports_analyze_down())
+    done = vox("send", "--config", fleet.operator_config, "analyze", "target=x", "--timeout", "30")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith(
+        "vox: error: analyze: TARGET_INACTIVE: every agent that serves 'analyze' below "
+        f"{COORDINATOR} is down (INACTIVE or STALE)"
+    ), done.stderr
+    assert "NO_ROUTE" not in done.stderr
+    # The specialists that hold it are the coordinator's to name, not the root's.
+    assert SPEC_A not in done.stderr
+    assert SPEC_B not in done.stderr
+    # A command nobody ever served is still a typo.
+    typo = vox("send", "--config", fleet.operator_config, "analyse", "target=x")
+    assert "NO_ROUTE" in typo.stderr, typo.stderr

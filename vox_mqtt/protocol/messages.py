@@ -508,6 +508,8 @@ class AgentStatus(BaseModel):
     commands: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = Field(
         default_factory=list
     )
+    # Served below while ACTIVE, by none ACTIVE now: TARGET_INACTIVE, not NO_ROUTE (liveness.md).
+    commands_down: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = []
     version: Annotated[StrictStr, Field(max_length=64)] = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
     ledger_head: LedgerHead | None = None
