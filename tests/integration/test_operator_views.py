@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, fleet_text, run_fleet
 from vox_mqtt.console.operator import OperatorConsole
@@ -26,6 +27,8 @@ COORDINATOR = "coordinator_for_the_northern_region_of_the_fleet"
 SPEC_A = "specialist_analyst_with_a_rather_long_name_a"
 SPEC_B = "specialist_analyst_with_a_rather_long_name_b"
 SHAPE = {"root": None, COORDINATOR: "root", SPEC_A: COORDINATOR, SPEC_B: COORDINATOR}
+VOX = [sys.executable, "-m", "vox_mqtt.cli"]
+ESSENTIAL_HEADERS = ["name", "state", "age", "incidents", "commands"]
 ROLES = {
     "root": ["examples.freelance:Root"],
     COORDINATOR: ["examples.freelance:Coordinator"],
@@ -59,7 +62,7 @@ def vox(
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run(
-        [sys.executable, "-m", "vox_mqtt.cli", *(str(a) for a in args)],
+        [*VOX, *(str(a) for a in args)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -123,6 +126,66 @@ def test_the_right_parameters_still_work(fleet: FleetProcesses) -> None:
     done = vox("send", "--config", fleet.operator_config, "analyze", "target=x.pdf", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"kind": "file name (.pdf)"' in done.stdout
+
+
+# --- item 3: terminals of every width -------------------------------------------------------
+
+NAMES = list(SHAPE)
+
+
+def test_status_at_80_columns_shows_every_agent_and_the_essentials(fleet: FleetProcesses) -> None:
+    done = vox("status", "--config", fleet.operator_config, columns=80)
+    assert done.returncode == 0, done.stderr
+    title, header, *rows = done.stdout.splitlines()
+    assert title == "vox fleet status, as seen by operator (operator)"
+    assert all(cell_len(line) <= 80 for line in done.stdout.splitlines()), done.stdout
+    # Whole columns only: these five always, in this order, whatever else fits.
+    shown = header.split()
+    assert [w for w in shown if w in ESSENTIAL_HEADERS] == ESSENTIAL_HEADERS, header
+    assert len(rows) == len(NAMES)
+    for row, name in zip(rows, sorted(NAMES), strict=True):
+        # A name too long for its column is cut in its middle: both ends still show.
+        assert row.startswith(name[:8]), (row, name)
+        assert name[-4:] in row.split("  ")[0], (row, name)
+        assert " ACTIVE " in row
+        assert "ago" in row
+    root = next(row for row in rows if row.startswith("root "))
+    assert "command" in root or "analyze" in root
+
+
+def test_status_wide_shows_every_column_and_whole_names(fleet: FleetProcesses) -> None:
+    done = vox("status", "--config", fleet.operator_config, "--wide", columns=80)
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[1]
+    for word in ("name", "state", "code", "age", "incidents", "in flight", "epoch", "msg/s"):
+        assert word in header
+    for word in ("p50 cmd", "cpu%", "rss", "host cpu%", "host mem%", "disk%", "id", "commands"):
+        assert word in header
+    for spec in fleet.fleet:
+        assert spec.name in done.stdout
+        assert str(spec.id) in done.stdout
+    assert "analyze, financial_summary" in done.stdout
+
+
+def test_watch_into_a_pipe_prints_lines_and_under_timeout_too(fleet: FleetProcesses) -> None:
+    done = vox("watch", "--config", fleet.operator_config, "--duration", "1", columns=80)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("vox watch: 4 agent(s) as seen by operator (operator)"), lines
+    for name in NAMES:
+        assert any(f" {name} ACTIVE (" in line for line in lines[1:]), (name, lines)
+    # Killed by `timeout`, it has said what it saw already: nothing waits for an exit.
+    timed = subprocess.run(
+        ["timeout", "4", *VOX, "watch", "--config", str(fleet.operator_config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+        cwd=REPO,
+        check=False,
+    )
+    assert timed.returncode == 124, timed.stderr
+    assert sum(f"{name} ACTIVE" in timed.stdout for name in NAMES) == len(NAMES), timed.stdout
 
 
 # --- item 2b, last: it kills both specialists ------------------------------------------------
