@@ -9,8 +9,12 @@ is answered TARGET_INACTIVE.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,3 +227,64 @@ def test_a_command_whose_specialists_are_all_down_is_target_inactive_naming_the_
     # A command nobody ever served is still a typo.
     typo = vox("send", "--config", fleet.operator_config, "analyse", "target=x")
     assert "NO_ROUTE" in typo.stderr, typo.stderr
+
+
+# --- item 2a, the watch's part, last of all: it stops the broker ------------------------------
+
+
+def test_watch_says_unknown_since_for_every_agent_while_its_broker_link_is_down(
+    fleet: FleetProcesses,
+) -> None:
+    watch = subprocess.Popen(
+        [*VOX, "watch", "--config", str(fleet.operator_config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in watch.stdout or ():
+            lines.put(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+
+    everything: list[str] = []
+
+    def until(wanted: str, timeout: float = 60) -> list[str]:
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout
+        while not any(wanted in line for line in seen):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {wanted!r} in {seen}"
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=min(left, 1.0)))
+                everything.append(seen[-1])
+        return seen
+
+    try:
+        until("root ")  # the fleet as it is, printed at once
+        fleet.broker.stop()
+        down = until("broker link down since")
+        banner = down[-1]
+        since = banner.split("broker link down since ")[1].split(",")[0]
+        # The banner first, then every agent: unknown since then, no state and no age.
+        after = [until(f"{name} unknown since {since}", 10)[-1] for name in NAMES]
+        for line in after:
+            assert "ACTIVE" not in line
+            assert "ago" not in line
+        fleet.broker.start()
+        back = until("broker link back", 60)
+        assert back[-1].rstrip().endswith(" broker link back")
+    finally:
+        watch.terminate()
+        watch.wait(10)
+        reader.join(10)
+        if watch.stdout is not None:
+            watch.stdout.close()
+    while not lines.empty():
+        everything.append(lines.get())
+    assert not [line for line in everything if "Traceback" in line], everything

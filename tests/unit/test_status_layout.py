@@ -13,7 +13,7 @@ from uuid import UUID
 
 import pytest
 
-from vox_mqtt.cli.ops import status_lines, watch_label
+from vox_mqtt.cli.ops import link_banner, status_lines, watch_label
 from vox_mqtt.cli.statuslayout import COLUMNS, ESSENTIAL, cut, fit_parts, layout_status
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, AgentLiveness
 
@@ -206,4 +206,10 @@ def test_watch_label_fits_its_room_and_says_unknown_when_the_link_is_down() -> N
         "dim",
         "specialist_analyst_with_a_rather_long_name_a unknown since 18:30:05",
         "",
+    )
+
+
+def test_the_link_banner_says_since_when_nothing_is_known() -> None:
+    assert link_banner("18:30:05") == (
+        "broker link down since 18:30:05, retrying: every agent unknown since 18:30:05"
     )
