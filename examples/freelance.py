@@ -25,7 +25,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vox_mqtt.agent.roles import AgentHandle, Role, command, on
-from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.errors import CommandFailed, InvalidParams
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
     MSG_DATA_REQUEST,
@@ -38,6 +38,7 @@ from vox_mqtt.protocol.messages import (
     DataResponse,
     Decision,
     ErrorCode,
+    IsoTimestamp,
     Price,
     VOXMessage,
     now_iso,
@@ -273,7 +274,7 @@ class Coordinator(Role):
         dates = [request.parameters.get(key) for key in ("start_date", "end_date")]
         if not all(isinstance(value, str) for value in dates):
             reason = "financial_summary needs parameters start_date and end_date"
-            await self._refuse(message, ErrorCode.INVALID_MESSAGE, reason)
+            await self._refuse(message, ErrorCode.INVALID_PARAMS, reason)
             return
         start, end = (parse_timestamp(str(value)) for value in dates)
         summary = await asyncio.to_thread(
@@ -418,8 +419,14 @@ class Root(Role):
         return None
 
     @command
-    async def financial_summary(self, start_date: str, end_date: str) -> dict[str, Any]:
-        """Ask every coordinator for the total of approved jobs between two dates."""
+    async def financial_summary(
+        self, start_date: IsoTimestamp, end_date: IsoTimestamp
+    ) -> dict[str, Any]:
+        """Ask every coordinator for the total of approved jobs between two dates.
+
+        Each date is an ISO-8601 time with its timezone: one without is refused before this
+        runs (INVALID_PARAMS, docs/messages.md), as is an end before the start below.
+        """
         try:
             request = DataRequest(
                 subject=FINANCIAL_SUMMARY,
@@ -427,7 +434,9 @@ class Root(Role):
             )
         except ValidationError as exc:
             reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
-            raise ValueError(reason) from None
+            reason = reason.replace("parameters.", "")  # the operator named them without it
+            # The operator's dates, wrong together: theirs to fix, not a fault here.
+            raise InvalidParams(reason) from None
         children = dict(self.agent.config.children)
         answers = await asyncio.gather(
             *(self._ask(child, request) for child in children), return_exceptions=True

@@ -71,7 +71,8 @@ async def test_handler_errors_and_bad_params_are_command_errors(
         assert "exploded on purpose" in failure.value.error
         with pytest.raises(CommandFailed) as failure:
             await operator.request("sleep", {"seconds": "long"}, to=root_id, timeout=10)
-        assert failure.value.code == "INVALID_MESSAGE"
+        assert failure.value.code == "INVALID_PARAMS"
+        assert failure.value.error.startswith("parameter 'seconds' should be a valid number")
         reply = await operator.request("sleep", {"seconds": 0.01}, to=root_id, timeout=10)
         assert reply.details["result"] == 0.01
 

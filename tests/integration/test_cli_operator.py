@@ -175,14 +175,14 @@ async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_o
         assert live["down_for_s"] is None
         assert 0 <= live["heartbeat_age_s"] < 3
         loop = asyncio.get_running_loop()
-        code, table, err = await capture("status", "--config", configs["operator"])
+        code, table, err = await capture("status", "--config", configs["operator"], "--wide")
         table_at = loop.time()  # the table is printed as the look ends
         assert (code, err) == (0, "")
-        code, tree, err = await capture("watch", "--config", configs["operator"], "--duration", "1")
-        tree_at = loop.time()  # so is the watch's last frame
+        code, tree, err = await capture("watch", "--config", configs["operator"], "--duration", "0")
+        tree_at = loop.time()  # into a pipe it prints the fleet once, as its look settled
         assert (code, err) == (0, "")
-    row = next(r for r in table.splitlines() if r.startswith("│ spec_a "))
-    shown = float(re.search(r"down for (\d+\.\d)s", row).group(1))  # type: ignore[union-attr]
+    row = next(r for r in table.splitlines() if r.startswith("spec_a "))
+    shown = float(re.search(r"down (?:≤ )?(\d+\.\d)s", row).group(1))  # type: ignore[union-attr]
     frame = tree[tree.rindex("operator (operator)") :]
     line = next(ln for ln in frame.splitlines() if "spec_a INACTIVE" in ln)
     watched = float(re.search(r"down for (\d+\.\d)s", line).group(1))  # type: ignore[union-attr]
@@ -190,8 +190,8 @@ async def test_status_and_watch_say_down_for_the_same_time_and_show_the_agents_o
     assert abs((watched - shown) - (tree_at - table_at)) < 1.0, (row, line)
     assert "heartbeat" not in line
     # The live agent's own CPU and memory, next to the host's.
-    live_row = next(r for r in table.splitlines() if r.startswith("│ spec_b "))
-    assert re.search(r"heartbeat \d+\.\ds ago", live_row)
+    live_row = next(r for r in table.splitlines() if r.startswith("spec_b "))
+    assert re.search(r"\d+\.\ds ago", live_row)
     assert re.search(r"\d+ MiB", live_row)
     for column in ("cpu%", "rss", "host cpu%", "host mem%"):
         assert column in table

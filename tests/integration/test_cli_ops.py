@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from tests.kits.agentkit import start_agents, wait_for
 from tests.kits.brokerkit import Client, SecureBroker, tree_fleet
 from tests.kits.clikit import SEED, capture, configs, running_fleet, secure
 from tests.kits.faultkit import TcpProxy
+from tests.kits.fleetproc import REPO, child_env
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import activity
 from vox_mqtt.fleet.bundles import render_agent_config
@@ -50,10 +52,10 @@ async def test_status_json_and_table(
         assert activity(spec["metrics"])[1] == "0"  # no errors
         assert rows["coordinator"]["master_id"] == str(secure.fleet.agent("root").id)
 
-        code, out, err = await capture("status", "--config", configs["operator"])
+        code, out, err = await capture("status", "--config", configs["operator"], "--wide")
         assert (code, err) == (0, "")
         for word in (
-            "heartbeat",
+            "age",
             "msg/s",
             "errors",
             "p50 cmd",
@@ -88,8 +90,9 @@ async def test_watch_draws_the_tree(
     }
     assert depth["root"] < depth["coordinator"] < depth["spec_a"] == depth["spec_b"]
     assert "epoch 1" in last
-    frame = mine[mine.rindex("root ACTIVE") :].splitlines()
-    assert [ln.strip(" │├└─").split(" ")[0] for ln in frame] == [
+    # Into a pipe: plain lines, each "HH:MM:SS" and the agent indented by its depth.
+    frame = mine.splitlines()[1:5]
+    assert [ln.split()[1] for ln in frame] == [
         "root",
         "coordinator",
         "spec_a",
@@ -109,6 +112,8 @@ async def test_warroom_lists_open_incidents_and_follows_new_posts(
         assert agents["spec_a"].session is not None
         await agents["spec_a"].session.disconnect_abruptly()
         await wait_for(lambda: agents["root"].advertised_commands() == ["analyze"])
+        # The coordinator's post may come after its new advertisement: wait for it too.
+        await wait_for(lambda: bool(agents["root"].incidents), timeout=15)
         code, out, err = await capture("warroom", "--config", configs["operator"], "--json")
         [row] = [json.loads(line) for line in out.splitlines()]
         assert (row["source_name"], row["subject_name"]) == ("coordinator", "spec_a")
@@ -156,16 +161,23 @@ async def test_looks_beside_each_other_on_a_locked_broker_kick_no_one(
     """`vox watch` and `vox status` each log in as their own read-only identity."""
     async with AsyncExitStack() as stack:
         agents = await running_fleet(stack, secure, tmp_path)
-        watch = asyncio.ensure_future(
-            capture("watch", "--config", configs["operator"], "--duration", "3")
+        # The watch in a process of its own: into a pipe it prints as it goes, and this
+        # process's captured output is the status's alone.
+        watch = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "vox_mqtt.cli", "watch"),
+            *("--config", str(configs["operator"]), "--duration", "3"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env(),
+            cwd=REPO,
         )
         await asyncio.sleep(1.0)
         code, out, err = await capture("status", "--config", configs["operator"], "--json")
         assert (code, err) == (0, "")
         assert len(json.loads(out)["agents"]) == 4
-        code, out, err = await watch
-        assert (code, err) == (0, "")
-        assert "root ACTIVE" in out[out.rindex("operator (operator)") :]
+        watched, watch_err = await asyncio.wait_for(watch.communicate(), 60)
+        assert (watch.returncode, watch_err) == (0, b"")
+        assert b"root ACTIVE" in watched[watched.rindex(b"operator (operator)") :]
         assert all(agent.session is not None for agent in agents.values())
     log = secure.broker.log_text()
     assert "already connected, closing old connection" not in log

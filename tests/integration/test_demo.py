@@ -94,7 +94,7 @@ def test_the_narration_shows_every_step(demo_run: tuple[Path, str]) -> None:
         "specialist_b is killed with SIGKILL",
         "open incidents: 1",
         "CRITICAL VM_CONNECTION_LOST",
-        "INACTIVE (VM_CONNECTION_LOST)",
+        "INACTIVE  ",  # vox status: the state cell, then its gap (its code when it fits)
         "specialist_b INACTIVE VM_CONNECTION_LOST",
         "specialist_b is ACTIVE again (epoch 2)",
         "Clean shutdown",

@@ -180,7 +180,9 @@ async def test_financial_summary_goes_root_to_coordinator_and_back(fleet_fixture
     assert Path(attachment).parent == f.tmp / "coordinator" / "reports"
     assert len(csv_text.splitlines()) == 3  # header and two jobs
     assert reply.details["handled_by"] == str(root.id)
-    assert failure.value.code == "HANDLER_ERROR"
+    # The operator's date, refused before the handler ran (docs/messages.md, INVALID_PARAMS).
+    assert failure.value.code == "INVALID_PARAMS"
+    assert failure.value.error.startswith("parameter 'start_date': ")
     assert "has no timezone" in failure.value.error
     # The data_response answers the data_request: reply_to links them in both ledgers.
     rows = f.ledger_rows("root")

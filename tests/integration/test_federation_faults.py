@@ -144,7 +144,10 @@ def test_a_cut_link_and_a_stopped_site_lose_nothing_and_run_nothing_twice(
 
 
 async def _accepted_or_refused(console: OperatorConsole, command: str, tag: str) -> str | None:
-    """Return the tag once answered, or None when the root refused it at once (NO_ROUTE)."""
+    """Return the tag once answered, or None when the root refused it at once.
+
+    The root refuses work for an agent it sees down as TARGET_INACTIVE (docs/liveness.md).
+    """
     try:
         reply = await console.send_command(command, {"tag": tag}, wait=90)
     except CommandFailed as exc:
@@ -152,7 +155,7 @@ async def _accepted_or_refused(console: OperatorConsole, command: str, tag: str)
     else:
         assert reply.details["result"]["tag"] == tag
         return tag
-    assert refused.code == "NO_ROUTE", refused
+    assert refused.code == "TARGET_INACTIVE", refused
     return None
 
 
@@ -209,7 +212,8 @@ async def _scenario(fed: Federation, links: Witness, east_link: str, west_link: 
         stopped = time.monotonic()
         fed.brokers["west"].stop()
         # Stopping, it published its clients' wills before its bridge went: the root now
-        # sees coord_w INACTIVE and may refuse new work for it (NO_ROUTE) until it is back.
+        # sees coord_w INACTIVE and may refuse new work for it (TARGET_INACTIVE) until it is
+        # back.
         waiting = [
             asyncio.ensure_future(_accepted_or_refused(console, "count_west", f"west-{i}"))
             for i in (1, 2)

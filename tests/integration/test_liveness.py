@@ -314,9 +314,11 @@ def test_routing_prefers_healthy_children_and_names_stale_ones_target_inactive(
     # A stale child still lists its commands but is no route: TARGET_INACTIVE.
     assert choose("echo") == (None, ErrorCode.TARGET_INACTIVE)
     assert view.commands_of([a, b]) == {"analyze"}
-    # A child whose will arrived lists nothing: the command has no route at all.
+    # A child whose will arrived lists nothing, but it served the command: it is down,
+    # not unknown (REQ-001-US-002-008); a command nobody served has no route at all.
     view.update(status_of(a, "INACTIVE", 1, [], error_code="VM_CONNECTION_LOST"))
-    assert choose("echo") == (None, ErrorCode.NO_ROUTE)
+    assert choose("echo") == (None, ErrorCode.TARGET_INACTIVE)
+    assert choose("nonesuch") == (None, ErrorCode.NO_ROUTE)
     assert loss_code(view.get(a)) == "VM_CONNECTION_LOST"  # type: ignore[arg-type]
     assert [c.id for c in view.get_children(coordinator)] == []
 

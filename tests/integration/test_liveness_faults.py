@@ -75,13 +75,15 @@ def test_killed_specialist_is_lost_at_once_routed_around_and_reborn(
             assert answer["result"]["by"] == "spec_b"
             assert answer["handled_by"] == str(root)
 
-        # Both gone: nothing advertises `analyze` any more, so the root answers NO_ROUTE.
+        # Both gone: nothing advertises `analyze` any more, but the coordinator reports it
+        # down, so the root answers TARGET_INACTIVE, not NO_ROUTE (REQ-001-US-002-008).
         both = time.monotonic()
         processes["spec_b"].signal(signal.SIGKILL)
         rec.status(root, after=both, status="ACTIVE", commands=[])
         code, answer = send_json(dep, "analyze", timeout=10, target="invoice.pdf")
         assert code == 1
-        assert answer == {"ok": False, "code": "NO_ROUTE", "error": answer["error"]}
+        assert answer == {"ok": False, "code": "TARGET_INACTIVE", "error": answer["error"]}
+        assert "below coordinator is down" in answer["error"]
 
         # Reborn: a higher epoch, the incident resolved and its retained post cleared.
         restarted = time.monotonic()

@@ -246,7 +246,7 @@ async def test_status_shows_in_flight_requests_and_the_exporter_counts_cancels(
     while (seen := await in_flight()) != expected:
         assert time.monotonic() < deadline, seen
         await asyncio.sleep(0.5)
-    code, out, err = await capture("status", "--config", procs.operator_config)
+    code, out, err = await capture("status", "--config", procs.operator_config, "--wide")
     assert (code, err) == (0, ""), err
     assert "in flight" in out
     assert "1 working" in out

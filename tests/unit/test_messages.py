@@ -399,6 +399,7 @@ def test_error_codes_are_the_designed_set() -> None:
         "TIMEOUT",
         "HANDLER_ERROR",
         "INVALID_MESSAGE",
+        "INVALID_PARAMS",
         "UNAUTHORIZED_SOURCE",
         "DELIVERY_FAILED",
         "SHUTTING_DOWN",

@@ -221,6 +221,9 @@ children_st = st.lists(
         id=ids,
         status=st.sampled_from([ACTIVE, INACTIVE, "STALE", "DEGRADED"]),
         commands=st.sets(st.sampled_from(["analyze", "other"])).map(tuple),
+        # What its last ACTIVE status listed, and what it said is down below it.
+        advertised=st.none() | st.sets(st.sampled_from(["analyze", "other"])).map(tuple),
+        commands_down=st.sets(st.sampled_from(["analyze", "other"])).map(tuple),
     ),
     max_size=6,
     unique_by=lambda c: c.id,
@@ -241,7 +244,11 @@ def test_routing_rules_hold_for_any_children(
         chosen = next(c for c in children if c.id == plan.child)
         assert chosen in healthy
         assert load.get(chosen.id, 0) == min(load.get(c.id, 0) for c in healthy)
-    elif advertising:
+    elif advertising or any(
+        "analyze" in c.commands_down or (not c.healthy and "analyze" in (c.advertised or ()))
+        for c in children
+    ):
+        # Served below, by agents that are down: offline, not unknown (REQ-001-US-002-008).
         assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.TARGET_INACTIVE)
     else:
         assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.NO_ROUTE)

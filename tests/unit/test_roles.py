@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from vox_mqtt.agent.roles import ParamsError, Role, command, load_role, on
+from vox_mqtt.agent.roles import Role, command, expected_params, load_role, on
 from vox_mqtt.agent.router import Router
-from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.errors import ConfigError, InvalidParams
 
 
 class Analyst(Role):
@@ -38,14 +38,35 @@ async def test_params_arrive_as_keyword_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    "params",
-    [{}, {"target": 5}, {"target": "x", "depth": "deep"}, {"target": "x", "unknown": 1}],
+    ("params", "line"),
+    [
+        ({}, "parameter 'target' is missing (expected a string)"),
+        ({"target": 5}, "parameter 'target' should be a valid string, not 5"),
+        (
+            {"target": "x", "depth": "deep"},
+            "parameter 'depth' should be a valid integer, unable to parse string as an "
+            "integer, not 'deep'",
+        ),
+        (
+            {"target": "x", "unknown": 1},
+            "unexpected parameter 'unknown': analyze takes target (a string), depth (an integer)",
+        ),
+    ],
 )
-async def test_params_that_do_not_fit_the_signature_raise_params_error(
-    params: dict[str, Any],
+async def test_params_that_do_not_fit_the_signature_are_one_line_naming_the_parameter(
+    params: dict[str, Any], line: str
 ) -> None:
-    with pytest.raises(ParamsError, match=r"params do not fit Analyst\.analyze"):
-        await Analyst().get_commands()["analyze"](**params)
+    role = Analyst()
+    with pytest.raises(InvalidParams) as refused:
+        await role.get_commands()["analyze"](**params)
+    assert str(refused.value) == line
+    # The role class never shows: the line travels up the tree to the operator.
+    assert "Analyst" not in line
+    assert not hasattr(role, "ran")
+
+
+def test_expected_params_say_what_each_parameter_takes() -> None:
+    assert expected_params(Analyst().analyze) == {"target": "a string", "depth": "an integer"}
 
 
 async def test_role_on_registers_an_instance_handler() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -60,6 +60,9 @@ class AgentContext:
     session: Session  # built with the agent, connected while it runs
     # Every part counts its own work here; the heartbeat carries the snapshot.
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
+    # What agents below served while ACTIVE and none ACTIVE serves now: the status carries it
+    # (`commands_down`), so its master answers TARGET_INACTIVE for them (docs/liveness.md).
+    commands_down: Callable[[], list[str]] = list
     # What an MQTT explorer shows beside each publish, built once per peer and type.
     publish_props: PublishProperties = field(init=False)
 

@@ -28,7 +28,7 @@ from vox_mqtt.agent.progress import ProgressReporter
 from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
-from vox_mqtt.agent.rules import advertisement, child_share
+from vox_mqtt.agent.rules import advertisement, child_share, down_commands
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.ledger.privatefs import private_dir
@@ -99,6 +99,7 @@ class VOXAgent:
             tasks=TaskSet(config.name),
             session=self._session,
             metrics=self.metrics,
+            commands_down=self.commands_down,
         )
         self.router = Router()
         self._outbox = Outbox(
@@ -248,6 +249,15 @@ class VOXAgent:
                 MAX_ADVERTISED_COMMANDS,
             )
         return chosen
+
+    def commands_down(self) -> list[str]:
+        """Return what agents below served while ACTIVE and none ACTIVE serves now.
+
+        Its master answers TARGET_INACTIVE for these, not NO_ROUTE (`rules.down_commands`,
+        docs/liveness.md); never one this agent advertises.
+        """
+        children = [self.fleet_view.get(c) for c in self.config.children]
+        return down_commands(children, self.advertised_commands(), MAX_ADVERTISED_COMMANDS)
 
     def _child_share(self, agent_id: UUID) -> int | None:
         """Return how many commands a child may advertise; None for an agent not a child."""

@@ -9,7 +9,8 @@ from uuid import UUID
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from vox_mqtt.agent.roles import Handler, ParamsError
+from vox_mqtt.agent.roles import Handler
+from vox_mqtt.protocol.errors import InvalidParams
 from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode
 
 __all__ = ["call_handler"]
@@ -31,8 +32,10 @@ async def call_handler(
         async with asyncio.timeout(timeout):
             result = await handler(**params)
         result = to_jsonable_python(result)
-    except ParamsError as exc:
-        return CommandError(code=ErrorCode.INVALID_MESSAGE, error=str(exc), command=name)
+    except InvalidParams as exc:
+        # The operator's mistake, not a fault here: one line, no traceback (docs/messages.md).
+        log.info("%s: command %s refused: %s", agent, name, exc)
+        return CommandError(code=ErrorCode.INVALID_PARAMS, error=str(exc)[:500], command=name)
     except TimeoutError:
         return CommandError(
             code=ErrorCode.TIMEOUT, error=f"{name} took over {timeout:.1f}s", command=name

@@ -64,7 +64,6 @@ log = logging.getLogger("vox_mqtt.liveness")
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
 
-
 _STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
     ACTIVE: "ACTIVE",
     DEGRADED: "DEGRADED",
@@ -147,6 +146,7 @@ class Liveness:
             started_at=self.started_at,
             heartbeat_interval=self.config.heartbeat_interval,
             commands=self.advertise() if status == ACTIVE and not presence else [],
+            commands_down=self.ctx.commands_down() if status == ACTIVE and not presence else [],
             version=__version__,
             metrics=metrics or {},
             ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),

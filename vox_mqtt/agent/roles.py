@@ -5,12 +5,22 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Literal,
+    Protocol,
+    TypeVar,
+    get_type_hints,
+    overload,
+)
 from uuid import UUID
 
-from pydantic import BaseModel, ValidationError, validate_call
+from pydantic import BaseModel, PydanticUserError, TypeAdapter, ValidationError, validate_call
 
-from vox_mqtt.protocol.errors import ConfigError
+from vox_mqtt.protocol.errors import ConfigError, InvalidParams
+from vox_mqtt.protocol.validation import describe_params, type_words
 
 if TYPE_CHECKING:
     from vox_mqtt.agent.tracking import TrackedRequest
@@ -18,7 +28,16 @@ if TYPE_CHECKING:
     from vox_mqtt.protocol.messages import VOXMessage
     from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["AgentHandle", "Handler", "Role", "command", "is_idempotent", "load_role", "on"]
+__all__ = [
+    "AgentHandle",
+    "Handler",
+    "Role",
+    "command",
+    "expected_params",
+    "is_idempotent",
+    "load_role",
+    "on",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 EventHandler = Callable[["VOXMessage"], Awaitable[Any]]
@@ -167,7 +186,7 @@ class Role:
         self._handlers: dict[str, list[Handler]] = {}
         self._commands: dict[str, Handler] = {}
         for name, attr in self._declared_commands.items():
-            handler = _validated(getattr(self, attr), f"{type(self).__name__}.{attr}")
+            handler = _validated(getattr(self, attr), name)
             self._commands[name] = handler
             self._handlers[name] = [handler]
         for event, attrs in self._declared_events.items():
@@ -232,8 +251,13 @@ class Role:
         """Run when the agent stops; override to release resources."""
 
 
-def _validated(method: Callable[..., Any], label: str) -> Callable[..., Awaitable[Any]]:
-    """Wrap a command so its keyword params are validated against its signature."""
+def _validated(method: Callable[..., Any], command_name: str) -> Callable[..., Awaitable[Any]]:
+    """Wrap a command so its keyword params are validated against its signature first.
+
+    Params that do not fit are the operator's mistake: `InvalidParams`, one line naming the
+    command and the parameter (never the role class: the line travels up the tree), raised
+    before the handler's body runs (docs/messages.md, INVALID_PARAMS).
+    """
     checked = validate_call(method)
 
     async def call(**params: Any) -> Any:
@@ -246,23 +270,33 @@ def _validated(method: Callable[..., Any], label: str) -> Callable[..., Awaitabl
         except ValidationError as exc:
             if exc.title != getattr(method, "__qualname__", exc.title):
                 raise  # a model validated inside the handler: a handler error, not bad params
-            raise ParamsError(label, exc) from None
+            errors = exc.errors(include_url=False)
+            raise InvalidParams(
+                describe_params(command_name, errors, expected_params(method))
+            ) from None
         return outcome
 
-    call.__name__ = getattr(method, "__name__", label)
+    call.__name__ = getattr(method, "__name__", command_name)
     setattr(call, IDEMPOTENT_MARK, getattr(method, IDEMPOTENT_MARK, False))
     return call
 
 
-class ParamsError(Exception):
-    """A command's params do not fit its handler's signature."""
-
-    def __init__(self, label: str, exc: ValidationError) -> None:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
-            for e in exc.errors(include_url=False)[:5]
-        )
-        super().__init__(f"params do not fit {label}: {problems}")
+def expected_params(method: Callable[..., Any]) -> dict[str, str]:
+    """Return each keyword parameter of a command -> what it takes, in words ("a string")."""
+    try:
+        hints = get_type_hints(method, include_extras=True)
+    except (NameError, TypeError):
+        hints = {}  # an annotation that cannot be resolved: the names alone still help
+    expected: dict[str, str] = {}
+    for name, param in inspect.signature(method).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        try:
+            schema = TypeAdapter(hints.get(name, Any)).json_schema()
+        except (PydanticUserError, TypeError, ValueError):
+            schema = {}
+        expected[name] = type_words(schema)
+    return expected
 
 
 def load_role(spec: str, settings: Mapping[str, Any] | None = None) -> Role:

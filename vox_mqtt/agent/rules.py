@@ -7,12 +7,21 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final
 from uuid import UUID
 
-from vox_mqtt.observe.status import AgentLiveness
+from vox_mqtt.observe.status import RETIRED, AgentLiveness
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
 from vox_mqtt.protocol.topics import InboxTopic
 
-__all__ = ["MIN_CHILD_SHARE", "advertisement", "child_share", "choose_child", "verify"]
+__all__ = [
+    "MIN_CHILD_SHARE",
+    "advertisement",
+    "child_share",
+    "choose_child",
+    "down_commands",
+    "down_levels",
+    "inactive_reason",
+    "verify",
+]
 
 # However many children a master has, each may advertise at least this many commands.
 MIN_CHILD_SHARE: Final = 16
@@ -55,13 +64,73 @@ def choose_child(
     load: Mapping[UUID, int],
     tiebreak: Callable[[], float] = random.random,
 ) -> tuple[UUID | None, ErrorCode | None]:
-    """Pick a child for a command: healthy first, then least busy; else an error code."""
-    advertising = [c for c in children if c is not None and command in c.commands]
-    healthy = [c for c in advertising if c.healthy]
+    """Pick a child for a command: healthy first, then least busy; else an error code.
+
+    No healthy child lists it: TARGET_INACTIVE when the agents that serve it are down
+    (`down_levels`: REQ-001-US-002-008, routing to offline agents), NO_ROUTE when
+    nothing below serves it at all (docs/liveness.md, routing uses liveness).
+    """
+    listed = [c for c in children if c is not None]
+    healthy = [c for c in listed if c.healthy and command in c.commands]
     if healthy:
         best = min(healthy, key=lambda c: (load.get(c.id, 0), tiebreak()))
         return best.id, None
-    return None, ErrorCode.TARGET_INACTIVE if advertising else ErrorCode.NO_ROUTE
+    return None, ErrorCode.TARGET_INACTIVE if down_levels(command, listed) else ErrorCode.NO_ROUTE
+
+
+def down_levels(
+    command: str, children: Iterable[AgentLiveness | None]
+) -> list[AgentLiveness | None]:
+    """Return where the agents that serve a command are down, as a master sees its children.
+
+    A child that is not healthy and listed the command (now, or in its last ACTIVE status:
+    an INACTIVE child lists none) holds it itself: its level is this master's children,
+    given as None. A healthy child that lists the command among its `commands_down` (what
+    an agent below it served while ACTIVE and nobody ACTIVE below serves now) names its
+    own level. A retired child is gone, not down. Empty: nothing below serves it.
+    """
+    levels: list[AgentLiveness | None] = []
+    for child in children:
+        if child is None or child.error_code == RETIRED:
+            continue
+        if not child.healthy and command in (*child.commands, *(child.advertised or ())):
+            if None not in levels:
+                levels.append(None)
+        elif command in child.commands_down:
+            levels.append(child)
+    return levels
+
+
+def inactive_reason(command: str, me: str, levels: Sequence[AgentLiveness | None]) -> str:
+    """Say in one line that a command's agents are down, and at which level (TARGET_INACTIVE).
+
+    Names this agent's children's level or the children below which they are down, never
+    the agents that hold the command: those are the level below's to name.
+    """
+    where = [f"among {me}'s children" if lv is None else f"below {lv.name}" for lv in levels]
+    return (
+        f"every agent that serves {command!r} {' and '.join(where) or f'below {me}'} is down "
+        "(INACTIVE or STALE)"
+    )
+
+
+def down_commands(
+    children: Iterable[AgentLiveness | None], serving: Collection[str], limit: int
+) -> list[str]:
+    """Return what a master reports as `commands_down`: served below, by nobody ACTIVE now.
+
+    The commands its children that are down listed in their last ACTIVE status and those
+    its healthy children report down, less what it advertises (`serving`), sorted, at
+    most `limit` (docs/liveness.md).
+    """
+    down: set[str] = set()
+    for child in children:
+        if child is None or child.error_code == RETIRED:
+            continue
+        down.update(child.commands_down)
+        if not child.healthy:
+            down.update(child.advertised or ())
+    return sorted(down - set(serving))[:limit]
 
 
 def child_share(own: int, children: int, limit: int) -> int:

@@ -25,7 +25,7 @@ from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedSta
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
-from vox_mqtt.agent.rules import choose_child
+from vox_mqtt.agent.rules import choose_child, down_levels, inactive_reason
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
@@ -488,7 +488,9 @@ class CommandRunner:
     def _unroutable(self, name: str, code: ErrorCode) -> CommandError:
         """Answer a command neither a role here nor a healthy child serves."""
         if code == ErrorCode.TARGET_INACTIVE:
-            reason = f"no child that serves {name!r} is healthy"
+            # Offline, not unknown (REQ-001-US-002-008): say at which level they are down.
+            levels = down_levels(name, self.children())
+            reason = inactive_reason(name, self.config.name, levels)
         else:
             # Say what does exist: a typo is then one look away from its fix.
             serves = sorted(

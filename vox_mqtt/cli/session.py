@@ -15,7 +15,7 @@ from vox_mqtt.console.decisions import OVERLAPS
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.messages import VOXMessage
+from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
 from ._common import (
     EXIT_RUNTIME,
@@ -139,7 +139,8 @@ async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) ->
                 print_json({"ok": False, "code": exc.code, "error": exc.error})
             else:
                 fail(f"{args.command}: {exc.code}: {exc.error}")
-            return EXIT_RUNTIME
+            # Params that do not fit the command are the operator's to fix: bad input.
+            return EXIT_USAGE if exc.code == ErrorCode.INVALID_PARAMS else EXIT_RUNTIME
     return show(reply)
 
 

@@ -211,6 +211,9 @@ class AgentLiveness:
     # The commands of its last ACTIVE status (kept while it is down), and how many more
     # changes of them it may make now.
     advertised: tuple[str, ...] | None = None
+    # What its last ACTIVE status said agents below it served and nobody ACTIVE there serves
+    # now (kept while it is down): routing answers TARGET_INACTIVE for them (agent/rules.py).
+    commands_down: tuple[str, ...] = ()
     changes: ChangeBudget = dataclass_field(default_factory=ChangeBudget)
     epoch_of_commands: int = -1  # the epoch of the full status `commands` came from
     # The newest sequence taken of its full status (False) and its presence (True), with the
@@ -404,6 +407,9 @@ class FleetView:
             if report.status == ACTIVE:
                 entry.commands = tuple(report.commands)
                 entry.epoch_of_commands = report.epoch
+                # Only an error code's choice hangs on it: cut to the share, never refused.
+                share, down = self.share_of(entry.id), report.commands_down
+                entry.commands_down = tuple(down if share is None else down[:share])
             entry.metrics = report.metrics or entry.metrics
             head = report.ledger_head
             entry.ledger_head = None if head is None else (head.row, head.hash)

@@ -11,6 +11,7 @@ __all__ = [
     "DeliveryFailed",
     "FleetError",
     "InvalidMessage",
+    "InvalidParams",
     "LedgerError",
     "MessageTooLarge",
     "Refused",
@@ -40,6 +41,16 @@ class InvalidMessage(VoxError):
         # answer the sender with command_error INVALID_MESSAGE.
         self.message_id = message_id
         self.source = source
+
+
+class InvalidParams(VoxError):
+    """A command's params do not fit it: the operator's mistake, answered INVALID_PARAMS.
+
+    Raised before a handler runs when the params do not fit its signature, and by a handler
+    that finds them wrong together (an end before a start): never a fault of the agent,
+    so it is logged as one line, never with a traceback (docs/messages.md, error codes).
+    The message names the command and the parameter, never the role that serves it.
+    """
 
 
 class _ProblemList(VoxError):

@@ -86,6 +86,7 @@ __all__ = [
     "ErrorCode",
     "FrozenDict",
     "FrozenList",
+    "IsoTimestamp",
     "JobDetected",
     "LedgerHead",
     "MessageAcknowledged",
@@ -137,6 +138,8 @@ class ErrorCode(StrEnum):
     TIMEOUT = "TIMEOUT"
     HANDLER_ERROR = "HANDLER_ERROR"
     INVALID_MESSAGE = "INVALID_MESSAGE"
+    # The params do not fit the command's signature or types: refused before its handler ran.
+    INVALID_PARAMS = "INVALID_PARAMS"
     UNAUTHORIZED_SOURCE = "UNAUTHORIZED_SOURCE"
     DELIVERY_FAILED = "DELIVERY_FAILED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
@@ -505,6 +508,8 @@ class AgentStatus(BaseModel):
     commands: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = Field(
         default_factory=list
     )
+    # Served below while ACTIVE, by none ACTIVE now: TARGET_INACTIVE, not NO_ROUTE (liveness.md).
+    commands_down: Annotated[list[CommandName], Field(max_length=MAX_ADVERTISED_COMMANDS)] = []
     version: Annotated[StrictStr, Field(max_length=64)] = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
     ledger_head: LedgerHead | None = None
