@@ -35,8 +35,8 @@ def test_a_loopback_door_answers_its_own_address_and_localhost_only() -> None:
     rule = host_rule("127.0.0.1")
     for header in ("127.0.0.1", "127.0.0.1:8080", "127.0.0.1:9999", "localhost:8080"):
         assert rule.allows(header), header  # any port: an SSH tunnel shows its own
-    for header in (REBIND, f"{REBIND}:8080", "127.0.0.2", "[::1]", "", None, "127.0.0.1:x"):
-        assert not rule.allows(header), header
+    for refused in (REBIND, f"{REBIND}:8080", "127.0.0.2", "[::1]", "", None, "127.0.0.1:x"):
+        assert not rule.allows(refused), refused
 
 
 def test_an_ipv6_door_answers_its_address_in_brackets_never_any_host() -> None:
