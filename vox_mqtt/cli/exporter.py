@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -116,7 +117,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         listener = socket.create_server((host, port), family=family)
     except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        # create_server adds "(while attempting to bind ...)" to strerror: the errno says it.
+        errno = None if isinstance(exc, socket.gaierror) else exc.errno
+        why = os.strerror(errno) if errno else (exc.strerror or str(exc))
+        fail(f"cannot listen on {host}:{port}: {why}")
         return EXIT_USAGE
     with listener:
         return asyncio.run(_serve(reader, host, listener, rule, limits))
