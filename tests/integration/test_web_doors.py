@@ -18,6 +18,7 @@ import os
 import re
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ from tests.kits.fleetproc import (
     wait_for_route,
     wait_until,
 )
+from tests.kits.webkit import self_signed
 from vox_mqtt.console.operator import OperatorConsole
 
 pytestmark = pytest.mark.slow
@@ -87,10 +89,16 @@ class Door:
     port: int
     log_path: Path
     token: str | None = None
+    tls: ssl.SSLContext | None = None  # what a client trusts when it serves HTTPS
 
     def ask(self, path: str, host: str | None = None, *, timeout: float = 10) -> tuple[int, bytes]:
         """GET path with this Host header (the door's own address by default)."""
-        connection = http.client.HTTPConnection(self.host.strip("[]"), self.port, timeout=timeout)
+        address = self.host.strip("[]")
+        connection = (
+            http.client.HTTPConnection(address, self.port, timeout=timeout)
+            if self.tls is None
+            else http.client.HTTPSConnection(address, self.port, timeout=timeout, context=self.tls)
+        )
         headers = {"Host": host if host is not None else f"{self.host}:{self.port}"}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -213,9 +221,9 @@ def _systemd_nofile() -> None:
 
 
 @contextlib.contextmanager
-def limited(verb: str, config: Path, log_path: Path) -> Iterator[Door]:
+def limited(verb: str, config: Path, log_path: Path, *extra: str) -> Iterator[Door]:
     """Run the verb on 127.0.0.1 with systemd's descriptor limit, stderr alone in log_path."""
-    args = [verb, "--config", str(config), "--listen", "127.0.0.1:0"]
+    args = [verb, "--config", str(config), "--listen", "127.0.0.1:0", *extra]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "vox_mqtt.cli", *args],
@@ -243,8 +251,9 @@ def limited(verb: str, config: Path, log_path: Path) -> Iterator[Door]:
 class Flood:
     """Hold FLOOD connections that each sent half a request line, reopening any closed."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, payload: bytes) -> None:
         self.port = port
+        self.payload = payload
         self.sockets: list[socket.socket] = []
         self.opened = 0
         self.closed_by_server = 0
@@ -256,7 +265,7 @@ class Flood:
         sock.settimeout(5)
         try:
             sock.connect(("127.0.0.1", self.port))
-            sock.sendall(b"GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            sock.sendall(self.payload)
         except OSError:
             sock.close()
             return
@@ -333,10 +342,16 @@ class Figures:
     closed_by_server: int
 
 
-def _under_flood(door: Door, path: str, ok: Callable[[int, bytes], bool]) -> Figures:
+HALF_A_REQUEST = b"GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+HALF_A_HELLO = b"\x16\x03\x01\x02\x00\x01\x00"  # a TLS ClientHello's first bytes
+
+
+def _under_flood(
+    door: Door, path: str, ok: Callable[[int, bytes], bool], payload: bytes = HALF_A_REQUEST
+) -> Figures:
     threads_before = _threads(door.process.pid)
     cpu_before = _cpu_seconds(door.process.pid)
-    with Flood(door.port) as flood:
+    with Flood(door.port, payload) as flood:
         time.sleep(2)  # the flood held a while: past a sweep, the cap reached
         served_in = []
         for _ in range(3):
@@ -375,6 +390,19 @@ def test_half_open_connections_leave_the_console_serving(
 ) -> None:
     with limited("web", fleet.operator_config, tmp_path / "web-stderr.log") as web:
         figures = _under_flood(web, "/api/snapshot", lambda s, b: s == 200 and b'"top"' in b)
+        _check(figures, web.log_path.read_text())
+
+
+def test_half_open_tls_handshakes_leave_the_console_serving(
+    fleet: FleetProcesses, tmp_path: Path, many_descriptors: None
+) -> None:
+    cert, key, trusted = self_signed(tmp_path)
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    with limited("web", fleet.operator_config, tmp_path / "tls-stderr.log", *tls) as web:
+        web.tls = trusted
+        figures = _under_flood(
+            web, "/api/snapshot", lambda s, b: s == 200 and b'"top"' in b, HALF_A_HELLO
+        )
         _check(figures, web.log_path.read_text())
 
 

@@ -29,10 +29,12 @@ import ipaddress
 import logging
 import re
 import resource
+import ssl
 import time
+from asyncio import sslproto
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol, cast
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -280,6 +282,23 @@ class DoorCounters:
         return ("\n".join(lines) + "\n").encode()
 
 
+class _Counted(Protocol):
+    """A connection as its door's keeper sees it."""
+
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def since(self) -> float: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def body_pending(self) -> bool: ...
+
+    def drop(self) -> None: ...
+
+
 @dataclass
 class _Doorkeeper:
     """The open connections of one door, oldest first, and their timers."""
@@ -289,12 +308,12 @@ class _Doorkeeper:
     say: Callable[[str], None]
     clock: Callable[[], float] = time.monotonic
     cap: int = DEFAULT_MAX_CONNECTIONS
-    open: dict[_DoorProtocol, None] = field(default_factory=dict)  # insertion order: age
+    open: dict[_Counted, None] = field(default_factory=dict)  # insertion order: age
     _sweeping: asyncio.TimerHandle | None = None
     _reported: dict[str, int] = field(default_factory=dict)
     _reported_at: float = 0.0
 
-    def admit(self, door: _DoorProtocol) -> bool:
+    def admit(self, door: _Counted) -> bool:
         """Take a new connection in, closing another to make room; False: refuse it."""
         doors = list(self.open)
         chosen = victim([d.busy for d in doors], self.cap)
@@ -311,7 +330,7 @@ class _Doorkeeper:
             self._sweeping = door.loop.call_later(_SWEEP, self._sweep, door.loop)
         return True
 
-    def gone(self, door: _DoorProtocol) -> None:
+    def gone(self, door: _Counted) -> None:
         self.open.pop(door, None)
         self.counters.open = len(self.open)
 
@@ -357,18 +376,20 @@ class _DoorProtocol(H11Protocol):
     """uvicorn's h11 protocol, counted by its door's keeper (set on a subclass per door)."""
 
     keeper: _Doorkeeper
+    counted = True  # False inside a _TlsDoor: the TLS connection is counted, from its accept
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.since = self.keeper.clock()
         self._seen: object = None
-        if not self.keeper.admit(self):
+        if self.counted and not self.keeper.admit(self):
             transport.close()  # never served: uvicorn's protocol is not told of it
             self.transport = None  # type: ignore[assignment]
             return
         super().connection_made(transport)  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.keeper.gone(self)
+        if self.counted:
+            self.keeper.gone(self)
         if self.transport is not None:
             super().connection_lost(exc)
 
@@ -398,6 +419,95 @@ class _DoorProtocol(H11Protocol):
         self.keeper.gone(self)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()  # no lingering close: the descriptor is freed at once
+
+
+class _TlsDoor(asyncio.BufferedProtocol):
+    """A TLS connection, counted from its accept, its handshake within the head's time.
+
+    uvicorn hands TLS to asyncio, whose handshake takes up to 60 s before the HTTP protocol
+    sees the connection: a flood of silent TLS connections would hold every descriptor. So
+    the door does TLS itself: asyncio's TLS protocol between the socket and the counted
+    h11 protocol, this one counted from the accept (docs/security.md, F29).
+    """
+
+    keeper: _Doorkeeper
+    context: ssl.SSLContext
+    inner_class: type[_DoorProtocol]
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: Any,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.loop = _loop or asyncio.get_event_loop()
+        self.inner = self.inner_class(
+            config=config, server_state=server_state, app_state=app_state, _loop=_loop
+        )
+        self.inner.counted = False
+        self.tls = sslproto.SSLProtocol(
+            self.loop,
+            self.inner,
+            self.context,
+            # No waiter: one would hold each failed handshake's error, "never retrieved".
+            None,  # type: ignore[arg-type]
+            server_side=True,
+            ssl_handshake_timeout=max(1, int(self.keeper.limits.header_timeout)),
+        )
+        self.raw: asyncio.BaseTransport | None = None
+        self.accepted = self.keeper.clock()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.accepted = self.keeper.clock()
+        if not self.keeper.admit(self):
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.raw = transport
+        self.tls.connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> Any:
+        return self.tls.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.tls.buffer_updated(nbytes)
+
+    def eof_received(self) -> bool | None:
+        # It may return True (keep the socket open while the app reads): pass it on.
+        return self.tls.eof_received()  # type: ignore[func-returns-value]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.keeper.gone(self)
+        if self.raw is not None:
+            self.tls.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.tls.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.tls.resume_writing()
+
+    @property
+    def _connected(self) -> bool:
+        return self.inner.transport is not None  # the handshake is done
+
+    @property
+    def since(self) -> float:
+        return self.inner.since if self._connected else self.accepted
+
+    @property
+    def busy(self) -> bool:
+        return self._connected and self.inner.busy
+
+    @property
+    def body_pending(self) -> bool:
+        return self._connected and self.inner.body_pending
+
+    def drop(self) -> None:
+        """Close the connection now, its handshake done or not."""
+        self.keeper.gone(self)
+        if self.raw is not None and not self.raw.is_closing():
+            self.raw.abort()  # type: ignore[attr-defined]
 
 
 class _Quiet(logging.Filter):
@@ -433,7 +543,13 @@ def door_config(
     keeper = _Doorkeeper(
         limits=limits, counters=counters, say=say, cap=connection_cap(limits.max_connections, soft)
     )
-    protocol = type("DoorProtocol", (_DoorProtocol,), {"keeper": keeper})
+    protocol: type[asyncio.Protocol] = type("DoorProtocol", (_DoorProtocol,), {"keeper": keeper})
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # what uvicorn makes of the files
+        context.load_cert_chain(tls[0], tls[1])
+        attributes = {"keeper": keeper, "context": context, "inner_class": protocol}
+        # A buffered protocol where uvicorn names a plain one: asyncio takes either.
+        protocol = cast(type[asyncio.Protocol], type("TlsDoorProtocol", (_TlsDoor,), attributes))
     running = loop or asyncio.get_running_loop()
     previous = running.get_exception_handler()
     running.set_exception_handler(lambda lp, context: keeper.accept_failed(lp, context, previous))
@@ -450,8 +566,7 @@ def door_config(
         server_header=False,
         # limit_concurrency stays unset: uvicorn answers 503 to every request past it, the
         # legitimate one too; the door's own cap closes a half-open connection instead.
-        ssl_certfile=None if tls is None else tls[0],
-        ssl_keyfile=None if tls is None else tls[1],
+        # TLS is the door's own (_TlsDoor): uvicorn's would come before the count.
     )
     # After the config: it sets uvicorn's loggers up when it is made.
     logging.getLogger("uvicorn.error").addFilter(_Quiet(counters))
