@@ -109,10 +109,14 @@ def test_the_inbox_and_the_requests_pages_follow_what_the_operator_sent(
     fleet: FleetProcesses, tmp_path: Path
 ) -> None:
     with (
-        run_web(fleet.operator_config, tmp_path / "web.log", "--allow-send") as web,
+        run_web(
+            fleet.operator_config, tmp_path / "web.log", "--allow-send", "--generate-token"
+        ) as web,
         browser() as driver,
     ):
-        driver.get(web.url)
+        # The token proves the operator: the notes open (docs/security.md, F28).
+        assert web.token_url is not None
+        driver.get(web.token_url)
         wait(driver, lambda d: "tell" in offered(d), 30, "the root's tell command offered")
         loaded_at = driver.execute_script("return window.voxConsole.loadedAt")
         assert driver.find_element(By.ID, "nav-inbox").is_displayed()
@@ -178,7 +182,12 @@ def test_the_inbox_and_the_requests_pages_follow_what_the_operator_sent(
     # writes the operator's ledger.
     state = fleet.root / "state" / "operator"
     before = hashlib.sha256((state / "logs.db").read_bytes()).hexdigest()
-    with run_web(fleet.operator_config, tmp_path / "ro.log") as web, browser() as driver:
+    with (
+        run_web(fleet.operator_config, tmp_path / "ro.log", "--generate-token") as web,
+        browser() as driver,
+    ):
+        assert web.token_url is not None
+        driver.get(web.token_url)
         driver.get(web.url + "#inbox")
         wait(driver, inbox_shown, 15, "the kept note")
         assert [n["note"] for n in inbox_shown(driver)] == [NOTE]
@@ -217,10 +226,13 @@ def test_a_sealed_note_opens_with_the_operators_key_and_is_never_shown_as_cipher
     text = 'signatures = "require"\n' + fleet_text(SHAPE, roles=ROLES, heartbeat=1.0)
     with run_fleet(tmp_path / "fleet", text) as procs:
         with (
-            run_web(procs.operator_config, tmp_path / "web.log", "--allow-send") as web,
+            run_web(
+                procs.operator_config, tmp_path / "web.log", "--allow-send", "--generate-token"
+            ) as web,
             browser() as driver,
         ):
-            driver.get(web.url)
+            assert web.token_url is not None
+            driver.get(web.token_url)
             wait(driver, lambda d: "tell" in offered(d), 30, "the root's tell command offered")
             send_from_page(driver, "tell", {"note": NOTE, "source": "mail"})
             assert answered(driver, "tell").startswith('tell: "')
@@ -235,7 +247,12 @@ def test_a_sealed_note_opens_with_the_operators_key_and_is_never_shown_as_cipher
         assert "Netwire" not in inbox
         # The same console without the operator's sealing key: a clear marker, no ciphertext.
         keyless = without_seal_key(procs.operator_config)
-        with run_web(keyless, tmp_path / "keyless.log") as web, browser() as driver:
+        with (
+            run_web(keyless, tmp_path / "keyless.log", "--generate-token") as web,
+            browser() as driver,
+        ):
+            assert web.token_url is not None
+            driver.get(web.token_url)
             driver.get(web.url + "#inbox")
             wait(driver, inbox_shown, 15, "the kept job")
             (job,) = inbox_shown(driver)

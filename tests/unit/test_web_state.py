@@ -9,6 +9,7 @@ import pytest
 
 from vox_mqtt.console.web import Hub, _event, _page
 from vox_mqtt.console.web_operator import (
+    NOTE_WITHHELD,
     inbox_rows,
     note_of,
     parse_inbox,
@@ -325,7 +326,7 @@ def test_the_inbox_keeps_the_note_apart_and_counts_the_new_ones() -> None:
     )
     entries = parse_inbox(text)
     assert [e["message_id"] for e in entries] == [first, second]
-    rows, unread = inbox_rows(entries, first, {ROOT: "root"})
+    rows, unread = inbox_rows(entries, first, {ROOT: "root"}, proven=True)
     assert unread == 1
     assert [r["message_id"] for r in rows] == [second, first]  # newest first
     newest, oldest = rows
@@ -345,12 +346,33 @@ def test_a_sealed_note_opens_with_the_operators_key_or_says_it_is_sealed() -> No
     key, other = SealKey.generate(), SealKey.generate()
     sealed = seal("Client: Netwire", key.public)
     entries = [{"message_id": str(uuid4()), "details": {"note_to_human": sealed, "price": 1}}]
-    [row], _ = inbox_rows(entries, None, {}, key)
+    [row], _ = inbox_rows(entries, None, {}, key, proven=True)
     assert (row["note"], row["sealed"]) == ("Client: Netwire", None)
     for wrong in (None, other):
-        [row], _ = inbox_rows(entries, None, {}, wrong)
+        [row], _ = inbox_rows(entries, None, {}, wrong, proven=True)
         assert row["note"] is None
         assert row["sealed"].startswith("sealed for the operator")
         assert "vox-sealed" not in json.dumps(row)  # never the ciphertext
     assert note_of("in clear", None) == ("in clear", None)
     assert note_of(None, key) == (None, None)
+
+
+def test_no_note_is_served_to_a_request_that_did_not_prove_the_operator() -> None:
+    """docs/security.md, F28: without the token, neither a sealed nor a clear note."""
+    key = SealKey.generate()
+    entries = [
+        {"message_id": str(uuid4()), "details": {"note_to_human": seal("Netwire", key.public)}},
+        {"message_id": str(uuid4()), "details": {"note_to_human": "Client: Netwire"}},
+        {"message_id": str(uuid4()), "details": {"price": 1}},
+    ]
+    rows, unread = inbox_rows(entries, None, {}, key)  # proven defaults to False
+    assert unread == 3
+    plain, clear, sealed = rows
+    for row in (clear, sealed):
+        assert row["note"] is None
+        assert row["sealed"] == NOTE_WITHHELD
+    assert (plain["note"], plain["sealed"]) == (None, None)
+    text = json.dumps(rows)
+    assert "Netwire" not in text
+    assert "vox-sealed" not in text
+    assert "note_to_human" not in text

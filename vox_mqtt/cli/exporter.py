@@ -12,13 +12,24 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Final
 
+from vox_mqtt.console.doors import (
+    DEFAULT_MAX_CONNECTIONS,
+    DoorCounters,
+    DoorLimits,
+    DoorServer,
+    HostRule,
+    door_config,
+    host_rule,
+)
 from vox_mqtt.console.exposition import CachedExposition, metrics_app
-from vox_mqtt.console.health import health, serve_metrics
+from vox_mqtt.console.health import asgi_of, health, with_health
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, Refused
@@ -27,10 +38,11 @@ from vox_mqtt.transport.session import Session
 from ._common import EXIT_USAGE, add_config_option, fail
 from .looks import Reader, load_reader
 
-__all__ = ["parse_listen", "register"]
+__all__ = ["add_door_options", "door_settings", "parse_listen", "register"]
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 _PREFIX: Final = "vox exporter: "
+_DOOR_FAMILY: Final = "vox_exporter_http_connections"
 _LIBRARY: Final = "vox_mqtt"  # the logger the session reports its retries on
 
 
@@ -46,7 +58,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HOST:PORT",
         help=f"where to serve /metrics (default {DEFAULT_LISTEN}; port 0 picks a free one)",
     )
+    add_door_options(parser)
     parser.set_defaults(func=cmd_exporter)
+
+
+def add_door_options(parser: argparse.ArgumentParser) -> None:
+    """Add --allowed-host and --max-connections (docs/security.md, F27 and F29)."""
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; by default only "
+        "the listen address, and localhost on loopback)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"HTTP connections held at most (default {DEFAULT_MAX_CONNECTIONS}); past it "
+        "the oldest one without a request in flight is closed",
+    )
+
+
+def door_settings(args: argparse.Namespace, host: str) -> tuple[HostRule, DoorLimits]:
+    """Return the Host rule and the limits of the door; raise ValueError with a reason."""
+    if args.max_connections < 1:
+        raise ValueError(f"--max-connections {args.max_connections}: must be at least 1")
+    return host_rule(host, args.allowed_host), DoorLimits(max_connections=args.max_connections)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -68,14 +108,27 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     """Serve /metrics until SIGTERM or SIGINT."""
     try:
         host, port = parse_listen(args.listen)
+        rule, limits = door_settings(args, host)
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
     reader = load_reader(args.config, "exporter")
-    return asyncio.run(_serve(reader, host, port))
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((host, port), family=family)
+    except OSError as exc:
+        # create_server adds "(while attempting to bind ...)" to strerror: the errno says it.
+        errno = None if isinstance(exc, socket.gaierror) else exc.errno
+        why = os.strerror(errno) if errno else (exc.strerror or str(exc))
+        fail(f"cannot listen on {host}:{port}: {why}")
+        return EXIT_USAGE
+    with listener:
+        return asyncio.run(_serve(reader, host, listener, rule, limits))
 
 
-async def _serve(reader: Reader, host: str, port: int) -> int:
+async def _serve(
+    reader: Reader, host: str, listener: socket.socket, rule: HostRule, limits: DoorLimits
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -104,17 +157,18 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
         loop=loop,
         connected=lambda: session.connected,
     )
-    try:
-        server, thread = serve_metrics(
-            host,
-            port,
-            metrics_app(exposition.body),
-            health=lambda: health(connected=session.connected, agents=observer.view.agents()),
+    counters = DoorCounters()
+    app = asgi_of(
+        with_health(
+            metrics_app(lambda: exposition.body() + counters.exposition(_DOOR_FAMILY)),
+            lambda: health(connected=session.connected, agents=observer.view.agents()),
         )
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-        return EXIT_USAGE
-    bound = server.server_address[1]
+    )
+    server = DoorServer(
+        door_config(app, rule=rule, limits=limits, counters=counters, say=lines.say)
+    )
+    serving = asyncio.ensure_future(server.serve(sockets=[listener]))
+    bound = listener.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     lines.say(
         f"serving http://{shown}:{bound}/metrics (and /health) for what {reader.name} "
@@ -138,11 +192,8 @@ async def _serve(reader: Reader, host: str, port: int) -> int:
                         await task
                 await session.__aexit__(None, None, None)
     finally:
-        # shutdown() waits for the serving thread, which may be waiting on this loop.
-        await asyncio.to_thread(server.shutdown)
-        server.server_close()
-        with contextlib.suppress(RuntimeError):
-            thread.join(timeout=5)
+        server.stop()
+        await serving
     return 0
 
 

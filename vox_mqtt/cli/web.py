@@ -26,10 +26,11 @@ from typing import Any, Final
 
 import uvicorn
 
+from vox_mqtt.console.doors import DoorCounters, DoorLimits, HostRule, door_config
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
 from vox_mqtt.console.web_operator import OperatorPages
-from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback
+from vox_mqtt.console.web_state import WebState, bind_problem
 from vox_mqtt.fleet.config import load_console_config
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
@@ -37,7 +38,7 @@ from vox_mqtt.protocol.errors import CommandFailed, ConfigError, Refused, VoxErr
 from vox_mqtt.transport.session import Session
 
 from ._common import EXIT_USAGE, add_config_option, config_path, fail
-from .exporter import parse_listen
+from .exporter import add_door_options, door_settings, parse_listen
 from .looks import Reader, load_reader
 
 __all__ = ["register"]
@@ -83,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="offer a form that sends the root's commands, as the operator (default: read-only)",
     )
+    add_door_options(parser)
     parser.set_defaults(func=cmd_web)
 
 
@@ -146,6 +148,7 @@ def cmd_web(args: argparse.Namespace) -> int:
         host, port = parse_listen(args.listen)
         token = _token(args)
         tls = _tls(args)
+        rule, limits = door_settings(args, host)
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
@@ -170,7 +173,9 @@ def cmd_web(args: argparse.Namespace) -> int:
         fail(str(exc))
         return EXIT_USAGE
     with listener:
-        return asyncio.run(_serve(reader, listener, host, token, operator, pages, tls))
+        return asyncio.run(
+            _serve(reader, listener, host, token, operator, pages, tls, (rule, limits))
+        )
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -194,6 +199,7 @@ async def _serve(
     operator: Path | None,
     pages: OperatorPages | None,
     tls: tuple[Path, Path] | None,
+    door: tuple[HostRule, DoorLimits],
 ) -> int:
     observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
@@ -224,24 +230,22 @@ async def _serve(
             if operator is not None:
                 console = await stack.enter_async_context(OperatorConsole(operator))
                 sender = _sender(console)
-            allowed = ["127.0.0.1", "localhost"] if is_loopback(host) and ":" not in host else ["*"]
             app = build_app(
                 hub,
                 token=token,
                 sender=sender,
-                allowed_hosts=allowed,
+                allowed_hosts=door[0],
                 operator=pages,
                 secure=tls is not None,
             )
-            config = uvicorn.Config(
+            # The Host guard and the bounded connections (docs/security.md, F27 and F29).
+            config = door_config(
                 app,
-                log_level="warning",
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=2,
-                server_header=False,
-                ssl_certfile=None if tls is None else str(tls[0]),
-                ssl_keyfile=None if tls is None else str(tls[1]),
+                rule=None,  # the app checks the Host itself (build_app)
+                limits=door[1],
+                counters=DoorCounters(),
+                say=_say,
+                tls=None if tls is None else (str(tls[0]), str(tls[1])),
             )
             server = _Server(config)
             loop = asyncio.get_running_loop()
@@ -296,7 +300,7 @@ async def _follow(pages: OperatorPages, hub: Hub) -> None:
     while True:
         changed = await pages.changed()
         if changed["inbox"] or changed["requests"]:
-            hub.notify("operator", {**changed, "unread": pages.inbox()["unread"]})
+            hub.notify("operator", {**changed, "unread": pages.inbox(proven=False)["unread"]})
         await asyncio.sleep(_OPERATOR_POLL)
 
 

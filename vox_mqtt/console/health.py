@@ -7,19 +7,17 @@ seen by state. /metrics stays served either way (docs/metrics.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
-import socket
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client.exposition import ThreadingWSGIServer
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vox_mqtt.observe.status import AgentLiveness
 
-__all__ = ["health", "serve_metrics", "with_health"]
+__all__ = ["asgi_of", "health", "with_health"]
 
 HEALTH_PATH = "/health"
 
@@ -60,28 +58,45 @@ def with_health(app: WsgiApp, answer: Callable[[], tuple[int, dict[str, Any]]]) 
     return wrapped
 
 
-class _Quiet(WSGIRequestHandler):
-    """Log no request line: a scrape every 15 s is not news (prometheus_client does the same)."""
+def asgi_of(app: WsgiApp) -> ASGIApp:
+    """Serve a WSGI app (the metrics and /health) as ASGI, one call in a worker thread each.
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+    The exporter's door is the web console's (console/doors.py: bounded connections and
+    timeouts, docs/security.md F29); the app stays WSGI, where its tests are. Its body is
+    built in asyncio's default executor (a bounded pool), off the loop the broker link runs on.
+    """
 
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": scope["method"],
+            "PATH_INFO": scope["path"],
+            "QUERY_STRING": scope["query_string"].decode("latin-1"),
+            "SERVER_PROTOCOL": f"HTTP/{scope['http_version']}",
+            "wsgi.url_scheme": scope.get("scheme", "http"),
+        }
+        for key, value in scope["headers"]:
+            name = "HTTP_" + key.decode("latin-1").upper().replace("-", "_")
+            environ[name] = value.decode("latin-1")
 
-def serve_metrics(
-    host: str,
-    port: int,
-    metrics: WsgiApp,
-    *,
-    health: Callable[[], tuple[int, dict[str, Any]]],
-) -> tuple[WSGIServer, threading.Thread]:
-    """Serve /metrics (the metrics WSGI app) and /health in a daemon thread."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        def run() -> tuple[str, list[tuple[str, str]], bytes]:
+            started: list[Any] = []
 
-    class Server(ThreadingWSGIServer):
-        address_family = family
+            def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
+                started[:] = [status, headers]
 
-    app = with_health(metrics, health)
-    server = make_server(host, port, app, Server, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return server, thread
+            body = b"".join(app(environ, start_response))
+            return started[0], started[1], body
+
+        status, headers, body = await asyncio.to_thread(run)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": int(status.split()[0]),
+                "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return asgi

@@ -24,7 +24,6 @@ from uuid import UUID
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -38,14 +37,24 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from vox_mqtt.console.doors import HostGuard, HostRule
 from vox_mqtt.console.web_operator import OperatorPages
 from vox_mqtt.console.web_state import WebState, same_secret
 
-__all__ = ["PUSH_INTERVAL", "TOKEN_COOKIE", "Hub", "Sender", "build_app"]
+__all__ = [
+    "OPERATOR_PROVEN",
+    "PUSH_INTERVAL",
+    "TOKEN_COOKIE",
+    "Hub",
+    "Sender",
+    "build_app",
+    "operator_proven",
+]
 
 PUSH_INTERVAL: Final = 0.25  # seconds between two batches to the browsers
 TOKEN_COOKIE: Final = "vox_web_token"
 CSRF_HEADER: Final = "x-csrf-token"
+OPERATOR_PROVEN: Final = "vox_operator_proven"  # scope state: the request proved the operator
 _KEEPALIVE: Final = 15.0  # an SSE comment this often keeps proxies from closing the stream
 _QUEUE: Final = 64  # batches a slow browser may fall behind before it is sent a snapshot
 _MAX_BODY: Final = 64 * 1024
@@ -179,7 +188,19 @@ class _Guard:
                 )
                 await refusal(scope, receive, secured)
                 return
+            # The token proves the operator: sealed notes open for this request (F28).
+            scope.setdefault("state", {})[OPERATOR_PROVEN] = True
         await self.app(scope, receive, secured)
+
+
+def operator_proven(request: Request) -> bool:
+    """Return whether this request proved the operator (docs/security.md, F28).
+
+    Only the token does, whatever the address: a loopback console without one serves any
+    local process, so it opens no note. A server that proves the operator otherwise (a
+    local socket's peer credentials) sets the same mark in the request's scope state.
+    """
+    return request.scope.get("state", {}).get(OPERATOR_PROVEN) is True
 
 
 def _page(csrf: str, can_send: bool, operator: bool) -> str:
@@ -194,12 +215,16 @@ def build_app(
     *,
     token: str | None = None,
     sender: Sender | None = None,
-    allowed_hosts: Sequence[str] = ("*",),
+    allowed_hosts: HostRule | None = None,
     csrf: str | None = None,
     operator: OperatorPages | None = None,
     secure: bool = False,
 ) -> Starlette:
-    """Return the console's ASGI app over the hub's state."""
+    """Return the console's ASGI app over the hub's state.
+
+    allowed_hosts is the door's Host rule (console/doors.py, docs/security.md F27): None
+    answers any Host, for a caller that checks it itself.
+    """
     csrf = csrf or secrets.token_hex(32)
     page = _page(csrf, sender is not None, operator is not None)
     state = hub.state
@@ -208,10 +233,10 @@ def build_app(
         "operator's console config"
     }
 
-    async def inbox(_request: Request) -> Response:
+    async def inbox(request: Request) -> Response:
         if operator is None:
             return JSONResponse(no_operator, status_code=404)
-        return JSONResponse(operator.inbox())
+        return JSONResponse(operator.inbox(proven=operator_proven(request)))
 
     async def requests(_request: Request) -> Response:
         if operator is None:
@@ -322,7 +347,8 @@ def build_app(
         ),
     ]
     middleware = [
+        # The Host first: a rebound name gets 421 before the token or a redirect (F27).
+        Middleware(HostGuard, rule=allowed_hosts, counters=None),
         Middleware(_Guard, token=token, secure=secure),
-        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
     ]
     return Starlette(routes=routes, middleware=middleware)

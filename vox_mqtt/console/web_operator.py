@@ -33,6 +33,7 @@ from vox_mqtt.protocol.signing import SealKey, is_sealed, open_sealed
 __all__ = [
     "INBOX_SHOWN",
     "LEDGER_ROWS",
+    "NOTE_WITHHELD",
     "REQUESTS_SHOWN",
     "OperatorPages",
     "inbox_rows",
@@ -42,6 +43,11 @@ __all__ = [
     "timeline_rows",
 ]
 
+# What the inbox says instead of a note to a request that did not prove the operator.
+NOTE_WITHHELD: Final = (
+    "sealed: start vox web with a token (--token-file or --generate-token) to read it here "
+    "(docs/security.md, F28)"
+)
 INBOX_SHOWN: Final = 200  # the newest notifications listed
 INBOX_TAIL: Final = 4 * 1024 * 1024  # bytes of inbox.jsonl read from its end
 LEDGER_ROWS: Final = 5000  # the newest ledger rows the requests list is built from
@@ -93,12 +99,16 @@ def inbox_rows(
     last_read: str | None,
     names: Mapping[str, str],
     seal_key: SealKey | None = None,
+    *,
+    proven: bool = False,
 ) -> tuple[list[dict[str, Any]], int]:
     """Return the newest notifications first, as rows, and how many are unread.
 
     A row keeps the job's note_to_human apart (`note`, opened with seal_key when sealed;
     `sealed` says why not when it cannot be), for the person only; the rest of the details
-    is shown as JSON text. `last_read` is the message id `vox inbox` marked read last: the
+    is shown as JSON text. Unless the request proved the operator (proven: it carried the
+    console's token), no note is in a row, sealed or not: `sealed` says how to read it
+    (docs/security.md, F28). `last_read` is the message id `vox inbox` marked read last: the
     ones after it are new (all of them when the mark is not found).
     """
     unread_from = 0
@@ -111,7 +121,10 @@ def inbox_rows(
     for index, entry in enumerate(entries):
         raw = entry.get("details")
         details = dict(raw) if isinstance(raw, dict) else {"details": raw}
-        note, sealed = note_of(details.pop("note_to_human", None), seal_key)
+        raw_note = details.pop("note_to_human", None)
+        note, sealed = note_of(raw_note, seal_key) if proven else (None, None)
+        if not proven and raw_note is not None:
+            sealed = NOTE_WITHHELD
         source = _text(entry.get("source"))
         received = entry.get("received_at")
         rows.append(
@@ -285,8 +298,11 @@ class OperatorPages:
         """Return the operator's ledger."""
         return self.state_dir / "logs.db"
 
-    def inbox(self) -> dict[str, Any]:
-        """Return the inbox page: the newest notifications first, or why there is none."""
+    def inbox(self, *, proven: bool) -> dict[str, Any]:
+        """Return the inbox page: the newest notifications first, or why there is none.
+
+        proven: the request proved the operator, so notes are opened (F28, inbox_rows).
+        """
         path = self.inbox_path
         try:
             entries = parse_inbox(_read_tail(path))
@@ -295,7 +311,7 @@ class OperatorPages:
         except OSError as exc:
             return {"entries": [], "unread": 0, "error": f"cannot read {path}: {_why(exc)}"}
         last = _read_mark(path.with_name("inbox.read"))
-        rows, unread = inbox_rows(entries, last, self.names, self.seal_key)
+        rows, unread = inbox_rows(entries, last, self.names, self.seal_key, proven=proven)
         return {"entries": rows, "unread": unread, "total": len(entries), "error": None}
 
     async def _ledger(self) -> VOXAgentMemory | None:
