@@ -1,0 +1,200 @@
+"""The operator's console on real daemons (docs/operations.md, "The operator's console").
+
+operator -> root -> coordinator -> specialist (tests/kits/lifecyclekit.py). One `vox console
+serve --web` is the operator; a `vox send --follow` of a command that runs until cancelled,
+a `vox cancel` of it from a second process and a headless Chromium sending another command
+from the console's web page all go through it at once: the follower prints CANCELED, the
+page gets its answer, the specialist's handler saw the cancel, and nothing anywhere (the
+verbs, the console, the broker) says a session was taken over.
+
+These verbs run without the suite's VOX_CONSOLE=one-shot (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
+from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up, until
+from tests.kits.webkit import browser, wait
+from vox_mqtt.cli._home import state_dir_of
+
+pytestmark = pytest.mark.slow
+
+Fleet = tuple[FleetProcesses, Path]
+TAKEN_OVER = ("lost the connection", "already connected")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with lifecycle_fleet(tmp_path_factory.mktemp("console-home")) as found:
+        yield found
+
+
+def client_env() -> dict[str, str]:
+    """A verb's environment: through the console (the suite's one-shot default dropped)."""
+    env = child_env()
+    env.pop("VOX_CONSOLE", None)
+    return env
+
+
+def vox(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vox_mqtt.cli", *map(str, args)],
+        capture_output=True, text=True, env=client_env(), cwd=REPO, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def vox_process(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vox_mqtt.cli", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        env=client_env(), cwd=REPO,
+    )  # fmt: skip
+
+
+async def test_follow_cancel_and_web_send_at_once_through_one_console(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    procs, events_file = fleet
+    config = procs.operator_config
+    # Before the console starts: this wait logs in as the operator itself.
+    await route_up(procs, "stuck")
+    broker_log_start = len(procs.broker.log_text())
+    console_log = tmp_path / "console.log"
+
+    def ready(log: str) -> str | None:
+        found = re.search(r"serving (http://\S+/) ", log)
+        return None if found is None or "listening on" not in log else found.group(1)
+
+    serve = ["console", "serve", "--config", str(config), "--web", "127.0.0.1:0"]
+    with serving_vox(serve, console_log, ready, "vox console serve") as (_process, url):
+        state_dir = state_dir_of(config)
+        sock = state_dir / "console.sock"
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+
+        follower = vox_process("send", "--config", config, "stuck", "n=1", "--follow",
+                               "--timeout", "600")  # fmt: skip
+        try:
+            await until(lambda: event_at(events_file, "started", 1), "the handler to start", 60)
+            assert follower.stdout is not None
+            first = await asyncio.to_thread(follower.stdout.readline)
+            request_id = first.strip().removeprefix("request ")
+            assert re.fullmatch(r"[0-9a-f-]{36}", request_id), first
+
+            async def web_send() -> str:
+                def drive() -> str:
+                    with browser() as driver:
+                        driver.get(url)
+                        wait(driver, lambda d: "echo" in [
+                            str(o.get_attribute("value"))
+                            for o in d.find_elements(By.CSS_SELECTOR, "#send-command option")
+                        ], 60, "the root's commands on the page")  # fmt: skip
+                        driver.find_element(By.ID, "nav-tree").click()
+                        Select(driver.find_element(By.ID, "send-command")).select_by_value("echo")
+                        field = driver.find_element(By.ID, "send-params")
+                        field.clear()
+                        field.send_keys(json.dumps({"text": "from the page"}))
+                        driver.find_element(By.ID, "send-button").click()
+                        driver.find_element(By.ID, "send-yes").click()
+                        wait(
+                            driver,
+                            lambda d: d.find_element(By.ID, "send-answer").text.startswith("echo:"),
+                            60,
+                            "the page's answer",
+                        )
+                        return str(driver.find_element(By.ID, "send-answer").text)
+
+                return await asyncio.to_thread(drive)
+
+            async def cancel() -> subprocess.CompletedProcess[str]:
+                # From a second process, while the follower and the page hold theirs.
+                await asyncio.sleep(1.0)
+                return await asyncio.to_thread(
+                    vox, "cancel", request_id[:8], "--config", config, "--reason", "enough"
+                )
+
+            answer, canceled = await asyncio.gather(web_send(), cancel())
+            out, err = await asyncio.to_thread(follower.communicate, timeout=60)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait(10)
+        assert "from the page" in answer, answer
+        assert canceled.returncode == 0, (canceled.stdout, canceled.stderr)
+        assert f"request {request_id}: canceled" in canceled.stdout
+        assert follower.returncode == 1, (out, err)
+        assert re.search(r" canceled CANCELED: ", out), out
+        assert "stuck: CANCELED: " in err, err
+        await until(lambda: event_at(events_file, "cancelled", 1), "the handler's cancel")
+
+        shown = vox("request", "show", request_id, "--config", config, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["state"] == "canceled"
+        stopped = vox("console", "stop", "--config", config)
+        assert stopped.returncode == 0, stopped.stderr
+        deadline = time.monotonic() + 30
+        while _process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert _process.returncode == 0, console_log.read_text()
+    assert not sock.exists()
+    texts = {
+        "follower": out + err,
+        "cancel": canceled.stdout + canceled.stderr,
+        "console": console_log.read_text(),
+        "broker": procs.broker.log_text()[broker_log_start:],
+    }
+    for where, text in texts.items():
+        for words in TAKEN_OVER:
+            assert words not in text, f"{where} says {words!r}:\n{text[-3000:]}"
+
+
+async def test_a_verb_starts_a_console_that_stops_after_its_last_client(fleet: Fleet) -> None:
+    procs, _ = fleet
+    config = procs.operator_config
+    await route_up(procs, "echo")
+    env_idle = {"VOX_CONSOLE_IDLE": "3"}
+    os.environ.update(env_idle)
+    try:
+        sent = vox("send", "--config", config, "echo", "text=hi", "--json")
+    finally:
+        for key in env_idle:
+            os.environ.pop(key, None)
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["result"] == "hi"
+    status = vox("console", "status", "--config", config, "--json")
+    assert status.returncode == 0, status.stderr
+    pid = json.loads(status.stdout)["pid"]
+    # One-shot beside it is refused in one line: it would log in as the operator too.
+    one_shot = vox("send", "--config", config, "echo", "--one-shot")
+    assert one_shot.returncode == 2
+    assert one_shot.stderr.count("\n") == 1 and "another process is the operator" in one_shot.stderr
+    await until(lambda: not _alive(pid), "the idle console to stop", 60)
+    log = (state_dir_of(config) / "console.log").read_text()
+    assert "no client for 3s: stopping" in log, log
+    for words in TAKEN_OVER:
+        assert words not in log
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie of ours is gone for this purpose; the console is not our child.
+    return True

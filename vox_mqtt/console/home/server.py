@@ -1,0 +1,319 @@
+"""`vox console serve`: the one process that is the operator (docs/operations.md).
+
+It enters the operator's `OperatorConsole` once (the operator's MQTT session, ledger,
+inbox and sealing key), reads the fleet's liveness and war room through the operator's
+read-only `_watch` look as `vox web` does (a throw-away client id: it takes nobody's
+session), and serves:
+
+- on a Unix socket in the operator's state dir (0600 in the 0700 dir, each peer's uid
+  checked with SO_PEERCRED): the CLI's API (`/v1/...`, `home/api.py`) and, under the same
+  paths as the browser's, the web console's own API (`build_app`);
+- with `--web HOST:PORT`, the web console on TCP, sending through the same session.
+
+It stops on SIGTERM/SIGINT, on `POST /v1/stop` (`vox console stop`), when its socket file
+is removed or replaced (its state dir went away), and, with `idle`, that many seconds after
+its last client (a console a verb started, docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from vox_mqtt.console.home.api import Home, build_home_app
+from vox_mqtt.console.home.place import (
+    SOCKET_NAME,
+    OperatorLock,
+    connectable,
+    idle_expired,
+    peer_allowed,
+    peer_uid,
+)
+from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.console.web import Hub, build_app
+from vox_mqtt.console.web_state import WebState, is_loopback
+from vox_mqtt.ledger.privatefs import private_dir
+from vox_mqtt.observe.observer import FleetObserver
+from vox_mqtt.protocol.errors import ConfigError, Refused
+from vox_mqtt.transport.session import Session
+
+__all__ = ["ServeOptions", "serve"]
+
+_log = logging.getLogger("vox_mqtt.console.home")
+_PREFIX: Final = "vox console: "
+_TICK: Final = 1.0  # seconds between two looks at the idle clock and the socket file
+
+
+@dataclass
+class ServeOptions:
+    """What `vox console serve` was asked for."""
+
+    config: Path
+    socket: Path | None = None  # default: console.sock in the operator's state dir
+    web: tuple[str, int] | None = None
+    web_token: str | None = None
+    tls: tuple[Path, Path] | None = None
+    idle: float | None = None  # None: until stopped (systemd, a person's own `serve`)
+    say: Callable[[str], None] = field(default=lambda text: _say(text))
+
+
+def _say(text: str) -> None:
+    print(f"{_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+class _Activity:
+    """The clients in flight on either door and when the last one came or went."""
+
+    def __init__(self) -> None:
+        self.clients = 0
+        self.last = time.monotonic()
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            self.clients += 1
+            self.last = time.monotonic()
+            try:
+                await app(scope, receive, send)
+            finally:
+                self.clients -= 1
+                self.last = time.monotonic()
+
+        return counted
+
+
+class _PeerCheckedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol that hangs up on a peer of another user (SO_PEERCRED)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        uid = None if sock is None else peer_uid(sock)
+        if not peer_allowed(uid, os.getuid()):
+            # The socket's mode keeps other users out already; this is the second check.
+            _log.warning("refused a client of uid %s on the console's socket", uid)
+            transport.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handling: the console handles the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+
+def _bind_unix(path: Path) -> tuple[socket.socket, int]:
+    """Bind the console's socket, 0600, replacing a stale one; return it and its inode.
+
+    Only the holder of the operator lock calls this, so a socket file left here is a dead
+    console's.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The umask makes it 0600 from its first instant: no window in which another user connects.
+    old = os.umask(0o177)
+    try:
+        sock.bind(connectable(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock, path.stat().st_ino
+
+
+def _socket_gone(path: Path, inode: int) -> bool:
+    try:
+        return path.stat().st_ino != inode
+    except OSError:
+        return True
+
+
+def _uvicorn(app: ASGIApp, *, peer_checked: bool, tls: tuple[Path, Path] | None) -> _Server:
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        server_header=False,
+        http=_PeerCheckedH11 if peer_checked else "h11",
+        ssl_certfile=None if tls is None else str(tls[0]),
+        ssl_keyfile=None if tls is None else str(tls[1]),
+    )
+    return _Server(config)
+
+
+async def serve(options: ServeOptions) -> int:
+    """Be the operator until stopped; return the exit code (2: refused to start)."""
+    # Imported here: the CLI's look loader and `vox web`'s pieces are reused as they are.
+    from vox_mqtt.cli.looks import load_reader
+    from vox_mqtt.cli.web import _follow, _operator_pages, _pump, _sender, _wanted
+
+    say = options.say
+    console = OperatorConsole(options.config)
+    state_dir = console.inbox_path.parent
+    private_dir(state_dir)
+    sock_path = options.socket or state_dir / SOCKET_NAME
+    lock = OperatorLock(state_dir)
+    if not lock.acquire():
+        say(
+            f"the operator's console already runs (pid {lock.holder() or '?'}, lock "
+            f"{lock.path}): `vox console stop --config {options.config}` stops it"
+        )
+        return 2
+    try:
+        reader = load_reader(options.config, "watch")
+        pages = _operator_pages(reader, options.config)
+        return await _run(options, console, reader, pages, sock_path, _wanted, _pump, _follow,
+                          _sender)  # fmt: skip
+    finally:
+        lock.release()
+
+
+async def _run(
+    options: ServeOptions,
+    console: OperatorConsole,
+    reader: Any,
+    pages: Any,
+    sock_path: Path,
+    wanted: Any,
+    pump: Any,
+    follow: Any,
+    sender_of: Any,
+) -> int:
+    say = options.say
+    observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
+    state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
+    hub = Hub(state)
+
+    async def connected() -> None:
+        state.link(True)
+
+    async def disconnected(_exc: BaseException | None) -> None:
+        state.link(False)
+
+    watch = Session(
+        reader.broker,
+        subscriptions=wanted(reader),
+        on_connect=connected,
+        on_disconnect=disconnected,
+        wait=False,
+    )
+    try:
+        await watch.__aenter__()
+    except Refused as exc:
+        say(str(exc))
+        return 2
+    stopping = asyncio.Event()
+    activity = _Activity()
+    try:
+        async with console:
+            sender = sender_of(console)
+            home = Home(console, state, reader, stop=stopping.set, activity=activity)
+            web_api = build_app(hub, sender=sender, operator=pages, allowed_hosts=["*"])
+            local = _uvicorn(
+                activity.wrap(build_home_app(home, web_api)), peer_checked=True, tls=None
+            )
+            sock, inode = _bind_unix(sock_path)
+            servers = [local]
+            serving = [asyncio.ensure_future(local.serve(sockets=[sock]))]
+            if options.web is not None:
+                host, port = options.web
+                listener = socket.create_server(
+                    (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET
+                )
+                allowed = (
+                    ["127.0.0.1", "localhost"] if is_loopback(host) and ":" not in host else ["*"]
+                )
+                web_app = build_app(
+                    hub,
+                    token=options.web_token,
+                    sender=sender,
+                    allowed_hosts=allowed,
+                    operator=pages,
+                    secure=options.tls is not None,
+                )
+                web = _uvicorn(activity.wrap(web_app), peer_checked=False, tls=options.tls)
+                servers.append(web)
+                serving.append(asyncio.ensure_future(web.serve(sockets=[listener])))
+                shown = f"[{host}]" if ":" in host else host
+                url = f"{'http' if options.tls is None else 'https'}://{shown}:{listener.getsockname()[1]}/"
+                say(f"serving {url} for the operator; commands may be sent")
+                if options.web_token is not None:
+                    say(f"open {url}?token={options.web_token}")
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stopping.set)
+            idle = (
+                "" if options.idle is None else f"; stops {options.idle:g}s after its last client"
+            )
+            say(f"the operator's console, pid {os.getpid()}, listening on {sock_path}{idle}")
+            tasks = [
+                asyncio.ensure_future(pump(watch, state)),
+                asyncio.ensure_future(hub.run(stopping.is_set)),
+            ]
+            if pages is not None:
+                tasks.append(asyncio.ensure_future(follow(pages, hub)))
+            try:
+                while not stopping.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), _TICK)
+                    if idle_expired(
+                        options.idle, activity.clients, activity.last, time.monotonic()
+                    ):
+                        say(f"no client for {options.idle:g}s: stopping")
+                        break
+                    if _socket_gone(sock_path, inode):
+                        # Its state dir was removed or another console took the path over:
+                        # nobody can reach this one any more (gpg-agent does the same).
+                        say(f"{sock_path} is gone: stopping")
+                        break
+                    if any(task.done() for task in serving):
+                        break
+            finally:
+                hub.close()
+                for server in servers:
+                    server.stop()
+                await asyncio.gather(*serving, return_exceptions=True)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if pages is not None:
+                    await pages.close()
+                with contextlib.suppress(OSError):
+                    if not _socket_gone(sock_path, inode):
+                        sock_path.unlink()
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            say(problem)
+        return 2
+    finally:
+        await watch.__aexit__(None, None, None)
+    say("stopped")
+    return 0
