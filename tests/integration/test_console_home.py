@@ -12,6 +12,7 @@ These verbs run without the suite's VOX_CONSOLE=one-shot (tests/conftest.py).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -19,7 +20,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
 from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up, until
 from tests.kits.webkit import browser, wait
 from vox_mqtt.cli._home import state_dir_of
+from vox_mqtt.cli.ops import _from_console
 
 pytestmark = pytest.mark.slow
 
@@ -68,10 +69,11 @@ def vox_process(*args: str | Path) -> subprocess.Popen[str]:
 
 
 async def test_follow_cancel_and_web_send_at_once_through_one_console(
-    fleet: Fleet, tmp_path: Path
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     procs, events_file = fleet
     config = procs.operator_config
+    monkeypatch.setenv("VOX_CONSOLE", os.environ.get("VOX_CONSOLE", ""))
     # Before the console starts: this wait logs in as the operator itself.
     await route_up(procs, "stuck")
     broker_log_start = len(procs.broker.log_text())
@@ -143,15 +145,27 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
         assert "stuck: CANCELED: " in err, err
         await until(lambda: event_at(events_file, "cancelled", 1), "the handler's cancel")
 
+        # The console's live view rides on the operator's session: status and war room.
+        status = vox("status", "--config", config, "--json")
+        assert status.returncode == 0, status.stderr
+        states = {a["name"]: a["status"] for a in json.loads(status.stdout)["agents"]}
+        assert states.get("specialist") == "ACTIVE", states
+        os.environ.pop("VOX_CONSOLE", None)  # restored by the fixture's monkeypatch
+        through = await asyncio.to_thread(
+            _from_console, argparse.Namespace(config=config), "/v1/status", {"json": True}
+        )
+        assert through is not None, "status did not ask the console"
+        assert "document" in through
+        warroom = vox("warroom", "--config", config)
+        assert warroom.returncode == 0, warroom.stderr
+        assert warroom.stdout.startswith("open incidents: "), warroom.stdout
         shown = vox("request", "show", request_id, "--config", config, "--json")
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["state"] == "canceled"
         stopped = vox("console", "stop", "--config", config)
         assert stopped.returncode == 0, stopped.stderr
-        deadline = time.monotonic() + 30
-        while _process.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert _process.returncode == 0, console_log.read_text()
+        code = await asyncio.to_thread(_process.wait, 30)
+        assert code == 0, console_log.read_text()
     assert not sock.exists()
     texts = {
         "follower": out + err,
@@ -159,6 +173,7 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
         "console": console_log.read_text(),
         "broker": procs.broker.log_text()[broker_log_start:],
     }
+    assert "Traceback" not in texts["console"], texts["console"]
     for where, text in texts.items():
         for words in TAKEN_OVER:
             assert words not in text, f"{where} says {words!r}:\n{text[-3000:]}"
@@ -183,7 +198,8 @@ async def test_a_verb_starts_a_console_that_stops_after_its_last_client(fleet: F
     # One-shot beside it is refused in one line: it would log in as the operator too.
     one_shot = vox("send", "--config", config, "echo", "--one-shot")
     assert one_shot.returncode == 2
-    assert one_shot.stderr.count("\n") == 1 and "another process is the operator" in one_shot.stderr
+    assert one_shot.stderr.count("\n") == 1
+    assert "another process is the operator" in one_shot.stderr
     await until(lambda: not _alive(pid), "the idle console to stop", 60)
     log = (state_dir_of(config) / "console.log").read_text()
     assert "no client for 3s: stopping" in log, log
@@ -198,3 +214,44 @@ def _alive(pid: int) -> bool:
         return False
     # A zombie of ours is gone for this purpose; the console is not our child.
     return True
+
+
+async def test_vox_web_allow_send_sends_through_the_console(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.kits.webkit import run_web
+
+    procs, _ = fleet
+    config = procs.operator_config
+    await route_up(procs, "echo")
+    monkeypatch.delenv("VOX_CONSOLE", raising=False)  # run_web's child goes through the console
+    monkeypatch.setenv("VOX_CONSOLE_IDLE", "30")
+    with run_web(config, tmp_path / "web.log", "--allow-send") as web:
+        status, page = web.get("/")
+        assert status == 200
+        found = re.search(rb'name="vox-csrf" content="([0-9a-f]+)"', page)
+        assert found is not None
+        headers = {"content-type": "application/json", "x-csrf-token": found.group(1).decode()}
+        body = json.dumps({"command": "echo", "params": {"text": "relayed"}}).encode()
+
+        def offered() -> bool:
+            _status, data = web.get("/api/commands")
+            return "echo" in json.loads(data)["commands"]
+
+        await until(offered, "the root's commands on the page", 60)
+        status, data = web.request("POST", "/api/send", body=body, headers=headers)
+        assert status == 200, data
+        answer = json.loads(data)
+        assert answer["ok"] is True, answer
+        assert answer["result"] == "relayed", answer
+        # A terminal's verb meanwhile shares the same console: nobody is kicked.
+        sent = vox("send", "--config", config, "echo", "text=beside", "--json")
+        assert sent.returncode == 0, sent.stderr
+        log = web.log()
+    assert "sending through the operator's console" in log, log
+    stopped = vox("console", "stop", "--config", config)
+    assert stopped.returncode == 0, stopped.stderr
+    console_log = (state_dir_of(config) / "console.log").read_text()
+    for text in (log, console_log, sent.stderr):
+        for words in TAKEN_OVER:
+            assert words not in text, text + procs.broker.log_text()[-6000:]

@@ -95,6 +95,11 @@ async def _body(request: Request) -> dict[str, Any]:
     return data
 
 
+def _json(data: Any, status: int = 200) -> Response:
+    """A JSON answer whose ids and times are written as text (the CLI's print_json does so)."""
+    return Response(json.dumps(data, default=str), status, media_type="application/json")
+
+
 def _bad(text: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": text}, status_code=status)
 
@@ -158,9 +163,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         await home.settled(wait)
         from vox_mqtt.cli.session import inbox_entries
 
-        return JSONResponse(
-            {"entries": inbox_entries(console), "inbox_path": str(console.inbox_path)}
-        )
+        return _json({"entries": inbox_entries(console), "inbox_path": str(console.inbox_path)})
 
     async def status(request: Request) -> Response:
         try:
@@ -169,7 +172,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         except (ValueError, TypeError):
             return _bad("expected {wait, json, width}")
         await home.settled(min(wait, _STATUS_SETTLE))
-        return JSONResponse(_status(home, data))
+        return _json(_status(home, data))
 
     async def warroom(request: Request) -> Response:
         try:
@@ -178,7 +181,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         except (ValueError, TypeError):
             return _bad("expected {wait}")
         await home.settled(min(wait, _STATUS_SETTLE))
-        return JSONResponse({"rows": _incidents(home)})
+        return _json({"rows": _incidents(home)})
 
     routes = [
         Route("/v1/hello", hello),
@@ -219,7 +222,7 @@ async def _about_request(request: Request, console: OperatorConsole, what: str) 
         return JSONResponse({"request_id": str(request_id), **_failed(exc)}, status_code=502)
     except VoxError as exc:
         return JSONResponse({"request_id": str(request_id), **_failed(exc)}, status_code=502)
-    return JSONResponse({"request_id": str(request_id), "report": report})
+    return _json({"request_id": str(request_id), "report": report})
 
 
 async def _send_stream(

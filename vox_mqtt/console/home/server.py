@@ -44,13 +44,13 @@ from vox_mqtt.console.home.place import (
     peer_allowed,
     peer_uid,
 )
-from vox_mqtt.console.operator import OperatorConsole
+from vox_mqtt.console.operator import WATCH_FILTERS, OperatorConsole
 from vox_mqtt.console.web import Hub, build_app
 from vox_mqtt.console.web_state import WebState, is_loopback
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol.errors import ConfigError, Refused
-from vox_mqtt.transport.session import Session
+from vox_mqtt.transport.session import Inbound
 
 __all__ = ["ServeOptions", "serve"]
 
@@ -171,10 +171,10 @@ async def serve(options: ServeOptions) -> int:
     """Be the operator until stopped; return the exit code (2: refused to start)."""
     # Imported here: the CLI's look loader and `vox web`'s pieces are reused as they are.
     from vox_mqtt.cli.looks import load_reader
-    from vox_mqtt.cli.web import _follow, _operator_pages, _pump, _sender, _wanted
+    from vox_mqtt.cli.web import _follow, _operator_pages, _sender
 
     say = options.say
-    console = OperatorConsole(options.config)
+    console = OperatorConsole(options.config, observe=WATCH_FILTERS)
     state_dir = console.inbox_path.parent
     private_dir(state_dir)
     sock_path = options.socket or state_dir / SOCKET_NAME
@@ -188,10 +188,29 @@ async def serve(options: ServeOptions) -> int:
     try:
         reader = load_reader(options.config, "watch")
         pages = _operator_pages(reader, options.config)
-        return await _run(options, console, reader, pages, sock_path, _wanted, _pump, _follow,
-                          _sender)  # fmt: skip
+        return await _run(options, console, reader, pages, sock_path, _follow, _sender)
     finally:
         lock.release()
+
+
+def _tap(console: OperatorConsole, state: WebState) -> None:
+    """Show the web state every status and war-room message the operator's session brings.
+
+    The console's live view rides on the operator's own session (subscribed to every
+    status, presence and war-room topic: `WATCH_FILTERS`), not on a look of its own: a look
+    logs in as the `_watch` identity, whose client id the broker locks to that username, and
+    would take the session of any other look of it (docs/broker.md). The agent offers no
+    public tap of its inbound statuses, so its dispatcher's `observed` hook
+    (agent/inbound.py) is wrapped: the agent's own liveness still takes each message first.
+    """
+    pipeline = console.agent._inbound
+    observed = pipeline.observed
+
+    async def both(inbound: Inbound, topic: Any) -> None:
+        await observed(inbound, topic)
+        state.take(inbound)
+
+    pipeline.observed = both
 
 
 async def _run(
@@ -200,8 +219,6 @@ async def _run(
     reader: Any,
     pages: Any,
     sock_path: Path,
-    wanted: Any,
-    pump: Any,
     follow: Any,
     sender_of: Any,
 ) -> int:
@@ -209,25 +226,19 @@ async def _run(
     observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
     hub = Hub(state)
+    _tap(console, state)
+    session = console.agent.session
 
-    async def connected() -> None:
-        state.link(True)
+    async def linked() -> None:
+        # The operator's session is the console's one link to the broker (docs/web.md).
+        was = None
+        while True:
+            up = session.connected
+            if up != was:
+                state.link(up)
+                was = up
+            await asyncio.sleep(0.5)
 
-    async def disconnected(_exc: BaseException | None) -> None:
-        state.link(False)
-
-    watch = Session(
-        reader.broker,
-        subscriptions=wanted(reader),
-        on_connect=connected,
-        on_disconnect=disconnected,
-        wait=False,
-    )
-    try:
-        await watch.__aenter__()
-    except Refused as exc:
-        say(str(exc))
-        return 2
     stopping = asyncio.Event()
     activity = _Activity()
     try:
@@ -273,7 +284,7 @@ async def _run(
             )
             say(f"the operator's console, pid {os.getpid()}, listening on {sock_path}{idle}")
             tasks = [
-                asyncio.ensure_future(pump(watch, state)),
+                asyncio.ensure_future(linked()),
                 asyncio.ensure_future(hub.run(stopping.is_set)),
             ]
             if pages is not None:
@@ -313,7 +324,8 @@ async def _run(
         for problem in exc.problems:
             say(problem)
         return 2
-    finally:
-        await watch.__aexit__(None, None, None)
+    except Refused as exc:
+        say(str(exc))
+        return 2
     say("stopped")
     return 0
