@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import sys
+import time
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from ._common import EXIT_RUNTIME, EXIT_USAGE, add_config_option, config_path, fail, print_json
+
+if TYPE_CHECKING:
+    from vox_mqtt.console.operator import OperatorConsole
+    from vox_mqtt.console.web_state import WebState
+
+    from .looks import Reader
 
 __all__ = ["register"]
 
@@ -70,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the console until stopped."""
-    from vox_mqtt.console.home.server import ServeOptions, serve
+    from vox_mqtt.console.home.api import HomeParts
+    from vox_mqtt.console.home.server import ServeOptions, ServeParts, serve
 
     from .exporter import parse_listen
     from .web import _tls, _token
@@ -95,8 +107,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
             fail(problem)
             return EXIT_USAGE
     logging.basicConfig(level=logging.WARNING, format="vox console: %(message)s", stream=sys.stderr)
+    path = config_path(args.config)
+
+    def load() -> ServeParts:
+        from .looks import load_reader
+        from .web import _follow, _operator_pages, _sender
+
+        reader = load_reader(path, "watch")
+        return ServeParts(
+            reader=reader,
+            pages=_operator_pages(reader, path),
+            follow_pages=_follow,
+            sender_of=_sender,
+            home=HomeParts(
+                resolve_request=_resolve_request,
+                inbox=_inbox,
+                status=partial(_status, reader),
+                warroom=_incidents,
+            ),
+        )
+
     options = ServeOptions(
-        config=config_path(args.config),
+        config=path,
         socket=args.socket,
         web=web,
         web_token=token,
@@ -104,7 +136,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle=args.idle,
     )
     try:
-        return asyncio.run(serve(options))
+        return asyncio.run(serve(options, load))
     except OSError as exc:
         fail(f"the console could not start: {exc.strerror or exc}")
         return EXIT_RUNTIME
@@ -157,3 +189,76 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+# --- what the console lends from the verbs (console/home/api.py, HomeParts) ----------------
+
+
+def _resolve_request(ledger: Path, text: str) -> UUID:
+    from .lifecycle import parse_request_id, resolve_request_id
+
+    return resolve_request_id(ledger, parse_request_id(text))
+
+
+def _inbox(console: OperatorConsole) -> list[dict[str, Any]]:
+    from .session import inbox_entries
+
+    return inbox_entries(console)
+
+
+def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, Any]:
+    """`vox status` from the console's live view: the table as text, or the JSON document."""
+    from rich.console import Console
+
+    from vox_mqtt.console.safetext import shown
+
+    from .ops import _link_rows, shown_agents, status_row, status_table
+
+    observer = state.observer
+    observer.view.refresh()
+    links = state.links
+    agents = shown_agents(observer)
+    if links is not None:
+        agents = links.overlay(agents)
+    incidents = list(observer.incidents.values())
+    if data.get("json"):
+        now = time.monotonic()
+        ordered = sorted(agents, key=lambda a: a.name)
+        document: dict[str, Any] = {
+            "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
+            "agents": [status_row(a, incidents, now) for a in ordered],
+        }
+        if links is not None:
+            document["links"] = _link_rows(links)
+        return {"document": document}
+    out = io.StringIO()
+    rich = Console(
+        file=out,
+        width=max(80, int(data.get("width") or 200)),
+        soft_wrap=True,
+        highlight=False,
+        emoji=False,
+        force_terminal=bool(data.get("color")),
+    )
+    title = f"vox fleet status, as seen by {shown(reader.name)} ({reader.kind})"
+    rich.print(status_table(agents, title, incidents))
+    return {"text": out.getvalue()}
+
+
+def _incidents(state: WebState) -> list[dict[str, Any]]:
+    """`vox warroom`'s rows from the console's live view."""
+    from .ops import incident_row
+
+    observer = state.observer
+
+    def names(agent_id: UUID) -> str:
+        entry = observer.view.get(agent_id)
+        return entry.name if entry is not None and entry.name else ""
+
+    def master_of(agent_id: UUID) -> UUID | None:
+        entry = observer.view.get(agent_id)
+        return None if entry is None else entry.master_id
+
+    rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
+    rows.sort(key=lambda r: str(r["emitted_at"]))
+    return rows

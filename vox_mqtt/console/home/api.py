@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
@@ -31,13 +32,32 @@ from vox_mqtt.console.web_state import WebState
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.messages import VOXMessage
 
-__all__ = ["Home", "build_home_app", "reply_json"]
+__all__ = ["Home", "HomeParts", "build_home_app", "reply_json"]
 
 _MAX_BODY: Final = 64 * 1024
 _ACK_WAIT: Final = 10.0  # seconds --detach waits for the root's acknowledgement
 _AT_ONCE: Final = 1.0  # after the ack, how long an end that comes at once is still awaited
 _FINAL_GRACE: Final = 1.0  # after the answer, how long the final transition may take
 _STATUS_SETTLE: Final = 2.0  # a console just started gives the retained statuses this long
+
+
+@dataclass(frozen=True)
+class HomeParts:
+    """What the verbs' own modules lend the API, so it reads and prints as they do.
+
+    The CLI layer builds it (cli/console.py): this layer imports nothing of the CLI
+    (docs/architecture.md, "Layers").
+    """
+
+    # The request a person named by its id or the first 4+ digits of it, from the ledger;
+    # ValueError with the line to show.
+    resolve_request: Callable[[Path, str], UUID]
+    # `vox inbox`'s entries, oldest first, read marks aside.
+    inbox: Callable[[OperatorConsole], list[dict[str, Any]]]
+    # `vox status` from the live view: {"text": ...} or, asked for JSON, {"document": ...}.
+    status: Callable[[WebState, dict[str, Any]], dict[str, Any]]
+    # `vox warroom`'s rows from the live view.
+    warroom: Callable[[WebState], list[dict[str, Any]]]
 
 
 class Home:
@@ -47,14 +67,14 @@ class Home:
         self,
         console: OperatorConsole,
         state: WebState,
-        reader: Any,
+        parts: HomeParts,
         *,
         stop: Callable[[], None],
         activity: Any,
     ) -> None:
         self.console = console
         self.state = state
-        self.reader = reader
+        self.parts = parts
         self.stop = stop
         self.activity = activity
         self.started = time.monotonic()
@@ -149,10 +169,10 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         )
 
     async def cancel(request: Request) -> Response:
-        return await _about_request(request, console, "cancel")
+        return await _about_request(request, home, "cancel")
 
     async def request_status(request: Request) -> Response:
-        return await _about_request(request, console, "show")
+        return await _about_request(request, home, "show")
 
     async def inbox(request: Request) -> Response:
         try:
@@ -161,9 +181,8 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         except (ValueError, TypeError):
             return _bad("expected {wait}")
         await home.settled(wait)
-        from vox_mqtt.cli.session import inbox_entries
-
-        return _json({"entries": inbox_entries(console), "inbox_path": str(console.inbox_path)})
+        entries = home.parts.inbox(console)
+        return _json({"entries": entries, "inbox_path": str(console.inbox_path)})
 
     async def status(request: Request) -> Response:
         try:
@@ -172,7 +191,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         except (ValueError, TypeError):
             return _bad("expected {wait, json, width}")
         await home.settled(min(wait, _STATUS_SETTLE))
-        return _json(_status(home, data))
+        return _json(home.parts.status(home.state, data))
 
     async def warroom(request: Request) -> Response:
         try:
@@ -181,7 +200,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         except (ValueError, TypeError):
             return _bad("expected {wait}")
         await home.settled(min(wait, _STATUS_SETTLE))
-        return _json({"rows": _incidents(home)})
+        return _json({"rows": home.parts.warroom(home.state)})
 
     routes = [
         Route("/v1/hello", hello),
@@ -197,10 +216,9 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
     return Starlette(routes=routes)
 
 
-async def _about_request(request: Request, console: OperatorConsole, what: str) -> Response:
+async def _about_request(request: Request, home: Home, what: str) -> Response:
     """`vox cancel` and `vox request show`: the id (or its prefix) resolved from the ledger."""
-    from vox_mqtt.cli.lifecycle import parse_request_id, resolve_request_id
-
+    console = home.console
     try:
         data = await _body(request)
         text = str(data["request_id"])
@@ -209,8 +227,7 @@ async def _about_request(request: Request, console: OperatorConsole, what: str) 
     except (ValueError, KeyError, TypeError):
         return _bad("expected {request_id, reason, wait}")
     try:
-        prefix = parse_request_id(text)
-        request_id = resolve_request_id(console.inbox_path.with_name("logs.db"), prefix)
+        request_id = home.parts.resolve_request(console.inbox_path.with_name("logs.db"), text)
     except ValueError as exc:
         return _bad(str(exc))
     try:
@@ -318,60 +335,3 @@ async def _detach(sent: Any) -> dict[str, Any]:
     except VoxError as exc:
         return {**_failed(exc), "at_once": True}
     return {"kind": "detached", "state": "completed", "result": reply.details.get("result")}
-
-
-def _status(home: Home, data: dict[str, Any]) -> dict[str, Any]:
-    """`vox status` as the console sees the fleet: the table as text, or the JSON document."""
-    from rich.console import Console
-
-    from vox_mqtt.cli.ops import _link_rows, shown_agents, status_row, status_table
-    from vox_mqtt.console.safetext import shown
-
-    observer = home.state.observer
-    observer.view.refresh()
-    links = home.state.links
-    agents = shown_agents(observer)
-    if links is not None:
-        agents = links.overlay(agents)
-    incidents = list(observer.incidents.values())
-    reader = home.reader
-    if data.get("json"):
-        now = time.monotonic()
-        document: dict[str, Any] = {
-            "identity": {"kind": "operator", "name": reader.name, "id": reader.id},
-            "agents": [status_row(a, incidents, now) for a in sorted(agents, key=lambda a: a.name)],
-        }
-        if links is not None:
-            document["links"] = _link_rows(links)
-        return {"document": document}
-    out = io.StringIO()
-    width = int(data.get("width") or 200)
-    rich = Console(
-        file=out,
-        width=max(80, width),
-        soft_wrap=True,
-        highlight=False,
-        emoji=False,
-        force_terminal=bool(data.get("color")),
-    )
-    title = f"vox fleet status, as seen by {shown(reader.name)} (operator)"
-    rich.print(status_table(agents, title, incidents))
-    return {"text": out.getvalue()}
-
-
-def _incidents(home: Home) -> list[dict[str, Any]]:
-    from vox_mqtt.cli.ops import incident_row
-
-    observer = home.state.observer
-
-    def names(agent_id: UUID) -> str:
-        entry = observer.view.get(agent_id)
-        return entry.name if entry is not None and entry.name else ""
-
-    def master_of(agent_id: UUID) -> UUID | None:
-        entry = observer.view.get(agent_id)
-        return None if entry is None else entry.master_id
-
-    rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
-    rows.sort(key=lambda r: str(r["emitted_at"]))
-    return rows

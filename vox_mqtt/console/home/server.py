@@ -26,7 +26,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +35,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from vox_mqtt.console.home.api import Home, build_home_app
+from vox_mqtt.console.home.api import Home, HomeParts, build_home_app
 from vox_mqtt.console.home.place import (
     SOCKET_NAME,
     OperatorLock,
@@ -45,14 +45,15 @@ from vox_mqtt.console.home.place import (
     peer_uid,
 )
 from vox_mqtt.console.operator import WATCH_FILTERS, OperatorConsole
-from vox_mqtt.console.web import Hub, build_app
+from vox_mqtt.console.web import Hub, Sender, build_app
+from vox_mqtt.console.web_operator import OperatorPages
 from vox_mqtt.console.web_state import WebState, is_loopback
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol.errors import ConfigError, Refused
 from vox_mqtt.transport.session import Inbound
 
-__all__ = ["ServeOptions", "serve"]
+__all__ = ["ServeOptions", "ServeParts", "serve"]
 
 _log = logging.getLogger("vox_mqtt.console.home")
 _PREFIX: Final = "vox console: "
@@ -70,6 +71,19 @@ class ServeOptions:
     tls: tuple[Path, Path] | None = None
     idle: float | None = None  # None: until stopped (systemd, a person's own `serve`)
     say: Callable[[str], None] = field(default=lambda text: _say(text))
+
+
+@dataclass(frozen=True)
+class ServeParts:
+    """What the CLI layer lends the console (cli/console.py): this layer imports no CLI."""
+
+    # The operator's `_watch` look as `vox web` loads it: its top, names and links; the
+    # console reads through the operator's own session, never as this look.
+    reader: Any
+    pages: OperatorPages | None  # the web console's inbox and requests pages
+    follow_pages: Callable[[OperatorPages, Hub], Awaitable[None]]  # tell the page of changes
+    sender_of: Callable[[OperatorConsole], Sender]  # the page's send form, as the operator
+    home: HomeParts
 
 
 def _say(text: str) -> None:
@@ -167,12 +181,11 @@ def _uvicorn(app: ASGIApp, *, peer_checked: bool, tls: tuple[Path, Path] | None)
     return _Server(config)
 
 
-async def serve(options: ServeOptions) -> int:
-    """Be the operator until stopped; return the exit code (2: refused to start)."""
-    # Imported here: the CLI's look loader and `vox web`'s pieces are reused as they are.
-    from vox_mqtt.cli.looks import load_reader
-    from vox_mqtt.cli.web import _follow, _operator_pages, _sender
+async def serve(options: ServeOptions, load: Callable[[], ServeParts]) -> int:
+    """Be the operator until stopped; return the exit code (2: refused to start).
 
+    `load` is called once the operator lock is held.
+    """
     say = options.say
     console = OperatorConsole(options.config, observe=WATCH_FILTERS)
     state_dir = console.inbox_path.parent
@@ -186,9 +199,7 @@ async def serve(options: ServeOptions) -> int:
         )
         return 2
     try:
-        reader = load_reader(options.config, "watch")
-        pages = _operator_pages(reader, options.config)
-        return await _run(options, console, reader, pages, sock_path, _follow, _sender)
+        return await _run(options, console, load(), sock_path)
     finally:
         lock.release()
 
@@ -214,15 +225,10 @@ def _tap(console: OperatorConsole, state: WebState) -> None:
 
 
 async def _run(
-    options: ServeOptions,
-    console: OperatorConsole,
-    reader: Any,
-    pages: Any,
-    sock_path: Path,
-    follow: Any,
-    sender_of: Any,
+    options: ServeOptions, console: OperatorConsole, parts: ServeParts, sock_path: Path
 ) -> int:
     say = options.say
+    reader, pages = parts.reader, parts.pages
     observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
     state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
     hub = Hub(state)
@@ -243,8 +249,8 @@ async def _run(
     activity = _Activity()
     try:
         async with console:
-            sender = sender_of(console)
-            home = Home(console, state, reader, stop=stopping.set, activity=activity)
+            sender = parts.sender_of(console)
+            home = Home(console, state, parts.home, stop=stopping.set, activity=activity)
             web_api = build_app(hub, sender=sender, operator=pages, allowed_hosts=["*"])
             local = _uvicorn(
                 activity.wrap(build_home_app(home, web_api)), peer_checked=True, tls=None
@@ -288,7 +294,7 @@ async def _run(
                 asyncio.ensure_future(hub.run(stopping.is_set)),
             ]
             if pages is not None:
-                tasks.append(asyncio.ensure_future(follow(pages, hub)))
+                tasks.append(asyncio.ensure_future(parts.follow_pages(pages, hub)))
             try:
                 while not stopping.is_set():
                     with contextlib.suppress(TimeoutError):
