@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
@@ -27,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
+from vox_mqtt.console.decisions import choose_job
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import WebState
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -184,6 +186,34 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         entries = home.parts.inbox(console)
         return _json({"entries": entries, "inbox_path": str(console.inbox_path)})
 
+    async def decide(request: Request) -> Response:
+        try:
+            data = await _body(request)
+            number = int(data["number"])
+            verdict = str(data["verdict"])
+            note = data.get("note")
+            wait = float(data.get("wait", 30.0))
+        except (ValueError, KeyError, TypeError):
+            return _bad("expected {number, verdict, note, wait}")
+        await home.settled(2.0)  # a console just started: the queued notifications first
+        chosen = choose_job(console.jobs(), number, now=datetime.now(UTC))
+        if isinstance(chosen, str):
+            return _json({"ok": False, "code": None, "error": chosen})
+        try:
+            answer = await console.decide(UUID(chosen.message_id), verdict, note=note, wait=wait)
+        except CommandFailed as exc:
+            return _json({"ok": False, "code": str(exc.code), "error": exc.error})
+        except ValueError as exc:
+            return _bad(str(exc))
+        return _json(
+            {
+                "ok": True,
+                "job_id": chosen.message_id,
+                "outcome": answer.details.get("outcome"),
+                "decision": str(answer.reply_to),
+            }
+        )
+
     async def status(request: Request) -> Response:
         try:
             data = await _body(request)
@@ -209,6 +239,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         Route("/v1/cancel", cancel, methods=["POST"]),
         Route("/v1/request", request_status, methods=["POST"]),
         Route("/v1/inbox", inbox, methods=["POST"]),
+        Route("/v1/decide", decide, methods=["POST"]),
         Route("/v1/status", status, methods=["POST"]),
         Route("/v1/warroom", warroom, methods=["POST"]),
         Mount("/", web_api),
