@@ -17,9 +17,11 @@ import asyncio
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,3 +257,38 @@ async def test_vox_web_allow_send_sends_through_the_console(
     for text in (log, console_log, sent.stderr):
         for words in TAKEN_OVER:
             assert words not in text, text + procs.broker.log_text()[-6000:]
+
+
+async def test_ctrl_c_on_a_follower_cancels_through_the_console(fleet: Fleet) -> None:
+    procs, events_file = fleet
+    config = procs.operator_config
+    await route_up(procs, "stuck")
+    follower = vox_process(
+        "send", "--config", config, "stuck", "n=2", "--follow", "--timeout", "600",
+        "--cancel-on-interrupt",
+    )  # fmt: skip
+    try:
+        await until(lambda: event_at(events_file, "started", 2), "the handler to start", 60)
+        follower.send_signal(signal.SIGINT)
+        out, err = await asyncio.to_thread(follower.communicate, timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(10)
+    assert follower.returncode == 1, (out, err)
+    assert "cancel: canceled" in out, out
+    assert re.search(r" canceled CANCELED: ", out), out
+    assert err.strip().splitlines()[-1].startswith("vox: error: stuck: CANCELED: "), err
+    await until(lambda: event_at(events_file, "cancelled", 2), "the handler's cancel")
+    # Timed for the report only (no bound asserted: docs/operations.md, "The operator's
+    # console"): verbs answered from a running console.
+    for verb in (("status", "--json"), ("warroom",), ("console", "status")):
+        started = time.perf_counter()
+        done = vox(*verb, "--config", config)
+        print(f"vox {' '.join(verb)} through the console: {time.perf_counter() - started:.2f}s")
+        assert done.returncode == 0, done.stderr
+    stopped = vox("console", "stop", "--config", config)
+    assert stopped.returncode == 0, stopped.stderr
+    log = (state_dir_of(config) / "console.log").read_text()
+    for words in TAKEN_OVER:
+        assert words not in out + err + log
