@@ -198,9 +198,22 @@ async def serve(options: ServeOptions, load: Callable[[], ServeParts]) -> int:
             f"{lock.path}): `vox console stop --config {options.config}` stops it"
         )
         return 2
+    listener = None
     try:
-        return await _run(options, console, load(), sock_path)
+        if options.web is not None:
+            # Before the login: a port in use is said at once, in one line, exit 2.
+            host, port = options.web
+            try:
+                listener = socket.create_server(
+                    (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET
+                )
+            except OSError as exc:
+                say(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+                return 2
+        return await _run(options, console, load(), sock_path, listener)
     finally:
+        if listener is not None:
+            listener.close()
         lock.release()
 
 
@@ -225,7 +238,11 @@ def _tap(console: OperatorConsole, state: WebState) -> None:
 
 
 async def _run(
-    options: ServeOptions, console: OperatorConsole, parts: ServeParts, sock_path: Path
+    options: ServeOptions,
+    console: OperatorConsole,
+    parts: ServeParts,
+    sock_path: Path,
+    listener: socket.socket | None,
 ) -> int:
     say = options.say
     reader, pages = parts.reader, parts.pages
@@ -259,10 +276,8 @@ async def _run(
             servers = [local]
             serving = [asyncio.ensure_future(local.serve(sockets=[sock]))]
             if options.web is not None:
-                host, port = options.web
-                listener = socket.create_server(
-                    (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET
-                )
+                host, _port = options.web
+                assert listener is not None
                 allowed = (
                     ["127.0.0.1", "localhost"] if is_loopback(host) and ":" not in host else ["*"]
                 )
