@@ -287,6 +287,13 @@ async def test_ctrl_c_on_a_follower_cancels_through_the_console(fleet: Fleet) ->
         done = vox(*verb, "--config", config)
         print(f"vox {' '.join(verb)} through the console: {time.perf_counter() - started:.2f}s")
         assert done.returncode == 0, done.stderr
+    inbox = vox("inbox", "--config", config, "--json", "--wait", "0")
+    assert inbox.returncode == 0, inbox.stderr
+    assert isinstance(json.loads(inbox.stdout), list)
+    decided = vox("decide", "99", "approve", "--config", config)
+    assert decided.returncode == 2, decided.stderr
+    assert decided.stderr.startswith("vox: error: decide #99 approve: "), decided.stderr
+    assert decided.stderr.count("\n") == 1, decided.stderr
     stopped = vox("console", "stop", "--config", config)
     assert stopped.returncode == 0, stopped.stderr
     log = (state_dir_of(config) / "console.log").read_text()
