@@ -82,6 +82,11 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
 # that check the watch ask for it with --watch, every other reload in the suite (and the
 # `vox` processes tests start) skips it.
 os.environ.setdefault("VOX_RELOAD_WATCH", "0")
+# The suite's verbs log in as the operator themselves (`--one-shot`, docs/operations.md):
+# many tests also hold an OperatorConsole of their own between two verbs, which a resident
+# console would have to share the operator's session with. The console's own tests
+# (test_console_home.py) run their verbs without this.
+os.environ.setdefault("VOX_CONSOLE", "one-shot")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -27,6 +27,7 @@ _VERB_MODULES = (
     "lifecycle",
     "exporter",
     "web",
+    "console",
     "demo",
 )
 

@@ -20,6 +20,7 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "add_config_option",
+    "add_one_shot_option",
     "config_path",
     "duration",
     "err_console",
@@ -45,6 +46,16 @@ def add_config_option(parser: argparse.ArgumentParser, *, agent_too: bool = True
     if agent_too:
         who += "; or an agent's daemon config, to see what that identity may read"
     parser.add_argument("--config", type=Path, default=None, metavar="FILE", help=who)
+
+
+def add_one_shot_option(parser: argparse.ArgumentParser) -> None:
+    """Add `--one-shot`: log in as the operator in this process, not through the console."""
+    parser.add_argument(
+        "--one-shot",
+        action="store_true",
+        help="log in as the operator in this process instead of through the operator's "
+        "console (only while no console runs; also VOX_CONSOLE=one-shot)",
+    )
 
 
 def config_path(given: Path | None) -> Path:

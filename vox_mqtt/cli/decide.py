@@ -20,11 +20,13 @@ from ._common import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     add_config_option,
+    add_one_shot_option,
     config_path,
     fail,
     out_console,
     print_json,
 )
+from ._home import ConsoleUnreachable, one_shot_wanted, operator_lock, reach
 
 __all__ = ["job_json", "job_summary", "register"]
 
@@ -56,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)"
     )
     decide.add_argument("--json", action="store_true")
+    add_one_shot_option(decide)
     decide.set_defaults(func=cmd_decide)
 
 
@@ -67,7 +70,47 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         fail(f"--timeout must be a positive number of seconds, not {args.timeout}")
         return EXIT_USAGE
-    return asyncio.run(_decide(config_path(args.config), args))
+    path = config_path(args.config)
+    if one_shot_wanted(args.one_shot):
+        with operator_lock(path):
+            return asyncio.run(_decide(path, args))
+    return asyncio.run(_decide_via_console(path, args))
+
+
+async def _decide_via_console(path: Path, args: argparse.Namespace) -> int:
+    """`vox decide` through the operator's console (docs/operations.md)."""
+    body = {"number": args.number, "verdict": args.verdict, "note": args.note, "wait": args.timeout}
+    try:
+        client = await reach(path)
+        status, found = await client.call("POST", "/v1/decide", body)
+    except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
+        fail(str(exc) or "the operator's console hung up")
+        return EXIT_RUNTIME
+    if status != 200:
+        return _refused(args, None, str(found.get("error", status)))
+    if not found.get("ok"):
+        code = found.get("code")
+        exit_code = EXIT_USAGE if code is None or code in REFUSALS else EXIT_RUNTIME
+        return _refused(args, code, str(found.get("error", "")), exit_code=exit_code)
+    return _decided(args, str(found.get("job_id")), found.get("outcome"), found.get("decision"))
+
+
+def _decided(args: argparse.Namespace, job_id: str, outcome: Any, decision: Any) -> int:
+    word = verdict_word(args.verdict)
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "job": args.number,
+                "job_id": job_id,
+                "verdict": args.verdict,
+                "outcome": outcome,
+                "decision": str(decision),
+            }
+        )
+        return 0
+    out_console().print(f"job #{args.number} {word}: {shown(str(outcome))}")
+    return 0
 
 
 async def _decide(path: Path, args: argparse.Namespace) -> int:
@@ -82,22 +125,7 @@ async def _decide(path: Path, args: argparse.Namespace) -> int:
         except CommandFailed as exc:
             exit_code = EXIT_USAGE if exc.code in REFUSALS else EXIT_RUNTIME
             return _refused(args, exc.code, exc.error, exit_code=exit_code)
-    outcome = answer.details.get("outcome")
-    word = verdict_word(args.verdict)
-    if args.json:
-        print_json(
-            {
-                "ok": True,
-                "job": args.number,
-                "job_id": chosen.message_id,
-                "verdict": args.verdict,
-                "outcome": outcome,
-                "decision": str(answer.reply_to),
-            }
-        )
-        return 0
-    out_console().print(f"job #{args.number} {word}: {shown(str(outcome))}")
-    return 0
+    return _decided(args, chosen.message_id, answer.details.get("outcome"), answer.reply_to)
 
 
 def _refused(

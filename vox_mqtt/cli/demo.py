@@ -147,8 +147,21 @@ class Demo:
             code = EXIT_RUNTIME
         finally:
             await self.ledgers.close()
+            await self.stop_console()
             clean = self.shutdown()
         return EXIT_RUNTIME if code == 0 and not clean else code
+
+    async def stop_console(self) -> None:
+        """Stop the operator's console the demo's verbs started, before its broker goes.
+
+        The verbs are its clients (docs/operations.md, "The operator's console"); left
+        running, it would outlive the fleet by its idle time, reconnecting to nothing.
+        """
+        operator = self.layout.config("operator")
+        if not operator.exists():
+            return
+        with contextlib.suppress(OSError, TimeoutError):
+            await run_vox(["console", "stop", "--config", str(operator)], timeout=30)
 
     def title(self, text: str) -> None:
         self.step += 1

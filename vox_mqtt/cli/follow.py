@@ -26,7 +26,13 @@ from vox_mqtt.protocol.errors import CommandFailed
 
 from ._common import EXIT_RUNTIME, fail, out_console
 
-__all__ = ["EXIT_INTERRUPTED", "describe", "follow_command", "transition_line"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "describe",
+    "follow_command",
+    "follow_via_console",
+    "transition_line",
+]
 
 EXIT_INTERRUPTED = 130
 # After the answer came, how long the final transition may still take to be printed.
@@ -241,3 +247,115 @@ async def _settle(printer: asyncio.Future[None]) -> None:
     """Let the printer show the final transition the answer brought, within a grace."""
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(asyncio.shield(printer), _FINAL_GRACE)
+
+
+async def follow_via_console(
+    client: Any,
+    args: argparse.Namespace,
+    body: dict[str, Any],
+    show_answer: Callable[[Any], int],
+) -> int:
+    """`vox send --follow` through the operator's console: its stream, printed as it comes.
+
+    Ctrl-C asks as `follow_command` does; a cancel goes to the console too (`/v1/cancel`), so
+    the request's end still comes down this stream (docs/operations.md).
+    """
+    stream = client.stream("/v1/send", body)
+    first = await anext(stream, None)
+    if first is None or first.get("kind") != "request":
+        item = first or {"error": "the operator's console hung up"}
+        code = item.get("code")
+        if args.json and code is not None:
+            print(json.dumps({"ok": False, "code": code, "error": item.get("error")}), flush=True)
+        else:
+            fail(f"{args.command}: " + (f"{code}: " if code else "") + str(item.get("error", "")))
+        return EXIT_RUNTIME
+    request_id = UUID(str(first["request_id"]))
+    if not args.json:
+        out_console().print(f"[dim]request {request_id}[/]")
+    loop = asyncio.get_running_loop()
+    end: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    async def read() -> None:
+        out = out_console()
+        started: datetime | None = None
+        try:
+            async for item in stream:
+                if item.get("kind") != "transition":
+                    if not end.done():
+                        end.set_result(item)
+                    return
+                transition = {k: v for k, v in item.items() if k != "kind"}
+                if started is None:
+                    started = _at(transition.get("at"))
+                if args.json:
+                    print(json.dumps(transition, default=str), flush=True)
+                else:
+                    out.print(shown(transition_line(transition, started), 400))
+                    sys.stdout.flush()
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            if not end.done():
+                end.set_result({"kind": "hung_up", "error": str(exc)})
+        if not end.done():
+            end.set_result({"kind": "hung_up", "error": "the operator's console hung up"})
+
+    reader = asyncio.ensure_future(read())
+    interrupted, again = asyncio.Event(), asyncio.Event()
+
+    def on_interrupt() -> None:
+        (again if interrupted.is_set() else interrupted).set()
+
+    with contextlib.suppress(ValueError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    try:
+        if not await _unless_again(end, interrupted):
+            choice = (
+                _Choice.YES
+                if args.cancel_on_interrupt
+                else await _ask_to_cancel(request_id, end, again)
+            )
+            if choice is _Choice.AGAIN:
+                return _ended_again(request_id, canceling=False)
+            if choice is _Choice.NO:
+                fail(
+                    f"request {request_id} left running: `vox request show {request_id}`, "
+                    f"`vox cancel {request_id}`"
+                )
+                return EXIT_INTERRUPTED
+            if choice is _Choice.YES:
+                canceling = asyncio.ensure_future(
+                    client.call(
+                        "POST",
+                        "/v1/cancel",
+                        {"request_id": str(request_id), "reason": "interrupted by the operator"},
+                    )
+                )
+                if not await _unless_again(canceling, again):
+                    canceling.cancel()
+                    return _ended_again(request_id, canceling=True)
+                _status, found = canceling.result()
+                report = found.get("report") or {}
+                if not args.json:
+                    out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+            if not await _unless_again(end, again):
+                return _ended_again(request_id, canceling=choice is _Choice.YES)
+        final = end.result()
+        if final.get("kind") == "answer":
+            return show_answer(final)
+        if final.get("kind") == "hung_up":
+            fail(f"the operator's console hung up: request {request_id} stays with it")
+            return EXIT_RUNTIME
+        if args.json:
+            print(
+                json.dumps({"ok": False, "code": final.get("code"), "error": final.get("error")}),
+                flush=True,
+            )
+        else:
+            fail(f"{args.command}: {final.get('code')}: {final.get('error')}")
+        return EXIT_RUNTIME
+    finally:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(reader, return_exceptions=True)

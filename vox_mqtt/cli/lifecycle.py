@@ -25,12 +25,14 @@ from ._common import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     add_config_option,
+    add_one_shot_option,
     config_path,
     duration,
     fail,
     out_console,
     print_json,
 )
+from ._home import ConsoleUnreachable, one_shot_wanted, operator_lock, reach
 from ._ids import normalize_prefix, pick_by_prefix
 
 __all__ = [
@@ -55,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("request_id", metavar="ID", help="the request's id, or its first 4+ digits")
     show.add_argument("--json", action="store_true", help="the nested report as JSON")
     show.add_argument("--wait", type=float, default=_WAIT, help=f"seconds (default {_WAIT:g})")
+    add_one_shot_option(show)
     show.set_defaults(func=cmd_request_show)
 
     cancel = subparsers.add_parser("cancel", help="cancel a request you sent, down the tree")
@@ -63,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cancel.add_argument("--reason", default=None, help="why (at most 200 characters)")
     cancel.add_argument("--json", action="store_true", help="the root's cancel report as JSON")
     cancel.add_argument("--wait", type=float, default=_WAIT, help=f"seconds (default {_WAIT:g})")
+    add_one_shot_option(cancel)
     cancel.set_defaults(func=cmd_cancel)
 
 
@@ -143,19 +147,66 @@ def _request_id(args: argparse.Namespace, console: OperatorConsole) -> UUID | No
         return None
 
 
-def cmd_request_show(args: argparse.Namespace) -> int:
-    """Print where a request stands at each level; exit 2 if the root does not know it."""
-    console = OperatorConsole(config_path(args.config))
-    request_id = _request_id(args, console)
-    if request_id is None:
+def _ask(args: argparse.Namespace, what: str) -> tuple[UUID, dict[str, Any], str] | int:
+    """Ask the root about a request (what: show or cancel): its id, the report, the root's name.
+
+    Through the operator's console unless one-shot (docs/operations.md); an exit code after
+    saying why not.
+    """
+    path = config_path(args.config)
+    if one_shot_wanted(args.one_shot):
+        console = OperatorConsole(path)
+        request_id = _request_id(args, console)
+        if request_id is None:
+            return EXIT_USAGE
+
+        async def run(request_id: UUID) -> dict[str, Any]:
+            async with console:
+                if what == "cancel":
+                    return await console.cancel(request_id, reason=args.reason, wait=args.wait)
+                return await console.request_status(request_id, wait=args.wait)
+
+        with operator_lock(path):
+            report = asyncio.run(run(request_id))
+        return request_id, report, console.file.operator.root_name
+    try:
+        prefix = parse_request_id(args.request_id)
+    except ValueError as exc:
+        fail(str(exc))
         return EXIT_USAGE
 
-    async def run(request_id: UUID) -> dict[str, Any]:
-        async with console:
-            return await console.request_status(request_id, wait=args.wait)
+    async def via_console() -> tuple[int, dict[str, Any], str]:
+        client = await reach(path)
+        hello = await client.hello() or {}
+        body = {"request_id": prefix, "wait": args.wait}
+        if what == "cancel":
+            body["reason"] = args.reason
+        status, found = await client.call(
+            "POST", "/v1/cancel" if what == "cancel" else "/v1/request", body
+        )
+        return status, found, str(hello.get("root", "the root"))
 
-    report = asyncio.run(run(request_id))
-    root_name = console.file.operator.root_name
+    try:
+        status, found, root_name = asyncio.run(via_console())
+    except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
+        fail(str(exc) or "the operator's console hung up")
+        return EXIT_RUNTIME
+    if status == 400:
+        fail(str(found.get("error")))
+        return EXIT_USAGE
+    if status != 200 or not isinstance(found.get("report"), dict):
+        code = found.get("code")
+        fail((f"{code}: " if code else "") + str(found.get("error", f"status {status}")))
+        return EXIT_RUNTIME
+    return UUID(str(found["request_id"])), found["report"], root_name
+
+
+def cmd_request_show(args: argparse.Namespace) -> int:
+    """Print where a request stands at each level; exit 2 if the root does not know it."""
+    asked = _ask(args, "show")
+    if isinstance(asked, int):
+        return asked
+    request_id, report, root_name = asked
     if report.get("state") == "unknown":
         fail(f"request {request_id}: unknown to the root ({root_name})")
         return EXIT_USAGE
@@ -174,17 +225,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.reason is not None and len(args.reason) > MAX_TEXT:
         fail(f"--reason is {len(args.reason)} characters long: at most {MAX_TEXT}")
         return EXIT_USAGE
-    console = OperatorConsole(config_path(args.config))
-    request_id = _request_id(args, console)
-    if request_id is None:
-        return EXIT_USAGE
-
-    async def run(request_id: UUID) -> dict[str, Any]:
-        async with console:
-            return await console.cancel(request_id, reason=args.reason, wait=args.wait)
-
-    report = asyncio.run(run(request_id))
-    root_name = console.file.operator.root_name
+    asked = _ask(args, "cancel")
+    if isinstance(asked, int):
+        return asked
+    request_id, report, root_name = asked
     state = str(report.get("state", "unknown"))
     code = 0 if state == "canceled" else EXIT_USAGE if state == "unknown" else EXIT_FINISHED
     if args.json:

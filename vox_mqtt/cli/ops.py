@@ -29,13 +29,14 @@ from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.observe.warroomguard import rule_problem
+from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.sitelinks import (
     SITE_LINK_LOST,
     UNREACHABLE,
     LinkWatch,
 )
 
-from ._common import add_config_option, duration, out_console, print_json
+from ._common import add_config_option, config_path, duration, out_console, print_json
 from ._downtime import liveliness
 from ._inflight import in_flight, in_flight_text
 from .looks import Reader, load_reader, observing
@@ -209,8 +210,50 @@ def status_row(entry: AgentLiveness, incidents: Sequence[Incident], now: float) 
     return row
 
 
+def _from_console(
+    args: argparse.Namespace, path: str, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Ask the operator's console, when one runs for this config; None to look in-process.
+
+    A look of one's own is no operator login (looks.py): no console is started for it.
+    With the operator's config and a console running, its live view answers at once
+    (docs/operations.md, "The operator's console").
+    """
+    from ._home import ConsoleUnreachable, one_shot_wanted, reach
+
+    if one_shot_wanted(False):
+        return None
+    try:
+        config = config_path(args.config)
+    except ConfigError:
+        return None
+
+    async def ask() -> dict[str, Any] | None:
+        try:
+            client = await reach(config, start=False)
+            status, found = await client.call("POST", path, body)
+        except (ConsoleUnreachable, ConfigError, OSError, asyncio.IncompleteReadError):
+            return None
+        return found if status == 200 else None
+
+    return asyncio.run(ask())
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the liveness of every agent whose status this identity may read."""
+    body = {
+        "wait": args.wait,
+        "json": args.json,
+        "width": _width(args.wide),  # None: every column (--wide)
+        "color": sys.stdout.isatty(),
+    }
+    found = _from_console(args, "/v1/status", body)
+    if found is not None:
+        if args.json:
+            print_json(found.get("document"))
+        else:
+            sys.stdout.write(str(found.get("text", "")))
+        return 0
     reader = load_reader(args.config)
     links = reader.link_watch()
 
@@ -506,6 +549,12 @@ def incident_row(
 
 def cmd_warroom(args: argparse.Namespace) -> int:
     """List open incidents, then follow new posts if asked."""
+    if not args.follow:
+        found = _from_console(args, "/v1/warroom", {"wait": args.wait})
+        if found is not None:
+            rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
+            _print_incidents(rows, as_json=args.json, title="open incidents")
+            return 0
     reader = load_reader(args.config)
 
     async def run() -> int:

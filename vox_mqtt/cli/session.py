@@ -21,15 +21,17 @@ from ._common import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     add_config_option,
+    add_one_shot_option,
     config_path,
     fail,
     out_console,
     print_json,
 )
+from ._home import ConsoleUnreachable, one_shot_wanted, operator_lock, reach
 from .decide import job_json
-from .follow import follow_command
+from .follow import follow_command, follow_via_console
 
-__all__ = ["parse_params", "register"]
+__all__ = ["inbox_entries", "parse_params", "register"]
 
 _ACK_WAIT = 10.0  # seconds --detach waits for the root's acknowledgement
 # After the ack, how long --detach still waits for an end that comes at once (a refusal).
@@ -75,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the request's id once the root has it and leave it running "
         "(`vox request show ID`, `vox cancel ID`)",
     )
+    add_one_shot_option(send)
     send.set_defaults(func=cmd_send)
 
     inbox = subparsers.add_parser(
@@ -93,6 +96,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--keep-unread", action="store_true", help="do not move the read mark (a peek)"
     )
     inbox.add_argument("--json", action="store_true")
+    add_one_shot_option(inbox)
     inbox.set_defaults(func=cmd_inbox)
 
 
@@ -117,7 +121,98 @@ def cmd_send(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    return asyncio.run(_send(config_path(args.config), args, params))
+    path = config_path(args.config)
+    if not one_shot_wanted(args.one_shot):
+        return asyncio.run(_send_via_console(path, args, params))
+    with operator_lock(path):
+        return asyncio.run(_send(path, args, params))
+
+
+class _Reply:
+    """A command's answer as the console sent it: what `_show_reply` reads of a VOXMessage."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.message_id = data.get("message_id")
+        self.reply_to = data.get("reply_to")
+        details = data.get("details")
+        self.details: dict[str, Any] = details if isinstance(details, dict) else {}
+
+
+def _failed_line(args: argparse.Namespace, item: dict[str, Any]) -> int:
+    code, error = item.get("code"), item.get("error", "")
+    if code is None:  # the console refused the call itself (bad input)
+        fail(f"{args.command}: {error}")
+        return EXIT_USAGE
+    if args.json:
+        print_json({"ok": False, "code": code, "error": error})
+    else:
+        fail(f"{args.command}: {code}: {error}")
+    return EXIT_RUNTIME
+
+
+async def _send_via_console(path: Path, args: argparse.Namespace, params: dict[str, Any]) -> int:
+    """`vox send` through the operator's console (docs/operations.md)."""
+    try:
+        client = await reach(path)
+        hello = await client.hello() or {}
+    except ConsoleUnreachable as exc:
+        fail(str(exc))
+        return EXIT_RUNTIME
+    root_name, root_id = str(hello.get("root", "")), str(hello.get("root_id", ""))
+
+    def show(reply: Any) -> int:
+        return _show_reply(args, _Reply(reply), root_name, root_id)
+
+    mode = "follow" if args.follow else "detach" if args.detach else "wait"
+    body = {"command": args.command, "params": params, "timeout": args.timeout, "mode": mode}
+    if args.follow:
+        return await follow_via_console(client, args, body, show)
+    request_id: str | None = None
+    try:
+        async for item in client.stream("/v1/send", body):
+            kind = item.get("kind")
+            if kind == "request":
+                request_id = str(item.get("request_id"))
+            elif kind == "answer":
+                return show(item)
+            elif kind == "detached":
+                return _detached(args, request_id, item)
+            elif kind == "pending":
+                fail(
+                    f"request {request_id}: the root has not acknowledged it yet; it stays in "
+                    "the console's outbox and is sent again while the console runs"
+                )
+                return EXIT_RUNTIME
+            elif kind == "failed" and item.get("at_once"):
+                refused = CommandFailed(str(item.get("code")), str(item.get("error", "")))
+                return _ended_at_once(args, UUID(str(request_id)), refused)
+            elif kind in ("failed", "refused"):
+                return _failed_line(args, item)
+    except (OSError, ConsoleUnreachable, asyncio.IncompleteReadError) as exc:
+        fail(
+            f"the operator's console hung up ({exc or type(exc).__name__})"
+            + (f": request {request_id} stays with it" if request_id else "")
+        )
+        return EXIT_RUNTIME
+    fail(
+        "the operator's console hung up before the answer"
+        + (f": request {request_id} stays with it" if request_id else "")
+    )
+    return EXIT_RUNTIME
+
+
+def _detached(args: argparse.Namespace, request_id: str | None, item: dict[str, Any]) -> int:
+    state = item.get("state")
+    result = item.get("result")
+    if args.json:
+        done = {"result": result} if state == "completed" else {}
+        print_json({"request_id": request_id, "state": state, **done})
+    elif state == "completed":
+        text = shown(json.dumps(result, default=str))
+        out_console().print(f"request {request_id}: completed already: {text}")
+    else:
+        out_console().print(f"request {request_id}: acknowledged by the root, running")
+    return 0
 
 
 async def _send(path: Path, args: argparse.Namespace, params: dict[str, Any]) -> int:
@@ -217,7 +312,9 @@ def _ended_at_once(args: argparse.Namespace, request_id: UUID, exc: CommandFaile
     return EXIT_RUNTIME
 
 
-def _show_reply(args: argparse.Namespace, reply: VOXMessage, root_name: str, root_id: str) -> int:
+def _show_reply(
+    args: argparse.Namespace, reply: VOXMessage | _Reply, root_name: str, root_id: str
+) -> int:
     """Print a command's answer (one JSON object with --json) and return exit code 0."""
     details = reply.details
     # A master answers for its children's work, so the operator's answer comes from the root.
@@ -257,35 +354,65 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     """Collect queued notifications from the root, then print them, new ones marked."""
     path = config_path(args.config)
 
-    async def run() -> int:
+    async def one_shot() -> tuple[list[dict[str, Any]], Path]:
         async with OperatorConsole(path) as console:
             await asyncio.sleep(args.wait)
-            entries = [console.opened(entry) for entry in console.notifications()]
-            jobs = console.jobs()
-            mark = ReadMark(console.inbox_path.with_name("inbox.read"))
-            root_name = console.file.operator.root_name
-            root_id = str(console.root_id)
-        unread_from = mark.first_unread(entries)
-        by_id = {job.message_id: job for job in jobs}
-        for index, entry in enumerate(entries):
-            entry["read"] = index < unread_from
-            source = entry.get("source", root_id)  # the root is the console's only peer
-            entry["source_name"] = root_name if source == root_id else ""
-            job = by_id.pop(str(entry.get("message_id")), None)
-            if job is not None:  # the first copy of a job notification carries its number
-                entry.update(job_json(job, jobs))
-        shown = entries[unread_from:] if args.unread else entries
-        if args.undecided:
-            shown = [e for e in shown if "job" in e and e.get("decision") is None]
-        if not args.keep_unread and entries and isinstance(entries[-1].get("message_id"), str):
-            mark.advance(entries[-1]["message_id"])
-        if args.json:
-            print_json(shown)
-            return 0
-        _print_inbox(shown, unread=len(entries) - unread_from)
-        return 0
+            entries = inbox_entries(console)
+        return entries, console.inbox_path
 
-    return asyncio.run(run())
+    async def via_console() -> tuple[list[dict[str, Any]], Path] | int:
+        try:
+            client = await reach(path)
+            status, found = await client.call("POST", "/v1/inbox", {"wait": args.wait})
+        except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
+            fail(str(exc) or "the operator's console hung up")
+            return EXIT_RUNTIME
+        if status != 200:
+            fail(f"inbox: {found.get('error', status)}")
+            return EXIT_RUNTIME
+        return list(found.get("entries") or []), Path(str(found["inbox_path"]))
+
+    if one_shot_wanted(args.one_shot):
+        with operator_lock(path):
+            entries, inbox_path = asyncio.run(one_shot())
+    else:
+        got = asyncio.run(via_console())
+        if isinstance(got, int):
+            return got
+        entries, inbox_path = got
+    mark = ReadMark(inbox_path.with_name("inbox.read"))
+    unread_from = mark.first_unread(entries)
+    for index, entry in enumerate(entries):
+        entry["read"] = index < unread_from
+    listed = entries[unread_from:] if args.unread else entries
+    if args.undecided:
+        listed = [e for e in listed if "job" in e and e.get("decision") is None]
+    if not args.keep_unread and entries and isinstance(entries[-1].get("message_id"), str):
+        mark.advance(entries[-1]["message_id"])
+    if args.json:
+        print_json(listed)
+        return 0
+    _print_inbox(listed, unread=len(entries) - unread_from)
+    return 0
+
+
+def inbox_entries(console: OperatorConsole) -> list[dict[str, Any]]:
+    """Return the kept notifications, oldest first, sealed notes opened, jobs numbered.
+
+    What `vox inbox` lists, read marks aside; the console serves the same (`/v1/inbox`).
+    """
+    entries = [console.opened(entry) for entry in console.notifications()]
+    jobs = console.jobs()
+    root_name = console.file.operator.root_name
+    root_id = str(console.root_id)
+    by_id = {job.message_id: job for job in jobs}
+    for entry in entries:
+        source = entry.get("source", root_id)  # the root is the console's only peer
+        entry["source_name"] = root_name if source == root_id else ""
+        job = by_id.pop(str(entry.get("message_id")), None)
+        if job is not None:  # the first copy of a job notification carries its number
+            entry.update(job_json(job, jobs))
+    return entries
 
 
 def _print_inbox(entries: list[dict[str, Any]], *, unread: int) -> None:

@@ -20,7 +20,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,7 +37,8 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed, ConfigError, Refused, VoxError
 from vox_mqtt.transport.session import Session
 
-from ._common import EXIT_USAGE, add_config_option, config_path, fail
+from ._common import EXIT_RUNTIME, EXIT_USAGE, add_config_option, config_path, fail
+from ._home import ConsoleUnreachable, one_shot_wanted, operator_lock, reach
 from .exporter import add_door_options, door_settings, parse_listen
 from .looks import Reader, load_reader
 
@@ -227,9 +228,23 @@ async def _serve(
     try:
         async with contextlib.AsyncExitStack() as stack:
             sender = None
-            if operator is not None:
+            if operator is not None and one_shot_wanted(False):
+                # VOX_CONSOLE=one-shot: this process logs in as the operator itself, while
+                # nothing else of the operator's runs (docs/web.md).
+                stack.enter_context(operator_lock(operator))
                 console = await stack.enter_async_context(OperatorConsole(operator))
                 sender = _sender(console)
+            elif operator is not None:
+                # The page sends through the operator's console, which it starts when none
+                # runs: this process never logs in as the operator (docs/web.md).
+                try:
+                    client = await reach(operator)
+                except ConsoleUnreachable as exc:
+                    fail(str(exc))
+                    return EXIT_RUNTIME
+                root_id = load_console_config(operator).operator.root_id
+                sender = console_sender(operator, lambda: state.observer.view.get(root_id))
+                _say(f"sending through the operator's console on {client.socket_path}")
             app = build_app(
                 hub,
                 token=token,
@@ -329,6 +344,53 @@ def _sender(console: OperatorConsole) -> Sender:
             "summary": details.get("summary"),
             "handled_by": details.get("handled_by"),
             "message_id": str(reply.message_id),
+        }
+
+    return Sender(commands=commands, send=send)
+
+
+def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
+    """Return the page's sender when the operator's console sends for it (`/v1/send`).
+
+    The commands offered are the root's as this process's own look sees them. The console is
+    reached again for each send: one that stopped after its idle time is started again.
+    """
+
+    def commands() -> list[str]:
+        entry = root()
+        return [] if entry is None or not entry.healthy else list(entry.commands)
+
+    async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = {"command": command, "params": params, "timeout": _SEND_TIMEOUT, "mode": "wait"}
+        try:
+            client = await reach(config)
+            async for item in client.stream("/v1/send", body):
+                kind = item.get("kind")
+                if kind == "answer":
+                    details = item.get("details") or {}
+                    return {
+                        "ok": True,
+                        "command": command,
+                        "result": details.get("result"),
+                        "summary": details.get("summary"),
+                        "handled_by": details.get("handled_by"),
+                        "message_id": item.get("message_id"),
+                    }
+                if kind in ("failed", "refused"):
+                    code = item.get("code") or "REFUSED"
+                    return {
+                        "ok": False,
+                        "command": command,
+                        "code": code,
+                        "error": item.get("error"),
+                    }
+        except (OSError, ConsoleUnreachable, asyncio.IncompleteReadError, ValueError) as exc:
+            return {"ok": False, "command": command, "code": "CONSOLE", "error": str(exc)}
+        return {
+            "ok": False,
+            "command": command,
+            "code": "CONSOLE",
+            "error": "the operator's console hung up before the answer",
         }
 
     return Sender(commands=commands, send=send)

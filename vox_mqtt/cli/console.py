@@ -1,0 +1,271 @@
+"""`vox console serve|stop|status`: the operator's resident console (docs/operations.md).
+
+`serve` is the one process that logs in as the operator; the other verbs reach it over its
+socket (cli/_home.py). `stop` asks it to stop, `status` says whether one runs and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from ._common import EXIT_RUNTIME, EXIT_USAGE, add_config_option, config_path, fail, print_json
+
+if TYPE_CHECKING:
+    from vox_mqtt.console.operator import OperatorConsole
+    from vox_mqtt.console.web_state import WebState
+
+    from .looks import Reader
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `console serve`, `console stop` and `console status`."""
+    console = subparsers.add_parser(
+        "console", help="the operator's resident console, which every verb is a client of"
+    )
+    verbs = console.add_subparsers(dest="console_verb", metavar="VERB", required=True)
+    serve = verbs.add_parser(
+        "serve", help="be the operator: own its session and serve the verbs (and a browser)"
+    )
+    add_config_option(serve, agent_too=False)
+    serve.add_argument(
+        "--web",
+        metavar="HOST:PORT",
+        default=None,
+        help="also serve the web console here (port 0 picks a free one); any address but "
+        "loopback needs --token-file or --generate-token",
+    )
+    token = serve.add_mutually_exclusive_group()
+    token.add_argument("--token-file", type=Path, metavar="FILE", help="the web console's token")
+    token.add_argument(
+        "--generate-token", action="store_true", help="a fresh web token, printed in the URL"
+    )
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve the web door as HTTPS")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the private key of --tls-cert")
+    serve.add_argument(
+        "--socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the Unix socket to serve the verbs on (default: console.sock in the operator's "
+        "state dir, where the verbs look for it)",
+    )
+    serve.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop this long after the last client left (default: run until stopped)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    stop = verbs.add_parser("stop", help="stop the operator's console, if one runs")
+    add_config_option(stop, agent_too=False)
+    stop.set_defaults(func=cmd_stop)
+
+    status = verbs.add_parser("status", help="say whether the operator's console runs")
+    add_config_option(status, agent_too=False)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the console until stopped."""
+    from vox_mqtt.console.home.api import HomeParts
+    from vox_mqtt.console.home.server import ServeOptions, ServeParts, serve
+
+    from .exporter import parse_listen
+    from .web import _tls, _token
+
+    web = None
+    try:
+        if args.web is not None:
+            web = parse_listen(args.web)
+        token = _token(args)
+        tls = _tls(args)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    if args.idle is not None and not args.idle > 0:
+        fail(f"--idle must be a positive number of seconds, not {args.idle}")
+        return EXIT_USAGE
+    if web is not None:
+        from vox_mqtt.console.web_state import bind_problem
+
+        problem = bind_problem(web[0], token, tls is not None)
+        if problem is not None:
+            fail(problem)
+            return EXIT_USAGE
+    logging.basicConfig(level=logging.WARNING, format="vox console: %(message)s", stream=sys.stderr)
+    path = config_path(args.config)
+
+    def load() -> ServeParts:
+        from .looks import load_reader
+        from .web import _follow, _operator_pages, _sender
+
+        reader = load_reader(path, "watch")
+        return ServeParts(
+            reader=reader,
+            pages=_operator_pages(reader, path),
+            follow_pages=_follow,
+            sender_of=_sender,
+            home=HomeParts(
+                resolve_request=_resolve_request,
+                inbox=_inbox,
+                status=partial(_status, reader),
+                warroom=_incidents,
+            ),
+        )
+
+    options = ServeOptions(
+        config=path,
+        socket=args.socket,
+        web=web,
+        web_token=token,
+        tls=tls,
+        idle=args.idle,
+    )
+    try:
+        return asyncio.run(serve(options, load))
+    except OSError as exc:
+        fail(f"the console could not start: {exc.strerror or exc}")
+        return EXIT_RUNTIME
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Ask the console to stop; exit 0 whether one ran or not (it is stopped either way)."""
+    from ._home import ConsoleUnreachable, reach
+
+    async def run() -> int:
+        try:
+            client = await reach(config_path(args.config), start=False)
+        except ConsoleUnreachable:
+            print("vox console: none runs")
+            return 0
+        _status, found = await client.call("POST", "/v1/stop")
+        pid = found.get("pid", "?")
+        # It is stopped once its socket is gone: wait for that (bounded), as systemctl does.
+        for _ in range(200):
+            if await client.hello() is None:
+                break
+            await asyncio.sleep(0.05)
+        print(f"vox console: stopped (pid {pid})")
+        return 0
+
+    return asyncio.run(run())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print whether a console runs (exit 0) or not (exit 1)."""
+    from ._home import ConsoleUnreachable, reach
+
+    async def run() -> int:
+        try:
+            client = await reach(config_path(args.config), start=False)
+        except ConsoleUnreachable as exc:
+            if args.json:
+                print_json({"running": False})
+            else:
+                print(f"vox console: not running ({exc})")
+            return EXIT_RUNTIME
+        hello = await client.hello() or {}
+        if args.json:
+            print_json({"running": True, "socket": str(client.socket_path), **hello})
+        else:
+            print(
+                f"vox console: pid {hello.get('pid')}, operator {hello.get('operator')}, root "
+                f"{hello.get('root')}, up {hello.get('up_s')}s, on {client.socket_path}"
+            )
+        return 0
+
+    return asyncio.run(run())
+
+
+# --- what the console lends from the verbs (console/home/api.py, HomeParts) ----------------
+
+
+def _resolve_request(ledger: Path, text: str) -> UUID:
+    from .lifecycle import parse_request_id, resolve_request_id
+
+    return resolve_request_id(ledger, parse_request_id(text))
+
+
+def _inbox(console: OperatorConsole) -> list[dict[str, Any]]:
+    from .session import inbox_entries
+
+    return inbox_entries(console)
+
+
+def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, Any]:
+    """`vox status` from the console's live view: the table as text, or the JSON document."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from vox_mqtt.console.safetext import shown
+
+    from .ops import _link_rows, shown_agents, status_lines, status_row
+    from .statuslayout import cut
+
+    observer = state.observer
+    observer.view.refresh()
+    links = state.links
+    agents = shown_agents(observer)
+    if links is not None:
+        agents = links.overlay(agents)
+    incidents = list(observer.incidents.values())
+    if data.get("json"):
+        now = time.monotonic()
+        ordered = sorted(agents, key=lambda a: a.name)
+        document: dict[str, Any] = {
+            "identity": {"kind": reader.kind, "name": reader.name, "id": reader.id},
+            "agents": [status_row(a, incidents, now) for a in ordered],
+        }
+        if links is not None:
+            document["links"] = _link_rows(links)
+        return {"document": document}
+    # Laid out for the client's terminal (cli/statuslayout.py); None: every column, --wide.
+    width = data.get("width")
+    width = int(width) if isinstance(width, int) and not isinstance(width, bool) else None
+    out = io.StringIO()
+    rich = Console(
+        file=out,
+        width=width or 10_000,
+        soft_wrap=True,
+        highlight=False,
+        emoji=False,
+        force_terminal=bool(data.get("color")),
+    )
+    title = f"vox fleet status, as seen by {shown(reader.name)} ({reader.kind})"
+    rich.print(Text(cut(title, width or len(title))), crop=False)
+    for line in status_lines(agents, incidents, width):
+        rich.print(line, crop=False)
+    return {"text": out.getvalue()}
+
+
+def _incidents(state: WebState) -> list[dict[str, Any]]:
+    """`vox warroom`'s rows from the console's live view."""
+    from .ops import incident_row
+
+    observer = state.observer
+
+    def names(agent_id: UUID) -> str:
+        entry = observer.view.get(agent_id)
+        return entry.name if entry is not None and entry.name else ""
+
+    def master_of(agent_id: UUID) -> UUID | None:
+        entry = observer.view.get(agent_id)
+        return None if entry is None else entry.master_id
+
+    rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
+    rows.sort(key=lambda r: str(r["emitted_at"]))
+    return rows
