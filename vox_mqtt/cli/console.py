@@ -254,7 +254,7 @@ def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, 
 
 def _incidents(state: WebState) -> list[dict[str, Any]]:
     """`vox warroom`'s rows from the console's live view."""
-    from .ops import incident_row
+    from .warroom import incident_row
 
     observer = state.observer
 

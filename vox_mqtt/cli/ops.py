@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -28,7 +27,6 @@ from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantil
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from vox_mqtt.observe.warroom import Incident
-from vox_mqtt.observe.warroomguard import rule_problem
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.sitelinks import (
     SITE_LINK_LOST,
@@ -75,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     warroom.add_argument("--duration", type=float, default=None, help="stop following after N s")
     warroom.add_argument("--json", action="store_true", help="one JSON object per line")
     _add_wait(warroom, "incidents")
-    warroom.set_defaults(func=cmd_warroom)
+    warroom.set_defaults(func=_warroom)
 
 
 def _add_wait(parser: argparse.ArgumentParser, what: str) -> None:
@@ -530,83 +528,7 @@ async def _watch_lines(
                 say(f"{_clock()} {line(entry, now)}")
 
 
-def incident_row(
-    incident: Incident,
-    names: Callable[[UUID], str],
-    master_of: Callable[[UUID], UUID | None] = lambda _: None,
-) -> dict[str, Any]:
-    """Return a war-room post as JSON-ready data, with the names the statuses told.
+def _warroom(args: argparse.Namespace) -> int:
+    from .warroom import cmd_warroom  # the war room's verb, loaded when it runs
 
-    `rule_broken` says why a post breaks the war-room rule (an agent posts only about
-    itself and its own children), judged by the masters the statuses told; else None.
-    """
-    row = incident.as_dict()
-    row["source_name"] = names(incident.topic.source)
-    row["subject_name"] = names(incident.topic.subject)
-    row["rule_broken"] = rule_problem(incident.topic.source, incident.topic.subject, master_of)
-    return row
-
-
-def cmd_warroom(args: argparse.Namespace) -> int:
-    """List open incidents, then follow new posts if asked."""
-    if not args.follow:
-        found = _from_console(args, "/v1/warroom", {"wait": args.wait})
-        if found is not None:
-            rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
-            _print_incidents(rows, as_json=args.json, title="open incidents")
-            return 0
-    reader = load_reader(args.config)
-
-    async def run() -> int:
-        async with observing(reader, warroom=True) as look:
-            await look.settled(args.wait, partial="incident")
-            observer = look.observer
-
-            def names(agent_id: UUID) -> str:
-                entry = observer.view.get(agent_id)
-                return entry.name if entry is not None and entry.name else ""
-
-            def master_of(agent_id: UUID) -> UUID | None:
-                entry = observer.view.get(agent_id)
-                return None if entry is None else entry.master_id
-
-            rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
-            rows.sort(key=lambda r: str(r["emitted_at"]))
-            _print_incidents(rows, as_json=args.json, title="open incidents")
-            if not args.follow:
-                return 0
-            queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-            observer.on_incident = lambda incident: queue.put_nowait(
-                incident_row(incident, names, master_of)
-            )
-            deadline = None if args.duration is None else time.monotonic() + args.duration
-            while deadline is None or time.monotonic() < deadline:
-                try:
-                    async with asyncio.timeout(0.5):
-                        row = await queue.get()
-                except TimeoutError:
-                    continue
-                _print_incidents([row], as_json=args.json, title=None)
-        return 0
-
-    return asyncio.run(run())
-
-
-def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | None) -> None:
-    if as_json:
-        for row in rows:
-            print(json.dumps(row), flush=True)
-        return
-    console = _wide_console()
-    if title is not None:
-        console.print(f"[bold]{title}[/]: {len(rows)}")
-    for row in rows:
-        mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{shown(row['severity'])}[/]"
-        source = row["source_name"] or row["source"]
-        subject = row["subject_name"] or row["subject"]
-        broken = "[bold red]RULE BROKEN[/] " if row.get("rule_broken") else ""
-        console.print(
-            f"{shown(row['emitted_at'])} {broken}{mark} {shown(row['error_code'], 200)} from "
-            f"{shown(source)} about {shown(subject)}: {shown(row['description'])}"
-        )
-    sys.stdout.flush()
+    return cmd_warroom(args)

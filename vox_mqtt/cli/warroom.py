@@ -1,0 +1,104 @@
+"""`vox warroom`: the open incidents this identity may read, and the posts that follow.
+
+Its rows are also what the operator's console answers for it (cli/console.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from vox_mqtt.console.safetext import shown
+from vox_mqtt.observe.warroom import Incident
+from vox_mqtt.observe.warroomguard import rule_problem
+
+from .looks import load_reader, observing
+from .ops import _from_console, _wide_console
+
+
+def incident_row(
+    incident: Incident,
+    names: Callable[[UUID], str],
+    master_of: Callable[[UUID], UUID | None] = lambda _: None,
+) -> dict[str, Any]:
+    """Return a war-room post as JSON-ready data, with the names the statuses told.
+
+    `rule_broken` says why a post breaks the war-room rule (an agent posts only about
+    itself and its own children), judged by the masters the statuses told; else None.
+    """
+    row = incident.as_dict()
+    row["source_name"] = names(incident.topic.source)
+    row["subject_name"] = names(incident.topic.subject)
+    row["rule_broken"] = rule_problem(incident.topic.source, incident.topic.subject, master_of)
+    return row
+
+
+def cmd_warroom(args: argparse.Namespace) -> int:
+    """List open incidents, then follow new posts if asked."""
+    if not args.follow:
+        found = _from_console(args, "/v1/warroom", {"wait": args.wait})
+        if found is not None:
+            rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
+            _print_incidents(rows, as_json=args.json, title="open incidents")
+            return 0
+    reader = load_reader(args.config)
+
+    async def run() -> int:
+        async with observing(reader, warroom=True) as look:
+            await look.settled(args.wait, partial="incident")
+            observer = look.observer
+
+            def names(agent_id: UUID) -> str:
+                entry = observer.view.get(agent_id)
+                return entry.name if entry is not None and entry.name else ""
+
+            def master_of(agent_id: UUID) -> UUID | None:
+                entry = observer.view.get(agent_id)
+                return None if entry is None else entry.master_id
+
+            rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
+            rows.sort(key=lambda r: str(r["emitted_at"]))
+            _print_incidents(rows, as_json=args.json, title="open incidents")
+            if not args.follow:
+                return 0
+            queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            observer.on_incident = lambda incident: queue.put_nowait(
+                incident_row(incident, names, master_of)
+            )
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while deadline is None or time.monotonic() < deadline:
+                try:
+                    async with asyncio.timeout(0.5):
+                        row = await queue.get()
+                except TimeoutError:
+                    continue
+                _print_incidents([row], as_json=args.json, title=None)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | None) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        return
+    console = _wide_console()
+    if title is not None:
+        console.print(f"[bold]{title}[/]: {len(rows)}")
+    for row in rows:
+        mark = "[green]RESOLVED[/]" if row["resolved"] else f"[red]{shown(row['severity'])}[/]"
+        source = row["source_name"] or row["source"]
+        subject = row["subject_name"] or row["subject"]
+        broken = "[bold red]RULE BROKEN[/] " if row.get("rule_broken") else ""
+        console.print(
+            f"{shown(row['emitted_at'])} {broken}{mark} {shown(row['error_code'], 200)} from "
+            f"{shown(source)} about {shown(subject)}: {shown(row['description'])}"
+        )
+    sys.stdout.flush()
