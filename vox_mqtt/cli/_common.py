@@ -112,3 +112,11 @@ def fail(message: str) -> None:
 def print_json(data: Any) -> None:
     """Print data as indented JSON on stdout, for scripts."""
     print(json.dumps(data, indent=2, default=str))
+
+
+def wide_console() -> Console:
+    # A pipe gets 80 columns by default; a list of incidents needs more to stay readable.
+    console = out_console()
+    if not console.is_terminal:
+        console.width = max(console.width, 200)
+    return console

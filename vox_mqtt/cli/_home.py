@@ -253,3 +253,32 @@ def operator_lock(config: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def ask_console(config_arg: Path | None, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Ask the operator's console, when one runs for this config; None to look in-process.
+
+    A look of one's own is no operator login (looks.py): no console is started for it.
+    With the operator's config and a console running, its live view answers at once
+    (docs/operations.md, "The operator's console").
+    """
+    from vox_mqtt.protocol.errors import ConfigError
+
+    from ._common import config_path
+
+    if one_shot_wanted(False):
+        return None
+    try:
+        config = config_path(config_arg)
+    except ConfigError:
+        return None
+
+    async def ask() -> dict[str, Any] | None:
+        try:
+            client = await reach(config, start=False)
+            status, found = await client.call("POST", path, body)
+        except (ConsoleUnreachable, ConfigError, OSError, asyncio.IncompleteReadError):
+            return None
+        return found if status == 200 else None
+
+    return asyncio.run(ask())

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
@@ -27,15 +27,15 @@ from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantil
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
 from vox_mqtt.observe.warroom import Incident
-from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.sitelinks import (
     SITE_LINK_LOST,
     UNREACHABLE,
     LinkWatch,
 )
 
-from ._common import add_config_option, config_path, duration, out_console, print_json
+from ._common import add_config_option, duration, out_console, print_json
 from ._downtime import liveliness
+from ._home import ask_console
 from ._inflight import in_flight, in_flight_text
 from .looks import Reader, load_reader, observing
 from .statuslayout import GAP, cut, fit_parts, layout_status
@@ -82,14 +82,6 @@ def _add_wait(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 # --- read-only looks: status, watch, warroom (who looks, and how: looks.py) -----------------
-
-
-def _wide_console() -> Console:
-    # A pipe gets 80 columns by default; a list of incidents needs more to stay readable.
-    console = out_console()
-    if not console.is_terminal:
-        console.width = max(console.width, 200)
-    return console
 
 
 def _width(wide: bool) -> int | None:
@@ -208,35 +200,6 @@ def status_row(entry: AgentLiveness, incidents: Sequence[Incident], now: float) 
     return row
 
 
-def _from_console(
-    args: argparse.Namespace, path: str, body: dict[str, Any]
-) -> dict[str, Any] | None:
-    """Ask the operator's console, when one runs for this config; None to look in-process.
-
-    A look of one's own is no operator login (looks.py): no console is started for it.
-    With the operator's config and a console running, its live view answers at once
-    (docs/operations.md, "The operator's console").
-    """
-    from ._home import ConsoleUnreachable, one_shot_wanted, reach
-
-    if one_shot_wanted(False):
-        return None
-    try:
-        config = config_path(args.config)
-    except ConfigError:
-        return None
-
-    async def ask() -> dict[str, Any] | None:
-        try:
-            client = await reach(config, start=False)
-            status, found = await client.call("POST", path, body)
-        except (ConsoleUnreachable, ConfigError, OSError, asyncio.IncompleteReadError):
-            return None
-        return found if status == 200 else None
-
-    return asyncio.run(ask())
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the liveness of every agent whose status this identity may read."""
     body = {
@@ -245,7 +208,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "width": _width(args.wide),  # None: every column (--wide)
         "color": sys.stdout.isatty(),
     }
-    found = _from_console(args, "/v1/status", body)
+    found = ask_console(args.config, "/v1/status", body)
     if found is not None:
         if args.json:
             print_json(found.get("document"))

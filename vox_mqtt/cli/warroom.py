@@ -18,8 +18,9 @@ from vox_mqtt.console.safetext import shown
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.observe.warroomguard import rule_problem
 
+from ._common import wide_console
+from ._home import ask_console
 from .looks import load_reader, observing
-from .ops import _from_console, _wide_console
 
 
 def incident_row(
@@ -42,7 +43,7 @@ def incident_row(
 def cmd_warroom(args: argparse.Namespace) -> int:
     """List open incidents, then follow new posts if asked."""
     if not args.follow:
-        found = _from_console(args, "/v1/warroom", {"wait": args.wait})
+        found = ask_console(args.config, "/v1/warroom", {"wait": args.wait})
         if found is not None:
             rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
             _print_incidents(rows, as_json=args.json, title="open incidents")
@@ -89,7 +90,7 @@ def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | 
         for row in rows:
             print(json.dumps(row), flush=True)
         return
-    console = _wide_console()
+    console = wide_console()
     if title is not None:
         console.print(f"[bold]{title}[/]: {len(rows)}")
     for row in rows:
