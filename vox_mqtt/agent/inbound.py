@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.budget import CANCEL_BUDGET, REFUSAL_BUDGET, PeerBudgets
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
 from vox_mqtt.agent.outbox import Outbox
@@ -17,6 +18,7 @@ from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
     AnswerFacts,
+    CancelAction,
     CommandFacts,
     Facts,
     Local,
@@ -68,6 +70,8 @@ SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent 
 # Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
 _LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
 RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
+UNKNOWN_CANCEL = "unknown_cancel"  # the unrecorded counter's reason for one (agent/budget.py)
+UNRECORDED_REPLIES = 1024  # reports sent unrecorded whose acks are not recorded either
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -105,6 +109,11 @@ class InboundPipeline:
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
+        # What a peer's refused messages and unknown cancels may cost the ledger; beyond
+        # that they are counted, not recorded (docs/security.md, "Costs of a peer's messages").
+        self._refusals = PeerBudgets(REFUSAL_BUDGET)
+        self._unknown_cancels = PeerBudgets(CANCEL_BUDGET)
+        self._unrecorded_replies: dict[UUID, None] = {}
         # Inbox messages wait here for one of max_intake workers: no task per message. The
         # workers start as messages need them (an idle agent holds one, not max_intake).
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
@@ -185,7 +194,10 @@ class InboundPipeline:
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
         ledger = self._ledger
         if inbound.forgery is not None:  # the session's verdict, before parse (docs/security.md)
-            self._metrics.rejected.inc(inbound.forgery.partition(":")[0])
+            reason = inbound.forgery.partition(":")[0]
+            self._metrics.rejected.inc(reason)
+            if not self._recordable(topic.source, reason):
+                return
             await ledger.record_rejected(
                 inbound.payload, inbound.forgery, topic=inbound.topic, source=None, message_id=None
             )
@@ -228,10 +240,16 @@ class InboundPipeline:
                 duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
                 facts, handler = await self._facts(message, duplicate)
                 plan = decide(message, facts)  # the one decision about this message
+                if self._unknown_beyond_budget(plan, topic):
+                    await self._answer_unrecorded(message)
+                    return
                 if plan.step is Step.SETTLE_ACK:
                     # Nothing waits for an ack's row: it stops the re-sending at once and its
                     # row (with the outbox removal) joins the next commit.
                     done = message.payload_as(MessageAcknowledged).in_response_to
+                    if done in self._unrecorded_replies:
+                        del self._unrecorded_replies[done]
+                        return  # the ack of an unrecorded report: unrecorded too
                     row = ledger.record_received_later(
                         message, topic=inbound.topic, outbox_done=done
                     )
@@ -276,8 +294,10 @@ class InboundPipeline:
         )
         if stale is None:
             return False
-        log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
         self._metrics.rejected.inc(STALE)
+        if not self._recordable(message.source, STALE):
+            return True
+        log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
         await self._ledger.record_rejected(
             inbound.payload,
             stale,
@@ -476,10 +496,43 @@ class InboundPipeline:
             await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
         # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
 
+    def _recordable(self, peer: object, reason: str) -> bool:
+        """Within the peer's budget a refusal is recorded (and answered); beyond, counted.
+
+        Each recorded refusal costs the ledger about 3.3 KB, and an error to a peer is
+        re-sent until acknowledged (docs/security.md, "Costs of a peer's messages").
+        """
+        if self._refusals.allow(str(peer)):
+            return True
+        self._metrics.unrecorded.inc(reason)
+        return False
+
+    def _unknown_beyond_budget(self, plan: Plan, topic: topics.InboxTopic) -> bool:
+        """Tell whether a cancel names a request never received, beyond its sender's budget."""
+        if plan.step is not Step.CANCEL or plan.cancel is not CancelAction.REMEMBER:
+            return False
+        if self._unknown_cancels.allow(str(topic.source)):
+            return False
+        self._metrics.unrecorded.inc(UNKNOWN_CANCEL)
+        return True
+
+    async def _answer_unrecorded(self, message: VOXMessage) -> None:
+        """Ack a cancel beyond the budget and report "unknown": no row, nothing remembered."""
+        report = await self.lifecycle.answer_unrecorded(message)
+        replies = self._unrecorded_replies
+        replies[report.message_id] = None
+        if len(replies) > UNRECORDED_REPLIES:
+            del replies[next(iter(replies))]
+        # The report proves receipt; the ack stops the sender's re-sends at once anyway.
+        ack = acknowledge(message, message_source=self.config.message_source)
+        await self.outbox.publish_ack(message, ack)
+
     async def _reject(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
     ) -> None:
         self._metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
+        if not self._recordable(topic.source, ErrorCode.UNAUTHORIZED_SOURCE):
+            return  # neither recorded nor answered: the peer spent its budget
         log.warning(
             "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
         )
@@ -499,6 +552,8 @@ class InboundPipeline:
         # The broker re-delivers a retained message on every new subscription: it is
         # recorded each time and never executed, acked or answered (docs/broker.md).
         reason = f"retained message in an inbox: never executed ({RETAINED_HELP})"
+        if not self._recordable(message.source, ErrorCode.INVALID_MESSAGE):
+            return
         log.warning(
             "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
         )
@@ -514,6 +569,8 @@ class InboundPipeline:
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
         self._metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
+        if not self._recordable(topic.source, ErrorCode.INVALID_MESSAGE):
+            return
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
         )

@@ -74,6 +74,11 @@ STATUS_SHARE: Final = 0.6
 MAX_STATUS_QUERIES: Final = 8
 # How many cancels of requests not yet received a restart remembers (the newest).
 REMEMBERED_CANCELS: Final = 10_000
+# How long such a cancel is remembered. It waits for a request that raced it (another
+# intake worker, a restart between the two): over one session the request comes first,
+# so ten minutes is long; what it costs is bounded (docs/security.md, "Costs of a peer's
+# messages"): its sender's budget (agent/budget.py) times this window.
+REMEMBER_WINDOW: Final = 600.0
 LIFECYCLE_STEPS: Final = frozenset({Step.CANCEL, Step.CANCELED_BEFORE, Step.STATUS, Step.PROGRESS})
 # A sent request's states, as follow() names them.
 _FOLLOW_STATES: Final = {
@@ -109,8 +114,9 @@ class Lifecycle:
         self._requests = requests
         self._metrics = metrics
         self._tasks = tasks
-        # Requests canceled before they came, oldest first (bounded as a restart reads them).
-        self._remembered: dict[UUID, None] = {}
+        # Requests canceled before they came, oldest first, with when (time.monotonic()):
+        # kept REMEMBER_WINDOW seconds and REMEMBERED_CANCELS at most.
+        self._remembered: dict[UUID, float] = {}
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
@@ -130,15 +136,49 @@ class Lifecycle:
         return self._settings()
 
     async def load(self) -> None:
-        """Read back the cancels that came before their requests (at start, docs/ledger.md)."""
+        """Read back the cancels that came before their requests (at start, docs/ledger.md).
+
+        Each is remembered for a window from now: the restart may have come between a
+        cancel and the request it raced.
+        """
         for text in reversed(await self._ledger.remembered_cancels(REMEMBERED_CANCELS)):
             with contextlib.suppress(ValueError):
                 self._remember(UUID(text))
 
     def _remember(self, request_id: UUID) -> None:
-        self._remembered[request_id] = None
-        if len(self._remembered) > REMEMBERED_CANCELS:
-            del self._remembered[next(iter(self._remembered))]
+        now = time.monotonic()
+        self._remembered.pop(request_id, None)  # a cancel again: remembered from now
+        self._remembered[request_id] = now
+        self._forget(now)
+
+    def _forget(self, now: float) -> None:
+        """Drop the cancels older than the window, and the oldest beyond the count."""
+        remembered = self._remembered
+        while remembered:
+            oldest, at = next(iter(remembered.items()))
+            if now - at <= REMEMBER_WINDOW and len(remembered) <= REMEMBERED_CANCELS:
+                return
+            del remembered[oldest]
+
+    @property
+    def remembered(self) -> int:
+        """How many cancels of requests not received are remembered now."""
+        self._forget(time.monotonic())
+        return len(self._remembered)
+
+    async def answer_unrecorded(self, message: VOXMessage) -> VOXMessage:
+        """Answer a cancel beyond its sender's budget: "unknown", recorded and remembered not.
+
+        Published once, as an answer the ledger cannot take is (docs/security.md, "Costs
+        of a peer's messages"); return the report, whose ack is then not recorded either.
+        """
+        cancel = message.payload_as(CancelRequest)
+        report = CancelReport.model_validate(
+            {"request_id": cancel.request_id, "state": "unknown", "since": now_iso()}
+        )
+        answer = message.reply(MSG_CANCEL_REPORT, report, message_source=self.config.message_source)
+        await self._outbox.publish_unrecorded(answer)
+        return answer
 
     async def resume(self) -> None:
         """After a restart: tell the children a crash kept a cancel from (docs/ledger.md)."""
@@ -149,8 +189,9 @@ class Lifecycle:
     # --- the facts the pipeline's plan reads -----------------------------------------------
 
     def canceled_before(self, request_id: UUID) -> bool:
-        """Tell whether this request's cancel came before it (it must never start)."""
-        return request_id in self._remembered
+        """Tell whether this request's cancel came before it, within the window."""
+        at = self._remembered.get(request_id)
+        return at is not None and time.monotonic() - at <= REMEMBER_WINDOW
 
     async def cancel_target(self, request_id: UUID) -> str:
         """Where the request a cancel names stands here (plan.Facts.target)."""

@@ -40,6 +40,7 @@ from vox_mqtt.broker.acl import (
 from vox_mqtt.broker.aclcheck import check_dynsec, dynsec_hashes
 from vox_mqtt.broker.credstore import CredentialStore, StoredIdentity
 from vox_mqtt.broker.federation import broker_identities, site_section
+from vox_mqtt.broker.hupguard import LOGROTATE_NAME, logrotate_text
 from vox_mqtt.broker.lastgood import seed_last_good
 from vox_mqtt.broker.manifest import (
     FleetRecord,
@@ -519,6 +520,11 @@ def render_broker_dir(
         conf_text += f"\ninclude_dir {bridge_dir}\n"
     atomic_write(root / CONF_NAME, conf_text, mode=0o644)
     written[CONF_NAME] = conf_text.encode("utf-8")
+    if with_tls:
+        # Rotation without SIGHUP, for /etc/logrotate.d/mosquitto (docs/security.md, F2).
+        atomic_write(root / LOGROTATE_NAME, logrotate_text(), mode=0o644)
+    else:
+        (root / LOGROTATE_NAME).unlink(missing_ok=True)
 
     stored: list[StoredIdentity] = []
     layout = None if pki_dir is None else PkiLayout(Path(pki_dir).absolute())

@@ -10,6 +10,7 @@ from pathlib import Path
 from vox_mqtt.broker.acl import EXPLORER_NAME, explorer_names
 from vox_mqtt.broker.dynsec import apply_dynsec
 from vox_mqtt.broker.federation import bridge_for, broker_spec
+from vox_mqtt.broker.hupguard import LOGROTATE_NAME, reload_problems
 from vox_mqtt.broker.manifest import RenderOptions, load_manifest, resolve_options
 from vox_mqtt.broker.pki import DEFAULT_DAYS, init_pki
 from vox_mqtt.broker.reload import (
@@ -143,6 +144,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(Mosquitto 2.0 may crash after it: docs/broker.md)",
     )
     reload.set_defaults(func=cmd_reload)
+
+    check = verbs.add_parser(
+        "check",
+        help="warn when this host would SIGHUP a TLS broker: systemctl reload without the "
+        "drop-in, or logrotate (docs/broker.md, SIGHUP and TLS)",
+    )
+    check.add_argument("dir", type=Path, help="broker directory written by `vox broker render`")
+    check.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        help="read the systemd units and /etc/logrotate.d under this directory (default /)",
+    )
+    check.set_defaults(func=cmd_check)
 
     pki = subparsers.add_parser("pki", help="certificates for the broker and every identity")
     pki_verbs = pki.add_subparsers(dest="pki_verb", metavar="ACTION", required=True)
@@ -316,6 +331,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         apply = f"vox broker reload {result.root}   (applied live, no signal)"
     console.print(f"a running broker: {apply}", markup=False)
+    if result.tls_port is not None:
+        console.print(
+            f"wrote {result.root / LOGROTATE_NAME}: install it as /etc/logrotate.d/mosquitto "
+            "(copytruncate: log rotation sends no SIGHUP, which Mosquitto 2.0 crashes on with "
+            "TLS); `systemctl reload mosquitto` is safe only with the drop-in "
+            "systemd/mosquitto.service.d/vox.conf (`vox broker check` says)",
+            markup=False,
+        )
     return 0
 
 
@@ -402,6 +425,65 @@ def cmd_reload(args: argparse.Namespace) -> int:
     out_console().print(
         f"{action}: {report.rules} rules parse as Mosquitto parses them; sent SIGHUP to {pid}; "
         f"canary: {report.proof}{_watched(report.watched)}",
+        markup=False,
+    )
+    return 0
+
+
+# Where systemd reads mosquitto.service and its drop-ins, most important first.
+_UNIT_DIRS = (
+    "etc/systemd/system",
+    "run/systemd/system",
+    "usr/lib/systemd/system",
+    "lib/systemd/system",
+)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it: {exc.strerror}"]) from None
+
+
+def _unit_texts(root: Path) -> list[str]:
+    """Return mosquitto.service and its drop-ins (by file name, as systemd orders them)."""
+    unit = None
+    for folder in _UNIT_DIRS:
+        unit = _read_text(root / folder / "mosquitto.service")
+        if unit is not None:
+            break
+    if unit is None:
+        return []
+    drop_ins: dict[str, Path] = {}
+    for folder in reversed(_UNIT_DIRS):  # a same-named file in /etc masks the others
+        directory = root / folder / "mosquitto.service.d"
+        if directory.is_dir():
+            drop_ins.update({p.name: p for p in directory.glob("*.conf")})
+    return [unit, *(_read_text(drop_ins[name]) or "" for name in sorted(drop_ins))]
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Warn about every way this host would SIGHUP a TLS broker; exit 1 if there is one."""
+    broker_dir = args.dir.absolute()
+    conf = broker_dir / CONF_NAME
+    conf_text = _read_text(conf)
+    if conf_text is None:
+        raise ConfigError([f"{conf}: no such file: render the broker directory first"])
+    problems = reload_problems(
+        conf_text=conf_text,
+        broker_dir=broker_dir,
+        unit_texts=_unit_texts(args.root),
+        logrotate=_read_text(args.root / "etc/logrotate.d/mosquitto"),
+    )
+    for problem in problems:
+        err_console().print(f"vox: warning: {problem}", markup=False)
+    if problems:
+        return 1
+    out_console().print(
+        f"{conf}: nothing on this host sends the broker a SIGHUP it would crash on",
         markup=False,
     )
     return 0

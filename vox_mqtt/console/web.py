@@ -169,7 +169,10 @@ class _Guard:
             query = request.query_params.get("token")
             if query is not None and request.method == "GET" and same_secret(query, self.token):
                 # The printed URL carries the token once; the browser keeps it as a cookie.
-                response: Response = RedirectResponse(request.url.path, status_code=303)
+                # Only a path of this console: a browser reads "//host/x" (or "/\host/x")
+                # as another site (docs/security.md, "Costs ...", the redirect).
+                local = "/" + request.url.path.lstrip("/\\")
+                response: Response = RedirectResponse(local, status_code=303)
                 response.set_cookie(
                     TOKEN_COOKIE,
                     self.token,

@@ -126,6 +126,10 @@ COUNTERS: Final[Mapping[str, CounterSpec]] = {
         label=None, help="progress reports replaced by a newer one within the rate bound"
     ),
     "status_queries": CounterSpec(label=None, help="status_queries answered for the master"),
+    # Beyond a peer's budget (agent/budget.py; docs/security.md, "Costs of a peer's messages").
+    "unrecorded": CounterSpec(
+        label="reason", help="refusals and unknown cancels beyond the peer's budget: not recorded"
+    ),
 }
 GAUGES: Final[Mapping[str, str]] = {
     "inflight_commands": "commands being run or awaited by this agent",
@@ -281,6 +285,7 @@ class AgentMetrics:
             self.messages_in.seed(CORE_TYPES)
             self.messages_out.seed(CORE_TYPES)
         self.rejected = c["rejected"]
+        self.unrecorded = c["unrecorded"]
         self.commands_served = c["commands_served"]
         self.commands_delegated = c["commands_delegated"]
         self.commands_failed = c["commands_failed"]
