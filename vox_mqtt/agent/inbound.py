@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.answerguard import AnswerGuard
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
 from vox_mqtt.agent.outbox import Outbox
@@ -113,6 +114,9 @@ class InboundPipeline:
         self._workers = 0
         self._idle_workers = 0  # started, and waiting for a message (or about to)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        self._answers = AnswerGuard(
+            settings=settings, ledger=ledger, tracker=tracker, metrics=metrics
+        )
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
         self._taken_in = asyncio.Event()  # set while no message is in intake
         self._taken_in.set()
@@ -208,6 +212,9 @@ class InboundPipeline:
         refusal = admit(message, topic, admission)
         if refusal is not None:
             await self._refuse(message, inbound, topic, refusal)
+            return
+        # Only the agent a request went to may answer, acknowledge or report on it (F24).
+        if await self._answers.refused(message, inbound.topic, inbound.payload):
             return
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The

@@ -444,7 +444,9 @@ class Outbox:
     def settle_ack(self, ack: VOXMessage) -> None:
         """Mark the message an acknowledgement answers as received by its peer."""
         acknowledged = ack.payload_as(MessageAcknowledged).in_response_to
-        self._tracker.acknowledged(acknowledged)
+        tracked = self._tracker.acknowledged(acknowledged, by=ack.source)
+        if tracked is not None and tracked.message.target != ack.source:
+            return  # not from the agent it was sent to: re-sent on (docs/security.md, F24)
         self._delivered(acknowledged)
 
     def _delivered(self, message_id: UUID) -> None:
@@ -456,6 +458,9 @@ class Outbox:
     def settle_reply(self, reply: VOXMessage) -> None:
         """Complete (or fail, for command_error) the request a reply answers."""
         assert reply.reply_to is not None
+        tracked = self._tracker.get(reply.reply_to)
+        if tracked is not None and tracked.message.target != reply.source:
+            return  # not from the agent it was sent to (docs/security.md, F24)
         if reply.type == MSG_COMMAND_ERROR:
             error = reply.payload_as(CommandError)
             self._tracker.failed(reply.reply_to, error.code, error.error, reply)
