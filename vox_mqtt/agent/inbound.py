@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.answerguard import AnswerGuard
+from vox_mqtt.agent.childbudget import CAUSE, FLOODING, ChildBudgets
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
 from vox_mqtt.agent.outbox import Outbox
@@ -92,6 +93,8 @@ class InboundPipeline:
         router: Router,
         observed: Observed,
         linked: Callable[[Inbound], None] | None = None,
+        budgets: ChildBudgets | None = None,
+        flooding: Callable[[UUID, str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._ledger = ledger
@@ -106,6 +109,8 @@ class InboundPipeline:
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
+        self._budgets = budgets  # each child's event rate and backlog (docs/security.md, F25)
+        self.flooding = flooding  # told of a child over its limits (a war-room incident)
         # Inbox messages wait here for one of max_intake workers: no task per message. The
         # workers start as messages need them (an idle agent holds one, not max_intake).
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
@@ -216,6 +221,7 @@ class InboundPipeline:
         # Only the agent a request went to may answer, acknowledge or report on it (F24).
         if await self._answers.refused(message, inbound.topic, inbound.payload):
             return
+        self.outbox.heard_from(message.source)  # it is there: what was held for it goes (F25)
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
         # in-progress map is checked and filled with no await between, so two copies
@@ -224,6 +230,7 @@ class InboundPipeline:
         recording = self._in_progress.get(message_id)
         plan: Plan
         staged = Staged()
+        cause: UUID | None = None  # the child whose event this is, counted in its backlog
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
@@ -235,6 +242,10 @@ class InboundPipeline:
                 duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
                 facts, handler = await self._facts(message, duplicate)
                 plan = decide(message, facts)  # the one decision about this message
+                if plan.step is Step.EVENT and message.source in config.children:
+                    if self._over_budget(message.source):
+                        return  # unacknowledged: its sender keeps it and re-sends it later
+                    cause = message.source
                 if plan.step is Step.SETTLE_ACK:
                     # Nothing waits for an ack's row: it stops the re-sending at once and its
                     # row (with the outbox removal) joins the next commit.
@@ -250,8 +261,12 @@ class InboundPipeline:
                     ack, then = self._ack_rows(message, plan)
                     staged = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
+                self._done_with(cause)
                 await self._refuse_unrecordable(message, str(exc))
                 return
+            except BaseException:
+                self._done_with(cause)
+                raise
             finally:
                 del self._in_progress[message_id]
                 recording.set()
@@ -266,7 +281,36 @@ class InboundPipeline:
         if ack is not None and not staged.implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
             self.outbox.ack_soon(message, ack)
-        await self._hand_on(message, plan, staged)
+        try:
+            await self._hand_on(message, plan, staged)
+        finally:
+            self._done_with(cause)
+
+    def _over_budget(self, child: UUID) -> bool:
+        """Tell whether a child's event is over its rate or backlog: refused, counted, posted.
+
+        Within them, it counts in the child's backlog until handled (docs/security.md, F25).
+        """
+        if self._budgets is None:
+            return False
+        config = self.config
+        problem, report = self._budgets.admit(
+            child, now=time.monotonic(), rate=config.child_rate, backlog=config.child_backlog
+        )
+        if problem is None:
+            self._budgets.started(child)
+            return False
+        self._metrics.rejected.inc(FLOODING)
+        if report:
+            name = config.children.get(child, str(child))
+            log.warning("%s: refusing events of %s for now: %s", config.name, name, problem)
+            if self.flooding is not None:
+                self.flooding(child, problem)
+        return True
+
+    def _done_with(self, cause: UUID | None) -> None:
+        if cause is not None and self._budgets is not None:
+            self._budgets.finished(cause)
 
     async def _refused_stale(self, inbound: Inbound, message: VOXMessage) -> bool:
         """Refuse a signed message outside the replay window (STALE); return whether it was.
@@ -449,8 +493,13 @@ class InboundPipeline:
             return
         if message.reply_to is not None:
             self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op
+        child = message.source if message.source in self.config.children else None
         for event_handler in self.router.event_handlers(message.type):
-            self._tasks.spawn(self._run_event(event_handler, message), f"event-{message.type}")
+            if child is not None and self._budgets is not None:
+                self._budgets.started(child)  # in its backlog until the handler returns
+            self._tasks.spawn(
+                self._run_event(event_handler, message, child), f"event-{message.type}"
+            )
 
     async def _refuse(
         self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, plan: Plan
@@ -537,8 +586,12 @@ class InboundPipeline:
                 topic.source, exc.message_id, ErrorCode.INVALID_MESSAGE, exc.reason
             )
 
-    async def _run_event(self, handler: Handler, message: VOXMessage) -> Any:
+    async def _run_event(self, handler: Handler, message: VOXMessage, child: UUID | None) -> Any:
+        # What the handler sends counts in the child's backlog until acknowledged (outbox).
+        CAUSE.set(child)
         try:
             await handler(message)
         except Exception:
             log.exception("%s: %s handler failed", self.config.name, message.type)
+        finally:
+            self._done_with(child)
