@@ -594,4 +594,6 @@ async def test_only_the_child_a_request_went_to_reports_its_progress(
         assert all(e["details"].get("text") != "not mine" for e in seen)
         assert [e["state"] for e in seen][-1] == "completed"
         (row,) = await root.memory.find(forged.message_id)
-        assert row["action"] == "received"  # recorded, never passed on
+        # Refused with its reason, never passed on (docs/security.md, F24).
+        assert row["action"] == "rejected"
+        assert str(row["reason"]).startswith("WRONG_ANSWERER: command_progress"), row

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.childbudget import ChildBudgets
 from vox_mqtt.agent.context import AgentContext, TaskSet
 from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
@@ -34,7 +35,7 @@ from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
-from vox_mqtt.observe.status import RETIRED, FleetView
+from vox_mqtt.observe.status import ACTIVE, RETIRED, AgentLiveness, FleetView
 from vox_mqtt.observe.warroom import Incident, Severity
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
@@ -102,6 +103,8 @@ class VOXAgent:
             commands_down=self.commands_down,
         )
         self.router = Router()
+        # Each child's event rate and backlog, read by the pipeline and the outbox (F25).
+        self._budgets = ChildBudgets()
         self._outbox = Outbox(
             settings=lambda: self.config,
             ledger=self.memory,
@@ -110,6 +113,7 @@ class VOXAgent:
             metrics=self.metrics,
             tasks=self._ctx.tasks,
             props=self._ctx.publish_props,
+            budgets=self._budgets,
         )
         self._runner = CommandRunner(
             settings=lambda: self.config,
@@ -145,7 +149,13 @@ class VOXAgent:
             router=self.router,
             observed=self._observed,
             linked=self._linked,
+            budgets=self._budgets,
+            # A child over its limits is held as misbehaving: a war-room incident, no work
+            # for a while (docs/security.md, F25; docs/liveness.md).
+            flooding=self.fleet_view.misbehaved,
         )
+        # A peer born (ACTIVE) is there: what the outbox held back for it goes now (F25).
+        self.fleet_view.add_listener(self._peer_back)
         self._cut_advertisement = 0  # how many child commands the last cut warned about
         self._stack = AsyncExitStack()
         self._children_lock = asyncio.Lock()
@@ -155,6 +165,10 @@ class VOXAgent:
         self._forged_at: float | None = None  # the last forged-traffic incident (docs/security.md)
         for role in roles:
             self.add_role(role)
+
+    def _peer_back(self, entry: AgentLiveness, old: str, new: str) -> None:
+        if new == ACTIVE and old != ACTIVE:
+            self._outbox.heard_from(entry.id)
 
     def _count_commit(self, records: int, seconds: float) -> None:
         self.metrics.ledger_records += records
@@ -518,7 +532,7 @@ class VOXAgent:
             with contextlib.suppress(Exception):
                 await role.stop()
         await self._inbound.drain(self.config.broker.publish_timeout)
-        await self._outbox.flush_acks(self.config.broker.publish_timeout)
+        await self._outbox.acks.flush(self.config.broker.publish_timeout)
         session = self._session
         if self._liveness is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):

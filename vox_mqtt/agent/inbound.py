@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from vox_mqtt.agent.budget import CANCEL_BUDGET, REFUSAL_BUDGET, PeerBudgets
+from vox_mqtt.agent.answerguard import AnswerGuard
+from vox_mqtt.agent.childbudget import CAUSE, FLOODING, ChildBudgets
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
 from vox_mqtt.agent.outbox import Outbox
@@ -18,7 +19,6 @@ from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
     AnswerFacts,
-    CancelAction,
     CommandFacts,
     Facts,
     Local,
@@ -30,6 +30,7 @@ from vox_mqtt.agent.plan import (
 )
 from vox_mqtt.agent.ports import Settings
 from vox_mqtt.agent.prepared import Row, Staged
+from vox_mqtt.agent.refusals import Refusals
 from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
@@ -47,10 +48,8 @@ from vox_mqtt.protocol.lifecycle import (
     CancelRequest,
 )
 from vox_mqtt.protocol.messages import (
-    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
-    CommandError,
     CommandRequest,
     ErrorCode,
     MessageAcknowledged,
@@ -58,7 +57,6 @@ from vox_mqtt.protocol.messages import (
     parse,
 )
 from vox_mqtt.protocol.settings import AgentConfig
-from vox_mqtt.protocol.signing import STALE, SignedTopic, replay_problem
 from vox_mqtt.protocol.sitelinks import parse_link_topic
 from vox_mqtt.transport.session import Inbound, Session
 
@@ -69,9 +67,6 @@ COMPLETED = RequestState.COMPLETED
 SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
 # Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
 _LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
-RETAINED_HELP = "publish an empty retained message on the topic, docs/broker.md"
-UNKNOWN_CANCEL = "unknown_cancel"  # the unrecorded counter's reason for one (agent/budget.py)
-UNRECORDED_REPLIES = 1024  # reports sent unrecorded whose acks are not recorded either
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -95,6 +90,8 @@ class InboundPipeline:
         router: Router,
         observed: Observed,
         linked: Callable[[Inbound], None] | None = None,
+        budgets: ChildBudgets | None = None,
+        flooding: Callable[[UUID, str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._ledger = ledger
@@ -109,11 +106,12 @@ class InboundPipeline:
         self.observed = observed  # status and war-room messages go to liveness
         self.linked = linked  # bridge link states, in a federated fleet (sitelinks.py)
         self.listeners: list[Listener] = []  # see every verified inbound message
-        # What a peer's refused messages and unknown cancels may cost the ledger; beyond
-        # that they are counted, not recorded (docs/security.md, "Costs of a peer's messages").
-        self._refusals = PeerBudgets(REFUSAL_BUDGET)
-        self._unknown_cancels = PeerBudgets(CANCEL_BUDGET)
-        self._unrecorded_replies: dict[UUID, None] = {}
+        # What is refused, and what a peer's refusals may cost the ledger (agent/refusals.py).
+        self._refusals = Refusals(
+            settings=settings, ledger=ledger, metrics=metrics, outbox=outbox, lifecycle=lifecycle
+        )
+        self._budgets = budgets  # each child's event rate and backlog (docs/security.md, F25)
+        self.flooding = flooding  # told of a child over its limits (a war-room incident)
         # Inbox messages wait here for one of max_intake workers: no task per message. The
         # workers start as messages need them (an idle agent holds one, not max_intake).
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
@@ -122,6 +120,9 @@ class InboundPipeline:
         self._workers = 0
         self._idle_workers = 0  # started, and waiting for a message (or about to)
         self._in_progress: dict[UUID, asyncio.Event] = {}
+        self._answers = AnswerGuard(
+            settings=settings, ledger=ledger, tracker=tracker, metrics=metrics
+        )
         self.intake = 0  # inbound messages being recorded, acknowledged and routed
         self._taken_in = asyncio.Event()  # set while no message is in intake
         self._taken_in.set()
@@ -194,20 +195,14 @@ class InboundPipeline:
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
         ledger = self._ledger
         if inbound.forgery is not None:  # the session's verdict, before parse (docs/security.md)
-            reason = inbound.forgery.partition(":")[0]
-            self._metrics.rejected.inc(reason)
-            if not self._recordable(topic.source, reason):
-                return
-            await ledger.record_rejected(
-                inbound.payload, inbound.forgery, topic=inbound.topic, source=None, message_id=None
-            )
+            await self._refusals.forged(inbound, topic, inbound.forgery)
             return
         try:
             message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
         except InvalidMessage as exc:
-            await self._reject_unparsable(inbound, topic, exc)
+            await self._refusals.unparsable(inbound, topic, exc)
             return
-        if await self._refused_stale(inbound, message):
+        if await self._refusals.stale(inbound, message):
             return
         config = self.config
         admission = Admission(
@@ -219,8 +214,12 @@ class InboundPipeline:
         )
         refusal = admit(message, topic, admission)
         if refusal is not None:
-            await self._refuse(message, inbound, topic, refusal)
+            await self._refusals.refuse(message, inbound, topic, refusal)
             return
+        # Only the agent a request went to may answer, acknowledge or report on it (F24).
+        if await self._answers.refused(message, inbound.topic, inbound.payload):
+            return
+        self.outbox.heard_from(message.source)  # it is there: what was held for it goes (F25)
         message_id = message.message_id
         # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
         # in-progress map is checked and filled with no await between, so two copies
@@ -229,6 +228,7 @@ class InboundPipeline:
         recording = self._in_progress.get(message_id)
         plan: Plan
         staged = Staged()
+        cause: UUID | None = None  # the child whose event this is, counted in its backlog
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
@@ -240,15 +240,18 @@ class InboundPipeline:
                 duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
                 facts, handler = await self._facts(message, duplicate)
                 plan = decide(message, facts)  # the one decision about this message
-                if self._unknown_beyond_budget(plan, topic):
-                    await self._answer_unrecorded(message)
+                if self._refusals.unknown_beyond_budget(plan, topic):
+                    await self._refusals.answer_unrecorded(message)
                     return
+                if plan.step is Step.EVENT and message.source in config.children:
+                    if self._over_budget(message.source):
+                        return  # unacknowledged: its sender keeps it and re-sends it later
+                    cause = message.source
                 if plan.step is Step.SETTLE_ACK:
                     # Nothing waits for an ack's row: it stops the re-sending at once and its
                     # row (with the outbox removal) joins the next commit.
                     done = message.payload_as(MessageAcknowledged).in_response_to
-                    if done in self._unrecorded_replies:
-                        del self._unrecorded_replies[done]
+                    if self._refusals.unrecorded_ack(done):
                         return  # the ack of an unrecorded report: unrecorded too
                     row = ledger.record_received_later(
                         message, topic=inbound.topic, outbox_done=done
@@ -261,8 +264,12 @@ class InboundPipeline:
                     ack, then = self._ack_rows(message, plan)
                     staged = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
-                await self._refuse_unrecordable(message, str(exc))
+                self._done_with(cause)
+                await self._refusals.unrecordable(message, str(exc))
                 return
+            except BaseException:
+                self._done_with(cause)
+                raise
             finally:
                 del self._in_progress[message_id]
                 recording.set()
@@ -271,41 +278,42 @@ class InboundPipeline:
             self._metrics.duplicates += 1
             await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
             if ack is not None:
-                await self.outbox.publish_ack(message, ack)
+                await self.outbox.acks.publish(message, ack)
             return
         self._metrics.messages_in.inc(message.type)
         if ack is not None and not staged.implied:
             # The record is durable, so the ack may go; routing need not wait for its PUBACK.
-            self.outbox.ack_soon(message, ack)
-        await self._hand_on(message, plan, staged)
+            self.outbox.acks.soon(message, ack)
+        try:
+            await self._hand_on(message, plan, staged)
+        finally:
+            self._done_with(cause)
 
-    async def _refused_stale(self, inbound: Inbound, message: VOXMessage) -> bool:
-        """Refuse a signed message outside the replay window (STALE); return whether it was.
+    def _over_budget(self, child: UUID) -> bool:
+        """Tell whether a child's event is over its rate or backlog: refused, counted, posted.
 
-        A signed emitted_at is the sender's own: older than the window, it is a replay the
-        dedupe index may no longer know, and its sender stopped re-sending it at the window
-        (docs/security.md, replays). An unsigned one proves nothing by its age.
+        Within them, it counts in the child's backlog until handled (docs/security.md, F25).
         """
-        signing = self.config.broker.signing
-        if signing is None or not isinstance(inbound.topic, SignedTopic):
+        if self._budgets is None:
             return False
-        stale = replay_problem(
-            message.emitted_at, time.time(), signing.replay_window, signing.clock_skew
+        config = self.config
+        problem, report = self._budgets.admit(
+            child, now=time.monotonic(), rate=config.child_rate, backlog=config.child_backlog
         )
-        if stale is None:
+        if problem is None:
+            self._budgets.started(child)
             return False
-        self._metrics.rejected.inc(STALE)
-        if not self._recordable(message.source, STALE):
-            return True
-        log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
-        await self._ledger.record_rejected(
-            inbound.payload,
-            stale,
-            topic=inbound.topic,
-            source=message.source,
-            message_id=message.message_id,
-        )
+        self._metrics.rejected.inc(FLOODING)
+        if report:
+            name = config.children.get(child, str(child))
+            log.warning("%s: refusing events of %s for now: %s", config.name, name, problem)
+            if self.flooding is not None:
+                self.flooding(child, problem)
         return True
+
+    def _done_with(self, cause: UUID | None) -> None:
+        if cause is not None and self._budgets is not None:
+            self._budgets.finished(cause)
 
     def _ack_rows(self, message: VOXMessage, plan: Plan) -> tuple[VOXMessage | None, list[Row]]:
         """The ack the plan owes a message, and its "sent" row for the message's commit.
@@ -462,133 +470,20 @@ class InboundPipeline:
             return
         if message.reply_to is not None:
             self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op
+        child = message.source if message.source in self.config.children else None
         for event_handler in self.router.event_handlers(message.type):
-            self._tasks.spawn(self._run_event(event_handler, message), f"event-{message.type}")
-
-    async def _refuse(
-        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, plan: Plan
-    ) -> None:
-        """Carry out a plan that does not admit a message."""
-        if plan.step is Step.REJECT:
-            await self._reject(message, inbound, topic, plan.reason)
-        elif plan.step is Step.RETAINED:
-            await self._reject_retained(message, inbound)
-        else:
-            await self._refuse_unrecordable(message, plan.reason)
-
-    async def _refuse_unrecordable(self, message: VOXMessage, failure: str) -> None:
-        """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
-        log.warning(
-            "%s: refused %s %s: cannot record it: %s",
-            self.config.name,
-            message.type,
-            message.message_id,
-            failure,
-        )
-        if message.type == MSG_ACKNOWLEDGED:
-            self.outbox.settle_ack(message)  # our own message arrived: stop re-sending it
-        elif message.type == MSG_COMMAND_REQUEST:
-            error = CommandError(
-                code=ErrorCode.LEDGER_UNAVAILABLE,
-                error=f"{self.config.name} cannot record, so it accepts no work: {failure}"[:1000],
-                command=str(message.details.get("command", "")) or None,
-            )
-            await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
-        # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
-
-    def _recordable(self, peer: object, reason: str) -> bool:
-        """Within the peer's budget a refusal is recorded (and answered); beyond, counted.
-
-        Each recorded refusal costs the ledger about 3.3 KB, and an error to a peer is
-        re-sent until acknowledged (docs/security.md, "Costs of a peer's messages").
-        """
-        if self._refusals.allow(str(peer)):
-            return True
-        self._metrics.unrecorded.inc(reason)
-        return False
-
-    def _unknown_beyond_budget(self, plan: Plan, topic: topics.InboxTopic) -> bool:
-        """Tell whether a cancel names a request never received, beyond its sender's budget."""
-        if plan.step is not Step.CANCEL or plan.cancel is not CancelAction.REMEMBER:
-            return False
-        if self._unknown_cancels.allow(str(topic.source)):
-            return False
-        self._metrics.unrecorded.inc(UNKNOWN_CANCEL)
-        return True
-
-    async def _answer_unrecorded(self, message: VOXMessage) -> None:
-        """Ack a cancel beyond the budget and report "unknown": no row, nothing remembered."""
-        report = await self.lifecycle.answer_unrecorded(message)
-        replies = self._unrecorded_replies
-        replies[report.message_id] = None
-        if len(replies) > UNRECORDED_REPLIES:
-            del replies[next(iter(replies))]
-        # The report proves receipt; the ack stops the sender's re-sends at once anyway.
-        ack = acknowledge(message, message_source=self.config.message_source)
-        await self.outbox.publish_ack(message, ack)
-
-    async def _reject(
-        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
-    ) -> None:
-        self._metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
-        if not self._recordable(topic.source, ErrorCode.UNAUTHORIZED_SOURCE):
-            return  # neither recorded nor answered: the peer spent its budget
-        log.warning(
-            "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
-        )
-        await self._ledger.record_message(
-            message,
-            "rejected",
-            outcome=ErrorCode.UNAUTHORIZED_SOURCE,
-            reason=problem,
-            topic=inbound.topic,
-        )
-        if topic.source in self.config.peers and message.type != MSG_ACKNOWLEDGED:
-            await self.outbox.send_error_to(
-                topic.source, message.message_id, ErrorCode.UNAUTHORIZED_SOURCE, problem
+            if child is not None and self._budgets is not None:
+                self._budgets.started(child)  # in its backlog until the handler returns
+            self._tasks.spawn(
+                self._run_event(event_handler, message, child), f"event-{message.type}"
             )
 
-    async def _reject_retained(self, message: VOXMessage, inbound: Inbound) -> None:
-        # The broker re-delivers a retained message on every new subscription: it is
-        # recorded each time and never executed, acked or answered (docs/broker.md).
-        reason = f"retained message in an inbox: never executed ({RETAINED_HELP})"
-        if not self._recordable(message.source, ErrorCode.INVALID_MESSAGE):
-            return
-        log.warning(
-            "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
-        )
-        await self._ledger.record_message(
-            message,
-            "rejected",
-            outcome=ErrorCode.INVALID_MESSAGE,
-            reason=reason,
-            topic=inbound.topic,
-        )
-
-    async def _reject_unparsable(
-        self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
-    ) -> None:
-        self._metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
-        if not self._recordable(topic.source, ErrorCode.INVALID_MESSAGE):
-            return
-        log.warning(
-            "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
-        )
-        await self._ledger.record_rejected(
-            inbound.payload,
-            exc.reason,
-            topic=inbound.topic,
-            source=topic.source,
-            message_id=exc.message_id,
-        )
-        # The sender is known from the topic (the broker lets it write only there).
-        if topic.source in self.config.peers and exc.message_id is not None:
-            await self.outbox.send_error_to(
-                topic.source, exc.message_id, ErrorCode.INVALID_MESSAGE, exc.reason
-            )
-
-    async def _run_event(self, handler: Handler, message: VOXMessage) -> Any:
+    async def _run_event(self, handler: Handler, message: VOXMessage, child: UUID | None) -> Any:
+        # What the handler sends counts in the child's backlog until acknowledged (outbox).
+        CAUSE.set(child)
         try:
             await handler(message)
         except Exception:
             log.exception("%s: %s handler failed", self.config.name, message.type)
+        finally:
+            self._done_with(child)

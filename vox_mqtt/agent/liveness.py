@@ -383,7 +383,7 @@ class Liveness:
 
     def _queue_reject(self, entry: AgentLiveness, reason: str) -> None:
         who = entry.name or entry.id
-        log.warning("%s: refused a status of %s: %s", self.config.name, who, reason)
+        log.warning("%s: holds %s as misbehaving: %s", self.config.name, who, reason)
         # Not a change of state, but the agent now gets no work: react as to one.
         self._queue_change(entry, entry.status, entry.status)
 
@@ -505,7 +505,7 @@ class Liveness:
                 if code != CHILD_MISBEHAVING and self._echo(entry, code, silence):
                     continue  # posted if the child is not back when the grace ends
                 if code == CHILD_MISBEHAVING:
-                    why = f"child {name} sent a status out of bounds ({entry.rejected}); ignored"
+                    why = f"child {name} misbehaves ({entry.rejected}); ignored"
                     severity: Severity = "ERROR"
                 else:
                     why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"

@@ -16,23 +16,25 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from vox_mqtt.agent.acksender import AckSender
+from vox_mqtt.agent.childbudget import CAUSE, ChildBudgets
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.ports import Publisher, Recorder, Settings
+from vox_mqtt.agent.quietpeers import Delivery, QuietPeers
 from vox_mqtt.agent.sendrules import check_size, deadline_passed, expiry, outlived, resend_deadline
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import (
     CommandFailed,
-    DeliveryFailed,
     InvalidMessage,
     VoxError,
 )
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, CancelRequest
 from vox_mqtt.protocol.messages import (
-    MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
+    MSG_COMMAND_RESULT,
     CommandError,
     CommandRequest,
     ErrorCode,
@@ -49,20 +51,7 @@ from vox_mqtt.transport.publishprops import PublishProperties
 __all__ = ["Outbox", "Outgoing"]
 
 log = logging.getLogger("vox_mqtt.agent")
-
-
-@dataclass(kw_only=True, eq=False)
-class _Delivery:
-    """One sent message being published until acknowledged: its bytes and its next try."""
-
-    tracked: TrackedRequest
-    payload: bytes
-    props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
-    give_up_at: float
-    resend_until: float | None  # wall clock: past it a signed message is not sent again
-    delay: float
-    counted: bool = False  # counted in messages_out
-    timer: asyncio.TimerHandle | None = None
+_ANSWERS = frozenset({MSG_COMMAND_RESULT, MSG_COMMAND_ERROR})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +77,7 @@ class Outbox:
         metrics: AgentMetrics,
         tasks: TaskSet,
         props: PublishProperties,
+        budgets: ChildBudgets | None = None,
     ) -> None:
         self._settings = settings
         self._ledger = ledger
@@ -96,9 +86,14 @@ class Outbox:
         self._metrics = metrics
         self._tasks = tasks
         self._props = props
-        self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
+        # Acks: published at once, never tracked or re-sent (agent/acksender.py).
+        self.acks = AckSender(
+            settings=settings, publisher=publisher, props=props, metrics=metrics, tasks=tasks
+        )
         self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
-        self._deliveries: dict[UUID, _Delivery] = {}  # sent, not yet acknowledged
+        self._deliveries: dict[UUID, Delivery] = {}  # sent, not yet acknowledged
+        self._budgets = budgets  # what a child's events have in work here (F25)
+        self._quiet = QuietPeers()  # peers not heard from: copies held back (quietpeers.py)
         self._closed = False
 
     @property
@@ -193,41 +188,65 @@ class Outbox:
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
         fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
-        delivery = _Delivery(
+        delivery = Delivery(
             tracked=tracked,
             payload=payload,
             props=fixed,
             give_up_at=time.monotonic() + self.config.request_timeout,
             resend_until=self._resend_until(message),
             delay=self.config.resend_initial,
+            answer=message.type in _ANSWERS and message.reply_to is not None,
+            cause=CAUSE.get(),
+            quiet=self._quiet.new(message.target),
         )
+        if delivery.cause is not None and self._budgets is not None:
+            self._budgets.started(delivery.cause)
         self._deliveries[tracked.message_id] = delivery
         self._attempt(delivery, resend=resend)
 
-    def _attempt(self, delivery: _Delivery, *, resend: bool = True) -> None:
+    def _attempt(self, delivery: Delivery, *, resend: bool = True) -> None:
         """Publish once more, unless acknowledged or given up; then wait for the next try."""
         tracked = delivery.tracked
         delivery.timer = None
         if self._closed or tracked.final or tracked.acknowledged.is_set():
-            self._deliveries.pop(tracked.message_id, None)
+            self._forget(tracked.message_id)
             return
         metrics = self._metrics
-        if time.monotonic() >= delivery.give_up_at:
+        message = tracked.message
+        if delivery.answer:
+            # An answer is never given up while its requester is a peer: a requester that
+            # was away gets it when it is back (docs/security.md, F25).
+            if message.target not in self.config.peers:
+                reason = "its requester is no longer this agent's master or child"
+                self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
+                return
+        elif time.monotonic() >= delivery.give_up_at:
             metrics.delivery_failures += 1
             reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
             self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
-        message = tracked.message
         until = delivery.resend_until
         if until is not None and (too_old := self._outlived(message, until)) is not None:
             metrics.delivery_failures += 1
             self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
+            return
+        peer = message.target
+        if self._quiet.holds(
+            peer,
+            tracked.message_id,
+            delivery.quiet,
+            answer=delivery.answer,
+            resend=resend,
+            limit=self.config.quiet_publishes,
+        ):
+            self._next_try(delivery, until)  # held: it still ends at its time
             return
         if resend:
             metrics.resends += 1
         elif not delivery.counted:
             metrics.messages_out.inc(message.type)
         delivery.counted = True
+        self._quiet.published(peer, delivery.quiet, resend=resend)
         props = delivery.props
         if props is None:
             props = self._props.inbox(message.target, message.type, expiry=expiry(message))
@@ -240,12 +259,36 @@ class Outbox:
         if outcome is not None:
             outcome.add_done_callback(functools.partial(self._published, tracked))
         # No connection up: the next try comes at the same pace; the session reconnects.
+        self._next_try(delivery, until)
+
+    def _next_try(self, delivery: Delivery, until: float | None) -> None:
         loop = asyncio.get_running_loop()
         delay = delivery.delay
         if until is not None:
             delay = min(delay, max(0.0, until - time.time()))  # end it at the window, not later
         delivery.timer = loop.call_later(delay, self._attempt, delivery)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
+
+    def heard_from(self, peer: UUID) -> None:
+        """A message came from a peer: it is there; what was held back for it goes now."""
+        for message_id in self._quiet.heard(peer):
+            delivery = self._deliveries.get(message_id)
+            if delivery is not None:
+                if delivery.timer is not None:
+                    delivery.timer.cancel()
+                delivery.delay = self.config.resend_initial
+                self._attempt(delivery)
+
+    def _forget(self, message_id: UUID) -> Delivery | None:
+        """Stop tracking a delivery: acknowledged, answered or ended; its child's work is done."""
+        delivery = self._deliveries.pop(message_id, None)
+        if delivery is None:
+            return None
+        if delivery.timer is not None:
+            delivery.timer.cancel()
+        if delivery.cause is not None and self._budgets is not None:
+            self._budgets.finished(delivery.cause)
+        return delivery
 
     def _resend_until(self, message: VOXMessage) -> float | None:
         return resend_deadline(message, self.config.broker.signing)
@@ -276,9 +319,7 @@ class Outbox:
     def _give_up(
         self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
     ) -> None:
-        delivery = self._deliveries.pop(tracked.message_id, None)
-        if delivery is not None and delivery.timer is not None:
-            delivery.timer.cancel()
+        self._forget(tracked.message_id)
         self._tasks.spawn(self.end(tracked, state, code, reason), "give-up")
 
     async def end(
@@ -320,69 +361,6 @@ class Outbox:
             await self._publisher.publish(topics.inbox(message.target, self.config.id), payload)
         except VoxError as exc:
             log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
-
-    def ack_soon(self, message: VOXMessage, ack: VOXMessage) -> None:
-        """Publish the ack of a message now, without a task waiting for its PUBACK.
-
-        Its rows are durable already. A failure is only logged: the sender re-sends until
-        acknowledged, and its duplicate gets a new ack. flush_acks waits for it before the
-        agent leaves.
-        """
-        topic = topics.inbox(message.source, self.config.id)
-        props = self._props.inbox(message.source, MSG_ACKNOWLEDGED)
-        try:
-            outcome = self._publisher.publish_soon(topic, serialize(ack), props=props)
-        except VoxError as exc:
-            log.warning("%s: ack for %s not sent: %s", self.config.name, message.message_id, exc)
-            return
-        if outcome is None:  # no connection up: wait for one in the background
-            outcome = self._tasks.spawn(self.publish_ack(message, ack), "ack")
-        else:
-            self._metrics.messages_out.inc(MSG_ACKNOWLEDGED)
-            outcome.add_done_callback(functools.partial(self._acked, message.message_id))
-        self._acking.add(outcome)
-        outcome.add_done_callback(self._acking.discard)
-
-    def _acked(self, message_id: UUID, pending: asyncio.Future[PublishOutcome]) -> None:
-        if pending.cancelled():
-            return
-        name = self.config.name
-        outcome = pending.result()
-        if outcome.lost:
-            # The connection dropped (or was closed) first: the sender will re-send.
-            self._metrics.delivery_failures += 1
-            log.info("%s: ack for %s not confirmed: %s", name, message_id, outcome.reason)
-        elif outcome.refused:
-            self._metrics.delivery_failures += 1
-            log.warning(
-                "%s: the broker refused the ack for %s: %s", name, message_id, outcome.reason
-            )
-
-    async def flush_acks(self, timeout: float) -> None:
-        """Wait (up to timeout) for the acks still on their way to their PUBACK.
-
-        Acks owed go out before the agent leaves, or the peer keeps re-sending what this
-        agent already holds: a one-shot `vox send` would leave the root re-sending its answer.
-        """
-        if self._acking:
-            await asyncio.wait(list(self._acking), timeout=timeout)
-
-    async def publish_ack(self, message: VOXMessage, ack: VOXMessage) -> None:
-        """Publish the ack of a message; both their rows are durable (never tracked or re-sent)."""
-        session = self._publisher
-        self._metrics.messages_out.inc(MSG_ACKNOWLEDGED)
-        try:
-            await session.publish(
-                topics.inbox(message.source, self.config.id),
-                serialize(ack),
-                props=self._props.inbox(message.source, MSG_ACKNOWLEDGED),
-            )
-        except DeliveryFailed as exc:
-            self._metrics.delivery_failures += 1
-            # The sender re-sends until acknowledged; its duplicate gets a new ack.
-            log.warning(
-                "%s: ack for %s not delivered: %s", self.config.name, message.message_id, exc
-            )
 
     async def send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
         """Answer a message with command_error; a failure to send is only logged by delivery."""
@@ -450,18 +428,21 @@ class Outbox:
     def settle_ack(self, ack: VOXMessage) -> None:
         """Mark the message an acknowledgement answers as received by its peer."""
         acknowledged = ack.payload_as(MessageAcknowledged).in_response_to
-        self._tracker.acknowledged(acknowledged)
+        tracked = self._tracker.acknowledged(acknowledged, by=ack.source)
+        if tracked is not None and tracked.message.target != ack.source:
+            return  # not from the agent it was sent to: re-sent on (docs/security.md, F24)
         self._delivered(acknowledged)
 
     def _delivered(self, message_id: UUID) -> None:
         """Stop re-sending a message its peer holds (acknowledged or answered)."""
-        delivery = self._deliveries.pop(message_id, None)
-        if delivery is not None and delivery.timer is not None:
-            delivery.timer.cancel()
+        self._forget(message_id)
 
     def settle_reply(self, reply: VOXMessage) -> None:
         """Complete (or fail, for command_error) the request a reply answers."""
         assert reply.reply_to is not None
+        tracked = self._tracker.get(reply.reply_to)
+        if tracked is not None and tracked.message.target != reply.source:
+            return  # not from the agent it was sent to (docs/security.md, F24)
         if reply.type == MSG_COMMAND_ERROR:
             error = reply.payload_as(CommandError)
             self._tracker.failed(reply.reply_to, error.code, error.error, reply)

@@ -9,12 +9,21 @@ from uuid import UUID
 
 from vox_mqtt.observe.status import RETIRED, AgentLiveness
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY
-from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode, VOXMessage
+from vox_mqtt.protocol.messages import (
+    MSG_ACKNOWLEDGED,
+    MSG_COMMAND_REQUEST,
+    ErrorCode,
+    MessageAcknowledged,
+    VOXMessage,
+)
 from vox_mqtt.protocol.topics import InboxTopic
 
 __all__ = [
     "MIN_CHILD_SHARE",
+    "WRONG_ANSWERER",
     "advertisement",
+    "answered_request",
+    "answerer_problem",
     "child_share",
     "choose_child",
     "down_commands",
@@ -27,6 +36,9 @@ __all__ = [
 MIN_CHILD_SHARE: Final = 16
 # What only an agent's master may send it, besides commands.
 _FROM_MASTER: Final = frozenset({MSG_CANCEL_REQUEST, MSG_STATUS_QUERY})
+# The reason an answer from an agent its request was not sent to is refused (a metric label
+# of `rejected`, and the outcome of its ledger row): docs/security.md, F24.
+WRONG_ANSWERER: Final = "WRONG_ANSWERER"
 
 
 def verify(
@@ -55,6 +67,36 @@ def verify(
     if message.type == MSG_COMMAND_PROGRESS and message.source == master_id:
         return "command_progress from the master: progress comes only from a child"
     return None
+
+
+def answered_request(message: VOXMessage) -> UUID | None:
+    """Return the sent message this one answers, acknowledges or reports on, if any.
+
+    An acknowledgement names it in `in_response_to`; an answer, a progress report, a cancel
+    or status report and a reply to an event in `reply_to`. A command_request's `reply_to`
+    is its provenance (the request it was delegated from), never an answer.
+    """
+    if message.type == MSG_ACKNOWLEDGED:
+        return message.payload_as(MessageAcknowledged).in_response_to
+    if message.type == MSG_COMMAND_REQUEST:
+        return None
+    return message.reply_to
+
+
+def answerer_problem(message: VOXMessage, sent_to: UUID | None) -> str | None:
+    """Return why a message may not settle the request it names, or None (docs/security.md, F24).
+
+    `sent_to` is the agent the named request went to, None when it is not one this agent
+    sent (then there is nothing it could settle). Only that agent may acknowledge it, answer
+    it or report on it: a sibling that learned its id (a compromised leaf) may not.
+    """
+    if sent_to is None or message.source == sent_to:
+        return None
+    named = answered_request(message)
+    return (
+        f"{message.type} for {named} from {message.source}, which it was not sent to"
+        f" (it went to {sent_to})"
+    )
 
 
 def choose_child(

@@ -58,6 +58,15 @@ class TrackedRequest:
         return self.state in _FINAL
 
 
+def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
+    """Tell whether `by` is someone other than the agent the request was sent to.
+
+    The pipeline refuses such a message before it gets here (agent/inbound.py); this keeps
+    every other path (an ack settled while the ledger cannot record) from taking it either.
+    """
+    return by is not None and by != request.message.target
+
+
 StatusHook = Callable[[TrackedRequest, RequestState, RequestState], None]
 
 
@@ -91,10 +100,13 @@ class RequestTracker:
         if request is not None and request.state is RequestState.QUEUED:
             self._move(request, RequestState.DISPATCHED)
 
-    def acknowledged(self, message_id: UUID) -> TrackedRequest | None:
-        """Record the peer's message_acknowledged; complete messages that need no reply."""
+    def acknowledged(self, message_id: UUID, *, by: UUID | None = None) -> TrackedRequest | None:
+        """Record the peer's message_acknowledged; complete messages that need no reply.
+
+        `by`: who acknowledged it; only the agent it was sent to may (docs/security.md, F24).
+        """
         request = self._requests.get(message_id)
-        if request is None or request.final:
+        if request is None or request.final or _not_its_peer(request, by):
             return request
         # An ack may overtake our own PUBACK bookkeeping: it implies dispatch.
         if request.state is not RequestState.ACKNOWLEDGED:
@@ -105,9 +117,9 @@ class RequestTracker:
         return request
 
     def completed(self, message_id: UUID, reply: VOXMessage) -> TrackedRequest | None:
-        """Record the reply that completes a request."""
+        """Record the reply that completes a request: only from the agent it was sent to."""
         request = self._requests.get(message_id)
-        if request is None or request.final:
+        if request is None or request.final or _not_its_peer(request, reply.source):
             return request
         request.reply = reply
         request.acknowledged.set()  # a reply proves receipt even if its ack was lost
@@ -120,6 +132,8 @@ class RequestTracker:
         """Record a failure: an error reply (which proves receipt) or a broker refusal."""
         request = self._requests.get(message_id)
         if request is None or request.final:
+            return
+        if reply is not None and _not_its_peer(request, reply.source):
             return
         request.error_code, request.error, request.reply = code, error, reply
         if reply is not None:

@@ -161,7 +161,9 @@ def queue_limits(agents: int) -> tuple[int, int]:
     and at most two war-room posts (about itself, and its master's about it); the 1,000 on
     top are the room for live traffic the config always had. Mosquitto drops what does not
     fit, QoS 0 and QoS 1 alike (docs/broker.md). The bytes keep a client's queue within
-    what 1,000 messages of 256 KiB could take.
+    what 1,000 messages of 256 KiB could take. An agent puts at most `quiet_publishes`
+    (500) non-answers into a silent peer's queue, and a few copies of each answer
+    (agent/quietpeers.py): the 1,000 leave room for its answers (docs/security.md, F25).
     """
     messages = 1000 + 4 * agents
     return messages, max(256 * 2**20, 4096 * messages)

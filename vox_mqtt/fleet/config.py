@@ -179,6 +179,10 @@ class AgentSection(_Section):
     stale_after: Annotated[float, Field(ge=1)] = 3.0
     request_timeout: Seconds = 30.0
     max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 32
+    # What one child's events may cost (docs/security.md, F25): a rate, a backlog.
+    child_rate: Annotated[float, Field(gt=0, le=1_000_000)] = 10.0
+    child_backlog: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    quiet_publishes: Annotated[int, Field(ge=1, le=1_000_000)] = 500
     shutdown_grace: Seconds = 10.0
     disk_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
     memory_alert_percent: Annotated[float, Field(gt=0, le=100)] = 95.0
@@ -221,6 +225,9 @@ class AgentSection(_Section):
             stale_after=self.stale_after,
             request_timeout=self.request_timeout,
             max_concurrency=self.max_concurrency,
+            child_rate=self.child_rate,
+            child_backlog=self.child_backlog,
+            quiet_publishes=self.quiet_publishes,
             disk_alert_percent=self.disk_alert_percent,
             memory_alert_percent=self.memory_alert_percent,
             observe=(WARROOM_FILTER,) if self.watch_warroom else (),

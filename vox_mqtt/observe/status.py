@@ -460,6 +460,10 @@ class FleetView:
             )
         return None
 
+    def misbehaved(self, agent_id: UUID, reason: str) -> None:
+        """Hold an agent as misbehaving for what else it sent (a flood of events, F25)."""
+        self._reject(agent_id, reason)
+
     def _reject(self, agent_id: UUID, reason: str) -> None:
         """Refuse a status: the agent gets no work for a while and listeners are told."""
         entry = self.watch(agent_id)

@@ -98,11 +98,27 @@ class AgentConfig:
     observe: Sequence[str] = ()  # extra topic filters (the operator: every status, war room)
     metrics: bool = True  # count the agent's work (docs/metrics.md); off only to measure it
     links: LinkMap | None = None  # bridge links to watch in a federated fleet (sitelinks.py)
+    # What one child's events may cost this agent (docs/security.md, F25): this many a
+    # second once `child_backlog` came at once, and at most `child_backlog` of them in work
+    # here at a time (handled, or sent on and not yet acknowledged). Beyond: refused unacked.
+    child_rate: float = 10.0
+    child_backlog: int = 100
+    # Publishes to a peer this agent has not heard from since (docs/security.md, F25):
+    # beyond this many only answers go out, so a flood cannot fill its queue at the broker.
+    quiet_publishes: int = 500
     # The ledger's durability: "full" survives a power cut, "normal" a killed process only
     # (docs/ledger.md, "Durable before acknowledged").
     ledger_sync: Literal["full", "normal"] = "full"
 
     def __post_init__(self) -> None:
+        bounds = (
+            ("child_rate", self.child_rate > 0),
+            ("child_backlog", self.child_backlog >= 1),
+            ("quiet_publishes", self.quiet_publishes >= 1),
+        )
+        for name, fine in bounds:
+            if not fine:
+                raise ConfigError([f"agent {self.name}: {name} must be at least 1 (over 0)"])
         # What its own status says must be within what its master believes (docs/liveness.md).
         if not 0 < self.heartbeat_interval <= MAX_HEARTBEAT_INTERVAL:
             raise ConfigError(
