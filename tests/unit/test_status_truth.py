@@ -86,10 +86,14 @@ def test_a_report_brings_commands_and_the_presence_the_liveness() -> None:
     view = FleetView()
     assert up(view, None, 1, sequence=1) is None
     entry = view.get(AGENT)
-    assert entry is not None and entry.status == UNKNOWN and entry.commands == ("analyze",)
+    assert entry is not None
+    assert entry.status == UNKNOWN
+    assert entry.commands == ("analyze",)
     change = up(view, ACTIVE, 1, presence=True, sequence=2)
-    assert change is not None and change.new == ACTIVE
-    assert entry.commands == ("analyze",) and entry.master_id == MASTER
+    assert change is not None
+    assert change.new == ACTIVE
+    assert entry.commands == ("analyze",)
+    assert entry.master_id == MASTER
     assert view.commands_of([AGENT]) == {"analyze"}
 
 
@@ -99,14 +103,18 @@ def test_a_report_read_after_the_will_neither_revives_nor_advertises() -> None:
     up(view, INACTIVE, 3, presence=True, code="VM_CONNECTION_LOST", retained=True)
     up(view, None, 3, sequence=7, retained=True)
     entry = view.get(AGENT)
-    assert entry is not None and entry.status == INACTIVE
-    assert entry.commands == () and view.commands_of([AGENT]) == set()
+    assert entry is not None
+    assert entry.status == INACTIVE
+    assert entry.commands == ()
+    assert view.commands_of([AGENT]) == set()
     # The next session's report comes before its presence: ACTIVE only with the presence.
     up(view, None, 4, sequence=1)
-    assert entry.status == INACTIVE and entry.commands == ("analyze",)
+    assert entry.status == INACTIVE
+    assert entry.commands == ("analyze",)
     assert view.commands_of([AGENT]) == set()
     up(view, ACTIVE, 4, presence=True, sequence=2)
-    assert entry.status == ACTIVE and view.commands_of([AGENT]) == {"analyze"}
+    assert entry.status == ACTIVE
+    assert view.commands_of([AGENT]) == {"analyze"}
 
 
 def test_a_report_of_an_older_session_is_ignored() -> None:
@@ -115,7 +123,8 @@ def test_a_report_of_an_older_session_is_ignored() -> None:
     up(view, None, 5, sequence=2, commands=["new"])
     up(view, None, 4, sequence=9, commands=["old"])
     entry = view.get(AGENT)
-    assert entry is not None and entry.commands == ("new",)
+    assert entry is not None
+    assert entry.commands == ("new",)
 
 
 def test_a_retained_will_is_dated_by_the_expiry_the_broker_counted_down() -> None:
@@ -125,7 +134,8 @@ def test_a_retained_will_is_dated_by_the_expiry_the_broker_counted_down() -> Non
     will = message(INACTIVE, 2, presence=True, code="VM_CONNECTION_LOST", age=3600)
     view.update(will, retained=True, presence=True, expiry_left=WILL_EXPIRY - 42)
     entry = view.get(AGENT)
-    assert entry is not None and entry.lost_at_known
+    assert entry is not None
+    assert entry.lost_at_known
     assert entry.received_at == clock.now - 42
 
 
@@ -135,13 +145,15 @@ def test_a_retained_will_without_expiry_is_dated_at_most() -> None:
     will = message(INACTIVE, 2, presence=True, code="VM_CONNECTION_LOST", age=3600)
     view.update(will, retained=True, presence=True)
     entry = view.get(AGENT)
-    assert entry is not None and not entry.lost_at_known
+    assert entry is not None
+    assert not entry.lost_at_known
     assert abs(entry.received_at - (clock.now - 3600)) < 5
     # A bigger expiry than ours is not a will's: not dated by it.
     view2 = FleetView(clock=clock)
     view2.update(will, retained=True, presence=True, expiry_left=WILL_EXPIRY + 10)
     second = view2.get(AGENT)
-    assert second is not None and not second.lost_at_known
+    assert second is not None
+    assert not second.lost_at_known
 
 
 def signed_view(clock: Clock | None = None) -> FleetView:
@@ -156,7 +168,9 @@ def test_a_live_status_of_life_older_than_the_window_is_never_taken() -> None:
         assert up(view, ACTIVE, 1, presence=True, age=120, retained=retained) is None
         assert up(view, None, 1, sequence=1, age=120, retained=retained) is None
         entry = view.get(AGENT)
-        assert entry is not None and entry.status == UNKNOWN and entry.commands == ()
+        assert entry is not None
+        assert entry.status == UNKNOWN
+        assert entry.commands == ()
         assert view.not_current == 2
         assert entry.rejected is None  # old is not misbehaving
 
@@ -166,7 +180,8 @@ def test_an_inactive_is_taken_whatever_its_age() -> None:
     up(view, ACTIVE, 1, presence=True, sequence=1)
     # The will is built at connect: a day-old session's will is news all the same.
     change = up(view, INACTIVE, 1, presence=True, code="VM_CONNECTION_LOST", age=86400)
-    assert change is not None and change.new == INACTIVE
+    assert change is not None
+    assert change.new == INACTIVE
 
 
 def test_a_replayed_heartbeat_within_the_window_is_aged_by_its_emitted_at() -> None:
@@ -174,18 +189,21 @@ def test_a_replayed_heartbeat_within_the_window_is_aged_by_its_emitted_at() -> N
     view = signed_view(clock)
     # Captured 10 s ago (stale after 3 intervals of 1 s, 1 s of skew allowed): STALE at once.
     change = up(view, ACTIVE, 1, presence=True, sequence=4, age=10)
-    assert change is not None and change.new == STALE
+    assert change is not None
+    assert change.new == STALE
     assert view.commands_of([AGENT]) == set()
     # A genuine fresh one is ACTIVE.
     fresh = signed_view(clock)
     change = up(fresh, ACTIVE, 1, presence=True, sequence=4, age=0.5)
-    assert change is not None and change.new == ACTIVE
+    assert change is not None
+    assert change.new == ACTIVE
 
 
 def test_unsigned_views_date_a_live_status_by_its_arrival() -> None:
     view = FleetView()
     change = up(view, ACTIVE, 1, presence=True, sequence=1, age=10)
-    assert change is not None and change.new == ACTIVE
+    assert change is not None
+    assert change.new == ACTIVE
 
 
 def worded_view(rejects: list[str]) -> FleetView:
@@ -203,8 +221,11 @@ def test_a_status_claiming_another_name_is_refused_and_the_fleets_name_shown() -
     assert up(view, ACTIVE, 1, presence=True, name="root") is None
     entry = view.get(AGENT)
     assert entry is not None
-    assert entry.name == "spec" and entry.master_id == MASTER and entry.misbehaving()
-    assert len(rejects) == 2 and "claims the name 'root'" in rejects[0]
+    assert entry.name == "spec"
+    assert entry.master_id == MASTER
+    assert entry.misbehaving()
+    assert len(rejects) == 2
+    assert "claims the name 'root'" in rejects[0]
 
 
 def test_a_status_claiming_another_master_is_refused() -> None:
@@ -212,7 +233,9 @@ def test_a_status_claiming_another_master_is_refused() -> None:
     view = worded_view(rejects)
     assert up(view, None, 1, sequence=1, target=OTHER) is None
     entry = view.get(AGENT)
-    assert entry is not None and entry.master_id == MASTER and entry.misbehaving()
+    assert entry is not None
+    assert entry.master_id == MASTER
+    assert entry.misbehaving()
     assert f"claims {OTHER} as its master" in rejects[0]
 
 
@@ -222,5 +245,7 @@ def test_the_fleets_word_holds_and_a_status_to_the_war_room_is_no_claim() -> Non
     up(view, None, 1, sequence=1, target=topics.WARROOM_ID)
     up(view, ACTIVE, 1, presence=True, sequence=2)
     entry = view.get(AGENT)
-    assert entry is not None and entry.healthy and entry.master_id == MASTER
+    assert entry is not None
+    assert entry.healthy
+    assert entry.master_id == MASTER
     assert rejects == []
