@@ -14,6 +14,7 @@ from vox_mqtt.observe.status import (
     WILL_EXPIRY,
     FleetView,
     FleetWord,
+    StatusChange,
     Timeliness,
 )
 from vox_mqtt.protocol import topics
@@ -45,7 +46,7 @@ def message(
 ) -> VOXMessage:
     report = AgentStatus(
         name=name,
-        status=state,  # type: ignore[arg-type]
+        status=state,
         error_code=code,
         epoch=epoch,
         started_at=STARTED,
@@ -69,7 +70,7 @@ def up(
     retained: bool = False,
     expiry_left: float | None = None,
     **kw: object,
-) -> object:
+) -> StatusChange | None:
     """Apply one status to the view, on the topic it names (presence=True: the presence)."""
     presence = bool(kw.get("presence", False))
     built = message(state, epoch, **kw)  # type: ignore[arg-type]
@@ -105,7 +106,7 @@ def test_a_report_read_after_the_will_neither_revives_nor_advertises() -> None:
     entry = view.get(AGENT)
     assert entry is not None
     assert entry.status == INACTIVE
-    assert entry.commands == ()
+    assert not entry.commands
     assert view.commands_of([AGENT]) == set()
     # The next session's report comes before its presence: ACTIVE only with the presence.
     up(view, None, 4, sequence=1)
