@@ -209,8 +209,9 @@ def test_unsigned_views_date_a_live_status_by_its_arrival() -> None:
 
 def worded_view(rejects: list[str]) -> FleetView:
     view = FleetView()
-    words = {AGENT: FleetWord(name="spec", master=MASTER)}
+    words = {AGENT: FleetWord(name="spec", master=MASTER), OTHER: FleetWord(name="root")}
     view.fleet_word = words.get
+    view.named = {"spec": AGENT, "root": OTHER}.get
     view.add_reject_listener(lambda _entry, reason: rejects.append(reason))
     return view
 
@@ -226,7 +227,20 @@ def test_a_status_claiming_another_name_is_refused_and_the_fleets_name_shown() -
     assert entry.master_id == MASTER
     assert entry.misbehaving()
     assert len(rejects) == 2
-    assert "claims the name 'root'" in rejects[0]
+    assert "claims the name 'root' of another identity" in rejects[0]
+
+
+def test_a_name_of_no_known_identity_is_shown_as_the_fleets_and_not_refused() -> None:
+    # A renamed agent restarts under its new name before its master reloads.
+    rejects: list[str] = []
+    view = worded_view(rejects)
+    up(view, None, 1, sequence=1, name="analyst")
+    up(view, ACTIVE, 1, presence=True, sequence=2, name="analyst")
+    entry = view.get(AGENT)
+    assert entry is not None
+    assert entry.healthy
+    assert entry.name == "spec"
+    assert rejects == []
 
 
 def test_a_status_claiming_another_master_is_refused() -> None:

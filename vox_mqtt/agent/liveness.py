@@ -121,6 +121,7 @@ class Liveness:
         # Our children's names and master are the config's, never their statuses' (F26); a
         # signed status older than the replay window is no sign of life (F23).
         fleet_view.fleet_word = self._fleet_word
+        fleet_view.named = self._named
         fleet_view.timeliness = self._timeliness()
         self._own_repeat_at = -float("inf")  # when our status last went out again (F23)
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
@@ -392,6 +393,24 @@ class Liveness:
         signing = self.config.broker.signing
         known = None if signing is None or signing.mode == "off" else signing.roster.get(agent_id)
         return None if known is None else FleetWord(name=known[0], master=known[1])
+
+    def _named(self, name: str) -> UUID | None:
+        """Return whose a name is among the identities we know (F26): ourselves, our
+        master, our children, and whoever our signed bundle names."""
+        config = self.config
+        if name == config.name:
+            return config.id
+        if name == config.master_name and config.master_id is not None:
+            return config.master_id
+        for child, child_name in config.children.items():
+            if child_name == name:
+                return child
+        signing = config.broker.signing
+        if signing is not None and signing.mode != "off":
+            for peer, (peer_name, _) in signing.roster.items():
+                if peer_name == name:
+                    return peer
+        return None
 
     def _timeliness(self) -> Timeliness | None:
         signing = self.config.broker.signing

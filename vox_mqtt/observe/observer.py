@@ -71,6 +71,8 @@ class FleetObserver:
                 for agent, (name, master) in signing.roster.items()
             }
             self.view.fleet_word = roster.get
+            owners = {w.name: agent for agent, w in roster.items() if w.name}
+            self.view.named = owners.get
             self.view.timeliness = Timeliness(window=signing.replay_window, skew=signing.clock_skew)
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}
         self.on_incident: Callable[[Incident], None] | None = None

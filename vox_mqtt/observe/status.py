@@ -341,8 +341,10 @@ class FleetView:
         # How many commands a watched agent may advertise (its master's share for it,
         # docs/liveness.md), or None for no bound beyond the status model's.
         self.share_of: Callable[[UUID], int | None] = lambda _agent: None
-        # An agent's name and master by the fleet (F26), None when the reader cannot know.
+        # An agent's name and master by the fleet (F26), None when the reader cannot know;
+        # and whose a name is, among the identities the reader knows.
         self.fleet_word: Callable[[UUID], FleetWord | None] = lambda _agent: None
+        self.named: Callable[[str], UUID | None] = lambda _name: None
         # Signed statuses are dated by their emitted_at too (F23); None: signatures off,
         # where emitted_at proves nothing (docs/security.md, replays).
         self.timeliness: Timeliness | None = None
@@ -509,7 +511,15 @@ class FleetView:
         if word is None:
             return None
         if word.name is not None and report.name != word.name:
-            return f"claims the name {report.name[:64]!r}; the fleet names it {word.name!r}"
+            # Another identity's name is an impersonation. Any other name is shown as the
+            # fleet's and refused nowhere: a renamed agent restarts under its new name
+            # before its master and the operator's bundle learn it (docs/operations.md).
+            owner = self.named(report.name)
+            if owner is not None and owner != message.source:
+                return (
+                    f"claims the name {report.name[:64]!r} of another identity;"
+                    f" the fleet names it {word.name!r}"
+                )
         # The root may address its status to the war room; nobody may name another master.
         if (
             not presence
