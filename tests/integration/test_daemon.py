@@ -126,13 +126,16 @@ def test_ready_only_once_the_birth_is_on_the_broker(
         seen, _ = witness.communicate(timeout=10)
         first = json.loads(seen)["details"]
         retained = dep.retained_status()
+        alive = dep.retained_status(presence=True)
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
         witness.kill()
         witness.wait(5)
-    assert first["status"] == "ACTIVE"
-    assert retained["status"] == "ACTIVE"
-    assert retained["epoch"] == first["epoch"]
+    # The full status says no state (docs/liveness.md): the presence says ACTIVE.
+    assert "status" not in first
+    assert "status" not in retained
+    assert alive["status"] == "ACTIVE"
+    assert retained["epoch"] == first["epoch"] == alive["epoch"]
     assert sorted(retained["commands"]) == ["echo", "slow", "wedge"]
     # systemd's status line: the health first (connected, the ledger), then what it serves.
     status = next(line for line in notify.lines() if "; serving root" in line)
@@ -263,7 +266,7 @@ def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
     assert any("waiting for the broker" in line for line in notify.lines())
     broker_factory(dep.conf_text, port=dep.port)
     notify.wait_for("READY=1", timeout=90)
-    assert dep.retained_status()["status"] == "ACTIVE"
+    assert dep.retained_status(presence=True)["status"] == "ACTIVE"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
     log = daemon.log()
@@ -330,7 +333,7 @@ def test_a_second_daemon_of_one_agent_stops_with_one_line_and_the_first_runs_on(
     # The first one kept its session: nothing took it over.
     assert first.process.poll() is None
     assert "lost the connection" not in first.log()
-    assert dep.retained_status()["status"] == "ACTIVE"
+    assert dep.retained_status(presence=True)["status"] == "ACTIVE"
     first.signal(signal.SIGTERM)
     assert first.wait() == 0
 

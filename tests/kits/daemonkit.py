@@ -60,10 +60,11 @@ class Deployment:
     def root_id(self) -> str:
         return str(self.fleet.root.id)
 
-    def retained_status(self, timeout: float = 5.0) -> dict[str, Any]:
-        """Return the root's retained status as an independent client reads it."""
+    def retained_status(self, timeout: float = 5.0, *, presence: bool = False) -> dict[str, Any]:
+        """Return the root's retained status (or presence, the one that says its state:
+        docs/liveness.md) as an independent client reads it."""
         out = subprocess.run(
-            [*self.sub_args(), "-C", "1", "-W", str(int(timeout))],
+            [*self.sub_args(presence=presence), "-C", "1", "-W", str(int(timeout))],
             capture_output=True,
             text=True,
             timeout=timeout + 5,
@@ -73,14 +74,14 @@ class Deployment:
         details: dict[str, Any] = json.loads(out.stdout)["details"]
         return details
 
-    def sub_args(self) -> list[str]:
+    def sub_args(self, *, presence: bool = False) -> list[str]:
         """Return mosquitto_sub as the read-only explorer on the root's status topic."""
         creds = self.broker_dir.credentials_for("explorer")
         return [
             "mosquitto_sub",
             *("-h", "127.0.0.1", "-p", str(self.port), "-V", "mqttv5"),
             *("-u", creds.username, "-P", creds.password, "-i", creds.username),
-            *("-t", f"vox/{self.root_id}/status"),
+            *("-t", f"vox/{self.root_id}/{'presence' if presence else 'status'}"),
         ]
 
 

@@ -106,7 +106,7 @@ class Recorder:
         def matches(item: Seen) -> bool:
             if item.topic not in wanted or not item.payload:
                 return False
-            details = item.json()["details"]
+            details = stated(item)
             if details["epoch"] < min_epoch:
                 return False
             return all(details.get(k) == v for k, v in expect.items())
@@ -148,3 +148,15 @@ class Recorder:
             return bool(item.payload) and item.json()["details"].get("resolved", False) == resolved
 
         return self.wait(matches, after=after, timeout=timeout)
+
+
+def stated(item: Seen) -> dict[str, Any]:
+    """Return a status's details with the state its agent was in when it published it.
+
+    A running agent's full status carries no state word (docs/liveness.md, "Which topic
+    tells"): published only while it runs, it is ACTIVE, or DEGRADED with its error code.
+    """
+    details: dict[str, Any] = dict(item.json()["details"])
+    if item.topic.endswith("/status") and "status" not in details:
+        details["status"] = "DEGRADED" if details.get("error_code") else "ACTIVE"
+    return details

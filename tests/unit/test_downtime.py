@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from vox_mqtt.cli._downtime import liveliness
-from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.status import WILL_EXPIRY, FleetView
 from vox_mqtt.observe.warroom import Incident, SystemFailure
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, new_message
 from vox_mqtt.protocol.topics import WARROOM_ID, WarroomTopic
@@ -105,3 +105,14 @@ def test_a_shutdown_is_dated_by_its_own_time() -> None:
     down = liveliness(entry, now=clock.now)
     assert down.at_most is False
     assert down.text().startswith("down for 1m 1")  # 75 s, give or take a clock tick
+
+
+def test_a_retained_will_is_dated_by_the_broker_through_its_expiry_left() -> None:
+    clock = Clock()
+    view = FleetView(clock=clock)  # a look (an explorer's) that finds the will retained
+    will = status("INACTIVE", "VM_CONNECTION_LOST", ago=600)  # built at connect, 10 min ago
+    view.update(will, retained=True, presence=True, expiry_left=WILL_EXPIRY - 42)
+    entry = view.get(AGENT)
+    assert entry is not None
+    dated = liveliness(entry, now=clock.now)
+    assert (dated.at_most, dated.text()) == (False, "down for 42.0s")

@@ -136,3 +136,16 @@ def test_an_agent_reads_its_masters_presence_never_its_status() -> None:
     ]
     assert topics.status(master) not in wanted
     assert topics.liveness_topics(me, None, [], own=False) == []
+
+
+def test_statuses_asked_for_come_with_their_presences() -> None:
+    agent = uuid4()
+    assert topics.with_presences([topics.STATUS_FILTER, topics.WARROOM_FILTER]) == [
+        topics.STATUS_FILTER,
+        topics.WARROOM_FILTER,
+        topics.PRESENCE_FILTER,
+    ]
+    assert topics.with_presences([topics.status(agent), topics.presence(agent)]) == [
+        topics.status(agent),
+        topics.presence(agent),
+    ]

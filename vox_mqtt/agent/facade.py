@@ -462,7 +462,8 @@ class VOXAgent:
         subscriptions += topics.liveness_topics(
             self.id, config.master_id, config.children, own=config.publish_status
         )
-        subscriptions += list(self.config.observe)
+        # Statuses asked for come with their presences: the state is there (docs/liveness.md).
+        subscriptions += topics.with_presences(self.config.observe)
         subscriptions += [] if self.config.links is None else self.config.links.topics
         return subscriptions
 

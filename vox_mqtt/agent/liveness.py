@@ -17,7 +17,7 @@ from vox_mqtt.agent.logonce import Repeats
 from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.agent.warroompost import WarroomPoster
 from vox_mqtt.ledger.witness import HeadWitness
-from vox_mqtt.observe.observer import read_status
+from vox_mqtt.observe.observer import expiry_left, read_status
 from vox_mqtt.observe.status import (
     ACTIVE,
     DEGRADED,
@@ -25,9 +25,12 @@ from vox_mqtt.observe.status import (
     LEDGER_UNAVAILABLE,
     SHUTDOWN,
     VM_CONNECTION_LOST,
+    WILL_EXPIRY,
     AgentLiveness,
     EpochCounter,
     FleetView,
+    FleetWord,
+    Timeliness,
     host_metrics,
 )
 from vox_mqtt.observe.warroom import (
@@ -63,6 +66,12 @@ log = logging.getLogger("vox_mqtt.liveness")
 
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
+# What the will says of itself: it is built at connect and published by the broker later,
+# so its emitted_at is not the loss's time (docs/liveness.md, "The will's time").
+WILL_DETAIL: Final = (
+    "will: set at connect (emitted_at); the broker publishes it at death"
+    " (its time: the message expiry left, docs/liveness.md)"
+)
 
 _STATUS_WORDS: Final[dict[str, Literal["ACTIVE", "DEGRADED"]]] = {
     ACTIVE: "ACTIVE",
@@ -108,6 +117,12 @@ class Liveness:
         self._waiter: asyncio.Future[None] | None = None  # the idle run loop, woken by a change
         fleet_view.add_listener(self._queue_change)
         fleet_view.add_reject_listener(self._queue_reject)
+        # Our children's names and master are the config's, never their statuses' (F26); a
+        # signed status older than the replay window is no sign of life (F23).
+        fleet_view.fleet_word = self._fleet_word
+        fleet_view.named = self._named
+        fleet_view.timeliness = self._timeliness()
+        self._own_repeat_at = -float("inf")  # when our status last went out again (F23)
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
         self._witness = HeadWitness(ctx.ledger, on_skip=self._witness_skipped)
         self._published_failure: str | None = None  # the ledger failure our status names
@@ -133,14 +148,21 @@ class Liveness:
         The presence names no master and no command, and is addressed to the agent itself:
         its children learn only that it is alive, its state and epoch (docs/liveness.md).
         """
+        word: Literal["ACTIVE", "INACTIVE", "DEGRADED"] | None
         if presence:
             target = self.config.id
-            metrics, head, detail = None, None, None
+            metrics, head = None, None
+            detail = WILL_DETAIL if not counted else None
+            word = _STATUS_WORDS.get(status, "INACTIVE")
         else:
             target = self.config.master_id or topics.WARROOM_ID
+            # The full status says no state while the agent runs: the presence, which gets
+            # the will, is the one topic that tells (docs/liveness.md, "Which topic tells").
+            # A stop is its own last word, true for good: it says so.
+            word = None if status in _STATUS_WORDS else "INACTIVE"
         report = AgentStatus(
             name=self.config.name,
-            status=_STATUS_WORDS.get(status, "INACTIVE"),
+            status=word,
             error_code=error_code,
             epoch=self.epoch,
             started_at=self.started_at,
@@ -180,6 +202,7 @@ class Liveness:
             payload=serialize(message),
             retain=True,
             user_properties=self.ctx.publish_props.will(MSG_AGENT_STATUS),
+            message_expiry=WILL_EXPIRY,  # counted down by the broker from the loss
         )
 
     async def on_connect(self) -> None:
@@ -358,6 +381,43 @@ class Liveness:
             state = "up" if up else "DOWN"
             log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
 
+    def _fleet_word(self, agent_id: UUID) -> FleetWord | None:
+        """Return an agent's name and master as our config or signed bundle says (F26).
+
+        A child's from the config; anyone else's from the bundle's roster (the operator's
+        console knows every agent's), None when neither says.
+        """
+        name = self.config.children.get(agent_id)
+        if name is not None:
+            return FleetWord(name=name, master=self.config.id)
+        signing = self.config.broker.signing
+        known = None if signing is None or signing.mode == "off" else signing.roster.get(agent_id)
+        return None if known is None else FleetWord(name=known[0], master=known[1])
+
+    def _named(self, name: str) -> UUID | None:
+        """Return whose a name is among the identities we know (F26): ourselves, our
+        master, our children, and whoever our signed bundle names."""
+        config = self.config
+        if name == config.name:
+            return config.id
+        if name == config.master_name and config.master_id is not None:
+            return config.master_id
+        for child, child_name in config.children.items():
+            if child_name == name:
+                return child
+        signing = config.broker.signing
+        if signing is not None and signing.mode != "off":
+            for peer, (peer_name, _) in signing.roster.items():
+                if peer_name == name:
+                    return peer
+        return None
+
+    def _timeliness(self) -> Timeliness | None:
+        signing = self.config.broker.signing
+        if signing is None or signing.mode == "off":
+            return None
+        return Timeliness(window=signing.replay_window, skew=signing.clock_skew)
+
     def _master_of(self, agent_id: UUID) -> UUID | None:
         """Return an agent's master as this agent knows it (config, then statuses)."""
         if agent_id == self.config.id:
@@ -416,7 +476,13 @@ class Liveness:
         if topic.agent == self.config.id:
             await self._on_own_status(message, retained=inbound.retain)
         else:
-            self.fleet_view.update(message, retained=inbound.retain, presence=topic.presence)
+            self.fleet_view.timeliness = self._timeliness()  # a reload may change the window
+            self.fleet_view.update(
+                message,
+                retained=inbound.retain,
+                presence=topic.presence,
+                expiry_left=expiry_left(inbound, message),
+            )
             entry = self.fleet_view.get(topic.agent)
             if (
                 topic.agent in self.config.children
@@ -445,6 +511,12 @@ class Liveness:
         # our birth; only a live one that is older than this session is an intruder.
         if retained or not isinstance(epoch, int) or epoch >= self.epoch or not self._online():
             return
+        now = time.monotonic()
+        if now - self._own_repeat_at < self.config.heartbeat_interval:
+            # A replay of old statuses (F23, docs/security.md) gets one answer per
+            # heartbeat interval, not one each: the next beat puts ours back anyway.
+            return
+        self._own_repeat_at = now
         log.warning(
             "%s: a status of epoch %d replaced ours (epoch %d): publishing ours again",
             self.config.name,

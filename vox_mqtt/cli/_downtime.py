@@ -67,9 +67,10 @@ def liveliness(
         return Liveliness(down_for=age)  # silent since its last heartbeat arrived
     if entry.status != INACTIVE:
         return Liveliness()
-    if not entry.retained or entry.error_code == SHUTDOWN:
-        # Received live (the broker sent the will when the loss happened), or a shutdown,
-        # whose emitted_at is the moment it stopped.
+    if not entry.retained or entry.error_code == SHUTDOWN or entry.lost_at_known:
+        # Received live (the broker sent the will when the loss happened), a will whose
+        # expiry left tells when the broker published it (docs/liveness.md, the will's
+        # time), or a shutdown, whose emitted_at is the moment it stopped.
         return Liveliness(down_for=age)
     posted = _loss_posted(entry, incidents)
     if posted is not None:

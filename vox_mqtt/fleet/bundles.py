@@ -146,17 +146,28 @@ def _write_keys(
         lines.append(f"seal_key = {_value(keys.seal.private.hex())}")
     else:
         lines.append(f"seal_to = {_value(keys.seal.public.hex())}  # the operator's: notes")
+    agents = {a.id for a in fleet}
     for peer, name in peers:
+        lines += ["", f"[peers.{_key(str(peer))}]", f"name = {_value(name)}"]
+        if peer in agents and _knows_master(fleet, kind, ident_id, peer):
+            # A view shows an agent under this master, whatever its status claims (F26).
+            lines.append(f"master = {_value(str(fleet.master_of(peer)))}")
         lines += [
-            "",
-            f"[peers.{_key(str(peer))}]",
-            f"name = {_value(name)}",
             f"keys = {_value([keys.current[peer].public.hex()])}",
             f"retired = {_value([old.hex() for old in keys.retired.get(peer, [])])}",
         ]
     name = f"{identity}.signing.toml"
     atomic_write(folder / name, "\n".join(lines) + "\n", mode=0o600)
     return {"mode": fleet.signatures, "keys_file": name, "replay_window": fleet.replay_window}
+
+
+def _knows_master(fleet: Fleet, kind: str, ident_id: Any, peer: Any) -> bool:
+    """Tell whether a bundle may name a peer's master: the operator's and the explorer's
+    every one; an agent's (the root's too) its own and its children's only, so no host
+    learns more of the tree than its conversations (docs/broker.md, ignorance)."""
+    if kind != "agent":
+        return True
+    return bool(peer == ident_id or fleet.master_of(peer) == ident_id)
 
 
 def _keys_home(broker_dir: Path) -> Path:

@@ -136,8 +136,14 @@ class SigningSection(_Section):
             current: dict[UUID, dict[str, bytes]] = {}
             retired: dict[str, tuple[UUID, bytes]] = {}
             outgoing: dict[UUID, str] = {}
+            roster: dict[UUID, tuple[str | None, UUID | None]] = {}
             for owner, entry in dict(data.get("peers", {})).items():
                 who = UUID(owner)
+                name, master = entry.get("name"), entry.get("master")
+                roster[who] = (
+                    name if isinstance(name, str) and name else None,
+                    None if master is None else UUID(master),
+                )
                 current[who] = {key_id(k): k for k in map(bytes.fromhex, entry["keys"])}
                 for old in map(bytes.fromhex, entry.get("retired", [])):  # oldest first
                     retired[key_id(old)] = (who, old)
@@ -151,6 +157,7 @@ class SigningSection(_Section):
                 seal_key=None if seal_key is None else SealKey(bytes.fromhex(seal_key)),
                 replay_window=self.replay_window,
                 clock_skew=self.clock_skew,
+                roster=roster,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from uuid import UUID
 
-from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.status import FleetView, FleetWord, Timeliness
 from vox_mqtt.observe.warroom import Incident, apply_warroom
 from vox_mqtt.observe.warroomguard import WarroomGuard
 from vox_mqtt.observe.warroomreplay import WarroomOrder
@@ -17,7 +17,7 @@ from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, parse
 from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Inbound
 
-__all__ = ["FleetObserver", "read_status"]
+__all__ = ["FleetObserver", "expiry_left", "read_status"]
 
 log = logging.getLogger("vox_mqtt.liveness")
 
@@ -37,6 +37,18 @@ def read_status(inbound: Inbound, topic: topics.StatusTopic) -> VOXMessage | Non
     return message
 
 
+def expiry_left(inbound: Inbound, message: VOXMessage) -> float | None:
+    """Return the message expiry the broker says is left on an INACTIVE status, else None.
+
+    Only an INACTIVE's is read (a will's dates the loss by the broker's clock,
+    docs/liveness.md): decoding every heartbeat's properties would cost for nothing.
+    """
+    if message.details.get("status") != "INACTIVE":
+        return None
+    left = inbound.properties.get("message_expiry_interval")
+    return float(left) if isinstance(left, int) else None
+
+
 def _unknown(_agent: UUID) -> UUID | None:
     return None
 
@@ -51,6 +63,17 @@ class FleetObserver:
         signing: Signing | None = None,
     ) -> None:
         self.view = FleetView(stale_after=stale_after)
+        if signing is not None and signing.mode != "off":
+            # Names and masters from the signed bundle, never a status's claim (F26), and
+            # statuses dated by their signed emitted_at (F23): docs/security.md.
+            roster = {
+                agent: FleetWord(name=name, master=master)
+                for agent, (name, master) in signing.roster.items()
+            }
+            self.view.fleet_word = roster.get
+            owners = {w.name: agent for agent, w in roster.items() if w.name}
+            self.view.named = owners.get
+            self.view.timeliness = Timeliness(window=signing.replay_window, skew=signing.clock_skew)
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}
         self.on_incident: Callable[[Incident], None] | None = None
         self.messages = 0  # status and war-room messages taken so far
@@ -86,4 +109,9 @@ class FleetObserver:
         elif isinstance(topic, topics.StatusTopic):
             message = read_status(inbound, topic)
             if message is not None:
-                self.view.update(message, retained=inbound.retain, presence=topic.presence)
+                self.view.update(
+                    message,
+                    retained=inbound.retain,
+                    presence=topic.presence,
+                    expiry_left=expiry_left(inbound, message),
+                )

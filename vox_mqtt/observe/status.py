@@ -18,6 +18,7 @@ import psutil
 from pydantic import ValidationError
 
 from vox_mqtt.observe.metricbounds import metrics_problem
+from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
 
 __all__ = [
@@ -35,11 +36,14 @@ __all__ = [
     "STALE",
     "UNKNOWN",
     "VM_CONNECTION_LOST",
+    "WILL_EXPIRY",
     "AgentLiveness",
     "ChangeBudget",
     "EpochCounter",
     "FleetView",
+    "FleetWord",
     "StatusChange",
+    "Timeliness",
     "host_metrics",
 ]
 
@@ -66,6 +70,11 @@ MISBEHAVING_HOLD: Final = 60.0
 # above it advertise anew, so a faster one is a status out of bounds.
 ADVERT_CHANGE_BURST: Final = 64
 ADVERT_CHANGE_RATE: Final = 0.5
+# The will's MQTT message expiry (a year): the broker counts it down from the moment it
+# publishes the will, so a reader of the retained will learns when the loss happened by
+# the broker's clock (WILL_EXPIRY minus the expiry left), not the connect time the will's
+# own emitted_at says (it is built at connect). docs/liveness.md, "The will's time".
+WILL_EXPIRY: Final = 365 * 24 * 3600
 
 
 _PROCESS_STARTED = time.time()
@@ -204,6 +213,9 @@ class AgentLiveness:
     # On the observer's monotonic clock; may be below zero for an old retained status.
     received_at: float = 0.0
     ledger_head: tuple[int, str] | None = None  # the newest its status reported
+    # received_at is when the loss happened, by the broker's clock (a retained will with its
+    # expiry left) or by our own (a will that arrived live): docs/liveness.md.
+    lost_at_known: bool = False
     # The last status refused as out of bounds: why, and until when (monotonic) the agent
     # counts as misbehaving and gets no work.
     rejected: str | None = None
@@ -271,6 +283,31 @@ class StatusChange:
     new: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class FleetWord:
+    """What the fleet file or the signed bundle says of an agent: its name and its master.
+
+    A view takes both from here, never from the agent's own status (docs/security.md, F26);
+    None where the reader's bundle does not say (an agent knows nothing above its master).
+    """
+
+    name: str | None = None
+    master: UUID | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeliness:
+    """How old a signed status may be by its own emitted_at (docs/security.md, F23).
+
+    window + skew: the replay window plus the clock skew of the reader's [signing]; a status
+    that says an agent lives and is older than that is never taken. skew: how far the
+    sender's clock may lag ours, so a live status is aged by its emitted_at less the skew.
+    """
+
+    window: float
+    skew: float
+
+
 StatusHook = Callable[[AgentLiveness, str, str], None]
 RejectHook = Callable[[AgentLiveness, str], None]
 
@@ -307,6 +344,14 @@ class FleetView:
         # How many commands a watched agent may advertise (its master's share for it,
         # docs/liveness.md), or None for no bound beyond the status model's.
         self.share_of: Callable[[UUID], int | None] = lambda _agent: None
+        # An agent's name and master by the fleet (F26), None when the reader cannot know;
+        # and whose a name is, among the identities the reader knows.
+        self.fleet_word: Callable[[UUID], FleetWord | None] = lambda _agent: None
+        self.named: Callable[[str], UUID | None] = lambda _name: None
+        # Signed statuses are dated by their emitted_at too (F23); None: signatures off,
+        # where emitted_at proves nothing (docs/security.md, replays).
+        self.timeliness: Timeliness | None = None
+        self.not_current = 0  # statuses of life too old to be taken (F23), counted
 
     def add_reject_listener(self, hook: RejectHook) -> None:
         """Tell hook of every status refused as out of bounds, with the reason."""
@@ -319,11 +364,16 @@ class FleetView:
     def watch(self, agent_id: UUID, name: str = "") -> AgentLiveness:
         """Start knowing an agent, UNKNOWN until its status arrives."""
         self._forgotten.discard(agent_id)
+        word = self.fleet_word(agent_id)
+        if word is not None and word.name:
+            name = word.name  # the fleet's name, whatever a status claims (F26)
         entry = self._agents.get(agent_id)
         if entry is None:
             entry = self._agents[agent_id] = AgentLiveness(id=agent_id, name=name)
-        elif name and not entry.name:
+        elif name and (not entry.name or (word is not None and word.name)):
             entry.name = name
+        if word is not None and word.master is not None:
+            entry.master_id = word.master
         return entry
 
     def forget(self, agent_id: UUID) -> None:
@@ -349,12 +399,19 @@ class FleetView:
         return {str(a.id): a.as_dict(now) for a in self._agents.values()}
 
     def update(
-        self, message: VOXMessage, *, retained: bool = False, presence: bool = False
+        self,
+        message: VOXMessage,
+        *,
+        retained: bool = False,
+        presence: bool = False,
+        expiry_left: float | None = None,
     ) -> StatusChange | None:
         """Apply a status message; return the change it made, if any.
 
         presence: it came on the presence topic, which says alive or not and the epoch but
         no master, commands or figures: only the liveness is taken from it.
+        expiry_left: the MQTT message expiry the broker says is left (a retained will's
+        tells when the broker published it: WILL_EXPIRY).
         """
         if message.type != MSG_AGENT_STATUS or message.source in self._forgotten:
             return None
@@ -365,10 +422,25 @@ class FleetView:
             self._reject(message.source, _describe(exc))
             return None
         entry = self.watch(message.source, report.name)
-        problem = self._out_of_bounds(entry, report, message.emitted_at, presence=presence)
+        problem = self._claim_problem(message, report, presence=presence)
+        if problem is None:
+            problem = self._out_of_bounds(entry, report, message.emitted_at, presence=presence)
+        if problem is None and presence and report.status is None:
+            problem = "a presence without a state"
         if problem is not None:
             self._reject(message.source, problem)
             return None
+        age = _age(message.emitted_at)
+        if not self._current(report, age):
+            self.not_current += 1
+            log.info(
+                "a status of %s not taken: emitted %.0fs ago, older than the replay window",
+                entry.name or entry.id,
+                age,
+            )
+            return None
+        if report.status is None:
+            return self._take_report(entry, message, report, age, retained=retained)
         if not self._supersedes(entry, report) or _replayed(entry, report, presence):
             return None
         if report.sequence is not None:
@@ -379,16 +451,9 @@ class FleetView:
             if entry.advertised is not None and listed != entry.advertised:
                 entry.changes.take(now)
             entry.advertised = listed
-        received_at = now
-        if retained:
-            # A retained status found at subscribe time is as old as its emitted_at says;
-            # afterwards only our own clock counts (hosts' clocks drift).
-            try:
-                sent = parse_timestamp(message.emitted_at)
-                received_at = now - max(0.0, (datetime.now(UTC) - sent).total_seconds())
-            except ValueError:
-                pass
-        entry.name = report.name
+        received_at, entry.lost_at_known = self._dated(report, age, now, retained, expiry_left)
+        if not (self.fleet_word(entry.id) or FleetWord()).name:
+            entry.name = report.name  # nothing better known (signatures off, an agent's look)
         entry.error_code = report.error_code
         entry.epoch = report.epoch
         entry.started_at = report.started_at
@@ -403,7 +468,7 @@ class FleetView:
             # A birth seen first on the presence: its commands come with its full status.
             entry.commands = ()
         if not presence:
-            entry.master_id = message.target
+            self._take_master(entry, message.target)
             if report.status == ACTIVE:
                 entry.commands = tuple(report.commands)
                 entry.epoch_of_commands = report.epoch
@@ -425,7 +490,7 @@ class FleetView:
         problem = metrics_problem(report.metrics)
         if problem is not None:
             return problem
-        if report.status == ACTIVE and not presence:
+        if report.status in (ACTIVE, None) and not presence:
             problem = self._advertisement_problem(entry, report)
             if problem is not None:
                 return problem
@@ -442,6 +507,123 @@ class FleetView:
                 return f"{field} {value[:40]!r} is not a timestamp"
             if ahead > MAX_CLOCK_AHEAD:
                 return f"{field} {value} is {ahead:.0f}s ahead of this host's clock"
+        return None
+
+    def _claim_problem(
+        self, message: VOXMessage, report: AgentStatus, *, presence: bool
+    ) -> str | None:
+        """Say why a status claims another name or master than the fleet's (F26), or None."""
+        word = self.fleet_word(message.source)
+        if word is None:
+            return None
+        if word.name is not None and report.name != word.name:
+            # Another identity's name is an impersonation. Any other name is shown as the
+            # fleet's and refused nowhere: a renamed agent restarts under its new name
+            # before its master and the operator's bundle learn it (docs/operations.md).
+            owner = self.named(report.name)
+            if owner is not None and owner != message.source:
+                return (
+                    f"claims the name {report.name[:64]!r} of another identity;"
+                    f" the fleet names it {word.name!r}"
+                )
+        # The root may address its status to the war room; nobody may name another master.
+        if (
+            not presence
+            and word.master is not None
+            and message.target not in (word.master, topics.WARROOM_ID)
+        ):
+            return f"claims {message.target} as its master; the fleet says {word.master}"
+        return None
+
+    def _take_master(self, entry: AgentLiveness, target: UUID) -> None:
+        word = self.fleet_word(entry.id)
+        if word is not None and word.master is not None:
+            entry.master_id = word.master  # the fleet's, never the status's claim (F26)
+        elif target != topics.WARROOM_ID or entry.master_id is None:
+            entry.master_id = target
+
+    def _current(self, report: AgentStatus, age: float) -> bool:
+        """Tell whether a status may be taken by its age (F23, docs/security.md).
+
+        A status that says the agent lives (ACTIVE, DEGRADED or a report) and is older
+        than the replay window plus the skew by its own signed emitted_at is a replay: it
+        could not have been verified as current. An INACTIVE is taken whatever its age: the
+        will is built at connect, hours before the broker publishes it, and believing an
+        agent down is the safe side.
+        """
+        t = self.timeliness
+        return t is None or report.status == INACTIVE or age <= t.window + t.skew
+
+    def _dated(
+        self,
+        report: AgentStatus,
+        age: float,
+        now: float,
+        retained: bool,
+        expiry_left: float | None,
+    ) -> tuple[float, bool]:
+        """Return when a status counts from on our monotonic clock, and whether that is
+        known to be the loss's own time (a will by the broker's clock, or live)."""
+        will = report.status == INACTIVE and report.sequence is None
+        if will and expiry_left is not None and 0 < expiry_left <= WILL_EXPIRY:
+            # A will with the expiry the broker counts down from its publish (WILL_EXPIRY):
+            # the broker's clock says when the loss happened, retained or live.
+            return now - (WILL_EXPIRY - expiry_left), True
+        if retained:
+            # A retained status found at subscribe time is as old as its emitted_at says.
+            return now - age, not will
+        t = self.timeliness
+        if t is not None and report.status != INACTIVE:
+            # Signed: a live status is also as old as its emitted_at says, less the clock
+            # skew we allow (F23): a captured heartbeat replayed later is not fresh news.
+            return now - max(0.0, age - t.skew), True
+        # Afterwards only our own clock counts (hosts' clocks drift).
+        return now, True
+
+    def _take_report(
+        self,
+        entry: AgentLiveness,
+        message: VOXMessage,
+        report: AgentStatus,
+        age: float,
+        *,
+        retained: bool,
+    ) -> StatusChange | None:
+        """Take a running agent's full status without a state word (docs/liveness.md).
+
+        It brings what the presence does not carry (commands, figures, ledger head, master)
+        and never the liveness, which is the presence's alone: its state, epoch and
+        heartbeat time stay as the presence set them.
+        """
+        older = report.epoch < entry.epoch and report.started_at <= entry.started_at
+        if older or _replayed(entry, report, False):
+            return None  # a session before the one held (its state dir kept), or a replay
+        if report.sequence is not None:
+            entry.sequences[False] = (report.epoch, report.started_at, report.sequence)
+        now = self._clock()
+        listed = tuple(report.commands)
+        if entry.advertised is not None and listed != entry.advertised:
+            entry.changes.take(now)
+        entry.advertised = listed
+        if not (self.fleet_word(entry.id) or FleetWord()).name:
+            entry.name = report.name
+        self._take_master(entry, message.target)
+        entry.version = report.version
+        entry.metrics = report.metrics or entry.metrics
+        head = report.ledger_head
+        entry.ledger_head = None if head is None else (head.row, head.hash)
+        # A dead session's leftover lists nothing: what it served is gone with it.
+        down = entry.status == INACTIVE and report.epoch <= entry.epoch
+        entry.commands = () if down else listed
+        entry.epoch_of_commands = report.epoch
+        if not entry.seen:
+            # Before any presence: known to exist, its liveness still UNKNOWN.
+            entry.heartbeat_interval = report.heartbeat_interval
+        if entry.status != ACTIVE or entry.epoch != report.epoch:
+            return None
+        # A report of the session held ACTIVE is a sign of life, as its presence is.
+        fresh, _ = self._dated(report, age, now, retained, None)
+        entry.received_at = max(entry.received_at, fresh)
         return None
 
     def _advertisement_problem(self, entry: AgentLiveness, report: AgentStatus) -> str | None:
@@ -531,6 +713,15 @@ class FleetView:
             if entry is not None and entry.healthy:
                 commands.update(entry.commands)
         return commands
+
+
+def _age(emitted_at: str) -> float:
+    """Return how old a status is by its own emitted_at, on this host's clock (0 if ahead)."""
+    try:
+        sent = parse_timestamp(emitted_at)
+    except ValueError:
+        return 0.0  # refused before: _out_of_bounds checks it is a timestamp
+    return max(0.0, (datetime.now(UTC) - sent).total_seconds())
 
 
 def _replayed(entry: AgentLiveness, report: AgentStatus, presence: bool) -> bool:

@@ -500,7 +500,10 @@ class AgentStatus(BaseModel):
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=128)]
     # DEGRADED: connected but refusing work it could not record (its reason in error_code).
-    status: Literal["ACTIVE", "INACTIVE", "DEGRADED"]
+    # None on a running agent's full status (a report): its liveness is on its presence
+    # alone, which carries the will, so no retained copy says ACTIVE once the agent is
+    # dead (docs/liveness.md, "Which topic tells").
+    status: Literal["ACTIVE", "INACTIVE", "DEGRADED"] | None = None
     error_code: Annotated[StrictStr, Field(max_length=64)] | None = None
     epoch: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH)]
     started_at: IsoTimestamp

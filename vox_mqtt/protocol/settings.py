@@ -69,6 +69,9 @@ class Will:
     content_type: str | None = "application/json"
     # MQTT v5 user properties an explorer shows beside it (docs/topics.md).
     user_properties: tuple[tuple[str, str], ...] = ()
+    # MQTT v5 message expiry: the broker counts it down from when it publishes the will,
+    # so a reader learns the loss's time by the broker's clock (docs/liveness.md).
+    message_expiry: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

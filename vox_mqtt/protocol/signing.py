@@ -178,6 +178,9 @@ class Signing:
     seal_key: SealKey | None = None  # the operator's own key pair, to open the notes
     replay_window: float = REPLAY_WINDOW  # seconds a signed message may be taken after its emission
     clock_skew: float = CLOCK_SKEW  # how far hosts' clocks may disagree, on top of it
+    # Each peer's name and, where the bundle says, its master: what a view shows of an
+    # agent, never what its status claims (docs/security.md, F26).
+    roster: Mapping[UUID, tuple[str | None, UUID | None]] = field(default_factory=dict)
 
     @property
     def signs(self) -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "status",
     "warroom",
     "warroom_filter",
+    "with_presences",
 ]
 
 PREFIX: Final = "vox"
@@ -126,6 +127,21 @@ def liveness_topics(
         # Our own too: a late will of an older session landing there is answered with our
         # birth at once (Liveness._on_own_status).
         out += [status(agent), presence(agent)]
+    return out
+
+
+def with_presences(filters: Iterable[str]) -> list[str]:
+    """Return the filters with each status filter's presence beside it (once).
+
+    A running agent's full status says no state: its presence, where the will lands, does
+    (docs/liveness.md, "Which topic tells"). Whoever asks for statuses gets both.
+    """
+    out = list(filters)
+    for wanted in list(out):
+        if wanted.startswith(f"{PREFIX}/") and wanted.endswith("/status"):
+            twin = wanted[: -len("status")] + "presence"
+            if twin not in out:
+                out.append(twin)
     return out
 
 

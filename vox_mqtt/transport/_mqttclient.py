@@ -55,6 +55,7 @@ class Client(aiomqtt.Client):
                 # JSON is UTF-8 text: the payload-format indicator says so to explorers.
                 PayloadFormatIndicator=1 if will.content_type == "application/json" else None,
                 UserProperty=list(will.user_properties) or None,
+                MessageExpiryInterval=will.message_expiry,
             )
             paho_will = aiomqtt.Will(will.topic, will.payload, will.qos, will.retain, props)
         super().__init__(*args, will=paho_will, **kwargs)
