@@ -150,3 +150,48 @@ def test_a_look_ends_within_the_bound_of_sigint_whatever_the_broker_does(
             assert_bounded(took, process, log)
     finally:
         proxy.close()
+
+
+SERVICES = {
+    "web": (["vox", "web", "--listen", "127.0.0.1:0"], "operator"),
+    "exporter": (["vox", "exporter", "--listen", "127.0.0.1:0"], "operator"),
+    "daemon": (["vox-agent"], "root"),
+}
+# Each fault with the signal it is stopped by: both signals are covered for every service.
+SERVICE_FAULTS = {"frozen": signal.SIGTERM, "gone": signal.SIGINT, "stuck": signal.SIGTERM}
+
+
+@pytest.mark.parametrize("fault", sorted(SERVICE_FAULTS))
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_a_service_ends_within_the_bound_of_its_stop_signal_whatever_the_broker_does(
+    configs: dict[str, Path],  # noqa: F811
+    secure: SecureBroker,  # noqa: F811
+    tmp_path: Path,
+    service: str,
+    fault: str,
+) -> None:
+    broker = secure.broker
+    proxy = TcpProxy(broker.port)
+    (script, *rest), identity = SERVICES[service]
+    config = configs[identity]
+    if fault == "stuck":
+        config = through(config, proxy)
+    args = [str(BIN / script), *rest, "--config", str(config)]
+    log = tmp_path / f"{service}.log"
+    port = proxy.port if fault == "stuck" else broker.port
+    try:
+        with contextlib.ExitStack() as stack:
+            process = stack.enter_context(started(args, log))
+            wait_connected(process, port, log)
+            time.sleep(1.5)  # logged in, subscribed, serving (a daemon: its birth is out)
+            if fault == "frozen":
+                stack.enter_context(frozen(broker.pid))
+            elif fault == "gone":
+                broker.kill()
+                time.sleep(0.5)
+            else:
+                proxy.blackhole()
+            took = stop_time(process, SERVICE_FAULTS[fault], log)
+            assert_bounded(took, process, log)
+    finally:
+        proxy.close()

@@ -47,6 +47,11 @@ __all__ = ["AgentConfig", "VOXAgent"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
+# How long a stop waits for the broker to acknowledge the SHUTDOWN status: a frozen broker
+# would hold it for publish_timeout. Past it the stop goes on (the session's close is bounded
+# too), and the will speaks if the DISCONNECT does not leave (docs/liveness.md, graceful stop).
+_SHUTDOWN_BOUND = 0.75
+
 
 class VOXAgent:
     """One agent: owns its MQTT session, its ledger and its roles for an `async with` block."""
@@ -512,7 +517,8 @@ class VOXAgent:
         session = self._session
         if self._liveness is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
-                await self._liveness.publish_shutdown()
+                async with asyncio.timeout(_SHUTDOWN_BOUND):
+                    await self._liveness.publish_shutdown()
         self._outbox.close()
         await self._ctx.tasks.cancel_all()
         await self._stack.aclose()
