@@ -10,6 +10,7 @@ in a `finally`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -24,14 +25,19 @@ import pytest
 
 from tests.kits.brokerkit import SecureBroker
 from tests.kits.clikit import configs, secure  # noqa: F401  (fixtures)
-from tests.kits.faultkit import REPO, TcpProxy
-from tests.kits.fleetproc import child_env
+from tests.kits.faultkit import TcpProxy
+from tests.kits.fleetproc import REPO, child_env
+from tests.kits.sessionkit import settings
+from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.transport.session import Session
 
 BIN = Path(sys.executable).parent
 # The issue's bound (issue 37): from the signal to the exit, whatever the broker does.
 STOP_BOUND = 2.0
 # How long the test itself waits for an exit before it gives up (never asserted).
 PATIENCE = 40.0
+# Bytes held back by a socket that takes no more: beyond any loopback send buffer.
+HELD = 12 * 2**20
 
 
 @contextlib.contextmanager
@@ -193,5 +199,34 @@ def test_a_service_ends_within_the_bound_of_its_stop_signal_whatever_the_broker_
                 proxy.blackhole()
             took = stop_time(process, SERVICE_FAULTS[fault], log)
             assert_bounded(took, process, log)
+    finally:
+        proxy.close()
+
+
+async def test_closing_a_session_whose_sends_block_ends_within_the_bound(
+    plain_broker: LocalBroker,
+) -> None:
+    """The DISCONNECT queued behind data nobody reads never leaves: closing gives it its
+    bound, then closes the socket (docs/transport.md, "Closing is bounded"). The connect
+    timeout is long here: closing used to wait for the DISCONNECT that long."""
+    proxy = TcpProxy(plain_broker.port, receive_buffer=4096)
+    try:
+        session = Session(settings(proxy.port, connect_timeout=30.0), subscriptions=[])
+        async with asyncio.timeout(PATIENCE):
+            await session.__aenter__()
+            link = session._link
+            assert link is not None
+            proxy.blackhole()  # the relay reads nothing more: the buffers fill, then sends block
+            # Publish until what the client gathered and the socket did not take
+            # (_coalesce_sends) exceeds any send buffer (4 MiB at most, net.core.wmem_max):
+            # then not one more byte goes out, and a DISCONNECT queues behind it.
+            while len(link._unsent) < HELD:
+                session.publish_soon("t/fill", b"x" * 2**20)
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            await session.__aexit__(None, None, None)
+            took = time.monotonic() - started
+        assert took < STOP_BOUND, f"closing took {took:.2f}s with its sends blocked"
+        assert link.raw_socket() is None  # closed regardless
     finally:
         proxy.close()
