@@ -1,5 +1,5 @@
 """Stopping ends within 2 s whatever the broker or the socket does (docs/operations.md,
-"Interrupting a command"; docs/transport.md, closing a session).
+"Interrupting a command"; docs/transport.md, "Closing is bounded").
 
 Each long-running process (a follower, a live look, the web console, the exporter, a daemon)
 runs against a real Mosquitto; the broker is then frozen with SIGSTOP, killed, or cut off
@@ -30,6 +30,8 @@ from tests.kits.fleetproc import REPO, child_env
 from tests.kits.sessionkit import settings
 from vox_mqtt.broker.local import LocalBroker
 from vox_mqtt.transport.session import Session
+
+pytestmark = pytest.mark.slow  # real processes, a broker frozen, killed or cut off
 
 BIN = Path(sys.executable).parent
 # The issue's bound (issue 37): from the signal to the exit, whatever the broker does.
