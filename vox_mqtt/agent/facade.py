@@ -51,7 +51,7 @@ log = logging.getLogger("vox_mqtt.agent")
 # would hold it for publish_timeout. Past it the stop goes on (the session's close is bounded
 # too): the SHUTDOWN went out before the DISCONNECT, and if the DISCONNECT does not leave
 # either, the will speaks (docs/liveness.md, graceful stop).
-_SHUTDOWN_BOUND = 0.75
+_SHUTDOWN_BOUND = 0.5
 
 
 class VOXAgent:

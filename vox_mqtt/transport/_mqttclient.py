@@ -37,7 +37,7 @@ _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
 # How long closing waits for its DISCONNECT to leave before it closes the socket regardless
 # (docs/transport.md, "Closing is bounded"): a frozen broker, or a socket whose sends block,
 # must not hold a stopping process (issue 37: a look ends within 2 s of SIGINT).
-CLOSE_BOUND = 0.5
+CLOSE_BOUND = 0.25
 
 
 class Client(aiomqtt.Client):
