@@ -183,9 +183,15 @@ class Processes:
 class TcpProxy:
     """A loopback TCP relay that can black-hole its traffic without closing anything."""
 
-    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_port: int, host: str = "127.0.0.1", *, receive_buffer: int | None = None
+    ) -> None:
         self.target = (host, target_port)
         self.listener = socket.create_server((host, 0))
+        if receive_buffer is not None:
+            # Inherited by each accepted socket: once black-holed, a client's sends block
+            # after its own send buffer fills, not after the kernel's 32 MB autotuned window.
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         self.listener.setblocking(False)
         self.port: int = self.listener.getsockname()[1]
         self._blackholed = threading.Event()

@@ -48,6 +48,12 @@ __all__ = ["AgentConfig", "VOXAgent"]
 
 log = logging.getLogger("vox_mqtt.agent")
 
+# How long a stop waits for the broker to acknowledge the SHUTDOWN status: a frozen broker
+# would hold it for publish_timeout. Past it the stop goes on (the session's close is bounded
+# too): the SHUTDOWN went out before the DISCONNECT, and if the DISCONNECT does not leave
+# either, the will speaks (docs/liveness.md, graceful stop).
+_SHUTDOWN_BOUND = 0.5
+
 
 class VOXAgent:
     """One agent: owns its MQTT session, its ledger and its roles for an `async with` block."""
@@ -537,7 +543,7 @@ class VOXAgent:
         session = self._session
         if self._liveness is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
-                await self._liveness.publish_shutdown()
+                await self._liveness.publish_shutdown(bound=_SHUTDOWN_BOUND)
         self._outbox.close()
         await self._ctx.tasks.cancel_all()
         await self._stack.aclose()

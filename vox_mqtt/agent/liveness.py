@@ -252,18 +252,34 @@ class Liveness:
             props=self.ctx.publish_props.own(MSG_AGENT_STATUS),
         )
 
-    async def publish_shutdown(self) -> None:
-        """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect."""
+    async def publish_shutdown(self, bound: float | None = None) -> None:
+        """Publish the retained INACTIVE SHUTDOWN status before a graceful disconnect.
+
+        Waits at most `bound` seconds for the broker's acknowledgements: both messages are
+        written before that wait starts, so the DISCONNECT that follows goes out behind them
+        and a broker that is only slow still stores them first; a frozen one does not hold
+        the stop (docs/transport.md, "Closing is bounded").
+        """
         if self.config.publish_status:
             # The last counts of this process stay readable after it stops, and its ledger's
             # last head lets its master mark it final (nothing may follow it).
             head = await self._ledger_head()
-            await self._publish(
-                self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head)
-            )
-            await self._publish(
-                self._status_message(INACTIVE, SHUTDOWN, presence=True), presence=True
-            )
+            sends = [
+                asyncio.ensure_future(self._publish(message, presence=presence))
+                for message, presence in (
+                    (self._status_message(INACTIVE, SHUTDOWN, self._figures(), head=head), False),
+                    (self._status_message(INACTIVE, SHUTDOWN, presence=True), True),
+                )
+            ]
+            try:
+                done, pending = await asyncio.wait(sends, timeout=bound)
+            finally:
+                for send in sends:
+                    send.cancel()
+            for send in done:
+                send.result()  # a refusal or a failed delivery is the caller's to hear
+            if pending:
+                raise TimeoutError(f"no PUBACK for the SHUTDOWN status within {bound:g}s")
 
     def _checked(self, message: VOXMessage) -> bytes:
         """Serialize, refusing (MessageTooLarge) what the broker would drop us for."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import socket
@@ -36,6 +35,10 @@ _PACKETS_PER_TURN = 256
 RETAINED_END_TOPIC = "$vox/retained-end"
 # CONNACK reason codes that no retry will cure: the operator has to fix credentials or config.
 _REFUSALS = {0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
+# How long closing waits for its DISCONNECT to leave before it closes the socket regardless
+# (docs/transport.md, "Closing is bounded"): a frozen broker, or a socket whose sends block,
+# must not hold a stopping process (issue 37: a look ends within 2 s of SIGINT).
+CLOSE_BOUND = 0.25
 
 
 class Client(aiomqtt.Client):
@@ -62,6 +65,7 @@ class Client(aiomqtt.Client):
         self.will = will
         self.session_present = False
         self.connect_error: BaseException | None = None
+        self._abandoned = False  # abandon() was called: close whatever the connect opens
         self._outcomes: dict[int, asyncio.Future[PublishOutcome]] = {}
         # paho reports socket and TLS errors only as log lines; keep the last one for our
         # messages, and send its log to ours at debug level so it is not said twice.
@@ -139,11 +143,27 @@ class Client(aiomqtt.Client):
         if not self._disconnected.done():
             self._client.disconnect()
 
-    async def close(self) -> None:
-        """Send DISCONNECT (the broker discards the will) and wait for the socket to close."""
-        if not self._disconnected.done():
-            with contextlib.suppress(aiomqtt.MqttError):
-                await self.__aexit__(None, None, None)
+    async def close(self, bound: float = CLOSE_BOUND) -> None:
+        """Send DISCONNECT (the broker discards the will), then close the socket.
+
+        The DISCONNECT gets at most `bound` seconds to leave; then the socket is closed
+        regardless, as abort() does (the broker then sends the will). aiomqtt's __aexit__
+        would wait for it up to the connect timeout, and a DISCONNECT queued behind data a
+        frozen broker no longer reads never leaves (docs/transport.md, "Closing is bounded").
+        """
+        # paho queues the DISCONNECT and _write_now sends it as soon as the socket takes it;
+        # asyncio.wait neither raises the loss's exception nor cancels the future.
+        if not self._disconnected.done() and self._client.disconnect() == mqtt.MQTT_ERR_SUCCESS:
+            await asyncio.wait({self._disconnected}, timeout=bound)
+        self.abort()
+
+    def abandon(self) -> None:
+        """Give up a connection attempt whose CONNACK has not come: close what it opened.
+
+        paho's blocking connect runs in a thread that cannot be interrupted; whatever socket
+        it opens once this is called is closed as soon as it returns (_client_connect).
+        """
+        self._abandoned = True
         self.abort()
 
     def fail_pending(self, lost: asyncio.Future[None]) -> None:
@@ -165,6 +185,13 @@ class Client(aiomqtt.Client):
         except BaseException as exc:
             self.connect_error = exc
             raise
+        if self._abandoned:
+            # The attempt was given up while this thread connected (abandon): nobody waits
+            # for this connection; close it on the loop, or here once the loop is gone.
+            try:
+                self._loop.call_soon_threadsafe(self.abort)
+            except RuntimeError:
+                self._client._sock_close()
 
     def _on_socket_register_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
         # aiomqtt registers a writer through call_soon_threadsafe for every packet: a wake-up

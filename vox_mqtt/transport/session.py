@@ -375,11 +375,18 @@ class Session:
         try:
             await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            # paho's blocking connect runs in a thread that cannot be interrupted: let it end
-            # (bounded by connect_timeout) so no half-open connection is left behind.
-            await asyncio.wait({attempt})
-            if not attempt.cancelled() and attempt.exception() is None:
+            # Stopping does not wait for this attempt: a frozen broker never sends its CONNACK
+            # and the attempt would hold the stop for connect_timeout (docs/transport.md,
+            # "Closing is bounded"). A connection already made is closed as close() does;
+            # one still being made is closed as soon as paho's thread has made it (abandon).
+            if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
                 await client.close()
+            else:
+                attempt.cancel()
+                client.abandon()
+                await asyncio.wait({attempt})  # the cancelled wait for the CONNACK only
+                if not attempt.cancelled():
+                    attempt.exception()  # it failed meanwhile: nothing more to say
             raise
         except Exception as exc:
             client.abort()
