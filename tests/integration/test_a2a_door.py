@@ -162,6 +162,12 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             assert [task.id for task in done.tasks] == [steps_id], done
             assert done.next_page_token, done
 
+            (unknown,) = await send(
+                blocking, SendMessageRequest(message=message("m-nope", text="nope"))
+            )
+            assert unknown.task.status.state == TaskState.TASK_STATE_REJECTED, unknown
+            assert unknown.task.status.message.parts[0].text.startswith("NO_ROUTE: ")
+
             nonsense = SendMessageRequest(message=message("m-bad", data={"what": 1}))
             with pytest.raises(Exception, match=r"skills: .*echo"):
                 await send(blocking, nonsense)
