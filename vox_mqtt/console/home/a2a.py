@@ -405,9 +405,16 @@ class FleetTasks(RequestHandler):
 
 
 async def _settle(pumping: asyncio.Future[None]) -> None:
-    """Let the follow pump tell what came before the end, then stop it."""
-    with contextlib.suppress(TimeoutError, asyncio.CancelledError, VoxError):
-        await asyncio.wait_for(asyncio.shield(pumping), 0.5)
+    """Let the follow pump tell what came before the end, then stop it.
+
+    What the tree reported before the answer is already in the follower's queue: a few
+    turns of the loop pass it on in order. No wait for the final transition itself: the
+    answer is the end, and a blocking message/send answers at once.
+    """
+    for _ in range(8):
+        if pumping.done():
+            break
+        await asyncio.sleep(0)
     pumping.cancel()
     with contextlib.suppress(asyncio.CancelledError, VoxError):
         await pumping

@@ -291,6 +291,9 @@ async def _run(
                 door = socket.create_server(
                     (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET
                 )
+                # Accepted sockets inherit it: without, a keep-alive client waited ~40 ms
+                # per call for a delayed ACK (docs/a2a.md, "Cost").
+                door.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 shown = f"[{host}]" if ":" in host else host
                 url = f"http://{shown}:{door.getsockname()[1]}/"
                 app, _close = a2a_app(console, state, url, options.a2a_token)
