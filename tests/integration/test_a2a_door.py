@@ -36,6 +36,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
 from tests.kits.lifecyclekit import events, lifecycle_fleet, route_up, until
+from vox_mqtt.cli._home import reach
 
 pytestmark = pytest.mark.slow
 
@@ -153,13 +154,23 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             await until(lambda: ran(events_file, "cancelled", 9) == 1, "the handler's cancel")
             assert ran(events_file, "started", 9) == 1
 
-            listed = await blocking.list_tasks(ListTasksRequest())
+            # `vox send`'s way, through the console: listed from the operator's ledger too.
+            home = await reach(config, start=False)
+            body = {"command": "echo", "params": {"text": "cli"}, "timeout": 30}
+            lines = [line async for line in home.stream("/v1/send", body)]
+            cli_id = lines[0]["request_id"]
+            assert lines[-1]["kind"] == "answer", lines
+
+            listed = await blocking.list_tasks(ListTasksRequest(include_artifacts=True))
             ids = [task.id for task in listed.tasks]
-            assert ids[:3] == [first.task.id, steps_id, answer.task.id], ids
+            assert ids == [cli_id, first.task.id, steps_id, answer.task.id], ids
+            assert listed.tasks[0].status.state == TaskState.TASK_STATE_COMPLETED, listed
+            assert not listed.tasks[0].artifacts  # the ledger keeps no answer
+            assert MessageToDict(listed.tasks[3].artifacts[0].parts[0].data) == {"result": "hi"}
             done = await blocking.list_tasks(
                 ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=1)
             )
-            assert [task.id for task in done.tasks] == [steps_id], done
+            assert [task.id for task in done.tasks] == [cli_id], done
             assert done.next_page_token, done
 
             (unknown,) = await send(

@@ -220,12 +220,49 @@ def _words(transition: dict[str, Any]) -> str:
     return words
 
 
+# The ledger's request states (console/web_operator.py, request_rows) -> A2A's.
+_LEDGER: Final = {
+    "SENT": TaskState.TASK_STATE_SUBMITTED,
+    "ACKNOWLEDGED": TaskState.TASK_STATE_WORKING,
+    "PROGRESS": TaskState.TASK_STATE_WORKING,
+    "ANSWERED": TaskState.TASK_STATE_COMPLETED,
+    "EXPIRED": TaskState.TASK_STATE_FAILED,
+}
+
+
+def ledger_task(row: dict[str, Any]) -> Task:
+    """Return a request as the ledger tells it (no artifact: the answer is not kept there)."""
+    request_id = str(row.get("message_id"))
+    code = row.get("code")
+    found = str(row.get("state"))
+    state = task_state_of(str(code or "")) if found == "FAILED" else _LEDGER.get(found)
+    task = Task(
+        id=request_id,
+        context_id=request_id,
+        status=TaskStatus(state=state or TaskState.TASK_STATE_UNSPECIFIED),
+    )
+    if isinstance(row.get("command"), str):
+        task.metadata.update({"command": row["command"]})
+    when = row.get("ended_at") or row.get("sent_at")
+    with contextlib.suppress(TypeError, ValueError):
+        task.status.timestamp.FromDatetime(datetime.fromisoformat(str(when)))
+    if code or row.get("reason"):
+        words = f"{code}: {row.get('reason') or ''}" if code else str(row.get("reason"))
+        task.status.message.CopyFrom(
+            Message(message_id=str(uuid4()), role=Role.ROLE_AGENT, parts=[Part(text=words)])
+        )
+    return task
+
+
 class FleetTasks(RequestHandler):
     """A2A's methods answered from the operator's requests (docs/a2a.md, "Mapping")."""
 
-    def __init__(self, console: OperatorConsole, skills: Callable[[], list[str]]) -> None:
+    def __init__(
+        self, console: OperatorConsole, skills: Callable[[], list[str]], ledger: Any = None
+    ) -> None:
         self.console = console
         self.skills = skills
+        self.ledger = ledger  # the operator's OperatorPages (console/web_operator.py), or None
         self.tasks: dict[str, _Record] = {}
         self.by_message: dict[str, str] = {}  # A2A message id -> request id: sent once
         self._starting: dict[str, asyncio.Future[_Record]] = {}
@@ -349,21 +386,45 @@ class FleetTasks(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        rows = sorted(self.tasks.values(), key=lambda r: r.created, reverse=True)
+        rows = await self._listed()
         if params.context_id:
-            rows = [r for r in rows if r.context_id == params.context_id]
+            rows = [t for t in rows if t.context_id == params.context_id]
         if params.status:
-            rows = [r for r in rows if r.state == params.status]
+            rows = [t for t in rows if t.status.state == params.status]
         size = params.page_size or 50
         start = int(params.page_token) if params.page_token.isdigit() else 0
         page = rows[start : start + size]
+        if not params.include_artifacts:  # the spec's default: statuses only
+            for task in page:
+                del task.artifacts[:]
         more = start + size < len(rows)
         return ListTasksResponse(
-            tasks=[r.task() for r in page],
+            tasks=page,
             next_page_token=str(start + size) if more else "",
             page_size=size,
             total_size=len(rows),
         )
+
+    async def _listed(self) -> list[Task]:
+        """The operator's requests, newest first: the ledger's, this door's where it has one.
+
+        The ledger (console/web_operator.py, the web console's requests page) knows every
+        request the operator sent, by any door; the tasks this door follows carry more
+        (their artifact, their status message).
+        """
+        mine = sorted(self.tasks.values(), key=lambda r: r.created, reverse=True)
+        if self.ledger is None:
+            return [r.task() for r in mine]
+        found = await self.ledger.requests(time.time())
+        listed: list[Task] = []
+        seen: set[str] = set()
+        for row in found.get("requests", []):
+            request_id = str(row.get("message_id"))
+            seen.add(request_id)
+            record = self.tasks.get(request_id)
+            listed.append(record.task() if record is not None else ledger_task(row))
+        # Sent in the instant before the ledger was read: newest, so first.
+        return [r.task() for r in mine if r.request_id not in seen] + listed
 
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
@@ -494,7 +555,7 @@ def build_a2a_app(
 
 
 def a2a_app(
-    console: OperatorConsole, state: Any, url: str, token: str | None
+    console: OperatorConsole, state: Any, url: str, token: str | None, ledger: Any = None
 ) -> tuple[ASGIApp, Callable[[], Awaitable[None]]]:
     """Return the door's app for the console's session and live view (console/home/server.py)."""
     op = console.file.operator
@@ -506,4 +567,4 @@ def a2a_app(
                 return sorted(entry.commands)
         return []
 
-    return build_a2a_app(FleetTasks(console, skills), op.root_name, url, token)
+    return build_a2a_app(FleetTasks(console, skills, ledger), op.root_name, url, token)

@@ -296,7 +296,7 @@ async def _run(
                 door.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 shown = f"[{host}]" if ":" in host else host
                 url = f"http://{shown}:{door.getsockname()[1]}/"
-                app, _close = a2a_app(console, state, url, options.a2a_token)
+                app, _close = a2a_app(console, state, url, options.a2a_token, pages)
                 servers.append(_uvicorn(activity.wrap(app), peer_checked=False, tls=None))
                 serving.append(asyncio.ensure_future(servers[-1].serve(sockets=[door])))
                 say(f"serving A2A at {url} (card: {url}.well-known/agent-card.json)")
