@@ -10,6 +10,7 @@ got and listed, and a call without the token gets 401.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -149,9 +151,21 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             got = await blocking.get_task(GetTaskRequest(id=first.task.id))
             assert got.status.state == TaskState.TASK_STATE_WORKING, got
 
+            # A client re-subscribes to the task in flight: it sees it to its end.
+            async def resubscribed() -> list[Any]:
+                request = SubscribeToTaskRequest(id=first.task.id)
+                return [item async for item in streaming.subscribe(request)]
+
+            watching = asyncio.ensure_future(resubscribed())
+            await asyncio.sleep(0.5)
             canceled = await blocking.cancel_task(CancelTaskRequest(id=first.task.id))
             assert canceled.status.state == TaskState.TASK_STATE_CANCELED, canceled
             await until(lambda: ran(events_file, "cancelled", 9) == 1, "the handler's cancel")
+            seen = await asyncio.wait_for(watching, 60)
+            assert seen[0].task.status.state == TaskState.TASK_STATE_WORKING, seen
+            last = seen[-1].status_update.status
+            assert last.state == TaskState.TASK_STATE_CANCELED, seen
+            assert last.message.parts[0].text.startswith("CANCELED: "), seen
             assert ran(events_file, "started", 9) == 1
 
             # `vox send`'s way, through the console: listed from the operator's ledger too.
