@@ -11,6 +11,7 @@ got and listed, and a call without the token gets 401.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -37,8 +38,8 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
-from tests.kits.lifecyclekit import events, lifecycle_fleet, route_up, until
-from vox_mqtt.cli._home import reach
+from tests.kits.lifecyclekit import events, ledger_rows, lifecycle_fleet, route_up, until
+from vox_mqtt.cli._home import reach, state_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +51,13 @@ TOKEN = "a2a-door-token-for-tests-0123456789"
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with lifecycle_fleet(tmp_path_factory.mktemp("a2a-door")) as found:
         yield found
+
+
+def doors(config: Path) -> dict[str, str]:
+    """Return request id -> the door the operator's ledger says it came through."""
+    rows = ledger_rows(state_dir_of(config) / "logs.db")
+    found = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+    return {d["request_id"]: d["door"] for d in found}
 
 
 def message(message_id: str, *, data: dict[str, Any] | None = None, text: str = "") -> Message:
@@ -178,6 +186,8 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             listed = await blocking.list_tasks(ListTasksRequest(include_artifacts=True))
             ids = [task.id for task in listed.tasks]
             assert ids == [cli_id, first.task.id, steps_id, answer.task.id], ids
+            through = doors(config)
+            assert [through.get(i) for i in ids] == ["cli", "a2a", "a2a", "a2a"], through
             assert listed.tasks[0].status.state == TaskState.TASK_STATE_COMPLETED, listed
             assert not listed.tasks[0].artifacts  # the ledger keeps no answer
             assert MessageToDict(listed.tasks[3].artifacts[0].parts[0].data) == {"result": "hi"}

@@ -9,6 +9,7 @@ saw the cancel), and no tool decides a job nor asks the person for anything.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,8 @@ from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
-from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up, until
+from tests.kits.lifecyclekit import event_at, ledger_rows, lifecycle_fleet, route_up, until
+from vox_mqtt.cli._home import state_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +43,13 @@ def client_env() -> dict[str, str]:
     env = child_env()
     env.pop("VOX_CONSOLE", None)  # through the console, as any client of it
     return env
+
+
+def doors(config: Path) -> dict[str, str]:
+    """Return request id -> the door the operator's ledger says it came through."""
+    rows = ledger_rows(state_dir_of(config) / "logs.db")
+    found = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+    return {d["request_id"]: d["door"] for d in found}
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -128,6 +137,7 @@ async def test_an_mcp_client_reads_sends_follows_and_cancels(fleet: Fleet, tmp_p
                 )
                 assert long["state"] == "running", long
                 request_id = long["request_id"]
+                assert doors(config)[request_id] == "mcp"
                 await until(lambda: event_at(events_file, "started", 7), "the handler to start")
                 canceled = structured(
                     await session.call_tool(

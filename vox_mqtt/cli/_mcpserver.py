@@ -142,7 +142,13 @@ def build_server(config: Path) -> Any:
         wait = min(max(wait_s, 0.0), _WAIT_MAX)
         limit = min(max(timeout_s, 1.0), _COMMAND_LIMIT)
         home = await client()
-        body = {"command": command, "params": params or {}, "timeout": limit, "mode": "follow"}
+        body = {
+            "command": command,
+            "params": params or {},
+            "timeout": limit,
+            "mode": "follow",
+            "door": "mcp",
+        }
         found: dict[str, Any] = {"command": command, "request_id": None}
         stream = home.stream("/v1/send", body)
         steps = 0

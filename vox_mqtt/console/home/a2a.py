@@ -56,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from vox_mqtt.console.home.api import record_door
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import same_secret
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -288,6 +289,8 @@ class FleetTasks(RequestHandler):
                 sent = await self.console.start_command(command, args, wait=_LIMIT)
             except VoxError as exc:
                 raise InvalidParamsError(message=f"{command}: {exc}") from None
+            with contextlib.suppress(VoxError):  # sent: a full disk fails it, not this
+                await record_door(self.console, sent.request_id, command, "a2a")
             request_id = str(sent.request_id)
             record = _Record(request_id, message.context_id or request_id, command)
             self.tasks[request_id] = record
