@@ -111,7 +111,9 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
         assert {"echo", "steps", "stuck"} <= {skill.id for skill in card.skills}, card
         assert card.capabilities.streaming
         assert "bearer" in card.security_schemes
-        card.supported_interfaces[0].url = url
+        for interface in card.supported_interfaces:
+            interface.url = interface.url.replace("0.0.0.0", "127.0.0.1")
+        assert [i.protocol_binding for i in card.supported_interfaces] == ["JSONRPC", "HTTP+JSON"]
 
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx.AsyncClient(timeout=120, headers=headers) as http:
@@ -128,6 +130,18 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             (answer,) = await send(blocking, echo)
             assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED, answer
             assert artifact_result(answer.task) == "hi"
+
+            # The HTTP+JSON binding answers the same (the text form).
+            rest = ClientFactory(
+                ClientConfig(
+                    streaming=False, httpx_client=http, supported_protocol_bindings=["HTTP+JSON"]
+                )
+            ).create(card)
+            (by_rest,) = await send(
+                rest, SendMessageRequest(message=message("m-rest", text="echo text=rest"))
+            )
+            assert artifact_result(by_rest.task) == "rest", by_rest
+            assert (await rest.get_task(GetTaskRequest(id=answer.task.id))).id == answer.task.id
 
             # A streamed command: its progress, then completed (the text form).
             streamed = await send(
@@ -185,12 +199,12 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
 
             listed = await blocking.list_tasks(ListTasksRequest(include_artifacts=True))
             ids = [task.id for task in listed.tasks]
-            assert ids == [cli_id, first.task.id, steps_id, answer.task.id], ids
+            assert ids == [cli_id, first.task.id, steps_id, by_rest.task.id, answer.task.id], ids
             through = doors(config)
-            assert [through.get(i) for i in ids] == ["cli", "a2a", "a2a", "a2a"], through
+            assert [through.get(i) for i in ids] == ["cli", "a2a", "a2a", "a2a", "a2a"], through
             assert listed.tasks[0].status.state == TaskState.TASK_STATE_COMPLETED, listed
             assert not listed.tasks[0].artifacts  # the ledger keeps no answer
-            assert MessageToDict(listed.tasks[3].artifacts[0].parts[0].data) == {"result": "hi"}
+            assert MessageToDict(listed.tasks[4].artifacts[0].parts[0].data) == {"result": "hi"}
             done = await blocking.list_tasks(
                 ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=1)
             )

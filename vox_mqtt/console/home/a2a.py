@@ -1,7 +1,8 @@
 """The fleet's root as an A2A v1.0 agent, served by the operator's console (docs/a2a.md).
 
 `vox console serve --a2a HOST:PORT` serves, on the official `a2a-sdk`'s Starlette routes,
-the agent card at the well-known path and the JSON-RPC binding at `/`. Its request handler
+the agent card at the well-known path, the JSON-RPC binding at `/` and the HTTP+JSON
+binding under `/rest`. Its request handler
 is this module's `FleetTasks`, not the SDK's task store: a task is the operator's request
 (task id = request id), it runs in the console's session, and its state is the request's.
 """
@@ -20,7 +21,11 @@ from uuid import UUID, uuid4
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -491,7 +496,8 @@ def agent_card(name: str, url: str, skills: list[str], *, token: bool) -> AgentC
         description=f"The vox-mqtt fleet under {name}, through its operator's console",
         version="1.0",
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=f"{url}rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["application/json", "text/plain"],
@@ -553,6 +559,8 @@ def build_a2a_app(
     routes = [
         *create_agent_card_routes(agent_card(name, url, [], token=token is not None), card_now),
         *create_jsonrpc_routes(handler, "/"),
+        # Under /rest: the binding's tenant mount would take every other path of `/`.
+        *create_rest_routes(handler, path_prefix="/rest"),
     ]
     return _Bearer(Starlette(routes=routes), token), handler.close
 
