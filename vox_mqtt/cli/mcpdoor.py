@@ -31,7 +31,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise ConfigError([f"{config}: no such config file"])
     import asyncio
 
+    from ._home import state_dir_of
     from ._mcpserver import build_server
+
+    state_dir_of(config)  # a config that does not load is one line now, not each tool's error
 
     server = build_server(config)
     asyncio.run(server.run_stdio_async())
