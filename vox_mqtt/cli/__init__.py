@@ -28,6 +28,7 @@ _VERB_MODULES = (
     "exporter",
     "web",
     "console",
+    "mcpdoor",
     "demo",
 )
 

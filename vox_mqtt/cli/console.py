@@ -50,6 +50,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token.add_argument(
         "--generate-token", action="store_true", help="a fresh web token, printed in the URL"
     )
+    serve.add_argument(
+        "--a2a",
+        metavar="HOST:PORT",
+        default=None,
+        help="also serve the fleet's root as an A2A agent here (docs/a2a.md); any address but "
+        "loopback needs --a2a-token-file",
+    )
+    serve.add_argument(
+        "--a2a-token-file", type=Path, metavar="FILE", help="the bearer token A2A clients present"
+    )
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve the web door as HTTPS")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the private key of --tls-cert")
     serve.add_argument(
@@ -96,6 +106,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
+    try:
+        a2a, a2a_token = _a2a(args, parse_listen)
+    except ValueError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
     if args.idle is not None and not args.idle > 0:
         fail(f"--idle must be a positive number of seconds, not {args.idle}")
         return EXIT_USAGE
@@ -134,12 +149,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         web_token=token,
         tls=tls,
         idle=args.idle,
+        a2a=a2a,
+        a2a_token=a2a_token,
     )
     try:
         return asyncio.run(serve(options, load))
     except OSError as exc:
         fail(f"the console could not start: {exc.strerror or exc}")
         return EXIT_RUNTIME
+
+
+def _a2a(args: argparse.Namespace, parse: Any) -> tuple[tuple[str, int] | None, str | None]:
+    """`--a2a` and its token; ValueError (one line) for a bad one or a bare non-loopback bind."""
+    from vox_mqtt.console.web_state import is_loopback
+
+    if args.a2a is None:
+        return None, None
+    listen: tuple[str, int] = parse(args.a2a)
+    token = None
+    if args.a2a_token_file is not None:
+        try:
+            token = args.a2a_token_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"--a2a-token-file: {exc.strerror or exc}") from None
+        if len(token) < 16:
+            raise ValueError("the A2A token must be at least 16 characters")
+    if token is None and not is_loopback(listen[0]):
+        # docs/a2a.md, "Security": beyond loopback every caller presents the bearer token.
+        raise ValueError(f"refusing to serve A2A on {listen[0]} without --a2a-token-file")
+    return listen, token
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

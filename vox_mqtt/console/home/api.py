@@ -34,13 +34,14 @@ from vox_mqtt.console.web_state import WebState
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.messages import VOXMessage
 
-__all__ = ["Home", "HomeParts", "build_home_app", "reply_json"]
+__all__ = ["DOORS", "Home", "HomeParts", "build_home_app", "record_door", "reply_json"]
 
 _MAX_BODY: Final = 64 * 1024
 _ACK_WAIT: Final = 10.0  # seconds --detach waits for the root's acknowledgement
 _AT_ONCE: Final = 1.0  # after the ack, how long an end that comes at once is still awaited
 _FINAL_GRACE: Final = 1.0  # after the answer, how long the final transition may take
 _STATUS_SETTLE: Final = 2.0  # a console just started gives the retained statuses this long
+DOORS: Final = ("cli", "web", "mcp", "a2a")  # what a request may come through (record_door)
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,11 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
             return _bad("command is a string, params an object")
         if mode not in ("wait", "follow", "detach"):
             return _bad("mode is wait, follow or detach")
+        door = data.get("door", "cli")
+        if door not in DOORS:
+            return _bad(f"door is one of {', '.join(DOORS)}")
         return StreamingResponse(
-            _send_stream(console, command, params, timeout, mode),
+            _send_stream(console, command, params, timeout, mode, door),
             media_type="application/x-ndjson",
         )
 
@@ -273,14 +277,32 @@ async def _about_request(request: Request, home: Home, what: str) -> Response:
     return _json({"request_id": str(request_id), "report": report})
 
 
+async def record_door(console: OperatorConsole, request_id: UUID, command: str, door: str) -> None:
+    """Note in the operator's ledger which door a request came through (docs/a2a.md, issue 40).
+
+    One row of its own (event "door", action "via"), beside the request's "sent" row: the
+    request's message is signed as is and stays the same whatever door sent it.
+    """
+    details = {"request_id": str(request_id), "command": command, "door": door}
+    op = console.file.operator
+    await console.agent.ledger.record("door", "via", op.id, op.root_id, details)
+
+
 async def _send_stream(
-    console: OperatorConsole, command: str, params: dict[str, Any], timeout: float, mode: str
+    console: OperatorConsole,
+    command: str,
+    params: dict[str, Any],
+    timeout: float,
+    mode: str,
+    door: str = "cli",
 ) -> AsyncIterator[bytes]:
     try:
         sent = await console.start_command(command, params, wait=timeout)
     except VoxError as exc:
         yield _line(_failed(exc))
         return
+    with contextlib.suppress(VoxError):  # the request is sent: a full disk fails it, not this
+        await record_door(console, sent.request_id, command, door)
     yield _line({"kind": "request", "request_id": str(sent.request_id)})
     if mode == "detach":
         yield _line(await _detach(sent))

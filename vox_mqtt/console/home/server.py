@@ -71,6 +71,8 @@ class ServeOptions:
     web_token: str | None = None
     tls: tuple[Path, Path] | None = None
     idle: float | None = None  # None: until stopped (systemd, a person's own `serve`)
+    a2a: tuple[str, int] | None = None  # the A2A door (console/home/a2a.py, docs/a2a.md)
+    a2a_token: str | None = None
     say: Callable[[str], None] = field(default=lambda text: _say(text))
 
 
@@ -308,6 +310,22 @@ async def _run(
                 say(f"serving {url} for the operator; commands may be sent")
                 if options.web_token is not None:
                     say(f"open {url}?token={options.web_token}")
+            if options.a2a is not None:
+                from .a2a import a2a_app
+
+                host, port = options.a2a
+                door = socket.create_server(
+                    (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET
+                )
+                # Accepted sockets inherit it: without, a keep-alive client waited ~40 ms
+                # per call for a delayed ACK (docs/a2a.md, "Cost").
+                door.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                shown = f"[{host}]" if ":" in host else host
+                url = f"http://{shown}:{door.getsockname()[1]}/"
+                app, _close = a2a_app(console, state, url, options.a2a_token, pages)
+                servers.append(_uvicorn(activity.wrap(app), peer_checked=False, tls=None))
+                serving.append(asyncio.ensure_future(servers[-1].serve(sockets=[door])))
+                say(f"serving A2A at {url} (card: {url}.well-known/agent-card.json)")
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, stopping.set)
