@@ -292,18 +292,6 @@ def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, 
 
 def _incidents(state: WebState) -> list[dict[str, Any]]:
     """`vox warroom`'s rows from the console's live view."""
-    from .warroom import incident_row
+    from .warroom import open_incident_rows
 
-    observer = state.observer
-
-    def names(agent_id: UUID) -> str:
-        entry = observer.view.get(agent_id)
-        return entry.name if entry is not None and entry.name else ""
-
-    def master_of(agent_id: UUID) -> UUID | None:
-        entry = observer.view.get(agent_id)
-        return None if entry is None else entry.master_id
-
-    rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
-    rows.sort(key=lambda r: str(r["emitted_at"]))
-    return rows
+    return open_incident_rows(state.observer)

@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -170,6 +170,66 @@ def _ended_again(request_id: UUID, canceling: bool) -> int:
     return EXIT_INTERRUPTED
 
 
+INTERRUPT_REASON = "interrupted by the operator"
+
+
+class Interruptible:
+    """Ctrl-C while a request is followed: the operator's question "stop this?", not a crash.
+
+    The first Ctrl-C asks whether to cancel (or cancels at once with --cancel-on-interrupt),
+    raced with the answer, which ends the question; a second one ends the follower at once,
+    whatever it waits for (docs/operations.md). Only a main thread's loop takes a signal:
+    anywhere else no Ctrl-C reaches it, and nothing is installed.
+    """
+
+    def __init__(self, args: argparse.Namespace, request_id: UUID) -> None:
+        self._args = args
+        self._request_id = request_id
+        self._interrupted, self._again = asyncio.Event(), asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        with contextlib.suppress(ValueError, RuntimeError):
+            self._loop.add_signal_handler(signal.SIGINT, self._on_interrupt)
+
+    def _on_interrupt(self) -> None:
+        (self._again if self._interrupted.is_set() else self._interrupted).set()
+
+    async def wait(
+        self, waiting: asyncio.Future[Any], cancel: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> int | None:
+        """Wait for `waiting`; return an exit code if an interruption ended the follower."""
+        request_id, again = self._request_id, self._again
+        if await _unless_again(waiting, self._interrupted):
+            return None
+        choice = (
+            _Choice.YES
+            if self._args.cancel_on_interrupt
+            else await _ask_to_cancel(request_id, waiting, again)
+        )
+        if choice is _Choice.AGAIN:
+            return _ended_again(request_id, canceling=False)
+        if choice is _Choice.NO:
+            fail(
+                f"request {request_id} left running: `vox request show {request_id}`, "
+                f"`vox cancel {request_id}`"
+            )
+            return EXIT_INTERRUPTED
+        if choice is _Choice.YES:
+            canceling = asyncio.ensure_future(cancel())
+            if not await _unless_again(canceling, again):
+                canceling.cancel()
+                return _ended_again(request_id, canceling=True)
+            report = canceling.result()
+            if not self._args.json:
+                out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+        if not await _unless_again(waiting, again):
+            return _ended_again(request_id, canceling=choice is _Choice.YES)
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, RuntimeError):
+            self._loop.remove_signal_handler(signal.SIGINT)
+
+
 async def follow_command(
     console: OperatorConsole,
     args: argparse.Namespace,
@@ -187,42 +247,15 @@ async def follow_command(
         out_console().print(f"[dim]request {request_id}[/]")
     printer = asyncio.ensure_future(_print_transitions(console, request_id, args.json))
     answer = asyncio.ensure_future(sent.answer())
-    interrupted, again = asyncio.Event(), asyncio.Event()
+    interrupting = Interruptible(args, request_id)
 
-    def on_interrupt() -> None:
-        (again if interrupted.is_set() else interrupted).set()
+    async def cancel() -> dict[str, Any]:
+        return await console.cancel(request_id, reason=INTERRUPT_REASON)
 
-    loop = asyncio.get_running_loop()
-    # Ctrl-C is the operator's question "stop this?", not a crash: it is handled here
-    # (only a main thread's loop can take a signal: anywhere else, no Ctrl-C reaches it).
-    with contextlib.suppress(ValueError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        if not await _unless_again(answer, interrupted):
-            choice = (
-                _Choice.YES
-                if args.cancel_on_interrupt
-                else await _ask_to_cancel(request_id, answer, again)
-            )
-            if choice is _Choice.AGAIN:
-                return _ended_again(request_id, canceling=False)
-            if choice is _Choice.NO:
-                fail(
-                    f"request {request_id} left running: `vox request show {request_id}`, "
-                    f"`vox cancel {request_id}`"
-                )
-                return EXIT_INTERRUPTED
-            if choice is _Choice.YES:
-                reason = "interrupted by the operator"
-                canceling = asyncio.ensure_future(console.cancel(request_id, reason=reason))
-                if not await _unless_again(canceling, again):
-                    canceling.cancel()
-                    return _ended_again(request_id, canceling=True)
-                report = canceling.result()
-                if not args.json:
-                    out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
-            if not await _unless_again(answer, again):
-                return _ended_again(request_id, canceling=choice is _Choice.YES)
+        ended = await interrupting.wait(answer, cancel)
+        if ended is not None:
+            return ended
         try:
             reply = answer.result()
         except CommandFailed as exc:
@@ -235,8 +268,7 @@ async def follow_command(
         await _settle(printer)
         return show_answer(reply)
     finally:
-        with contextlib.suppress(ValueError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
+        interrupting.close()
         printer.cancel()
         answer.cancel()
         with contextlib.suppress(asyncio.CancelledError, CommandFailed):
@@ -300,45 +332,18 @@ async def follow_via_console(
             end.set_result({"kind": "hung_up", "error": "the operator's console hung up"})
 
     reader = asyncio.ensure_future(read())
-    interrupted, again = asyncio.Event(), asyncio.Event()
+    interrupting = Interruptible(args, request_id)
 
-    def on_interrupt() -> None:
-        (again if interrupted.is_set() else interrupted).set()
+    async def cancel() -> dict[str, Any]:
+        body = {"request_id": str(request_id), "reason": INTERRUPT_REASON}
+        _status, found = await client.call("POST", "/v1/cancel", body)
+        report = found.get("report")
+        return report if isinstance(report, dict) else {}
 
-    with contextlib.suppress(ValueError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        if not await _unless_again(end, interrupted):
-            choice = (
-                _Choice.YES
-                if args.cancel_on_interrupt
-                else await _ask_to_cancel(request_id, end, again)
-            )
-            if choice is _Choice.AGAIN:
-                return _ended_again(request_id, canceling=False)
-            if choice is _Choice.NO:
-                fail(
-                    f"request {request_id} left running: `vox request show {request_id}`, "
-                    f"`vox cancel {request_id}`"
-                )
-                return EXIT_INTERRUPTED
-            if choice is _Choice.YES:
-                canceling = asyncio.ensure_future(
-                    client.call(
-                        "POST",
-                        "/v1/cancel",
-                        {"request_id": str(request_id), "reason": "interrupted by the operator"},
-                    )
-                )
-                if not await _unless_again(canceling, again):
-                    canceling.cancel()
-                    return _ended_again(request_id, canceling=True)
-                _status, found = canceling.result()
-                report = found.get("report") or {}
-                if not args.json:
-                    out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
-            if not await _unless_again(end, again):
-                return _ended_again(request_id, canceling=choice is _Choice.YES)
+        ended = await interrupting.wait(end, cancel)
+        if ended is not None:
+            return ended
         final = end.result()
         if final.get("kind") == "answer":
             return show_answer(final)
@@ -354,8 +359,7 @@ async def follow_via_console(
             fail(f"{args.command}: {final.get('code')}: {final.get('error')}")
         return EXIT_RUNTIME
     finally:
-        with contextlib.suppress(ValueError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
+        interrupting.close()
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(reader, return_exceptions=True)

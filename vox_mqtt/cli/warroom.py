@@ -15,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.console.safetext import shown
+from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.observe.warroomguard import rule_problem
 
@@ -54,17 +55,8 @@ def cmd_warroom(args: argparse.Namespace) -> int:
         async with observing(reader, warroom=True) as look:
             await look.settled(args.wait, partial="incident")
             observer = look.observer
-
-            def names(agent_id: UUID) -> str:
-                entry = observer.view.get(agent_id)
-                return entry.name if entry is not None and entry.name else ""
-
-            def master_of(agent_id: UUID) -> UUID | None:
-                entry = observer.view.get(agent_id)
-                return None if entry is None else entry.master_id
-
-            rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
-            rows.sort(key=lambda r: str(r["emitted_at"]))
+            names, master_of = _namers(observer)
+            rows = open_incident_rows(observer)
             _print_incidents(rows, as_json=args.json, title="open incidents")
             if not args.follow:
                 return 0
@@ -103,3 +95,27 @@ def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | 
             f"{shown(source)} about {shown(subject)}: {shown(row['description'])}"
         )
     sys.stdout.flush()
+
+
+def _namers(
+    observer: FleetObserver,
+) -> tuple[Callable[[UUID], str], Callable[[UUID], UUID | None]]:
+    """Return how to name an agent and find its master, as the statuses tell."""
+
+    def names(agent_id: UUID) -> str:
+        entry = observer.view.get(agent_id)
+        return entry.name if entry is not None and entry.name else ""
+
+    def master_of(agent_id: UUID) -> UUID | None:
+        entry = observer.view.get(agent_id)
+        return None if entry is None else entry.master_id
+
+    return names, master_of
+
+
+def open_incident_rows(observer: FleetObserver) -> list[dict[str, Any]]:
+    """Return the open incidents as rows, oldest first, named as the statuses tell."""
+    names, master_of = _namers(observer)
+    rows = [incident_row(i, names, master_of) for i in observer.incidents.values()]
+    rows.sort(key=lambda r: str(r["emitted_at"]))
+    return rows
