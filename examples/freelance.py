@@ -25,21 +25,23 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vox_mqtt.agent.roles import AgentHandle, Role, command, on
-from vox_mqtt.protocol.errors import CommandFailed, InvalidParams
-from vox_mqtt.protocol.messages import (
-    MSG_COMMAND_ERROR,
+from vox_mqtt.protocol.domain import (
     MSG_DATA_REQUEST,
     MSG_DATA_RESPONSE,
     MSG_DECISION,
     MSG_DECISION_RECORDED,
     MSG_JOB_DETECTED,
-    CommandError,
     DataRequest,
     DataResponse,
     Decision,
+    Price,
+)
+from vox_mqtt.protocol.errors import CommandFailed, InvalidParams
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_ERROR,
+    CommandError,
     ErrorCode,
     IsoTimestamp,
-    Price,
     VOXMessage,
     now_iso,
     parse_timestamp,

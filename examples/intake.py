@@ -10,7 +10,8 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from vox_mqtt.protocol.messages import JobDetected, Price, parse_timestamp
+from vox_mqtt.protocol.domain import JobDetected, Price
+from vox_mqtt.protocol.messages import parse_timestamp
 
 __all__ = [
     "MAX_MAIL_BYTES",

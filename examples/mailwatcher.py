@@ -16,8 +16,9 @@ from uuid import NAMESPACE_URL, uuid5
 
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
 from vox_mqtt.protocol.errors import VoxError
-from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, VOXMessage
+from vox_mqtt.protocol.messages import VOXMessage
 from vox_mqtt.protocol.signing import seal_note
 
 from ._settings import positive_seconds

@@ -20,7 +20,8 @@ from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.budget import REFUSAL_BUDGET
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_JOB_DETECTED, new_message, serialize
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
+from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, new_message, serialize
 
 TREE = {"root": None, "coordinator": "root", "specialist_a": "coordinator"}
 

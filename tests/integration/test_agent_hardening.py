@@ -16,14 +16,8 @@ from tests.kits.brokerkit import Client, SecureBroker, tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.cli import main
 from vox_mqtt.observe.warroomguard import WARROOM_MAX_BYTES
-from vox_mqtt.protocol.messages import (
-    MSG_COMMAND_REQUEST,
-    MSG_SYSTEM_FAILURE,
-    CommandRequest,
-    SystemFailure,
-    new_message,
-    serialize,
-)
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, CommandRequest, new_message, serialize
 from vox_mqtt.protocol.topics import WARROOM_ID
 
 SEED = {"root": None, "coordinator": "root", "spec_a": "coordinator", "spec_b": "coordinator"}

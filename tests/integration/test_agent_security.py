@@ -24,14 +24,9 @@ from tests.kits.brokerkit import SEED_TREE, Witness, tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.roles import command
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
 from vox_mqtt.protocol.errors import DeliveryFailed, VoxError
-from vox_mqtt.protocol.messages import (
-    MSG_ACKNOWLEDGED,
-    MSG_COMMAND_REQUEST,
-    MSG_JOB_DETECTED,
-    new_message,
-    serialize,
-)
+from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, MSG_COMMAND_REQUEST, new_message, serialize
 
 
 @pytest.fixture

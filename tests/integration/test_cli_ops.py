@@ -20,7 +20,8 @@ from tests.kits.fleetproc import REPO, child_env
 from vox_mqtt.cli import main
 from vox_mqtt.cli.ops import activity
 from vox_mqtt.fleet.bundles import render_agent_config
-from vox_mqtt.protocol.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
+from vox_mqtt.protocol.messages import new_message, serialize
 from vox_mqtt.protocol.topics import WARROOM_ID
 
 __all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows

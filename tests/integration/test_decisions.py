@@ -26,8 +26,8 @@ from tests.kits.freelancekit import (
     job_mail,
     seed_fleet,
 )
+from vox_mqtt.protocol.domain import MSG_DECISION, Decision
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.messages import MSG_DECISION, Decision
 
 __all__ = ["fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
 

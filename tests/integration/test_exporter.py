@@ -20,14 +20,8 @@ from vox_mqtt.console.exporter import FleetCollector
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.messages import (
-    MSG_AGENT_STATUS,
-    MSG_SYSTEM_FAILURE,
-    AgentStatus,
-    SystemFailure,
-    new_message,
-    serialize,
-)
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 from vox_mqtt.transport.session import Inbound
 
 OPERATOR = uuid4()

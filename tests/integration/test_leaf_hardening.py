@@ -28,7 +28,8 @@ from tests.kits.promkit import Exporter, run_exporter, sample
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.ledger.witness import WITNESS_BURST, WITNESS_RATE
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, now_iso
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, now_iso
 
 __all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows
 

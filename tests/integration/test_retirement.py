@@ -27,15 +27,9 @@ from vox_mqtt.cli import main
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.observe.status import RETIRED
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.hierarchy import Fleet, parse_fleet
-from vox_mqtt.protocol.messages import (
-    MSG_AGENT_STATUS,
-    MSG_SYSTEM_FAILURE,
-    AgentStatus,
-    SystemFailure,
-    new_message,
-    serialize,
-)
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 
 ACCEPTED = (SUCCESS, NO_MATCHING_SUBSCRIBERS)
 SHAPE: dict[str, str | None] = {

@@ -16,11 +16,10 @@ from tests.kits.brokerkit import NO_MATCHING_SUBSCRIBERS, SUCCESS, Client
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
 from tests.kits.webkit import browser, row_of, run_web, screenshot, state_of, wait
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
-    MSG_SYSTEM_FAILURE,
     AgentStatus,
-    SystemFailure,
     new_message,
     now_iso,
     serialize,

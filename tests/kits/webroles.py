@@ -7,7 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from vox_mqtt.agent.roles import Role, command
-from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, JobDetected, Price
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED, JobDetected, Price
 from vox_mqtt.protocol.signing import seal_note
 
 

@@ -8,7 +8,8 @@ from uuid import uuid4
 from vox_mqtt.cli._downtime import liveliness
 from vox_mqtt.observe.status import WILL_EXPIRY, FleetView
 from vox_mqtt.observe.warroom import Incident, SystemFailure
-from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, new_message
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, new_message
 from vox_mqtt.protocol.topics import WARROOM_ID, WarroomTopic
 
 AGENT, MASTER = uuid4(), uuid4()

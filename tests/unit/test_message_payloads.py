@@ -8,6 +8,20 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from vox_mqtt.protocol.domain import (
+    MSG_DATA_REQUEST,
+    MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
+    MSG_JOB_DETECTED,
+    MSG_SYSTEM_FAILURE,
+    DataRequest,
+    DataResponse,
+    Decision,
+    JobDetected,
+    Price,
+    SystemFailure,
+)
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.lifecycle import (
     MSG_CANCEL_REPORT,
@@ -26,23 +40,11 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     MSG_COMMAND_RESULT,
-    MSG_DATA_REQUEST,
-    MSG_DATA_RESPONSE,
-    MSG_DECISION,
-    MSG_DECISION_RECORDED,
-    MSG_JOB_DETECTED,
-    MSG_SYSTEM_FAILURE,
     PAYLOAD_MODELS,
     CommandError,
     CommandRequest,
     CommandResult,
-    DataRequest,
-    DataResponse,
-    Decision,
-    JobDetected,
     MessageAcknowledged,
-    Price,
-    SystemFailure,
     parse,
     serialize,
 )

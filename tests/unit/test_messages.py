@@ -13,6 +13,15 @@ import pytest
 
 from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json
 from vox_mqtt.protocol.acks import acknowledge
+from vox_mqtt.protocol.domain import (
+    MSG_DATA_REQUEST,
+    MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
+    MSG_JOB_DETECTED,
+    MSG_SYSTEM_FAILURE,
+    JobDetected,
+)
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.messages import (
     CONTENT_TYPE,
@@ -25,19 +34,12 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_PROGRESS,
     MSG_COMMAND_REQUEST,
     MSG_COMMAND_RESULT,
-    MSG_DATA_REQUEST,
-    MSG_DATA_RESPONSE,
-    MSG_DECISION,
-    MSG_DECISION_RECORDED,
-    MSG_JOB_DETECTED,
     MSG_STATUS_QUERY,
     MSG_STATUS_REPORT,
-    MSG_SYSTEM_FAILURE,
     PAYLOAD_MODELS,
     CommandRequest,
     CommandResult,
     ErrorCode,
-    JobDetected,
     MessageAcknowledged,
     VOXMessage,
     new_message,

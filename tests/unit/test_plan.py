@@ -23,12 +23,12 @@ from vox_mqtt.agent.plan import (
     decide,
 )
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, AgentLiveness
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_ERROR,
     MSG_COMMAND_REQUEST,
     MSG_COMMAND_RESULT,
-    MSG_JOB_DETECTED,
     ErrorCode,
     VOXMessage,
     new_message,

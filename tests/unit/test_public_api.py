@@ -11,7 +11,7 @@ import vox_mqtt
 # (old import path, name, the module that defines it now)
 FIRST_WAVES = [
     ("vox_mqtt.messages", "VOXMessage", "vox_mqtt.protocol.messages"),
-    ("vox_mqtt.messages", "JobDetected", "vox_mqtt.protocol.messages"),
+    ("vox_mqtt.messages", "JobDetected", "vox_mqtt.protocol.domain"),
     ("vox_mqtt.errors", "CommandFailed", "vox_mqtt.protocol.errors"),
     ("vox_mqtt.topics", "inbox", "vox_mqtt.protocol.topics"),
     ("vox_mqtt.hierarchy", "load_fleet", "vox_mqtt.protocol.hierarchy"),

@@ -9,7 +9,8 @@ from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.warroom import Incident, apply_warroom
 from vox_mqtt.observe.warroomreplay import NOT_NEWER, WarroomOrder, refresh_due
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.messages import MSG_SYSTEM_FAILURE, SystemFailure, new_message, serialize
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
+from vox_mqtt.protocol.messages import new_message, serialize
 from vox_mqtt.protocol.signing import STALE, SignedTopic, Signing, payload_digest
 from vox_mqtt.transport.session import Inbound
 

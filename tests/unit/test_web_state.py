@@ -19,11 +19,10 @@ from vox_mqtt.console.web_operator import (
 from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback, same_secret
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
-    MSG_SYSTEM_FAILURE,
     AgentStatus,
-    SystemFailure,
     new_message,
     now_iso,
     serialize,

@@ -23,14 +23,9 @@ from vox_mqtt.observe.warroom import (
 )
 from vox_mqtt.observe.warroomreplay import refresh_due
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.errors import DeliveryFailed, LedgerError, VoxError
-from vox_mqtt.protocol.messages import (
-    MSG_SYSTEM_FAILURE,
-    SystemFailure,
-    VOXMessage,
-    new_message,
-    serialize,
-)
+from vox_mqtt.protocol.messages import VOXMessage, new_message, serialize
 
 __all__ = ["WarroomPoster"]
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from vox_mqtt.protocol.messages import MSG_JOB_DETECTED, parse_timestamp
+from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
+from vox_mqtt.protocol.messages import parse_timestamp
 
 __all__ = ["OVERLAPS", "VERDICTS", "Job", "choose_job", "number_jobs", "verdict_word"]
 

@@ -20,13 +20,12 @@ from vox_mqtt.fleet.config import ConsoleFile, load_console_config
 from vox_mqtt.ledger.peernames import write_names
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.status import FleetView
+from vox_mqtt.protocol.domain import MSG_DECISION, Decision
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
     MSG_COMMAND_REQUEST,
-    MSG_DECISION,
     CommandRequest,
-    Decision,
     VOXMessage,
     new_message,
     now_iso,

@@ -21,8 +21,9 @@ from vox_mqtt.observe.status import (
 )
 from vox_mqtt.observe.warroomreplay import WarroomOrder
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.errors import InvalidMessage
-from vox_mqtt.protocol.messages import MSG_SYSTEM_FAILURE, SystemFailure, VOXMessage, parse
+from vox_mqtt.protocol.messages import VOXMessage, parse
 from vox_mqtt.protocol.signing import SignedTopic
 from vox_mqtt.transport.session import Inbound
 

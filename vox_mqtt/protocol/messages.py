@@ -1,4 +1,8 @@
-"""The VOX envelope, its message types and payload models, and the one parser from bytes."""
+"""The VOX envelope, its own message types and payload models, and the one parser from bytes.
+
+The domain payloads of contract v1 are in protocol/domain.py; a request's life in
+protocol/lifecycle.py. PAYLOAD_MODELS maps every type to its model.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -29,6 +32,19 @@ from pydantic import (
 
 from vox_mqtt.protocol._fields import UUID_FORM, IsoTimestamp, Uuid, parse_timestamp
 from vox_mqtt.protocol._jsonvalue import FrozenDict, FrozenList, freeze_json, thaw_json
+from vox_mqtt.protocol.domain import (
+    MSG_DATA_REQUEST,
+    MSG_DATA_RESPONSE,
+    MSG_DECISION,
+    MSG_DECISION_RECORDED,
+    MSG_JOB_DETECTED,
+    MSG_SYSTEM_FAILURE,
+    DataRequest,
+    DataResponse,
+    Decision,
+    JobDetected,
+    SystemFailure,
+)
 from vox_mqtt.protocol.errors import InvalidMessage
 from vox_mqtt.protocol.lifecycle import (
     MSG_CANCEL_REPORT,
@@ -64,14 +80,8 @@ __all__ = [
     "MSG_COMMAND_PROGRESS",
     "MSG_COMMAND_REQUEST",
     "MSG_COMMAND_RESULT",
-    "MSG_DATA_REQUEST",
-    "MSG_DATA_RESPONSE",
-    "MSG_DECISION",
-    "MSG_DECISION_RECORDED",
-    "MSG_JOB_DETECTED",
     "MSG_STATUS_QUERY",
     "MSG_STATUS_REPORT",
-    "MSG_SYSTEM_FAILURE",
     "PAYLOAD_MODELS",
     "AgentStatus",
     "CancelReport",
@@ -80,20 +90,14 @@ __all__ = [
     "CommandProgress",
     "CommandRequest",
     "CommandResult",
-    "DataRequest",
-    "DataResponse",
-    "Decision",
     "ErrorCode",
     "FrozenDict",
     "FrozenList",
     "IsoTimestamp",
-    "JobDetected",
     "LedgerHead",
     "MessageAcknowledged",
-    "Price",
     "StatusQuery",
     "StatusReport",
-    "SystemFailure",
     "Uuid",
     "VOXMessage",
     "expiry_seconds",
@@ -110,14 +114,7 @@ MSG_COMMAND_REQUEST: Final = "command_request"
 MSG_ACKNOWLEDGED: Final = "message_acknowledged"
 MSG_COMMAND_RESULT: Final = "command_result"
 MSG_COMMAND_ERROR: Final = "command_error"
-# Domain types of contract v1 (seed 003).
-MSG_JOB_DETECTED: Final = "job_detected"
-MSG_DATA_REQUEST: Final = "data_request"
-MSG_DATA_RESPONSE: Final = "data_response"
-MSG_SYSTEM_FAILURE: Final = "system_failure"
-# The human's verdict on a job, and its answer (docs/messages.md, decisions).
-MSG_DECISION: Final = "decision"
-MSG_DECISION_RECORDED: Final = "decision_recorded"
+# The domain types of contract v1 (seed 003) and their payloads are in protocol/domain.py.
 # Liveness (the retained status of docs/liveness.md).
 MSG_AGENT_STATUS: Final = "agent_status"
 
@@ -392,21 +389,6 @@ class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
-def _check_currency(value: str) -> str:
-    if not re.fullmatch(r"[A-Z]{3}", value):
-        raise ValueError(f"{value[:20]!r} is not an ISO-4217 currency code (e.g. USD, EUR, BRL)")
-    return value
-
-
-class Price(BaseModel):
-    """An amount of money in whole units of an ISO-4217 currency."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    currency: Annotated[StrictStr, AfterValidator(_check_currency)]
-    value: Annotated[StrictInt, Field(ge=0)]
-
-
 class CommandRequest(_Payload):
     """Ask the target to run a named command."""
 
@@ -455,26 +437,6 @@ class CommandError(_Payload):
     command: StrictStr | None = None
 
 
-class SystemFailure(_Payload):
-    """An alert for the war room."""
-
-    error_code: Annotated[StrictStr, Field(min_length=1)]
-    severity: Literal["CRITICAL", "ERROR", "WARNING", "INFO"]
-    description: StrictStr
-    subject: Uuid | None = None
-    epoch: StrictInt | None = None
-    resolved: StrictBool = False
-
-
-def _check_order(start: tuple[str, str | None], end: tuple[str, str | None]) -> None:
-    """Refuse a (name, time) range whose end comes before its start."""
-    (start_name, start_at), (end_name, end_at) = start, end
-    if start_at is None or end_at is None:
-        return
-    if parse_timestamp(end_at) < parse_timestamp(start_at):
-        raise ValueError(f"{end_name} {end_at} is before {start_name} {start_at}")
-
-
 # A status is believed and repeated up the tree only within these bounds
 # (docs/liveness.md, "What a status may say"): no child can push its master past a limit.
 MAX_ADVERTISED_COMMANDS: Final = 256
@@ -520,67 +482,6 @@ class AgentStatus(BaseModel):
     detail: Annotated[StrictStr, Field(max_length=300)] | None = None
     # Counts up in its epoch; older ones are ignored (not in the will: docs/liveness.md).
     sequence: Annotated[StrictInt, Field(ge=1, le=MAX_EPOCH)] | None = None
-
-
-class JobDetected(_Payload):
-    """A potential job a specialist found (seed 003)."""
-
-    start_time: IsoTimestamp
-    end_time: IsoTimestamp
-    estimated_effort_minutes: Annotated[StrictInt, Field(ge=0)]
-    price: Price
-    # Never parsed by agents: only the root shows it to the human.
-    note_to_human: StrictStr = ""
-
-    @model_validator(mode="after")
-    def _end_after_start(self) -> JobDetected:
-        _check_order(("start_time", self.start_time), ("end_time", self.end_time))
-        return self
-
-
-class DataRequest(_Payload):
-    """The root asks for administrative data (seed 003)."""
-
-    subject: Annotated[StrictStr, Field(min_length=1)]
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _dates_with_timezone(self) -> DataRequest:
-        # Subjects define their own parameters; the seed's date range is checked if present.
-        dates: dict[str, str] = {}
-        for key in ("start_date", "end_date"):
-            value = self.parameters.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise ValueError(f"parameters.{key} must be an ISO-8601 string")
-            try:
-                parse_timestamp(value)
-            except ValueError as exc:
-                raise ValueError(f"parameters.{key}: {exc}") from None
-            dates[key] = value
-        _check_order(
-            ("parameters.start_date", dates.get("start_date")),
-            ("parameters.end_date", dates.get("end_date")),
-        )
-        return self
-
-
-class DataResponse(_Payload):
-    """The answer to a data_request (seed 003)."""
-
-    request_id: Uuid
-    total: Price | None = None
-    attachments: list[StrictStr] = Field(default_factory=list)
-
-
-class Decision(_Payload):
-    """The human's verdict on a job_detected; its answer, decision_recorded, adds the outcome."""
-
-    in_response_to: Uuid  # the job_detected as the receiver of this decision got it
-    verdict: Literal["approve", "reject"]
-    note: Annotated[StrictStr, Field(max_length=2000)] | None = None  # free text, never parsed
-    outcome: Annotated[StrictStr, Field(max_length=1000)] | None = None  # decision_recorded
 
 
 PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {

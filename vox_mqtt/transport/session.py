@@ -14,9 +14,8 @@ import aiomqtt
 import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused, SubscriptionRefused
+from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
 from vox_mqtt.protocol.storm import backoff_window
@@ -31,6 +30,7 @@ from vox_mqtt.transport._mqttclient import (
 from vox_mqtt.transport.inbound import Inbound
 from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
+from vox_mqtt.transport.subscriptions import Subscribing
 
 __all__ = ["BrokerSettings", "Inbound", "PublishOutcome", "Session", "Will"]
 
@@ -45,12 +45,9 @@ _STABLE = 10.0  # seconds a connection must last before the reconnect backoff st
 _RETAINED_END = Inbound(topic=RETAINED_END_TOPIC, payload=b"", retain=False)
 # Messages messages() hands out in a row before it lets the event loop run other work.
 _YIELD_EVERY = 256
-# How long the marker's SUBACK may take: it comes after every retained message its
-# subscriptions brought, thousands of them in a large fleet (docs/federation.md, sizing).
-_MARKER_TIMEOUT = 300.0
 
 
-class Session:
+class Session(Subscribing):
     """One identity's MQTT session, kept alive across broker restarts and network cuts.
 
     Persistent (clean_start False on every connect, session expiry): messages published to
@@ -497,92 +494,6 @@ class Session:
     def use_password(self, password: str) -> None:
         """Log in with this secret from the next connection on; the current one stays up."""
         self.settings = replace(self.settings, password=password)
-
-    async def subscribe(self, filters: Sequence[str]) -> None:
-        """Add subscriptions: at once on the live connection, and on every reconnect after.
-
-        Raise SubscriptionRefused (and keep none of them) if the broker refuses one.
-        """
-        new = [topic for topic in dict.fromkeys(filters) if topic not in self.subscriptions]
-        if not new:
-            return
-        self.subscriptions = (*self.subscriptions, *new)
-        client = self._link
-        if client is None:
-            return  # the next connection subscribes to all of them
-        try:
-            codes = await client.subscribe(
-                [(topic, SubscribeOptions(qos=1)) for topic in new],
-                timeout=self.settings.connect_timeout,
-            )
-        except aiomqtt.MqttError as exc:
-            log.warning("subscribing to %s: %s; the next connection subscribes", new, exc)
-            return
-        refused = [
-            topic
-            for topic, code in zip(new, codes, strict=False)
-            if isinstance(code, ReasonCode) and code.is_failure
-        ]
-        if refused:
-            self.subscriptions = tuple(t for t in self.subscriptions if t not in new)
-            with contextlib.suppress(aiomqtt.MqttError):
-                await client.unsubscribe(new, timeout=self.settings.connect_timeout)
-            raise SubscriptionRefused(
-                f"the broker refused the subscription to {refused[0]!r} — check the broker's ACL",
-                topic=refused[0],
-            )
-
-    async def unsubscribe(self, filters: Sequence[str]) -> None:
-        """Drop subscriptions, at once on the live connection and for every reconnect."""
-        gone = [topic for topic in filters if topic in self.subscriptions]
-        if not gone:
-            return
-        self.subscriptions = tuple(t for t in self.subscriptions if t not in gone)
-        client = self._link
-        if client is not None:
-            with contextlib.suppress(aiomqtt.MqttError):
-                await client.unsubscribe(gone, timeout=self.settings.connect_timeout)
-
-    async def _subscribe(self, client: Client) -> None:
-        self._caught_up.clear()
-        if not self.subscriptions:
-            self._caught_up.set()  # nothing retained is coming
-            return
-        codes = await client.subscribe(
-            [
-                (topic, SubscribeOptions(qos=0 if self._marks_end else 1))
-                for topic in self.subscriptions
-            ],
-            timeout=self.settings.connect_timeout,
-        )
-        for topic, code in zip(self.subscriptions, codes, strict=False):
-            if isinstance(code, ReasonCode) and code.is_failure:
-                raise SubscriptionRefused(
-                    f"the broker refused client {client.identifier}'s subscription to {topic!r}: "
-                    f"{code} (0x{code.value:02X}) — check the broker's ACL",
-                    topic=topic,
-                )
-        if self._marks_end:
-            assert self._tg is not None
-            self._tg.create_task(self._mark_retained_end(client))
-
-    async def _mark_retained_end(self, client: Client) -> None:
-        """Mark where the retained messages of the subscriptions just made end.
-
-        The broker writes a subscription's retained QoS 0 messages before it answers the next
-        SUBSCRIBE, so the SUBACK of the same filters again, with retain-handling 2 (send none),
-        comes after all of them, unless the broker dropped some for lack of queue room
-        (`max_queued_messages`, sized to the fleet by `vox broker render`: docs/broker.md).
-        They come back at QoS 1: at QoS 0 nothing paces the live messages, and a look that
-        falls behind piles them up in this process (a 10,000-agent look never caught up).
-        """
-        again = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-        filters = [(topic, again) for topic in self.subscriptions]
-        try:
-            await client.subscribe(filters, timeout=_MARKER_TIMEOUT)
-        except aiomqtt.MqttError:
-            return  # the connection went: the next one marks its own end
-        client.mark_retained_end()
 
     def _offer(self, message: mqtt.MQTTMessage) -> bool:
         """Queue a message straight from paho's callback if there is room (Client.sink)."""
