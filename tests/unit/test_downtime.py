@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from vox_mqtt.cli._downtime import liveliness
-from vox_mqtt.observe.status import WILL_EXPIRY, FleetView
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.statusbounds import WILL_EXPIRY
 from vox_mqtt.observe.warroom import Incident, SystemFailure
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, MSG_SYSTEM_FAILURE, new_message
 from vox_mqtt.protocol.topics import WARROOM_ID, WarroomTopic
