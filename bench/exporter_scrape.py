@@ -31,7 +31,7 @@ from vox_mqtt.console.exporter import FleetCollector, fleet_families
 from vox_mqtt.console.exposition import GZIP_LEVEL, CachedExposition, FamilyList
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.observer import FleetObserver
-from vox_mqtt.observe.status import host_metrics
+from vox_mqtt.observe.selfreport import host_metrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, serialize
 from vox_mqtt.transport.session import Inbound

@@ -28,7 +28,7 @@ from tests.kits.attackerkit import Attacker, Captured, add_attacker, target_flee
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, run_fleet, wait_until
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.fleet.config import load_daemon_config
-from vox_mqtt.observe.status import WILL_EXPIRY
+from vox_mqtt.observe.statusbounds import WILL_EXPIRY
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, new_message, now_iso

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from vox_mqtt.cli._downtime import liveliness
-from vox_mqtt.observe.status import WILL_EXPIRY, FleetView
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.statusbounds import WILL_EXPIRY
 from vox_mqtt.observe.warroom import Incident, SystemFailure
 from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, new_message

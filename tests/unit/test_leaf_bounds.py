@@ -18,7 +18,8 @@ from vox_mqtt.console.exporter import INVALID_CODE, code_label, warroom_series
 from vox_mqtt.ledger.witness import WITNESS_BURST, RateBudget
 from vox_mqtt.observe.metricbounds import metrics_problem
 from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot
-from vox_mqtt.observe.status import ADVERT_CHANGE_BURST, ChangeBudget, FleetView
+from vox_mqtt.observe.status import FleetView
+from vox_mqtt.observe.statusbounds import ADVERT_CHANGE_BURST, ChangeBudget
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, new_message
 
 AGENT = uuid4()

@@ -11,12 +11,11 @@ from vox_mqtt.observe.status import (
     INACTIVE,
     STALE,
     UNKNOWN,
-    WILL_EXPIRY,
     FleetView,
     FleetWord,
     StatusChange,
-    Timeliness,
 )
+from vox_mqtt.observe.statusbounds import WILL_EXPIRY, Timeliness
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, new_message
 

@@ -18,7 +18,7 @@ from vox_mqtt.agent.rules import WRONG_ANSWERER, answered_request, answerer_prob
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
-from vox_mqtt.observe.status import ChangeBudget
+from vox_mqtt.observe.statusbounds import ChangeBudget
 from vox_mqtt.protocol.messages import VOXMessage
 
 __all__ = ["WRONG_ROWS_BURST", "WRONG_ROWS_EVERY", "AnswerGuard"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 from uuid import UUID
 
-from vox_mqtt.observe.status import ChangeBudget
+from vox_mqtt.observe.statusbounds import ChangeBudget
 
 __all__ = ["CAUSE", "FLOODING", "REPORT_EVERY", "ChildBudgets", "flood_problem"]
 

@@ -144,7 +144,7 @@ HISTOGRAMS: Final[Mapping[str, str]] = {
     "command_roundtrip_seconds": "time from sending a command to its answer, at the requester",
     "ledger_commit_seconds": "time one durable ledger commit took",
 }
-# The host figures a heartbeat has always carried (status.host_metrics), with their meaning.
+# The host figures a heartbeat has always carried (selfreport.host_metrics), with their meaning.
 HOST_METRICS: Final[Mapping[str, str]] = {
     "cpu_percent": "host CPU use in percent over the last heartbeat interval",
     "memory_percent": "host memory in use, percent",

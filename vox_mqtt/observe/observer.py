@@ -7,7 +7,8 @@ from collections import Counter
 from collections.abc import Callable
 from uuid import UUID
 
-from vox_mqtt.observe.status import FleetView, FleetWord, Timeliness
+from vox_mqtt.observe.status import FleetView, FleetWord
+from vox_mqtt.observe.statusbounds import Timeliness
 from vox_mqtt.observe.warroom import Incident, apply_warroom
 from vox_mqtt.observe.warroomguard import WarroomGuard
 from vox_mqtt.observe.warroomreplay import WarroomOrder

@@ -1,35 +1,44 @@
-"""Liveness: the retained status an agent publishes and the view an observer keeps of it."""
+"""Liveness as an observer knows it: the state words and the FleetView of each agent.
+
+What a status must keep to be taken is observe/statusbounds.py's; what an agent puts of
+itself in its own status is observe/selfreport.py's (docs/liveness.md).
+"""
 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-import psutil
 from pydantic import ValidationError
 
 from vox_mqtt.observe.metricbounds import metrics_problem
+from vox_mqtt.observe.selfreport import EpochCounter, host_metrics
+from vox_mqtt.observe.statusbounds import (
+    ADVERT_CHANGE_BURST,
+    ADVERT_CHANGE_RATE,
+    WILL_EXPIRY,
+    ChangeBudget,
+    Timeliness,
+    clock_problem,
+    describe,
+    replayed,
+    status_age,
+)
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage, parse_timestamp
+from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage
 
+# WILL_EXPIRY, EpochCounter, Timeliness and host_metrics (statusbounds.py, selfreport.py)
+# stay importable from here for agent/liveness.py, which reads them with the view.
 __all__ = [
     "ACTIVE",
-    "ADVERT_CHANGE_BURST",
-    "ADVERT_CHANGE_RATE",
     "DEGRADED",
     "INACTIVE",
     "LEDGER_UNAVAILABLE",
-    "MAX_CLOCK_AHEAD",
-    "MAX_EPOCH_JUMP",
     "MISBEHAVING_HOLD",
     "RETIRED",
     "SHUTDOWN",
@@ -38,7 +47,6 @@ __all__ = [
     "VM_CONNECTION_LOST",
     "WILL_EXPIRY",
     "AgentLiveness",
-    "ChangeBudget",
     "EpochCounter",
     "FleetView",
     "FleetWord",
@@ -59,138 +67,8 @@ SHUTDOWN: Final = "SHUTDOWN"
 # The last status an agent ever has, said by `vox fleet retire`: it left the fleet for good.
 RETIRED: Final = "RETIRED"
 LEDGER_UNAVAILABLE: Final = "LEDGER_UNAVAILABLE"
-# Bounds a status must keep beyond its own model's (docs/liveness.md): an epoch moves up
-# by one per connection, and no host's clock runs this far ahead of ours.
-MAX_EPOCH_JUMP: Final = 1000
-MAX_CLOCK_AHEAD: Final = 300.0
 # An agent whose status broke a bound gets no work and keeps its incident this long.
 MISBEHAVING_HOLD: Final = 60.0
-# How fast a watched agent may change the list of commands it advertises (docs/liveness.md):
-# a burst of this many changes, then this many per second. Each change makes every master
-# above it advertise anew, so a faster one is a status out of bounds.
-ADVERT_CHANGE_BURST: Final = 64
-ADVERT_CHANGE_RATE: Final = 0.5
-# The will's MQTT message expiry (a year): the broker counts it down from the moment it
-# publishes the will, so a reader of the retained will learns when the loss happened by
-# the broker's clock (WILL_EXPIRY minus the expiry left), not the connect time the will's
-# own emitted_at says (it is built at connect). docs/liveness.md, "The will's time".
-WILL_EXPIRY: Final = 365 * 24 * 3600
-
-
-_PROCESS_STARTED = time.time()
-_PROCESS = psutil.Process()
-# The host's and this process's figures are read at most once per this window and shared
-# by every agent the process hosts (a worker of a thousand agents reads /proc once a
-# second, not a thousand times per heartbeat). It also keeps the CPU figures meaningful:
-# they are "since the previous reading", and two readings a few ms apart (a birth and an
-# advertisement update) would say 0 or 100.
-_SHARED_WINDOW = 1.0
-_shared: dict[str, Any] = {"at": -math.inf, "figures": {}}
-
-
-def _forked() -> None:
-    global _PROCESS
-    _PROCESS = psutil.Process()  # the child's own, not its parent's
-    _shared["at"] = -math.inf
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
-def _shared_figures() -> dict[str, float]:
-    """Return the host's and this process's figures, read at most once per _SHARED_WINDOW."""
-    now = time.monotonic()
-    if now - _shared["at"] >= _SHARED_WINDOW:
-        load1, _, _ = os.getloadavg()
-        _shared["at"] = now
-        _shared["figures"] = {
-            "cpu_percent": psutil.cpu_percent(interval=None),
-            "memory_percent": psutil.virtual_memory().percent,
-            "load_1m": round(load1, 2),
-            "process_rss_bytes": _PROCESS.memory_info().rss,
-            "process_cpu_percent": _PROCESS.cpu_percent(interval=None),
-            "uptime_s": round(time.time() - psutil.boot_time()),
-        }
-    figures: dict[str, float] = _shared["figures"]
-    return figures
-
-
-def host_metrics(state_dir: Path | str = "/") -> dict[str, Any]:
-    """Return this host's and process's health figures (psutil), cheap enough per heartbeat.
-
-    The host's and the process's are shared by the agents of one process (read at most once
-    a second); the disk is the agent's own state dir's.
-    """
-    shared = _shared_figures()
-    try:
-        disk = psutil.disk_usage(str(state_dir)).percent
-    except OSError:
-        disk = 0.0
-    return {
-        # Since the previous reading: at most the heartbeat interval, at least a second.
-        "cpu_percent": shared["cpu_percent"],
-        "memory_percent": shared["memory_percent"],
-        "disk_percent": disk,
-        "load_1m": shared["load_1m"],
-        "process_rss_bytes": shared["process_rss_bytes"],
-        "process_cpu_percent": shared["process_cpu_percent"],
-        "uptime_s": shared["uptime_s"],
-        "process_uptime_s": round(time.time() - _PROCESS_STARTED, 1),
-    }
-
-
-class EpochCounter:
-    """A per-connection counter persisted in the state dir (Sparkplug's bdSeq, for VOX)."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.path = Path(state_dir) / "epoch"
-        self.value = self._read()
-
-    def _read(self) -> int:
-        try:
-            return max(0, int(self.path.read_text().strip()))
-        except (FileNotFoundError, ValueError):
-            return 0
-
-    def next(self) -> int:
-        """Advance the counter durably and return the new epoch."""
-        self.value = max(self.value, self._read()) + 1
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            with tmp.open("w") as handle:
-                handle.write(f"{self.value}\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            # A full disk must not keep the agent off the broker: this run counts on in
-            # memory, and the next write that succeeds carries the count on.
-            log.warning("epoch %d kept in memory only: cannot write %s: %s", self.value, tmp, exc)
-        return self.value
-
-
-@dataclass(kw_only=True)
-class ChangeBudget:
-    """A token bucket: `burst` changes at once, then `rate` per second (pure; clock given)."""
-
-    burst: float = ADVERT_CHANGE_BURST
-    rate: float = ADVERT_CHANGE_RATE
-    tokens: float = ADVERT_CHANGE_BURST
-    at: float | None = None
-
-    def allows(self, now: float) -> bool:
-        """Tell whether one more change fits now (nothing is taken)."""
-        return self._refilled(now) >= 1.0
-
-    def take(self, now: float) -> None:
-        """Spend one change at now."""
-        self.tokens = self._refilled(now) - 1.0
-        self.at = now
-
-    def _refilled(self, now: float) -> float:
-        if self.at is None:
-            return self.tokens
-        return min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
 
 
 @dataclass(kw_only=True)
@@ -295,31 +173,8 @@ class FleetWord:
     master: UUID | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Timeliness:
-    """How old a signed status may be by its own emitted_at (docs/security.md, F23).
-
-    window + skew: the replay window plus the clock skew of the reader's [signing]; a status
-    that says an agent lives and is older than that is never taken. skew: how far the
-    sender's clock may lag ours, so a live status is aged by its emitted_at less the skew.
-    """
-
-    window: float
-    skew: float
-
-
 StatusHook = Callable[[AgentLiveness, str, str], None]
 RejectHook = Callable[[AgentLiveness, str], None]
-
-
-def _describe(exc: ValidationError) -> str:
-    """Say in one line which fields of a status broke which rule."""
-    problems = [
-        f"{'.'.join(str(p) for p in e['loc']) or 'status'}: {e['msg']}"
-        for e in exc.errors(include_url=False)[:3]
-    ]
-    more = exc.error_count() - len(problems)
-    return "; ".join(problems)[:500] + (f" (and {more} more)" if more > 0 else "")
 
 
 class FleetView:
@@ -419,7 +274,7 @@ class FleetView:
             # Validated once per message: parse and new_message already did (and kept it).
             report = message.payload_as(AgentStatus)
         except ValidationError as exc:
-            self._reject(message.source, _describe(exc))
+            self._reject(message.source, describe(exc))
             return None
         entry = self.watch(message.source, report.name)
         problem = self._claim_problem(message, report, presence=presence)
@@ -430,7 +285,7 @@ class FleetView:
         if problem is not None:
             self._reject(message.source, problem)
             return None
-        age = _age(message.emitted_at)
+        age = status_age(message.emitted_at)
         if not self._current(report, age):
             self.not_current += 1
             log.info(
@@ -441,7 +296,7 @@ class FleetView:
             return None
         if report.status is None:
             return self._take_report(entry, message, report, age, retained=retained)
-        if not self._supersedes(entry, report) or _replayed(entry, report, presence):
+        if not self._supersedes(entry, report) or replayed(entry.sequences.get(presence), report):
             return None
         if report.sequence is not None:
             entry.sequences[presence] = (report.epoch, report.started_at, report.sequence)
@@ -494,20 +349,7 @@ class FleetView:
             problem = self._advertisement_problem(entry, report)
             if problem is not None:
                 return problem
-        if entry.epoch >= 0 and report.epoch > entry.epoch + MAX_EPOCH_JUMP:
-            return (
-                f"epoch jumps from {entry.epoch} to {report.epoch}"
-                f" (more than {MAX_EPOCH_JUMP} connections at once)"
-            )
-        now = datetime.now(UTC)
-        for field, value in (("started_at", report.started_at), ("emitted_at", emitted_at)):
-            try:
-                ahead = (parse_timestamp(value) - now).total_seconds()
-            except ValueError:
-                return f"{field} {value[:40]!r} is not a timestamp"
-            if ahead > MAX_CLOCK_AHEAD:
-                return f"{field} {value} is {ahead:.0f}s ahead of this host's clock"
-        return None
+        return clock_problem(entry.epoch, report, emitted_at)
 
     def _claim_problem(
         self, message: VOXMessage, report: AgentStatus, *, presence: bool
@@ -596,7 +438,7 @@ class FleetView:
         heartbeat time stay as the presence set them.
         """
         older = report.epoch < entry.epoch and report.started_at <= entry.started_at
-        if older or _replayed(entry, report, False):
+        if older or replayed(entry.sequences.get(False), report):
             return None  # a session before the one held (its state dir kept), or a replay
         if report.sequence is not None:
             entry.sequences[False] = (report.epoch, report.started_at, report.sequence)
@@ -713,28 +555,3 @@ class FleetView:
             if entry is not None and entry.healthy:
                 commands.update(entry.commands)
         return commands
-
-
-def _age(emitted_at: str) -> float:
-    """Return how old a status is by its own emitted_at, on this host's clock (0 if ahead)."""
-    try:
-        sent = parse_timestamp(emitted_at)
-    except ValueError:
-        return 0.0  # refused before: _out_of_bounds checks it is a timestamp
-    return max(0.0, (datetime.now(UTC) - sent).total_seconds())
-
-
-def _replayed(entry: AgentLiveness, report: AgentStatus, presence: bool) -> bool:
-    """Tell whether a status is not newer than one already taken of its epoch and start.
-
-    A broker may deliver a live agent's genuine older status again (a replay: its signature
-    still holds); taken, it would show old figures or keep a frozen agent fresh. A status
-    without a sequence (a will, an agent from before them) is judged by its epoch alone.
-    """
-    last = entry.sequences.get(presence)
-    return (
-        report.sequence is not None
-        and last is not None
-        and last[:2] == (report.epoch, report.started_at)
-        and report.sequence <= last[2]
-    )
