@@ -16,7 +16,7 @@ import pytest
 from tests.kits.agentkit import Analyst, agent_config, start_agents, wait_for
 from tests.kits.brokerkit import Client, Received, SecureBroker, Witness, tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
-from vox_mqtt.agent.liveness import CATCH_UP
+from vox_mqtt.agent.reconcile import CATCH_UP
 from vox_mqtt.agent.rules import choose_child
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import FleetView

@@ -14,6 +14,7 @@ from vox_mqtt._version import __version__
 from vox_mqtt.agent.cadence import next_heartbeat
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.logonce import Repeats
+from vox_mqtt.agent.reconcile import Reconciler
 from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.agent.warroompost import WarroomPoster
 from vox_mqtt.ledger.witness import HeadWitness
@@ -33,14 +34,7 @@ from vox_mqtt.observe.status import (
     Timeliness,
     host_metrics,
 )
-from vox_mqtt.observe.warroom import (
-    CHILD_MISBEHAVING,
-    HEARTBEAT_STALE,
-    Incident,
-    Severity,
-    apply_warroom,
-    loss_code,
-)
+from vox_mqtt.observe.warroom import Incident, Severity, apply_warroom
 from vox_mqtt.observe.warroomguard import WarroomGuard
 from vox_mqtt.observe.warroomreplay import WarroomOrder
 from vox_mqtt.protocol import topics
@@ -56,16 +50,12 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.signing import STALE as REFUSED_STALE
-from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
-from vox_mqtt.protocol.storm import child_silence, hold_loss
 from vox_mqtt.transport.session import Inbound
 
-__all__ = ["CATCH_UP", "Liveness"]
+__all__ = ["Liveness"]
 
 log = logging.getLogger("vox_mqtt.liveness")
 
-# Messages queued in our persistent session arrive within this many seconds of a reconnect.
-CATCH_UP: Final = 2.0
 # What the will says of itself: it is built at connect and published by the broker later,
 # so its emitted_at is not the loss's time (docs/liveness.md, "The will's time").
 WILL_DETAIL: Final = (
@@ -99,12 +89,6 @@ class Liveness:
         # Counts up with every status and presence of this epoch: a watcher ignores one not
         # newer than the last it took (a replay, docs/security.md); the will carries none.
         self.sequence = 0
-        self.connected_at: float | None = None  # monotonic time of the latest birth
-        self._resumed = False  # the broker kept our session: queued old news may follow
-        # Our latest reconnect (not the first connection) and the backoff window it came in:
-        # what is lost within the grace after it may be the restart's echo (storm.py).
-        self._reconnected_at: float | None = None
-        self._window = 0.0
         self.incidents: dict[tuple[UUID, UUID], Incident] = {}  # seen in the war room
         self.on_incident: Callable[[Incident], None] | None = None  # new posts and resolutions
         self._said = Repeats(log)  # an incident retried at every tick is said once a minute
@@ -127,8 +111,14 @@ class Liveness:
         self._witness = HeadWitness(ctx.ledger, on_skip=self._witness_skipped)
         self._published_failure: str | None = None  # the ledger failure our status names
         self._head_read: tuple[int, tuple[int, str]] | None = None  # (commits then, head)
-        # A federated fleet: children behind a lost bridge are one site incident, not many.
-        self.links = None if self.config.links is None else SiteLinkDuty(self.config.links)
+        # What the war room should hold about the children and site links (reconcile.py).
+        self.reconciler = Reconciler(
+            ctx,
+            fleet_view=fleet_view,
+            posts=self.posts,
+            online=self._online,
+            safely=self._safely,
+        )
 
     # --- own status -----------------------------------------------------------------------
 
@@ -207,12 +197,7 @@ class Liveness:
 
     async def on_connect(self) -> None:
         """Publish the birth certificate of this connection."""
-        if self.connected_at is not None:
-            self.ctx.metrics.reconnects += 1
-            self._reconnected_at = time.monotonic()
-            self._window = self.ctx.session.reconnect_window
-        self.connected_at = time.monotonic()
-        self._resumed = self.ctx.session.session_present
+        self.reconciler.connected()
         if self.config.publish_status:
             await self.publish_status(presence=True)
 
@@ -391,11 +376,7 @@ class Liveness:
 
     def on_link(self, inbound: Inbound) -> None:
         """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
-        change = None if self.links is None else self.links.take(inbound.topic, inbound.payload)
-        if change is not None:
-            link, up = change
-            state = "up" if up else "DOWN"
-            log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
+        self.reconciler.on_link(inbound)
 
     def _fleet_word(self, agent_id: UUID) -> FleetWord | None:
         """Return an agent's name and master as our config or signed bundle says (F26).
@@ -558,116 +539,10 @@ class Liveness:
         await self._reconcile()
 
     async def _reconcile(self) -> None:
-        """Open an incident per lost child and resolve those that are back (level-triggered)."""
-        if not self._online() or self.connected_at is None:
-            return
-        since_connect = time.monotonic() - self.connected_at
-        # A pass may outlast its connection (each post awaits its PUBACK): what it decided
-        # goes out on that connection only, never on the next one (warroompost.py).
-        decided_on = self.ctx.session.connection_count
-        posted = self.posts.open_codes  # what the war room holds from us, kept current
-        for child_id in self.config.children:
-            entry = self.fleet_view.get(child_id)
-            # A child refused from its very first status is unseen, yet misbehaving.
-            if entry is None or not (entry.seen or entry.misbehaving()):
-                continue
-            code = loss_code(entry)
-            interval, stale_after = entry.heartbeat_interval, self.config.stale_after
-            grace = max(stale_after * interval, self.config.broker.reconnect_max)
-            if self.links is not None and self.links.holds(child_id, entry.received_at, grace):
-                continue  # the site's one SITE_LINK_LOST incident stands for it
-            name = entry.name or str(child_id)
-            # A status out of bounds is its own incident, even on top of a loss (an
-            # attacker's connection takes the child's session over): say so, once.
-            replace = code == CHILD_MISBEHAVING and posted.get(child_id) not in (None, code)
-            if code is not None and (child_id not in posted or replace):
-                # Retained or queued for us while we were away, or seen on our connection
-                # before this one (the wills a stopping broker sends just before it closes
-                # ours): old news, while a child that is fine is reborn (storm.py).
-                queued = self._resumed and entry.received_at < self.connected_at + CATCH_UP
-                earlier = self._reconnected_at is not None and code != CHILD_MISBEHAVING
-                earlier = earlier and 0 < entry.received_at < self.connected_at
-                silence = child_silence(interval, stale_after, self.config.broker.reconnect_max)
-                if (entry.retained or queued or earlier) and since_connect < silence:
-                    continue  # an incident it would replace stays open, still ours to resolve
-                if code != CHILD_MISBEHAVING and self._echo(entry, code, silence):
-                    continue  # posted if the child is not back when the grace ends
-                if code == CHILD_MISBEHAVING:
-                    why = f"child {name} misbehaves ({entry.rejected}); ignored"
-                    severity: Severity = "ERROR"
-                else:
-                    why = f"child {name} is unreachable ({code}, epoch {entry.epoch})"
-                    severity = "CRITICAL"
-                await self._safely(
-                    self.posts.open_incident(
-                        child_id,
-                        code,
-                        why,
-                        epoch=entry.epoch,
-                        severity=severity,
-                        replace=replace,
-                        decided_on=decided_on,
-                    )
-                )
-            elif code is None and child_id in posted:
-                state = "back" if entry.status == ACTIVE else "stopped (SHUTDOWN)"
-                await self._safely(
-                    self.posts.resolve_incident(
-                        child_id, f"child {name} is {state}, epoch {entry.epoch}"
-                    )
-                )
-        if self.links is not None:
-            await self._reconcile_links(self.links)
-        for subject in list(posted):
-            if self.links is not None and self.links.link(subject) is not None:
-                continue
-            if subject != self.config.id and subject not in self.config.children:
-                await self._safely(self.posts.resolve_incident(subject, "no longer a child"))
-        if self._advertisement_stale():
+        """Bring the war room in line with the children and links (reconcile.py)."""
+        if await self.reconciler.reconcile() and self._advertisement_stale():
             # A child's hold as misbehaving ran out: its commands come back.
             await self._safely(self.publish_status())
-
-    def _echo(self, entry: AgentLiveness, code: str, silence: float) -> bool:
-        """Return whether a child's loss may be the echo of our own reconnect (storm.py):
-        a restarted broker restores the wills it sent as it stopped and delivers them
-        again after our reconnect, maybe seconds after, while the children are reborn."""
-        seen_at = entry.received_at
-        if code == HEARTBEAT_STALE:  # seen when it went stale, not when it last spoke
-            seen_at += self.config.stale_after * entry.heartbeat_interval
-        return self._held(seen_at, silence)
-
-    def _held(self, seen_at: float | None, heard_within: float) -> bool:
-        if seen_at is None:
-            return False
-        return hold_loss(
-            now=time.monotonic(),
-            seen_at=seen_at,
-            reconnected_at=self._reconnected_at,
-            window=self._window,
-            heard_within=heard_within,
-        )
-
-    async def _reconcile_links(self, links: SiteLinkDuty) -> None:
-        """Hold one SITE_LINK_LOST incident per lost link this agent owns; resolve it when back."""
-        down = {link.id: link for link in links.owned_down()}
-        for bridge, link in down.items():
-            # A "0" heard within the grace after our own reconnect may be the bridge's will,
-            # sent as the upstream stopped and kept for us (retained, queued) (storm.py).
-            if bridge not in self.posts.open_codes and not self._held(
-                links.down_since(bridge), link.restart_cap
-            ):
-                description = (
-                    f"site {link.site}: the bridge link is down; "
-                    f"{len(link.behind)} agent(s) behind it unreachable"
-                )
-                await self._safely(self.posts.open_incident(bridge, SITE_LINK_LOST, description))
-        for subject, code in list(self.posts.open_codes.items()):
-            if code == SITE_LINK_LOST and subject not in down and links.known_up(subject):
-                known = links.link(subject)
-                site = known.site if known is not None else str(subject)
-                await self._safely(
-                    self.posts.resolve_incident(subject, f"site {site}: the bridge link is back")
-                )
 
     # --- the war room (posting is the poster's) --------------------------------------------
 
