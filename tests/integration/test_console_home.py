@@ -12,7 +12,6 @@ These verbs run without the suite's VOX_CONSOLE=one-shot (tests/conftest.py).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -32,8 +31,7 @@ from selenium.webdriver.support.ui import Select
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
 from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up, until
 from tests.kits.webkit import browser, wait
-from vox_mqtt.cli._home import state_dir_of
-from vox_mqtt.cli.ops import _from_console
+from vox_mqtt.cli._home import ask_console, state_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -153,9 +151,7 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
         states = {a["name"]: a["status"] for a in json.loads(status.stdout)["agents"]}
         assert states.get("specialist") == "ACTIVE", states
         os.environ.pop("VOX_CONSOLE", None)  # restored by the fixture's monkeypatch
-        through = await asyncio.to_thread(
-            _from_console, argparse.Namespace(config=config), "/v1/status", {"json": True}
-        )
+        through = await asyncio.to_thread(ask_console, Path(config), "/v1/status", {"json": True})
         assert through is not None, "status did not ask the console"
         assert "document" in through
         warroom = vox("warroom", "--config", config)
