@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `tests` impor
 
 from bench.common import BARE_CLIENT, figure, run_alone
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
-from tests.kits.recorder import Recorder
+from tests.kits.recorder import Recorder, Seen, stated
 from vox_mqtt.protocol import topics
 
 HEARTBEAT = 1.0
@@ -74,7 +74,9 @@ def status_is(agent: UUID, **expect: Any) -> Callable[[str, bytes], bool]:
     def test(topic: str, payload: bytes) -> bool:
         if topic not in wanted or not payload.startswith(b"{"):
             return False
-        details = json.loads(payload)["details"]
+        # A running agent's full status names no state (docs/liveness.md, "Which topic
+        # tells"): read as the state it was published in, as the recorder kit does.
+        details = stated(Seen(at=0.0, topic=topic, payload=payload, retain=False))
         return all(details.get(k) == v for k, v in expect.items())
 
     test.what = f"status {expect} of {agent}"  # type: ignore[attr-defined]

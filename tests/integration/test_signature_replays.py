@@ -189,12 +189,18 @@ async def older_status(procs: FleetProcesses, attacker: Attacker, agent: UUID) -
         entry = console.view.get(agent)
         assert entry is not None
         assert entry.last_heartbeat > old_emitted
+
         # The agent stops heartbeating (frozen, still connected); the attacker replays its
         # older statuses, and its newest, again and again: none is news to any watcher.
+        # Frozen until both watchers said so: each judges on its own tick, and a thaw after
+        # the console's STALE alone lets its next real heartbeat reach the master first.
+        def coord_saw() -> bool:  # its master logs the change, the replays notwithstanding
+            return "spec_a ACTIVE -> STALE" in procs.agents["coord"].log()
+
         procs.agents["spec_a"].signal(signal.SIGSTOP)
         try:
-            async with asyncio.timeout(15):
-                while entry.status != STALE:
+            async with asyncio.timeout(20):
+                while entry.status != STALE or not coord_saw():
                     for replay in (*old, *newest):
                         attacker.publish(
                             replay.topic, replay.payload, user_properties=replay.user_properties
@@ -203,11 +209,4 @@ async def older_status(procs: FleetProcesses, attacker: Attacker, agent: UUID) -
                     await asyncio.sleep(0.3)
         finally:
             procs.agents["spec_a"].signal(signal.SIGCONT)
-        # Its master saw it go stale too: it logged the change, the replays notwithstanding.
-        await asyncio.to_thread(
-            wait_until,
-            lambda: "spec_a ACTIVE -> STALE" in procs.agents["coord"].log(),
-            10,
-            "the coordinator to see spec_a stale",
-        )
         await wait_view(console, agent, ACTIVE)  # and its next real heartbeat is taken
