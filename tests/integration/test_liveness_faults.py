@@ -26,7 +26,9 @@ from tests.kits.faultkit import (
     status_json,
 )
 from tests.kits.livenesskit import ALL_COMMANDS, HEARTBEAT, KEEPALIVE, report, start_fleet
+from tests.kits.recorder import stated
 from vox_mqtt.broker.local import LocalBroker
+from vox_mqtt.protocol import topics
 
 pytestmark = pytest.mark.slow
 
@@ -130,9 +132,20 @@ def test_frozen_and_cut_off_specialists_go_stale_then_inactive_and_recover(
             # The coordinator must have heard each child live, not only its retained birth:
             # a child known only from retained news gets the reconnect grace before a STALE
             # alert (so a broker restart raises none), and would then be reported by its will.
+            # Its presence, not its full status: only the presence tells the state (docs/
+            # liveness.md, "Which topic tells"), and a child frozen between the two halves
+            # of its birth was never ACTIVE to its master.
             coordinator_up = rec.status(coord, status="ACTIVE", timeout=30).at
             for name in ("spec_a", "spec_b"):
-                rec.status(dep.id(name), after=coordinator_up + 0.05, timeout=10)
+                alive = topics.presence(dep.id(name))
+                rec.wait(
+                    lambda seen, alive=alive: (
+                        seen.topic == alive and stated(seen)["status"] == "ACTIVE"
+                    ),
+                    after=coordinator_up + 0.05,
+                    timeout=10,
+                    what=f"presence ACTIVE of {name}",
+                )
 
             faulted = time.monotonic()
             proxy.blackhole()  # a cut cable: no FIN, no RST, just silence

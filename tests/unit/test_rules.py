@@ -167,3 +167,34 @@ def test_the_fleet_view_keeps_a_childs_commands_down_while_it_is_down_cut_to_its
     view.update(report(INACTIVE, []))
     assert entry.commands_down == ("analyze", "scan")
     assert choose_child("analyze", [entry], load={}) == (None, ErrorCode.TARGET_INACTIVE)
+
+
+def test_the_fleet_view_takes_commands_down_from_a_running_agents_status_without_a_state() -> None:
+    # A running agent's full status carries no state word: the presence tells its state,
+    # the status its commands and what is down below it (docs/liveness.md, "Which topic tells").
+    me, coordinator = uuid4(), uuid4()
+    view = FleetView()
+
+    def report(state: str | None, down: list[str], *, target: UUID, sequence: int) -> VOXMessage:
+        details = AgentStatus(
+            name="coordinator",
+            status=state,
+            epoch=1,
+            started_at="2026-01-01T00:00:00+00:00",
+            heartbeat_interval=1.0,
+            commands_down=down,
+            sequence=sequence,
+        )
+        return new_message(MSG_AGENT_STATUS, source=coordinator, target=target, details=details)
+
+    view.update(report(ACTIVE, [], target=coordinator, sequence=1), presence=True)
+    view.update(report(None, ["analyze"], target=me, sequence=2))
+    entry = view.get(coordinator)
+    assert entry is not None
+    assert entry.healthy
+    assert entry.commands_down == ("analyze",)
+    assert choose_child("analyze", [entry], load={}) == (None, ErrorCode.TARGET_INACTIVE)
+    # Its children back: the next status lists nothing down.
+    view.update(report(None, [], target=me, sequence=3))
+    assert entry.commands_down == ()
+    assert choose_child("analyze", [entry], load={}) == (None, ErrorCode.NO_ROUTE)

@@ -458,6 +458,11 @@ class FleetView:
         down = entry.status == INACTIVE and report.epoch <= entry.epoch
         entry.commands = () if down else listed
         entry.epoch_of_commands = report.epoch
+        # What agents below it serve and nobody ACTIVE there does now: a running agent's
+        # status carries no state word, so this is where it is taken (kept while the agent
+        # is down: its master still answers TARGET_INACTIVE for them, docs/liveness.md).
+        share, below = self.share_of(entry.id), report.commands_down
+        entry.commands_down = tuple(below if share is None else below[:share])
         if not entry.seen:
             # Before any presence: known to exist, its liveness still UNKNOWN.
             entry.heartbeat_interval = report.heartbeat_interval
