@@ -6,9 +6,40 @@ The public API is resolved on first use (PEP 562): `import vox_mqtt` costs nothi
 
 from __future__ import annotations
 
+# The C module under `signal`, loaded by the interpreter's own start: `signal` itself would
+# load enum first, a window before the handler below (docs/operations.md, "Interrupting").
+import _signal  # type: ignore[import-not-found]
 import importlib  # already loaded by the interpreter's own start
+import os
+import sys
 
-from vox_mqtt._version import __version__
+
+def _end_at_once(signum: int, frame: object) -> None:
+    """End a `vox` or `vox-agent` process at once on SIGINT, exit status 130, no traceback.
+
+    Installed by the first code of the package to run when the process is one of the console
+    scripts: the script imports `vox_mqtt._entry`, which loads this package first, so a
+    Ctrl-C while the package or the entry module loads would otherwise raise
+    KeyboardInterrupt inside an import (docs/operations.md, "Interrupting a command").
+    vox_mqtt/_entry.py hands SIGINT back to Python while the command runs.
+    """
+    # Between imports or after the command returned: nothing of ours is half done. Flush
+    # what the command printed, then go.
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105  (contextlib would be one more import before the handler)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
+
+
+# Only in the console scripts (a library user's program keeps its own SIGINT), and not when a
+# shell started the process with SIGINT ignored (a background job, see vox_mqtt/_entry.py).
+_SCRIPT = os.path.basename(sys.argv[0] if sys.argv else "").removesuffix(".exe")
+if _SCRIPT in ("vox", "vox-agent") and _signal.getsignal(_signal.SIGINT) != _signal.SIG_IGN:
+    _signal.signal(_signal.SIGINT, _end_at_once)
+
+from vox_mqtt._version import __version__  # noqa: E402  (after the handler: one load less)
 
 # Not `from typing import TYPE_CHECKING`: importing typing here would put a module load
 # between the interpreter's start and the `vox` entry's SIGINT handler (vox_mqtt/_entry.py).

@@ -12,29 +12,21 @@ public names lazily, so this handler is in place before any heavy import starts.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
+
+from vox_mqtt import _end_at_once
 
 EXIT_INTERRUPTED = 130
 
 
-def _end_at_once(signum: int, frame: object) -> None:
-    # Between imports or after the command returned: no task, file or session of ours is
-    # half done, and a KeyboardInterrupt raised here would surface as an import-time or
-    # shutdown traceback. Flush what the command printed, then go.
-    for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105  (contextlib would be one more import before the handler)
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(EXIT_INTERRUPTED)
-
-
-# Installed as this module loads, before anything else is imported: the console script
-# imports this module first thing. A shell starts background jobs with SIGINT ignored (and
-# Python then installs no handler): such a process is not the one a Ctrl-C is meant for, so
-# it stays ignored.
+# Between imports or after the command returned: no task, file or session of ours is half
+# done, and a KeyboardInterrupt raised then would surface as an import-time or shutdown
+# traceback. vox_mqtt/__init__.py, which loads before this module, already installed this
+# handler for the console scripts; installing it again here also covers an entry that does
+# not go by those names. A shell starts background jobs with SIGINT ignored (and Python then
+# installs no handler): such a process is not the one a Ctrl-C is meant for, so it stays
+# ignored.
 _IGNORED = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 if not _IGNORED:
     signal.signal(signal.SIGINT, _end_at_once)

@@ -50,14 +50,36 @@ def _interrupt(args: list[str], after: float) -> tuple[int, str]:
     return process.returncode, err
 
 
+def _handler_line() -> int:
+    """The line of vox_mqtt/__init__.py that installs the SIGINT handler."""
+    text = (REPO / "vox_mqtt" / "__init__.py").read_text().splitlines()
+    return next(at for at, line in enumerate(text, 1) if "_signal.signal(" in line)
+
+
 def _before_the_script(err: str) -> bool:
-    """Tell whether a traceback comes from the interpreter's own start (site, the editable
-    install's finder), before the first line of the `vox` script: no code of the project
-    runs there, and no handler of any program can be in place yet. A loaded machine can
-    stretch that start past the earliest moments tried here."""
-    frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
-    ours = (str(VOX), f"{REPO}/vox_mqtt/", f"{REPO}/agent_daemon/")
-    return bool(frames) and not any(mark in frame for frame in frames for mark in ours)
+    """Tell whether a traceback comes from before the handler is in place: the interpreter's
+    own start (site, the editable install's finder), the `vox` script's import of its entry
+    while Python still looks for the package, or the lines of vox_mqtt/__init__.py before
+    the one that installs it, its first statements. No handler of any program can be in
+    place there; any later moment shows a frame of the package past that line and fails.
+    A loaded machine can stretch that start past the earliest moments tried here."""
+    lines = err.splitlines()
+    frames = [
+        (line, lines[at + 1].strip() if at + 1 < len(lines) else "")
+        for at, line in enumerate(lines)
+        if line.lstrip().startswith('File "')
+    ]
+    ours = (f"{REPO}/vox_mqtt/", f"{REPO}/agent_daemon/")
+    package = f'File "{REPO}/vox_mqtt/__init__.py", line '
+
+    def of_ours(frame: str, statement: str) -> bool:
+        if str(VOX) in frame:  # the script: only its import of the entry is before us
+            return not statement.startswith("from vox_mqtt._entry import")
+        if package in frame:  # the package's first lines, up to the handler's
+            return int(frame.split(package)[1].split(",")[0]) > _handler_line()
+        return any(mark in frame for mark in ours)
+
+    return bool(frames) and not any(of_ours(frame, statement) for frame, statement in frames)
 
 
 def _check(args: list[str], after: float, code: int, err: str) -> None:

@@ -194,3 +194,23 @@ def test_a_rows_details_are_the_scrubbed_ones_with_or_without_the_fast_path(
 
     made = _details_text(details)
     assert (made if isinstance(made, str) else _canonical(made)) == _canonical(_scrub(details))
+
+
+async def test_settled_waits_for_what_was_queued_so_another_connection_reads_it(
+    tmp_path: Path,
+) -> None:
+    # A caller may be shown an answer before its row commits (agent/inbound.py, _commit);
+    # a reader on its own connection that waits on settled() first reads that row.
+    path = tmp_path / "logs.db"
+    async with VOXAgentMemory(path, commit_window=600.0) as memory:
+        rows = [memory.record("test", f"row{n}", None, None, {}) for n in range(3)]
+        queued = [asyncio.ensure_future(row) for row in rows]
+        await asyncio.sleep(0)  # each record is in the buffer, its commit 600 s away
+        assert not any(task.done() for task in queued)
+        async with asyncio.timeout(60):  # far inside the window: settled() commits them
+            await memory.settled()
+        assert all(task.done() for task in queued)
+        async with VOXAgentMemory(path, read_only=True) as reader:
+            actions = [row["action"] for row in await reader.get_recent(10)]
+        assert actions == ["row2", "row1", "row0"], actions
+        await memory.settled()  # nothing queued: returns at once

@@ -223,20 +223,24 @@ class VOXAgentMemory:
                 return
             self._closed = True
             try:
-                await self._drain()
+                await self.settled()
             finally:
                 await self._close_connections()
                 if self._guard is not None:
                     self._guard.cancel()
 
-    async def _drain(self) -> None:
-        """Wait until every queued record is committed (or has failed)."""
+    async def settled(self) -> None:
+        """Wait until each record queued before this call committed (or failed), so another
+        connection reads it: an answer given before its row committed (agent/inbound.py)."""
+        last = self._buffer[-1].future if self._buffer else None  # batches commit in order
         while self._thread is not None and (self._in_flight or self._buffer):
             if not self._in_flight:
                 self._flush()
             waiter = asyncio.get_running_loop().create_future()
             self._drain_waiters.append(waiter)
             await waiter
+            if last is None or last.done():
+                return  # the batch in flight at the call, or the last one queued, committed
 
     async def _close_connections(self) -> None:
         thread, self._thread = self._thread, None
@@ -562,18 +566,15 @@ class VOXAgentMemory:
         return await _lifecycle.untold_children(self._fetch, (await self.head())[0] - rows)
 
     async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
-        """Record a child's ledger head (row id, hash) as its status reported it.
-
-        final: the child said it stopped, so nothing may follow this head.
-        """
+        """Record a child's ledger head (row id, hash) as its status reported it (final: it
+        said it stopped, so nothing may follow this head)."""
         details = {"row": head[0], "hash": head[1], "final": final}
         return await self.record(WITNESS_EVENT, WITNESS_ACTION, child, None, details)
 
     async def witnessed_heads(self, child: UUID | None = None) -> list[dict[str, Any]]:
         """Return the ledger heads this ledger witnessed, oldest first (of one child if named)."""
-        return await self._read(
-            *_queries.witnessed_query(None if child is None else _id_text(child))
-        )
+        where = None if child is None else _id_text(child)
+        return await self._read(*_queries.witnessed_query(where))
 
     async def verify(self) -> VerifyReport:
         """Recompute the hash chain and report the first row that does not match."""

@@ -423,6 +423,10 @@ class FleetTasks(RequestHandler):
         mine = sorted(self.tasks.values(), key=lambda r: r.created, reverse=True)
         if self.ledger is None:
             return [r.task() for r in mine]
+        # A request's caller gets its answer beside the commit of the answer's row, not after
+        # it (agent/inbound.py, _commit), and the ledger is read on a connection of its own:
+        # an answer `vox send` already printed is listed completed, not still working.
+        await self.console.agent.ledger.settled()
         found = await self.ledger.requests(time.time())
         listed: list[Task] = []
         seen: set[str] = set()
