@@ -14,7 +14,7 @@ from vox_mqtt._version import __version__
 from vox_mqtt.agent.cadence import next_heartbeat
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.logonce import Repeats
-from vox_mqtt.agent.reconcile import Reconciler
+from vox_mqtt.agent.reconcile import CATCH_UP, Reconciler
 from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.agent.warroompost import WarroomPoster
 from vox_mqtt.ledger.witness import HeadWitness
@@ -107,6 +107,7 @@ class Liveness:
         fleet_view.named = self._named
         fleet_view.timeliness = self._timeliness()
         self._own_repeat_at = -float("inf")  # when our status last went out again (F23)
+        self._backlog_answered: float | None = None  # the birth whose backlog got its answer
         # Each child's ledger head goes into our own ledger (docs/ledger.md, the witness).
         self._witness = HeadWitness(ctx.ledger, on_skip=self._witness_skipped)
         self._published_failure: str | None = None  # the ledger failure our status names
@@ -509,11 +510,18 @@ class Liveness:
         if retained or not isinstance(epoch, int) or epoch >= self.epoch or not self._online():
             return
         now = time.monotonic()
-        if now - self._own_repeat_at < self.config.heartbeat_interval:
+        born = self.reconciler.connected_at
+        if born is not None and now < born + CATCH_UP and self._backlog_answered != born:
+            # Our persistent session's queue, delivered at connect, may hold our previous
+            # session's own will: one answer per connection to that backlog does not spend
+            # the replay allowance below, so a late will right after it is still answered.
+            self._backlog_answered = born
+        elif now - self._own_repeat_at < self.config.heartbeat_interval:
             # A replay of old statuses (F23, docs/security.md) gets one answer per
             # heartbeat interval, not one each: the next beat puts ours back anyway.
             return
-        self._own_repeat_at = now
+        else:
+            self._own_repeat_at = now
         log.warning(
             "%s: a status of epoch %d replaced ours (epoch %d): publishing ours again",
             self.config.name,
