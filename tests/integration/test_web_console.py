@@ -14,7 +14,7 @@ from selenium.webdriver.support.ui import Select
 
 from tests.kits.brokerkit import NO_MATCHING_SUBSCRIBERS, SUCCESS, Client
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
-from tests.kits.webkit import browser, row_of, run_web, screenshot, state_of, wait
+from tests.kits.webkit import browser, click_found, row_of, run_web, screenshot, state_of, wait
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import (
@@ -288,7 +288,11 @@ def test_markup_from_an_agent_is_shown_as_text_and_never_runs(
             assert IMG in texts
             # Its own page: name and version as text too.
             driver.find_element(By.ID, "nav-tree").click()
-            row_of(driver, IMG).find_element(By.CSS_SELECTOR, "a.agent-link").click()
+            click_found(
+                driver,
+                lambda d: row_of(d, IMG).find_element(By.CSS_SELECTOR, "a.agent-link"),
+                "the image agent's link",
+            )
             wait(
                 driver,
                 lambda d: d.find_elements(By.CSS_SELECTOR, "#page-agent h2.agent-name"),

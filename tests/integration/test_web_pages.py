@@ -20,7 +20,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
-from tests.kits.webkit import browser, run_web, screenshot, self_signed, wait
+from tests.kits.webkit import browser, click_found, run_web, screenshot, self_signed, wait
 
 pytestmark = pytest.mark.slow
 
@@ -159,13 +159,23 @@ def test_the_inbox_and_the_requests_pages_follow_what_the_operator_sent(
         shown = requests_shown(driver)
         assert shown["tell"] == ["ANSWERED"]
         assert shown["refuse"] == ["FAILED"]
-        failed = driver.find_element(By.CSS_SELECTOR, "tr.request[data-command='refuse']")
-        assert "HANDLER_ERROR" in failed.text
+        failed = "tr.request[data-command='refuse']"
+        wait(
+            driver,
+            lambda d: "HANDLER_ERROR" in d.find_element(By.CSS_SELECTOR, failed).text,
+            10,
+            "the refused request's error code on its row",
+        )
         screenshot(driver, "web-requests.png")
 
         # One request's timeline: what the operator's own ledger knows of it.
-        row = driver.find_element(By.CSS_SELECTOR, "tr.request[data-command='linger']")
-        row.find_element(By.CSS_SELECTOR, "a.request-link").click()
+        click_found(
+            driver,
+            lambda d: d.find_element(
+                By.CSS_SELECTOR, "tr.request[data-command='linger'] a.request-link"
+            ),
+            "the linger request's link",
+        )
         steps = "#timeline tr.step"
         wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, steps)) >= 3, 10, "timeline")
         kinds = [s.get_attribute("data-type") for s in driver.find_elements(By.CSS_SELECTOR, steps)]

@@ -130,6 +130,24 @@ def wait(driver: WebDriver, predicate: Callable[[WebDriver], T], timeout: float,
         raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
 
 
+def click_found(driver: WebDriver, find: Callable[[WebDriver], Any], what: str) -> None:
+    """Find an element and click it, finding it again if the page redrew it in between.
+
+    The live pages redraw their tables from each poll (console/static/app.js), so an
+    element found a moment ago may be gone by the click: a person's click lands on the
+    row drawn now, and so does this one (bounded, like `wait`).
+    """
+
+    def found_and_clicked(d: WebDriver) -> bool:
+        element = find(d)
+        if element is None:
+            return False
+        element.click()  # a stale element raises, and `wait` finds it again
+        return True
+
+    wait(driver, found_and_clicked, 15, what)
+
+
 def row_of(driver: WebDriver, name: str) -> Any:
     """Return the tree row whose agent link reads name, or None."""
     for row in driver.find_elements(By.CSS_SELECTOR, "#tree tr.agent"):
