@@ -14,6 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -111,6 +112,10 @@ def workers(fed: Federation) -> Iterator[list[subprocess.Popen[bytes]]]:
                 process.stdout.close()
 
 
+# How long the test's own look may take to be let in (seconds); see look().
+LOOK_CONNECT = 30.0
+
+
 def agents_count(fed: Federation) -> int:
     return len(list(fed.fleet))
 
@@ -120,7 +125,12 @@ async def look(fed: Federation) -> AsyncIterator[FleetView]:
     """A fresh look on the core, as `vox status` takes it: the operator's status look
     identity, no session, no ledger. (A console of the operator's own identity would take
     the operator's session over, since the brokers lock client ids: docs/broker.md.)"""
-    async with observing(load_reader(fed.operator_config, "status"), warroom=False) as seen:
+    reader = load_reader(fed.operator_config, "status")
+    # The look is this test's instrument, not what it judges: a core busy taking 304
+    # agents' connections on a loaded machine may take more than a look's usual 5 s to
+    # let one more in (seen once: "not connected within 5s" while agents started).
+    reader = replace(reader, broker=replace(reader.broker, connect_timeout=LOOK_CONNECT))
+    async with observing(reader, warroom=False) as seen:
         yield seen.view
 
 
