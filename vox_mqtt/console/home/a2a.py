@@ -27,14 +27,9 @@ from a2a.server.routes import (
     create_rest_routes,
 )
 from a2a.types import (
-    AgentCapabilities,
-    AgentCard,
-    AgentInterface,
-    AgentSkill,
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
-    HTTPAuthSecurityScheme,
     InvalidParamsError,
     ListTasksRequest,
     ListTasksResponse,
@@ -42,11 +37,8 @@ from a2a.types import (
     Part,
     PushNotificationNotSupportedError,
     Role,
-    SecurityRequirement,
-    SecurityScheme,
     SendMessageRequest,
     StreamResponse,
-    StringList,
     SubscribeToTaskRequest,
     Task,
     TaskNotFoundError,
@@ -61,6 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from vox_mqtt.console.home.a2acard import agent_card
 from vox_mqtt.console.home.api import record_door
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import same_secret
@@ -264,7 +257,10 @@ class FleetTasks(RequestHandler):
     """A2A's methods answered from the operator's requests (docs/a2a.md, "Mapping")."""
 
     def __init__(
-        self, console: OperatorConsole, skills: Callable[[], list[str]], ledger: Any = None
+        self,
+        console: OperatorConsole,
+        skills: Callable[[], dict[str, dict[str, Any]]],
+        ledger: Any = None,
     ) -> None:
         self.console = console
         self.skills = skills
@@ -284,7 +280,7 @@ class FleetTasks(RequestHandler):
             return await asyncio.shield(self._starting[key])
         parts = [MessageToDict(p, preserving_proto_field_name=True) for p in message.parts]
         try:
-            command, args = parse_message(parts, self.skills())
+            command, args = parse_message(parts, sorted(self.skills()))
         except ValueError as exc:
             raise InvalidParamsError(message=str(exc)) from None
         starting: asyncio.Future[_Record] = asyncio.get_running_loop().create_future()
@@ -493,43 +489,6 @@ async def _settle(pumping: asyncio.Future[None]) -> None:
         await pumping
 
 
-def agent_card(name: str, url: str, skills: list[str], *, token: bool) -> AgentCard:
-    """Return the card: one skill per command the root advertises, streaming, the scheme."""
-    card = AgentCard(
-        name=name,
-        description=f"The vox-mqtt fleet under {name}, through its operator's console",
-        version="1.0",
-        supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=f"{url}rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
-        ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["application/json", "text/plain"],
-        default_output_modes=["application/json"],
-        skills=[
-            AgentSkill(
-                id=command,
-                name=command,
-                description=(
-                    f"The fleet's `{command}` command: a data part "
-                    f'{{"command": "{command}", "params": {{...}}}} or the text '
-                    f'"{command} key=value"'
-                ),
-                tags=["vox-command"],
-            )
-            for command in skills
-        ],
-    )
-    if token:
-        card.security_schemes["bearer"].CopyFrom(
-            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
-        )
-        card.security_requirements.append(
-            SecurityRequirement(schemes={"bearer": StringList(list=[])})
-        )
-    return card
-
-
 class _Bearer:
     """The token on every call but the card's (docs/a2a.md, "Security"; docs/security.md)."""
 
@@ -556,12 +515,12 @@ def build_a2a_app(
 ) -> tuple[ASGIApp, Callable[[], Awaitable[None]]]:
     """Return the A2A door's app (card + JSON-RPC at `/`) and what closes it."""
 
-    async def card_now(card: AgentCard) -> AgentCard:
+    async def card_now(card: Any) -> Any:
         # The card follows the root's commands as they change.
         return agent_card(name, url, handler.skills(), token=token is not None)
 
     routes = [
-        *create_agent_card_routes(agent_card(name, url, [], token=token is not None), card_now),
+        *create_agent_card_routes(agent_card(name, url, {}, token=token is not None), card_now),
         *create_jsonrpc_routes(handler, "/"),
         # Under /rest: the binding's tenant mount would take every other path of `/`.
         *create_rest_routes(handler, path_prefix="/rest"),
@@ -575,11 +534,11 @@ def a2a_app(
     """Return the door's app for the console's session and live view (console/home/server.py)."""
     op = console.file.operator
 
-    def skills() -> list[str]:
-        # The root's advertised commands, from the live view the console keeps.
-        for entry in state.observer.view.agents():
-            if entry.id == op.root_id:
-                return sorted(entry.commands)
-        return []
+    def skills() -> dict[str, dict[str, Any]]:
+        # The root's advertised commands and what each takes, from the console's live view.
+        root = state.observer.view.get(op.root_id)
+        if root is None:
+            return {}
+        return {command: dict(root.params.get(command) or {}) for command in root.commands}
 
     return build_a2a_app(FleetTasks(console, skills, ledger), op.root_name, url, token)
