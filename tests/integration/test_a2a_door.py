@@ -55,11 +55,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield found
 
 
-def doors(config: Path) -> dict[str, str]:
-    """Return request id -> the door the operator's ledger says it came through."""
+def door_rows(config: Path) -> list[dict[str, Any]]:
+    """Return the door rows of the operator's ledger (console/doorlog.py), oldest first."""
     rows = ledger_rows(state_dir_of(config) / "logs.db")
-    found = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
-    return {d["request_id"]: d["door"] for d in found}
+    return [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+
+
+def doors(config: Path) -> dict[str, str]:
+    """Return request id -> the door the operator's ledger says its command came through."""
+    return {d["request_id"]: d["door"] for d in door_rows(config) if d.get("what") != "cancel"}
 
 
 def message(message_id: str, *, data: dict[str, Any] | None = None, text: str = "") -> Message:
@@ -225,6 +229,10 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             assert ids == [cli_id, first.task.id, steps_id, by_rest.task.id, answer.task.id], ids
             through = doors(config)
             assert [through.get(i) for i in ids] == ["cli", "a2a", "a2a", "a2a", "a2a"], through
+            acts = [
+                (d["request_id"], d["door"], d.get("what")) for d in door_rows(config)
+            ]  # fmt: skip
+            assert (first.task.id, "a2a", "cancel") in acts, acts  # the cancel's door too
             assert listed.tasks[0].status.state == TaskState.TASK_STATE_COMPLETED, listed
             assert not listed.tasks[0].artifacts  # the ledger keeps no answer
             assert MessageToDict(listed.tasks[4].artifacts[0].parts[0].data) == {"result": "hi"}

@@ -159,7 +159,17 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
         assert warroom.stdout.startswith("open incidents: "), warroom.stdout
         shown = vox("request", "show", request_id, "--config", config, "--json")
         assert shown.returncode == 0, shown.stderr
-        assert json.loads(shown.stdout)["state"] == "canceled"
+        report = json.loads(shown.stdout)
+        assert report["state"] == "canceled"
+        # Every door is audited: the command and its cancel came through the CLI.
+        assert report["door"] == "cli", report
+        assert [(d["door"], d["what"]) for d in report["doors"]] == [
+            ("cli", "command"),
+            ("cli", "cancel"),
+        ], report
+        in_words = vox("request", "show", request_id, "--config", config)
+        assert in_words.returncode == 0, in_words.stderr
+        assert "came through cli (command), cli (cancel)" in in_words.stdout, in_words.stdout
         stopped = vox("console", "stop", "--config", config)
         assert stopped.returncode == 0, stopped.stderr
         code = await asyncio.to_thread(_process.wait, 30)

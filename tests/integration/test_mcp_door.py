@@ -182,6 +182,15 @@ async def test_an_mcp_client_reads_sends_follows_and_cancels(fleet: Fleet, tmp_p
                     if await state() == "canceled":
                         break
                 assert await state() == "canceled"
+                # Every door is audited: the command and its cancel came through this one.
+                found = structured(
+                    await session.call_tool("request_status", {"request_id": request_id})
+                )
+                assert found["door"] == "mcp", found
+                assert [(d["door"], d["what"]) for d in found["doors"]] == [
+                    ("mcp", "command"),
+                    ("mcp", "cancel"),
+                ], found
 
                 incidents = structured(await session.call_tool("open_incidents", {}))
                 assert isinstance(incidents["rows"], list), incidents

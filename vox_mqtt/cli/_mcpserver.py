@@ -302,6 +302,7 @@ def build_server(config: Path) -> Any:
     ) -> dict[str, Any]:
         """Cancel a request the operator sent; the report says whether the tree confirmed it."""
         body = {"request_id": request_id, "reason": reason, "wait": min(wait_s, 60.0)}
+        body["door"] = "mcp"  # the operator's ledger says which door the cancel came through
         return await ask("/v1/cancel", body)
 
     @server.tool()

@@ -53,8 +53,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from vox_mqtt.console.doorlog import record_door
 from vox_mqtt.console.home.a2acard import agent_card
-from vox_mqtt.console.home.api import record_door
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import same_secret
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -446,7 +446,12 @@ class FleetTasks(RequestHandler):
             return None
         if not record.done.is_set():
             with contextlib.suppress(VoxError):
-                await self.console.cancel(request_id, reason="A2A tasks/cancel", wait=_CANCEL_WAIT)
+                try:
+                    await self.console.cancel(
+                        request_id, reason="A2A tasks/cancel", wait=_CANCEL_WAIT
+                    )
+                finally:  # the operator's ledger says which door the cancel came through
+                    await record_door(self.console, request_id, record.command, "a2a", "cancel")
             # Canceled only when the tree confirms it: the request's own end says so.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(record.done.wait(), _CANCEL_WAIT)
