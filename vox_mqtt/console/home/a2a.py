@@ -190,11 +190,12 @@ class _Record:
 
     def move(self, state: TaskState, text: str | None) -> None:
         self.state, self.text, self.at = state, text, _now()
-        event = TaskStatusUpdateEvent(
-            task_id=self.request_id, context_id=self.context_id, status=self.status()
-        )
-        for queue in self.watchers:
-            queue.put_nowait(event)
+        if self.watchers:  # built for those who stream it; tasks/get builds its own
+            event = TaskStatusUpdateEvent(
+                task_id=self.request_id, context_id=self.context_id, status=self.status()
+            )
+            for queue in self.watchers:
+                queue.put_nowait(event)
         if state in _FINISHED:
             self.done.set()
             for queue in self.watchers:
@@ -321,14 +322,14 @@ class FleetTasks(RequestHandler):
         try:
             reply = await sent.answer()
         except CommandFailed as exc:
-            await _settle(pumping)
+            await _settle(pumping, record)
             record.move(task_state_of(str(exc.code)), f"{exc.code}: {exc.error}")
             return
         except VoxError as exc:
-            await _settle(pumping)
+            await _settle(pumping, record)
             record.move(TaskState.TASK_STATE_FAILED, f"{type(exc).__name__}: {exc}")
             return
-        await _settle(pumping)
+        await _settle(pumping, record)
         record.result = reply.details.get("result")
         record.answered = True
         record.move(TaskState.TASK_STATE_COMPLETED, None)
@@ -478,14 +479,15 @@ class FleetTasks(RequestHandler):
         await asyncio.gather(*self._running, return_exceptions=True)
 
 
-async def _settle(pumping: asyncio.Future[None]) -> None:
+async def _settle(pumping: asyncio.Future[None], record: _Record) -> None:
     """Let the follow pump tell what came before the end, then stop it.
 
     What the tree reported before the answer is already in the follower's queue: a few
-    turns of the loop pass it on in order. No wait for the final transition itself: the
-    answer is the end, and a blocking message/send answers at once.
+    turns of the loop pass it on in order, to those who stream the task. Nobody streams
+    it (a blocking message/send): the end replaces whatever came before, at once. No wait
+    for the final transition itself: the answer is the end.
     """
-    for _ in range(8):
+    for _ in range(8 if record.watchers else 0):
         if pumping.done():
             break
         await asyncio.sleep(0)
