@@ -130,7 +130,7 @@ class _FleetServer(MCPServer):
         taken = {tool.name for tool in fixed}
         try:
             commands = await self._commands()
-        except ToolError:
+        except (ToolError, ConsoleUnreachable, OSError, asyncio.IncompleteReadError):
             return fixed  # no console to ask: the fixed tools say so when called
         found = (command_tool(c, e) for c, e in sorted(commands.items()))
         return [*fixed, *(t for t in found if t is not None and t.name not in taken)]
