@@ -24,6 +24,7 @@ from bench import (
     bridged,
     burst_read,
     detection,
+    doors,
     exporter_scrape,
     faststream_rpc,
     fleet_large,
@@ -63,6 +64,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "scale": (16, scale.run),
     "request_life": (17, request_life.run),
     "burst_read": (18, burst_read.run),
+    "doors": (19, doors.run),
 }
 
 

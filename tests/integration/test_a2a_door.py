@@ -2,10 +2,11 @@
 
 operator -> root -> coordinator -> specialist (tests/kits/lifecyclekit.py). The door listens
 on 0.0.0.0 with a bearer token (beyond loopback it must): the card is read (skills = the
-root's commands), a command completes with its result as an artifact, a streamed command
-shows its progress then completed, the same message id sent twice is one task and one run
-of the handler, a long command is cancelled (canceled once the handler saw it), tasks are
-got and listed, and a call without the token gets 401.
+root's commands, with the specialist's handlers' schemas), a command completes with its
+result as an artifact, a streamed command shows its progress then completed, the same
+message id sent twice is one task and one run of the handler, a long command is cancelled
+(canceled once the handler saw it), tasks are got and listed, a call without the token gets
+401, and the card follows the root's commands when the specialist stops and starts again.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
 from tests.kits.lifecyclekit import events, ledger_rows, lifecycle_fleet, route_up, until
 from vox_mqtt.cli._home import reach, state_dir_of
+from vox_mqtt.console.home.a2acard import SKILL_PARAMS
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +55,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield found
 
 
-def doors(config: Path) -> dict[str, str]:
-    """Return request id -> the door the operator's ledger says it came through."""
+def door_rows(config: Path) -> list[dict[str, Any]]:
+    """Return the door rows of the operator's ledger (console/doorlog.py), oldest first."""
     rows = ledger_rows(state_dir_of(config) / "logs.db")
-    found = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
-    return {d["request_id"]: d["door"] for d in found}
+    return [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+
+
+def doors(config: Path) -> dict[str, str]:
+    """Return request id -> the door the operator's ledger says its command came through."""
+    return {d["request_id"]: d["door"] for d in door_rows(config) if d.get("what") != "cancel"}
 
 
 def message(message_id: str, *, data: dict[str, Any] | None = None, text: str = "") -> Message:
@@ -109,6 +115,27 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             assert refused.status_code == 401, refused.text
             card = await A2ACardResolver(bare, url).get_agent_card()
         assert {"echo", "steps", "stuck"} <= {skill.id for skill in card.skills}, card
+        # Each skill carries its handler's parameters, carried up from the specialist: whole
+        # in the card's data-only extension, in words in its description.
+        (extension,) = card.capabilities.extensions
+        assert extension.uri == SKILL_PARAMS, extension
+        assert not extension.required, extension
+        schemas = MessageToDict(extension.params)["skills"]
+        assert schemas["stuck"] == {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        }, schemas
+        assert schemas["echo"]["properties"]["text"]["type"] == "string", schemas
+        skills = {skill.id: skill for skill in card.skills}
+        assert skills["steps"].description.startswith("Report `count` steps of progress")
+        assert "count (integer, required), pause (number, required)" in skills["steps"].description
+        assert json.loads(skills["stuck"].examples[0]) == {
+            "command": "stuck",
+            "params": {"n": "..."},
+        }
+        assert "Lifecycle" not in json.dumps(MessageToDict(card))  # no role class rises
         assert card.capabilities.streaming
         assert "bearer" in card.security_schemes
         for interface in card.supported_interfaces:
@@ -202,6 +229,10 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             assert ids == [cli_id, first.task.id, steps_id, by_rest.task.id, answer.task.id], ids
             through = doors(config)
             assert [through.get(i) for i in ids] == ["cli", "a2a", "a2a", "a2a", "a2a"], through
+            acts = [
+                (d["request_id"], d["door"], d.get("what")) for d in door_rows(config)
+            ]  # fmt: skip
+            assert (first.task.id, "a2a", "cancel") in acts, acts  # the cancel's door too
             assert listed.tasks[0].status.state == TaskState.TASK_STATE_COMPLETED, listed
             assert not listed.tasks[0].artifacts  # the ledger keeps no answer
             assert MessageToDict(listed.tasks[4].artifacts[0].parts[0].data) == {"result": "hi"}
@@ -220,5 +251,32 @@ async def test_an_a2a_client_sends_streams_cancels_and_lists(fleet: Fleet, tmp_p
             nonsense = SendMessageRequest(message=message("m-bad", data={"what": 1}))
             with pytest.raises(Exception, match=r"skills: .*echo"):
                 await send(blocking, nonsense)
+
+        # The card follows the root's commands: the specialist stops, its skills leave the
+        # card; it starts again, they come back with their schemas.
+        async def skill_ids() -> set[str]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                found = await A2ACardResolver(http, url).get_agent_card()
+            return {skill.id for skill in found.skills}
+
+        specialist = procs.agents["specialist"]
+        specialist.stop()
+        for _ in range(400):
+            if "echo" not in await skill_ids():
+                break
+            await asyncio.sleep(0.05)
+        assert not {"echo", "steps", "stuck"} & await skill_ids()
+        specialist.start()
+        for _ in range(1200):
+            if {"echo", "steps", "stuck"} <= await skill_ids():
+                break
+            await asyncio.sleep(0.05)
+        async with httpx.AsyncClient(timeout=30) as http:
+            again = await A2ACardResolver(http, url).get_agent_card()
+        assert {"echo", "steps", "stuck"} <= {skill.id for skill in again.skills}, again
+        assert (
+            MessageToDict(again.capabilities.extensions[0].params)["skills"]["stuck"]
+            == (schemas["stuck"])
+        )
     log = (tmp_path / "console.log").read_text()
     assert "Traceback" not in log, log

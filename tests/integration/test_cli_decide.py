@@ -6,13 +6,17 @@ fleet does (the coordinator, relayed by the root).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from tests.kits.agentkit import wait_for
 from tests.kits.clikit import capture
+from tests.kits.fleetproc import REPO, child_env, serving_vox
 from tests.kits.freelancekit import (
     Fixture,
     drop,
@@ -21,9 +25,17 @@ from tests.kits.freelancekit import (
     job_mail,
     seed_fleet,
 )
+from tests.kits.lifecyclekit import ledger_rows
 from vox_mqtt.fleet.bundles import render_agent_config
 
 __all__ = ["capture", "fleet_fixture", "seed_fleet"]  # the fixtures this module borrows
+
+
+def console_env() -> dict[str, str]:
+    """A verb's environment: through the console (the suite's one-shot default dropped)."""
+    env = child_env()
+    env.pop("VOX_CONSOLE", None)
+    return env
 
 
 async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
@@ -77,6 +89,25 @@ async def test_vox_inbox_numbers_jobs_and_vox_decide_decides_them(
         # The root's trace of job #1 shows the decision, its verdict and the outcome.
         root_db = f.tmp / "root" / "logs.db"
         traced = await capture("ledger", root_db, "trace", jobs[0]["message_id"][:8])
+        # Through the operator's console, a decision leaves a door row in its ledger (every
+        # door is audited: console/doorlog.py), refused by the fleet as it is here.
+        serve = ["console", "serve", "--config", str(operator)]
+        log = tmp_path / "console.log"
+        with serving_vox(
+            serve, log, lambda text: "up" if "listening on" in text else None, "the console"
+        ):
+            via = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "vox_mqtt.cli", "decide", *op, "1", "reject"],
+                capture_output=True, text=True, env=console_env(), cwd=REPO, timeout=60,
+            )  # fmt: skip
+    assert via.returncode == 2, (via.stdout, via.stderr)
+    assert "ALREADY_DECIDED" in via.stderr, via.stderr
+    rows = ledger_rows(tmp_path / "operator-cli" / "logs.db")
+    doors = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+    assert [(d["door"], d["what"], d["request_id"], d["verdict"]) for d in doors] == [
+        ("cli", "decision", jobs[0]["message_id"], "reject")
+    ], doors
     assert refusals["1"][:2] == (2, "")
     assert "vox: error: decide #1 reject: job #1 was already approved" in refusals["1"][2]
     assert refusals["3"][0] == 2

@@ -29,7 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, serving_vox
-from tests.kits.lifecyclekit import event_at, lifecycle_fleet, route_up, until
+from tests.kits.lifecyclekit import event_at, ledger_rows, lifecycle_fleet, route_up, until
 from tests.kits.webkit import browser, wait
 from vox_mqtt.cli._home import ask_console, state_dir_of
 
@@ -138,6 +138,11 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
                 follower.kill()
                 follower.wait(10)
         assert "from the page" in answer, answer
+        rows = ledger_rows(state_dir_of(config) / "logs.db")
+        acts = [json.loads(r["details"]) for r in rows if r["event_type"] == "door"]
+        assert {"door": "web", "what": "command", "command": "echo"}.items() <= next(
+            (a for a in acts if a["door"] == "web"), {}
+        ).items(), acts  # the page's send is audited as the web door's
         assert canceled.returncode == 0, (canceled.stdout, canceled.stderr)
         assert f"request {request_id}: canceled" in canceled.stdout
         assert follower.returncode == 1, (out, err)
@@ -159,7 +164,17 @@ async def test_follow_cancel_and_web_send_at_once_through_one_console(
         assert warroom.stdout.startswith("open incidents: "), warroom.stdout
         shown = vox("request", "show", request_id, "--config", config, "--json")
         assert shown.returncode == 0, shown.stderr
-        assert json.loads(shown.stdout)["state"] == "canceled"
+        report = json.loads(shown.stdout)
+        assert report["state"] == "canceled"
+        # Every door is audited: the command and its cancel came through the CLI.
+        assert report["door"] == "cli", report
+        assert [(d["door"], d["what"]) for d in report["doors"]] == [
+            ("cli", "command"),
+            ("cli", "cancel"),
+        ], report
+        in_words = vox("request", "show", request_id, "--config", config)
+        assert in_words.returncode == 0, in_words.stderr
+        assert "came through cli (command), cli (cancel)" in in_words.stdout, in_words.stdout
         stopped = vox("console", "stop", "--config", config)
         assert stopped.returncode == 0, stopped.stderr
         code = await asyncio.to_thread(_process.wait, 30)

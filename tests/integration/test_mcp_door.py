@@ -2,9 +2,10 @@
 
 operator -> root -> coordinator -> specialist (tests/kits/lifecyclekit.py), one `vox console
 serve` as the operator, and `vox mcp` as its client: the tools are listed with their
-schemas, the status and the root's commands read, a command sent with its progress
-notifications and result, a long one left running then cancelled (the specialist's handler
-saw the cancel), and no tool decides a job nor asks the person for anything.
+schemas (one tool per root command, with its handler's, carried up the tree), the status
+and the root's commands read, a command sent through its own tool and with send_command
+(progress notifications and result), a long one left running then cancelled (the
+specialist's handler saw the cancel), and no tool decides a job nor asks the person for anything.
 """
 
 from __future__ import annotations
@@ -93,7 +94,23 @@ async def test_an_mcp_client_reads_sends_follows_and_cancels(fleet: Fleet, tmp_p
                 await session.initialize()
                 listed = await session.list_tools()
                 tools = {tool.name: tool for tool in listed.tools}
-                assert set(tools) == TOOLS, sorted(tools)
+                # The fixed tools, and one per root command with its handler's schema,
+                # carried up from the specialist through the coordinator and the root.
+                assert TOOLS | {"cmd_echo", "cmd_steps", "cmd_stuck"} <= set(tools), sorted(tools)
+                assert tools["cmd_steps"].input_schema == {
+                    "type": "object",
+                    "properties": {"count": {"type": "integer"}, "pause": {"type": "number"}},
+                    "required": ["count", "pause"],
+                    "additionalProperties": False,
+                }, tools["cmd_steps"]
+                echo_schema = tools["cmd_echo"].input_schema
+                assert echo_schema["properties"] == {"text": {"type": "string", "default": ""}}
+                assert "required" not in echo_schema, echo_schema
+                assert (tools["cmd_echo"].description or "").startswith(
+                    "Answer the text it is given."
+                ), tools["cmd_echo"]
+                assert "second paragraph" not in (tools["cmd_echo"].description or "")
+                assert "Lifecycle" not in json.dumps(listed.model_dump(mode="json"))
                 schema = tools["send_command"].input_schema
                 assert schema["required"] == ["command"], schema
                 assert {"command", "params", "wait_s", "timeout_s"} <= set(schema["properties"])
@@ -105,6 +122,14 @@ async def test_an_mcp_client_reads_sends_follows_and_cancels(fleet: Fleet, tmp_p
 
                 commands = structured(await session.call_tool("list_commands", {}))
                 assert {"steps", "stuck", "echo"} <= set(commands["commands"]), commands
+                assert commands["params"]["stuck"]["schema"]["required"] == ["n"], commands
+
+                # A command through its own tool: its params are the tool's arguments.
+                echoed = structured(await session.call_tool("cmd_echo", {"text": "own tool"}))
+                assert (echoed["state"], echoed["result"]) == ("completed", "own tool"), echoed
+                assert doors(config)[echoed["request_id"]] == "mcp"
+                wrong = structured(await session.call_tool("cmd_stuck", {"n": "many"}))
+                assert (wrong["state"], wrong["code"]) == ("failed", "INVALID_PARAMS"), wrong
 
                 seen: list[tuple[float, str | None]] = []
 
@@ -157,6 +182,15 @@ async def test_an_mcp_client_reads_sends_follows_and_cancels(fleet: Fleet, tmp_p
                     if await state() == "canceled":
                         break
                 assert await state() == "canceled"
+                # Every door is audited: the command and its cancel came through this one.
+                found = structured(
+                    await session.call_tool("request_status", {"request_id": request_id})
+                )
+                assert found["door"] == "mcp", found
+                assert [(d["door"], d["what"]) for d in found["doors"]] == [
+                    ("mcp", "command"),
+                    ("mcp", "cancel"),
+                ], found
 
                 incidents = structured(await session.call_tool("open_incidents", {}))
                 assert isinstance(incidents["rows"], list), incidents

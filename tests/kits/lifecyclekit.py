@@ -71,6 +71,10 @@ class Lifecycle(Role):
 
     @command
     async def echo(self, text: str = "") -> str:
+        """Answer the text it is given.
+
+        This second paragraph stays with the handler: the advertisement carries the first.
+        """
         return text
 
     @command

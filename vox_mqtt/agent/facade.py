@@ -29,7 +29,7 @@ from vox_mqtt.agent.progress import ProgressReporter
 from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
-from vox_mqtt.agent.rules import advertisement, child_share, down_commands
+from vox_mqtt.agent.rules import advertised_params, advertisement, child_share, down_commands
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.ledger.privatefs import private_dir
@@ -163,6 +163,7 @@ class VOXAgent:
         # A peer born (ACTIVE) is there: what the outbox held back for it goes now (F25).
         self.fleet_view.add_listener(self._peer_back)
         self._cut_advertisement = 0  # how many child commands the last cut warned about
+        self._cut_params = 0  # how many commands' schemas the last status left out
         self._stack = AsyncExitStack()
         self._children_lock = asyncio.Lock()
         self._stop_requested = asyncio.Event()
@@ -269,6 +270,23 @@ class VOXAgent:
                 MAX_ADVERTISED_COMMANDS,
             )
         return chosen
+
+    def advertised_params(self, chosen: list[str]) -> dict[str, dict[str, Any]]:
+        """Return what each advertised command takes ({"doc", "schema"}), own and children's.
+
+        A child's entries come from its status, for the commands it advertises; within
+        PARAMS_BUDGET in all (`rules.advertised_params`, docs/liveness.md).
+        """
+        children = {}
+        for child in self.config.children:
+            entry = self.fleet_view.get(child)
+            if entry is not None and entry.healthy:
+                children[child] = entry.params
+        params, cut = advertised_params(chosen, self.router.specs, children)
+        if cut and self._cut_params != cut:
+            self._cut_params = cut
+            log.warning("%s: %d commands' schemas do not fit in the status", self.name, cut)
+        return params
 
     def commands_down(self) -> list[str]:
         """Return what agents below served while ACTIVE and none ACTIVE serves now.
@@ -440,7 +458,10 @@ class VOXAgent:
         self._stack.push_async_callback(self.memory.close)
         await self._lifecycle.load()  # cancels that came before their requests
         self._liveness = Liveness(
-            self._ctx, fleet_view=self.fleet_view, advertise=self.advertised_commands
+            self._ctx,
+            fleet_view=self.fleet_view,
+            advertise=self.advertised_commands,
+            params=self.advertised_params,
         )
         # Read before connecting: anything recorded after this is this run's own work.
         interrupted = await self.memory.interrupted_commands()

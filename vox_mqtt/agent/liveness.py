@@ -78,11 +78,13 @@ class Liveness:
         *,
         fleet_view: FleetView,
         advertise: Callable[[], list[str]],
+        params: Callable[[list[str]], dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.config = ctx.config  # a reload hands it a new one (VOXAgent.update_children)
         self.fleet_view = fleet_view
         self.advertise = advertise  # the commands this agent offers while ACTIVE
+        self.params = params  # what each of them takes (docs/liveness.md, "Parameter schemas")
         self.epoch_counter = EpochCounter(self.config.state_dir)
         self.epoch = self.epoch_counter.value
         self.started_at = now_iso()
@@ -151,6 +153,8 @@ class Liveness:
             # the will, is the one topic that tells (docs/liveness.md, "Which topic tells").
             # A stop is its own last word, true for good: it says so.
             word = None if status in _STATUS_WORDS else "INACTIVE"
+        serving = status == ACTIVE and not presence
+        commands = self.advertise() if serving else []
         report = AgentStatus(
             name=self.config.name,
             status=word,
@@ -158,13 +162,14 @@ class Liveness:
             epoch=self.epoch,
             started_at=self.started_at,
             heartbeat_interval=self.config.heartbeat_interval,
-            commands=self.advertise() if status == ACTIVE and not presence else [],
-            commands_down=self.ctx.commands_down() if status == ACTIVE and not presence else [],
+            commands=commands,
+            commands_down=self.ctx.commands_down() if serving else [],
             version=__version__,
             metrics=metrics or {},
             ledger_head=None if head is None else LedgerHead(row=head[0], hash=head[1]),
             detail=None if detail is None else detail[:300],
             sequence=self._next_sequence() if counted else None,
+            params=(self.params(commands) or None) if serving and self.params else None,
         )
         return new_message(
             MSG_AGENT_STATUS,

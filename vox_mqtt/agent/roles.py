@@ -33,6 +33,7 @@ __all__ = [
     "Handler",
     "Role",
     "command",
+    "command_spec",
     "expected_params",
     "is_idempotent",
     "load_role",
@@ -112,6 +113,7 @@ class AgentHandle(Protocol):
 
 
 _COMMAND_MARK = "__vox_command__"
+_TARGET_MARK = "__vox_target__"  # the method a validated handler calls (its signature, doc)
 _EVENT_MARK = "__vox_events__"
 IDEMPOTENT_MARK = "__vox_idempotent__"
 
@@ -277,6 +279,7 @@ def _validated(method: Callable[..., Any], command_name: str) -> Callable[..., A
         return outcome
 
     call.__name__ = getattr(method, "__name__", command_name)
+    setattr(call, _TARGET_MARK, method)
     setattr(call, IDEMPOTENT_MARK, getattr(method, IDEMPOTENT_MARK, False))
     return call
 
@@ -297,6 +300,44 @@ def expected_params(method: Callable[..., Any]) -> dict[str, str]:
             schema = {}
         expected[name] = type_words(schema)
     return expected
+
+
+def command_spec(handler: Handler) -> tuple[str, dict[str, Any] | None]:
+    """Return a command handler's docstring and the JSON schema of its keyword parameters.
+
+    The schema is pydantic's for the signature it is validated against (INVALID_PARAMS),
+    without titles (the role's or method's name never rises: docs/broker.md); unknown
+    keywords are refused unless it takes **kwargs. None when no schema can be made.
+    """
+    method = getattr(handler, _TARGET_MARK, handler)
+    doc = inspect.getdoc(method) or ""
+    try:
+        # Resolved here, in the handler's own module (pydantic would look in ours).
+        hints = get_type_hints(method, include_extras=True)
+        signature = inspect.signature(method)
+        resolved = [
+            p.replace(annotation=hints.get(n, Any)) for n, p in signature.parameters.items()
+        ]
+
+        def proxy(*args: Any, **kwargs: Any) -> Any: ...
+
+        proxy.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=resolved, return_annotation=Any
+        )
+        proxy.__annotations__ = {p.name: p.annotation for p in resolved}
+        schema = TypeAdapter[Any](proxy).json_schema()  # type: ignore[arg-type]
+    except (PydanticUserError, TypeError, ValueError, NameError):
+        return doc, None
+    schema.pop("title", None)
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for value in properties.values():
+            if isinstance(value, dict):
+                value.pop("title", None)
+    if all(p.kind != p.VAR_KEYWORD for p in resolved):
+        schema["additionalProperties"] = False
+    schema.setdefault("type", "object")
+    return doc, schema
 
 
 def load_role(spec: str, settings: Mapping[str, Any] | None = None) -> Role:

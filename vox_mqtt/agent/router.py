@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from vox_mqtt.agent.roles import Handler, Role
+import logging
+from typing import Any
+
+from vox_mqtt.agent.roles import Handler, Role, command_spec
+from vox_mqtt.protocol.commandspec import MAX_PARAMS_ENTRY, bounded_entry
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Router"]
 
@@ -15,6 +21,8 @@ class Router:
         self.routes: dict[str, list[Role]] = {}  # the seed's router: route -> roles
         self.commands: set[str] = set()
         self.events: set[str] = set()
+        # Each command's advertised entry ({"doc", "schema"}), made once when it is mounted.
+        self.specs: dict[str, dict[str, Any]] = {}
 
     def mount(self, role: Role) -> None:
         """Add a role: its commands and events join the routes."""
@@ -27,6 +35,8 @@ class Router:
         """Route one command or event to a role (at mount, or when the role gains one)."""
         if route in role.get_commands():
             self.commands.add(route)
+            if route not in self.specs:
+                self.specs[route] = _entry(route, role.get_commands()[route])
         elif route in self.commands:
             raise ValueError(f"{route!r} is a command here; it cannot also be an event")
         else:
@@ -51,3 +61,16 @@ class Router:
             return []
         roles = self.routes.get(message_type, [])
         return [handler for role in roles for handler in role.handlers_for(message_type)]
+
+
+def _entry(command: str, handler: Handler) -> dict[str, Any]:
+    """Return a command's advertised entry; a schema over the bound is left out, said once."""
+    doc, schema = command_spec(handler)
+    entry, dropped = bounded_entry(doc, schema)
+    if dropped:
+        log.warning(
+            "command %r: its parameters' schema is over %d bytes: advertised with its doc only",
+            command,
+            MAX_PARAMS_ENTRY,
+        )
+    return entry

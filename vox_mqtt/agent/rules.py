@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 from vox_mqtt.observe.status import RETIRED, AgentLiveness
+from vox_mqtt.protocol.commandspec import PARAMS_BUDGET, within_budget
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST, MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
@@ -21,6 +22,7 @@ from vox_mqtt.protocol.topics import InboxTopic
 __all__ = [
     "MIN_CHILD_SHARE",
     "WRONG_ANSWERER",
+    "advertised_params",
     "advertisement",
     "answered_request",
     "answerer_problem",
@@ -206,3 +208,26 @@ def advertisement(
                 chosen.add(queue[depth])
         depth += 1
     return sorted(chosen), len(offered - chosen)
+
+
+def advertised_params(
+    chosen: Collection[str],
+    own: Mapping[str, Mapping[str, Any]],
+    children: Mapping[UUID, Mapping[str, Mapping[str, Any]]],
+    budget: int = PARAMS_BUDGET,
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """Return the `params` entries a status carries for its advertised commands, and the cut.
+
+    Its own commands' entries first; then its children's, taken in turns as the commands
+    are (`advertisement`), so that no child's large schemas crowd out a sibling's. Only
+    entries: never which child serves a command (docs/liveness.md, "Parameter schemas").
+    """
+    listed = set(chosen)
+    order = [(c, own[c]) for c in sorted(own) if c in listed]
+    queues = [
+        [(c, e) for c, e in sorted(entries.items()) if c in listed and c not in own]
+        for _, entries in sorted(children.items())
+    ]
+    for depth in range(max((len(q) for q in queues), default=0)):
+        order.extend(q[depth] for q in queues if depth < len(q))
+    return within_budget(order, budget)

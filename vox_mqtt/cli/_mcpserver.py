@@ -10,20 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from mcp.types import Tool as MCPTool
 
 from ._home import ConsoleUnreachable, HomeClient, reach
 
-__all__ = ["build_server", "progress_of", "status_summary"]
+__all__ = ["build_server", "command_tool", "progress_of", "status_summary", "tool_command"]
 
 _WAIT_MAX: Final = 600.0  # seconds a send_command call may hold the client at most
 _COMMAND_LIMIT: Final = 3600.0  # a request's deadline at most, as the CLI's --timeout allows
 _ENDS: Final = ("answer", "failed", "detached", "pending", "refused")
+# A root command is offered as its own tool, `cmd_<command>`, when the name fits what MCP
+# clients take as a tool name (the strictest: letters, digits, _ and -, 64 at most).
+_TOOL_PREFIX: Final = "cmd_"
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,60}")
+_COMMAND_WAIT: Final = 30.0  # a command's own tool waits this long, as send_command's default
+_COMMAND_DEADLINE: Final = 300.0  # and gives the request this deadline through the tree
 
 
 def progress_of(details: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -63,20 +74,157 @@ def status_summary(document: dict[str, Any], root_id: str | None) -> dict[str, A
     }
 
 
-def _root_commands(document: dict[str, Any], root_id: str | None) -> list[str]:
+def _root_commands(document: dict[str, Any], root_id: str | None) -> dict[str, dict[str, Any]]:
+    """Return the root's commands -> what each takes ({"doc", "schema"}, {} when unknown)."""
     for agent in document.get("agents", []):
         if isinstance(agent, dict) and agent.get("id") == root_id:
-            return [str(c) for c in agent.get("commands") or []]
-    return []
+            found = agent.get("params")
+            params: dict[str, Any] = found if isinstance(found, dict) else {}
+            return {str(c): dict(params.get(c) or {}) for c in agent.get("commands") or []}
+    return {}
+
+
+def tool_command(name: str) -> str | None:
+    """Return the command a `cmd_<command>` tool runs, or None for another tool's name."""
+    if not name.startswith(_TOOL_PREFIX):
+        return None
+    command = name[len(_TOOL_PREFIX) :]
+    return command if _TOOL_NAME.fullmatch(command) else None
+
+
+def command_tool(command: str, entry: dict[str, Any]) -> MCPTool | None:
+    """Return the tool of one root command: its doc, and its handler's schema as input.
+
+    None when the command's name is no tool name: send_command still sends it.
+    """
+    if not _TOOL_NAME.fullmatch(command):
+        return None
+    schema = entry.get("schema")
+    doc = str(entry.get("doc") or f"The fleet's `{command}` command.")
+    return MCPTool(
+        name=_TOOL_PREFIX + command,
+        description=(
+            f"{doc}\n\nRuns the root's `{command}` command (as send_command with "
+            f"wait_s={_COMMAND_WAIT:.0f}): the result, a failure with its VOX code, or the "
+            "request id when it is still running."
+        ),
+        input_schema=schema if isinstance(schema, dict) else {"type": "object"},
+    )
+
+
+class _FleetServer(MCPServer):
+    """The SDK's server, with one tool per root command listed beside the fixed ones."""
+
+    def __init__(
+        self,
+        commands: Callable[[], Awaitable[dict[str, dict[str, Any]]]],
+        run: Callable[[str, dict[str, Any], Any], Awaitable[dict[str, Any]]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._commands = commands
+        self._run = run
+
+    async def list_tools(self) -> list[MCPTool]:
+        fixed = await super().list_tools()
+        taken = {tool.name for tool in fixed}
+        try:
+            commands = await self._commands()
+        except (ToolError, ConsoleUnreachable, OSError, asyncio.IncompleteReadError):
+            return fixed  # no console to ask: the fixed tools say so when called
+        found = (command_tool(c, e) for c, e in sorted(commands.items()))
+        return [*fixed, *(t for t in found if t is not None and t.name not in taken)]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        command = tool_command(name)
+        if command is None or self._tool_manager.get_tool(name) is not None:
+            return await super().call_tool(name, arguments, context)
+        found = await self._run(command, arguments, context)
+        text = json.dumps(found, default=str)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=found
+        )
 
 
 def build_server(config: Path) -> Any:
     """Return the MCPServer whose tools ask the console named by `config`."""
-    server = MCPServer(
-        "vox",
+
+    async def follow(
+        command: str, params: dict[str, Any], wait: float, limit: float, ctx: Any
+    ) -> dict[str, Any]:
+        """Send a command through the console and follow it for `wait` seconds at most."""
+        home = await client()
+        body = {
+            "command": command,
+            "params": params,
+            "timeout": limit,
+            "mode": "follow",
+            "door": "mcp",
+        }
+        found: dict[str, Any] = {"command": command, "request_id": None}
+        stream = home.stream("/v1/send", body)
+        steps = 0
+        ends = time.monotonic() + wait
+        try:
+            while True:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    line = await asyncio.wait_for(anext(stream), left)
+                except TimeoutError:
+                    break
+                except StopAsyncIteration:
+                    return found if "state" in found else {**found, "state": "unknown"}
+                kind = line.get("kind")
+                if kind == "request":
+                    found["request_id"] = line.get("request_id")
+                elif kind == "transition":
+                    steps += 1
+                    details = line.get("details") or {}
+                    fraction, text = progress_of(details)
+                    words = str(line.get("state"))
+                    if text:
+                        words += f": {text}"
+                    if fraction is not None:
+                        words += f" ({fraction:.0%})"
+                    # MCP wants the progress value to grow: the count of transitions does.
+                    if ctx is not None:
+                        await ctx.report_progress(steps, None, words)
+                elif kind == "answer":
+                    result = (line.get("details") or {}).get("result")
+                    return {**found, "state": "completed", "result": result}
+                elif kind in _ENDS:
+                    state = "canceled" if line.get("code") == "CANCELED" else "failed"
+                    return {
+                        **found,
+                        "state": state,
+                        "code": line.get("code"),
+                        "error": line.get("error"),
+                    }
+        except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
+            raise ToolError(f"the operator's console did not answer: {exc}") from None
+        finally:
+            # Hanging up leaves the request running: it is the console's (console/home/api.py).
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+        return {**found, "state": "running", "note": "ask request_status with the request id"}
+
+    async def commands() -> dict[str, dict[str, Any]]:
+        doc, root_id = await document()
+        return _root_commands(doc, root_id)
+
+    async def run(command: str, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return await follow(command, params, _COMMAND_WAIT, _COMMAND_DEADLINE, ctx)
+
+    server = _FleetServer(
+        commands,
+        run,
+        name="vox",
         instructions=(
             "A vox-mqtt fleet of hierarchical agents, reached through its operator's console. "
-            "Call list_commands first; send_command runs one of the root's commands. "
+            "Each of the root's commands is a tool cmd_<command> with its handler's parameters; "
+            "list_commands lists them, send_command runs any of them. "
             "Decisions on jobs are the person's alone and are not offered here."
         ),
     )
@@ -112,16 +260,16 @@ def build_server(config: Path) -> Any:
 
     @server.tool()
     async def list_commands() -> dict[str, Any]:
-        """The commands the fleet's root accepts (send them with send_command).
+        """The commands the fleet's root accepts, each with its doc and parameters' schema.
 
-        The root advertises command names only: parameters are passed as a JSON object
-        named as the handler's keyword arguments (docs/mcp.md).
+        Send one with its own tool (cmd_<command>) or with send_command: params are a JSON
+        object named as the handler's keyword arguments (docs/mcp.md).
         """
-        doc, root_id = await document()
+        found = await commands()
         return {
-            "commands": _root_commands(doc, root_id),
-            "parameter_schemas": None,
-            "note": "the root advertises names only; params are the handler's keyword arguments",
+            "commands": sorted(found),
+            "params": found,
+            "note": "params: each command's doc and its handler's JSON schema, where known",
         }
 
     @server.tool()
@@ -141,61 +289,7 @@ def build_server(config: Path) -> Any:
         """
         wait = min(max(wait_s, 0.0), _WAIT_MAX)
         limit = min(max(timeout_s, 1.0), _COMMAND_LIMIT)
-        home = await client()
-        body = {
-            "command": command,
-            "params": params or {},
-            "timeout": limit,
-            "mode": "follow",
-            "door": "mcp",
-        }
-        found: dict[str, Any] = {"command": command, "request_id": None}
-        stream = home.stream("/v1/send", body)
-        steps = 0
-        ends = time.monotonic() + wait
-        try:
-            while True:
-                left = ends - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    line = await asyncio.wait_for(anext(stream), left)
-                except TimeoutError:
-                    break
-                except StopAsyncIteration:
-                    return found if "state" in found else {**found, "state": "unknown"}
-                kind = line.get("kind")
-                if kind == "request":
-                    found["request_id"] = line.get("request_id")
-                elif kind == "transition":
-                    steps += 1
-                    details = line.get("details") or {}
-                    fraction, text = progress_of(details)
-                    words = str(line.get("state"))
-                    if text:
-                        words += f": {text}"
-                    if fraction is not None:
-                        words += f" ({fraction:.0%})"
-                    # MCP wants the progress value to grow: the count of transitions does.
-                    await ctx.report_progress(steps, None, words)
-                elif kind == "answer":
-                    result = (line.get("details") or {}).get("result")
-                    return {**found, "state": "completed", "result": result}
-                elif kind in _ENDS:
-                    state = "canceled" if line.get("code") == "CANCELED" else "failed"
-                    return {
-                        **found,
-                        "state": state,
-                        "code": line.get("code"),
-                        "error": line.get("error"),
-                    }
-        except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
-            raise ToolError(f"the operator's console did not answer: {exc}") from None
-        finally:
-            # Hanging up leaves the request running: it is the console's (console/home/api.py).
-            with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
-        return {**found, "state": "running", "note": "ask request_status with the request id"}
+        return await follow(command, params or {}, wait, limit, ctx)
 
     @server.tool()
     async def request_status(request_id: str, wait_s: float = 10.0) -> dict[str, Any]:
@@ -208,6 +302,7 @@ def build_server(config: Path) -> Any:
     ) -> dict[str, Any]:
         """Cancel a request the operator sent; the report says whether the tree confirmed it."""
         body = {"request_id": request_id, "reason": reason, "wait": min(wait_s, 60.0)}
+        body["door"] = "mcp"  # the operator's ledger says which door the cancel came through
         return await ask("/v1/cancel", body)
 
     @server.tool()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.console.doorlog import request_doors
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.lifecycle import MAX_TEXT
@@ -147,8 +148,12 @@ def _request_id(args: argparse.Namespace, console: OperatorConsole) -> UUID | No
         return None
 
 
-def _ask(args: argparse.Namespace, what: str) -> tuple[UUID, dict[str, Any], str] | int:
-    """Ask the root about a request (what: show or cancel): its id, the report, the root's name.
+Asked = tuple[UUID, dict[str, Any], str, dict[str, Any]]
+
+
+def _ask(args: argparse.Namespace, what: str) -> Asked | int:
+    """Ask the root about a request (what: show or cancel): its id, the report, the root's name
+    and the doors it came through (console/doorlog.py: `door`, `doors`).
 
     Through the operator's console unless one-shot (docs/operations.md); an exit code after
     saying why not.
@@ -160,15 +165,17 @@ def _ask(args: argparse.Namespace, what: str) -> tuple[UUID, dict[str, Any], str
         if request_id is None:
             return EXIT_USAGE
 
-        async def run(request_id: UUID) -> dict[str, Any]:
+        async def run(request_id: UUID) -> tuple[dict[str, Any], dict[str, Any]]:
             async with console:
                 if what == "cancel":
-                    return await console.cancel(request_id, reason=args.reason, wait=args.wait)
-                return await console.request_status(request_id, wait=args.wait)
+                    found = await console.cancel(request_id, reason=args.reason, wait=args.wait)
+                    return found, {}
+                found = await console.request_status(request_id, wait=args.wait)
+                return found, await request_doors(console.agent.ledger, request_id)
 
         with operator_lock(path):
-            report = asyncio.run(run(request_id))
-        return request_id, report, console.file.operator.root_name
+            report, doors = asyncio.run(run(request_id))
+        return request_id, report, console.file.operator.root_name, doors
     try:
         prefix = parse_request_id(args.request_id)
     except ValueError as exc:
@@ -198,7 +205,20 @@ def _ask(args: argparse.Namespace, what: str) -> tuple[UUID, dict[str, Any], str
         code = found.get("code")
         fail((f"{code}: " if code else "") + str(found.get("error", f"status {status}")))
         return EXIT_RUNTIME
-    return UUID(str(found["request_id"])), found["report"], root_name
+    doors = {k: found[k] for k in ("door", "doors") if k in found}
+    return UUID(str(found["request_id"])), found["report"], root_name, doors
+
+
+def door_line(doors: dict[str, Any]) -> str | None:
+    """Return `vox request show`'s line of the doors a request's acts came through, or None.
+
+    `came through a2a (command), cli (cancel)`; None when the ledger names no door (a
+    request sent before doors were recorded).
+    """
+    acts = [a for a in doors.get("doors") or () if isinstance(a, dict)]
+    if not acts:
+        return None
+    return "came through " + ", ".join(f"{a.get('door')} ({a.get('what')})" for a in acts)
 
 
 def cmd_request_show(args: argparse.Namespace) -> int:
@@ -206,15 +226,18 @@ def cmd_request_show(args: argparse.Namespace) -> int:
     asked = _ask(args, "show")
     if isinstance(asked, int):
         return asked
-    request_id, report, root_name = asked
+    request_id, report, root_name, doors = asked
     if report.get("state") == "unknown":
         fail(f"request {request_id}: unknown to the root ({root_name})")
         return EXIT_USAGE
     if args.json:
-        print_json(report)
+        print_json({**report, **doors})
         return 0
     out = out_console()
     out.print(f"[bold]request {request_id}[/]")
+    through = door_line(doors)
+    if through is not None:
+        out.print(shown(through, 400))
     for line in level_lines(report, root_name, datetime.now(UTC)):
         out.print(shown(line, 400))
     return 0
@@ -228,7 +251,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     asked = _ask(args, "cancel")
     if isinstance(asked, int):
         return asked
-    request_id, report, root_name = asked
+    request_id, report, root_name, _ = asked
     state = str(report.get("state", "unknown"))
     code = 0 if state == "canceled" else EXIT_USAGE if state == "unknown" else EXIT_FINISHED
     if args.json:

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import uvicorn
 
+from vox_mqtt.console.doorlog import record_door
 from vox_mqtt.console.doors import DoorCounters, DoorLimits, HostRule, door_config
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
@@ -331,7 +332,10 @@ def _sender(console: OperatorConsole) -> Sender:
 
     async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await console.send_command(command, params, wait=_SEND_TIMEOUT)
+            sent = await console.start_command(command, params, wait=_SEND_TIMEOUT)
+            with contextlib.suppress(VoxError):  # sent: a full disk fails the row, not this
+                await record_door(console, sent.request_id, command, "web")
+            reply = await sent.answer()
         except CommandFailed as exc:
             return {"ok": False, "command": command, "code": exc.code, "error": exc.error}
         except VoxError as exc:
@@ -361,7 +365,13 @@ def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
         return [] if entry is None or not entry.healthy else list(entry.commands)
 
     async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
-        body = {"command": command, "params": params, "timeout": _SEND_TIMEOUT, "mode": "wait"}
+        body = {
+            "command": command,
+            "params": params,
+            "timeout": _SEND_TIMEOUT,
+            "mode": "wait",
+            "door": "web",  # the operator's ledger says which door it came through
+        }
         try:
             client = await reach(config)
             async for item in client.stream("/v1/send", body):

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from vox_mqtt.ledger._schema import _ALL, _DOWNSTREAM
 
-__all__ = ["RequestRows", "remembered_cancels", "request_rows", "untold_children"]
+__all__ = ["DOORS_OF", "RequestRows", "remembered_cancels", "request_rows", "untold_children"]
 
 Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
 # A request's own rows, the requests sent down for it, the cancels naming it.
@@ -21,6 +21,11 @@ _CANCELS: Final = """SELECT json_extract(details, '$.request_id') AS request_id 
     ORDER BY id DESC LIMIT ?"""
 _CANCELS_OF: Final = f"""SELECT {_ALL} FROM logs WHERE message_type = 'cancel_request'
     AND action = 'received' AND json_extract(details, '$.request_id') = ? ORDER BY id"""
+
+# The operator's door rows (console/home/api.py, record_door) naming a request: which door
+# (cli, web, mcp, a2a) its command, each cancel and each decision came through.
+DOORS_OF: Final = f"""SELECT {_ALL} FROM logs WHERE action = 'via' AND event_type = 'door'
+    AND json_extract(details, '$.request_id') = ? ORDER BY id"""
 
 
 async def request_rows(read: Read, request_id: str) -> RequestRows:

@@ -113,20 +113,17 @@ class VOXAgentMemory:
         self._init_lock = asyncio.Lock()
         self._closed = False
         self._commits = 0
-        # Records wait here, on the event loop, while the previous batch commits: one batch
-        # in flight at a time is what groups commits (see _flush).
+        # Records wait here, on the loop, while the previous batch commits (grouping: _flush).
         self._buffer: list[_Pending] = []
         self._in_flight = False
         self._flush_handle: asyncio.Handle | None = None
         self._flush_later = False  # the handle is the timer of rows nothing waits for
         self._drain_waiters: list[asyncio.Future[None]] = []
-        # (last row id, its hash) as this writer's last commit left them: the next batch is
-        # chained onto it on the loop, so the thread only executes and commits; and, one
-        # writer per ledger (docs/ledger.md), `head()` without a read (a heartbeat's).
+        # (last row id, its hash) after this writer's last commit: the next batch chains onto
+        # it on the loop; one writer per ledger (docs/ledger.md): `head()` needs no read.
         self.written_head: Head | None = None
         self._received = ReceivedIndex()  # answers has_message(..., emitted_at=...)
-        # Told (records written, seconds) after each commit: the agent's metrics.
-        self.on_commit: Callable[[int, float], None] | None = None
+        self.on_commit: Callable[[int, float], None] | None = None  # (rows, s) per commit
         # Why the last commit failed, while the file cannot take writes; None once one works.
         self.write_failure: str | None = None
         # message_source may name a client: kept as a keyed digest unless asked for in clear.
@@ -557,6 +554,10 @@ class VOXAgentMemory:
         """Return a request's own rows, the requests sent down for it, the cancels naming it."""
         return await _lifecycle.request_rows(self._read, str(request_id))
 
+    async def doors(self, request_id: UUID) -> list[dict[str, Any]]:
+        """Return the door rows naming a request, oldest first: what came through which door."""
+        return await self._read(_lifecycle.DOORS_OF, (str(request_id),))
+
     async def remembered_cancels(self, limit: int = 10_000) -> list[str]:
         """Return the request ids the newest cancel_requests received named (docs/ledger.md)."""
         return await _lifecycle.remembered_cancels(self._fetch, limit)
@@ -566,8 +567,7 @@ class VOXAgentMemory:
         return await _lifecycle.untold_children(self._fetch, (await self.head())[0] - rows)
 
     async def record_witness(self, child: UUID, head: tuple[int, str], *, final: bool) -> int:
-        """Record a child's ledger head (row id, hash) as its status reported it (final: it
-        said it stopped, so nothing may follow this head)."""
+        """Record a child's ledger head (row, hash) as its status said it (final: none follows)."""
         details = {"row": head[0], "hash": head[1], "final": final}
         return await self.record(WITNESS_EVENT, WITNESS_ACTION, child, None, details)
 

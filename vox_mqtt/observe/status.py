@@ -30,6 +30,7 @@ from vox_mqtt.observe.statusbounds import (
     status_age,
 )
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.commandspec import taken_params
 from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, AgentStatus, VOXMessage
 
 # WILL_EXPIRY, EpochCounter, Timeliness and host_metrics (statusbounds.py, selfreport.py)
@@ -84,6 +85,8 @@ class AgentLiveness:
     started_at: str = ""
     heartbeat_interval: float = 0.0
     commands: tuple[str, ...] = ()
+    # What each of those commands takes ({"doc", "schema"}), as its status said, in bounds.
+    params: dict[str, dict[str, Any]] = dataclass_field(default_factory=dict)
     metrics: dict[str, Any] | None = None
     version: str = ""
     last_heartbeat: str = ""  # emitted_at of the last status message, as the sender wrote it
@@ -146,6 +149,7 @@ class AgentLiveness:
             "heartbeat_age_s": None if age is None else round(age, 3),
             "last_heartbeat": self.last_heartbeat,
             "commands": list(self.commands),
+            "params": {c: p for c, p in self.params.items() if c in self.commands},
             "metrics": self.metrics or {},
             "version": self.version,
             "rejected": self.rejected if self.misbehaving(now) else None,
@@ -326,6 +330,7 @@ class FleetView:
             self._take_master(entry, message.target)
             if report.status == ACTIVE:
                 entry.commands = tuple(report.commands)
+                entry.params = taken_params(report.params, entry.commands)
                 entry.epoch_of_commands = report.epoch
                 # Only an error code's choice hangs on it: cut to the share, never refused.
                 share, down = self.share_of(entry.id), report.commands_down
@@ -457,6 +462,7 @@ class FleetView:
         # A dead session's leftover lists nothing: what it served is gone with it.
         down = entry.status == INACTIVE and report.epoch <= entry.epoch
         entry.commands = () if down else listed
+        entry.params = taken_params(report.params, entry.commands)
         entry.epoch_of_commands = report.epoch
         # What agents below it serve and nobody ACTIVE there does now: a running agent's
         # status carries no state word, so this is where it is taken (kept while the agent

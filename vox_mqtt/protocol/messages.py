@@ -482,6 +482,10 @@ class AgentStatus(BaseModel):
     detail: Annotated[StrictStr, Field(max_length=300)] | None = None
     # Counts up in its epoch; older ones are ignored (not in the will: docs/liveness.md).
     sequence: Annotated[StrictInt, Field(ge=1, le=MAX_EPOCH)] | None = None
+    # What each advertised command takes: {command: {"doc", "schema"}}, each entry within
+    # its bound; a watcher keeps those in bounds, drops the rest (protocol/commandspec.py).
+    # Absent from older agents and from the presence.
+    params: dict[str, Any] | None = None
 
 
 PAYLOAD_MODELS: Final[dict[str, type[BaseModel]]] = {

@@ -27,14 +27,9 @@ from a2a.server.routes import (
     create_rest_routes,
 )
 from a2a.types import (
-    AgentCapabilities,
-    AgentCard,
-    AgentInterface,
-    AgentSkill,
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
-    HTTPAuthSecurityScheme,
     InvalidParamsError,
     ListTasksRequest,
     ListTasksResponse,
@@ -42,11 +37,8 @@ from a2a.types import (
     Part,
     PushNotificationNotSupportedError,
     Role,
-    SecurityRequirement,
-    SecurityScheme,
     SendMessageRequest,
     StreamResponse,
-    StringList,
     SubscribeToTaskRequest,
     Task,
     TaskNotFoundError,
@@ -61,7 +53,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from vox_mqtt.console.home.api import record_door
+from vox_mqtt.console.doorlog import record_door
+from vox_mqtt.console.home.a2acard import agent_card
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import same_secret
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -197,11 +190,12 @@ class _Record:
 
     def move(self, state: TaskState, text: str | None) -> None:
         self.state, self.text, self.at = state, text, _now()
-        event = TaskStatusUpdateEvent(
-            task_id=self.request_id, context_id=self.context_id, status=self.status()
-        )
-        for queue in self.watchers:
-            queue.put_nowait(event)
+        if self.watchers:  # built for those who stream it; tasks/get builds its own
+            event = TaskStatusUpdateEvent(
+                task_id=self.request_id, context_id=self.context_id, status=self.status()
+            )
+            for queue in self.watchers:
+                queue.put_nowait(event)
         if state in _FINISHED:
             self.done.set()
             for queue in self.watchers:
@@ -264,7 +258,10 @@ class FleetTasks(RequestHandler):
     """A2A's methods answered from the operator's requests (docs/a2a.md, "Mapping")."""
 
     def __init__(
-        self, console: OperatorConsole, skills: Callable[[], list[str]], ledger: Any = None
+        self,
+        console: OperatorConsole,
+        skills: Callable[[], dict[str, dict[str, Any]]],
+        ledger: Any = None,
     ) -> None:
         self.console = console
         self.skills = skills
@@ -284,7 +281,7 @@ class FleetTasks(RequestHandler):
             return await asyncio.shield(self._starting[key])
         parts = [MessageToDict(p, preserving_proto_field_name=True) for p in message.parts]
         try:
-            command, args = parse_message(parts, self.skills())
+            command, args = parse_message(parts, sorted(self.skills()))
         except ValueError as exc:
             raise InvalidParamsError(message=str(exc)) from None
         starting: asyncio.Future[_Record] = asyncio.get_running_loop().create_future()
@@ -325,14 +322,14 @@ class FleetTasks(RequestHandler):
         try:
             reply = await sent.answer()
         except CommandFailed as exc:
-            await _settle(pumping)
+            await _settle(pumping, record)
             record.move(task_state_of(str(exc.code)), f"{exc.code}: {exc.error}")
             return
         except VoxError as exc:
-            await _settle(pumping)
+            await _settle(pumping, record)
             record.move(TaskState.TASK_STATE_FAILED, f"{type(exc).__name__}: {exc}")
             return
-        await _settle(pumping)
+        await _settle(pumping, record)
         record.result = reply.details.get("result")
         record.answered = True
         record.move(TaskState.TASK_STATE_COMPLETED, None)
@@ -450,7 +447,12 @@ class FleetTasks(RequestHandler):
             return None
         if not record.done.is_set():
             with contextlib.suppress(VoxError):
-                await self.console.cancel(request_id, reason="A2A tasks/cancel", wait=_CANCEL_WAIT)
+                try:
+                    await self.console.cancel(
+                        request_id, reason="A2A tasks/cancel", wait=_CANCEL_WAIT
+                    )
+                finally:  # the operator's ledger says which door the cancel came through
+                    await record_door(self.console, request_id, record.command, "a2a", "cancel")
             # Canceled only when the tree confirms it: the request's own end says so.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(record.done.wait(), _CANCEL_WAIT)
@@ -477,57 +479,21 @@ class FleetTasks(RequestHandler):
         await asyncio.gather(*self._running, return_exceptions=True)
 
 
-async def _settle(pumping: asyncio.Future[None]) -> None:
+async def _settle(pumping: asyncio.Future[None], record: _Record) -> None:
     """Let the follow pump tell what came before the end, then stop it.
 
     What the tree reported before the answer is already in the follower's queue: a few
-    turns of the loop pass it on in order. No wait for the final transition itself: the
-    answer is the end, and a blocking message/send answers at once.
+    turns of the loop pass it on in order, to those who stream the task. Nobody streams
+    it (a blocking message/send): the end replaces whatever came before, at once. No wait
+    for the final transition itself: the answer is the end.
     """
-    for _ in range(8):
+    for _ in range(8 if record.watchers else 0):
         if pumping.done():
             break
         await asyncio.sleep(0)
     pumping.cancel()
     with contextlib.suppress(asyncio.CancelledError, VoxError):
         await pumping
-
-
-def agent_card(name: str, url: str, skills: list[str], *, token: bool) -> AgentCard:
-    """Return the card: one skill per command the root advertises, streaming, the scheme."""
-    card = AgentCard(
-        name=name,
-        description=f"The vox-mqtt fleet under {name}, through its operator's console",
-        version="1.0",
-        supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=f"{url}rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
-        ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["application/json", "text/plain"],
-        default_output_modes=["application/json"],
-        skills=[
-            AgentSkill(
-                id=command,
-                name=command,
-                description=(
-                    f"The fleet's `{command}` command: a data part "
-                    f'{{"command": "{command}", "params": {{...}}}} or the text '
-                    f'"{command} key=value"'
-                ),
-                tags=["vox-command"],
-            )
-            for command in skills
-        ],
-    )
-    if token:
-        card.security_schemes["bearer"].CopyFrom(
-            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
-        )
-        card.security_requirements.append(
-            SecurityRequirement(schemes={"bearer": StringList(list=[])})
-        )
-    return card
 
 
 class _Bearer:
@@ -556,12 +522,12 @@ def build_a2a_app(
 ) -> tuple[ASGIApp, Callable[[], Awaitable[None]]]:
     """Return the A2A door's app (card + JSON-RPC at `/`) and what closes it."""
 
-    async def card_now(card: AgentCard) -> AgentCard:
+    async def card_now(card: Any) -> Any:
         # The card follows the root's commands as they change.
         return agent_card(name, url, handler.skills(), token=token is not None)
 
     routes = [
-        *create_agent_card_routes(agent_card(name, url, [], token=token is not None), card_now),
+        *create_agent_card_routes(agent_card(name, url, {}, token=token is not None), card_now),
         *create_jsonrpc_routes(handler, "/"),
         # Under /rest: the binding's tenant mount would take every other path of `/`.
         *create_rest_routes(handler, path_prefix="/rest"),
@@ -575,11 +541,11 @@ def a2a_app(
     """Return the door's app for the console's session and live view (console/home/server.py)."""
     op = console.file.operator
 
-    def skills() -> list[str]:
-        # The root's advertised commands, from the live view the console keeps.
-        for entry in state.observer.view.agents():
-            if entry.id == op.root_id:
-                return sorted(entry.commands)
-        return []
+    def skills() -> dict[str, dict[str, Any]]:
+        # The root's advertised commands and what each takes, from the console's live view.
+        root = state.observer.view.get(op.root_id)
+        if root is None:
+            return {}
+        return {command: dict(root.params.get(command) or {}) for command in root.commands}
 
     return build_a2a_app(FleetTasks(console, skills, ledger), op.root_name, url, token)

@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from vox_mqtt.console.decisions import choose_job
+from vox_mqtt.console.doorlog import DOORS, record_door, request_doors
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import WebState
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -41,7 +42,6 @@ _ACK_WAIT: Final = 10.0  # seconds --detach waits for the root's acknowledgement
 _AT_ONCE: Final = 1.0  # after the ack, how long an end that comes at once is still awaited
 _FINAL_GRACE: Final = 1.0  # after the answer, how long the final transition may take
 _STATUS_SETTLE: Final = 2.0  # a console just started gives the retained statuses this long
-DOORS: Final = ("cli", "web", "mcp", "a2a")  # what a request may come through (record_door)
 
 
 @dataclass(frozen=True)
@@ -197,18 +197,24 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
             verdict = str(data["verdict"])
             note = data.get("note")
             wait = float(data.get("wait", 30.0))
+            door = str(data.get("door", "cli"))
         except (ValueError, KeyError, TypeError):
-            return _bad("expected {number, verdict, note, wait}")
+            return _bad("expected {number, verdict, note, wait, door}")
+        if door not in DOORS:
+            return _bad(f"door is one of {', '.join(DOORS)}")
         await home.settled(2.0)  # a console just started: the queued notifications first
         chosen = choose_job(console.jobs(), number, now=datetime.now(UTC))
         if isinstance(chosen, str):
             return _json({"ok": False, "code": None, "error": chosen})
+        job = UUID(chosen.message_id)
         try:
-            answer = await console.decide(UUID(chosen.message_id), verdict, note=note, wait=wait)
+            answer = await console.decide(job, verdict, note=note, wait=wait)
         except CommandFailed as exc:
+            await _decided_via(console, job, door, verdict, None)
             return _json({"ok": False, "code": str(exc.code), "error": exc.error})
         except ValueError as exc:
             return _bad(str(exc))
+        await _decided_via(console, job, door, verdict, answer.reply_to)
         return _json(
             {
                 "ok": True,
@@ -259,33 +265,48 @@ async def _about_request(request: Request, home: Home, what: str) -> Response:
         text = str(data["request_id"])
         reason = data.get("reason")
         wait = float(data.get("wait", 10.0))
+        door = str(data.get("door", "cli"))
     except (ValueError, KeyError, TypeError):
-        return _bad("expected {request_id, reason, wait}")
+        return _bad("expected {request_id, reason, wait, door}")
+    if door not in DOORS:
+        return _bad(f"door is one of {', '.join(DOORS)}")
     try:
         request_id = home.parts.resolve_request(console.inbox_path.with_name("logs.db"), text)
     except ValueError as exc:
         return _bad(str(exc))
     try:
         if what == "cancel":
-            report = await console.cancel(request_id, reason=reason, wait=wait)
+            try:
+                report = await console.cancel(request_id, reason=reason, wait=wait)
+            finally:  # asked for, whatever the tree answers: the act came through this door
+                with contextlib.suppress(VoxError):
+                    await record_door(console, request_id, None, door, "cancel")
         else:
             report = await console.request_status(request_id, wait=wait)
     except CommandFailed as exc:
         return JSONResponse({"request_id": str(request_id), **_failed(exc)}, status_code=502)
     except VoxError as exc:
         return JSONResponse({"request_id": str(request_id), **_failed(exc)}, status_code=502)
-    return _json({"request_id": str(request_id), "report": report})
+    found = {"request_id": str(request_id), "report": report}
+    with contextlib.suppress(VoxError):
+        found.update(await request_doors(console.agent.ledger, request_id))  # door, doors
+    return _json(found)
 
 
-async def record_door(console: OperatorConsole, request_id: UUID, command: str, door: str) -> None:
-    """Note in the operator's ledger which door a request came through (docs/a2a.md, issue 40).
-
-    One row of its own (event "door", action "via"), beside the request's "sent" row: the
-    request's message is signed as is and stays the same whatever door sent it.
-    """
-    details = {"request_id": str(request_id), "command": command, "door": door}
-    op = console.file.operator
-    await console.agent.ledger.record("door", "via", op.id, op.root_id, details)
+async def _decided_via(
+    console: OperatorConsole, job: UUID, door: str, verdict: str, decision: UUID | None
+) -> None:
+    """Record the door a decision came through, under the job's id (console/doorlog.py)."""
+    with contextlib.suppress(VoxError):
+        await record_door(
+            console,
+            job,
+            None,
+            door,
+            "decision",
+            verdict=verdict,
+            decision=None if decision is None else str(decision),
+        )
 
 
 async def _send_stream(
