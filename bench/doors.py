@@ -5,6 +5,8 @@ console serve --a2a 127.0.0.1:0`. In one run, interleaved, N times each: `echo` 
 `vox send` sends it through the console (`POST /v1/send` on its Unix socket, mode wait),
 and as an A2A `message/send` with the a2a-sdk's own client (JSON-RPC, blocking). Printed:
 each median and 90th percentile, and the difference of the medians (docs/a2a.md, "Cost").
+Beside it, in the same run, bench/a2a_floor.py's experiment without fleet or console:
+what the SDK alone costs per call over a plain JSON POST (`sdk_floor_delta_ms`).
 Figure 19 of `make bench` (`--only doors`); by hand:
 
     python -m bench.doors [N]
@@ -25,6 +27,7 @@ import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 
+from bench import a2a_floor
 from bench.common import figure
 from tests.kits.fleetproc import FleetProcesses, serving_vox
 from tests.kits.lifecyclekit import lifecycle_fleet, route_up
@@ -110,6 +113,8 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
         through_console, through_a2a = asyncio.run(_measure(procs, workdir, n))
     a2a_ms = statistics.median(through_a2a) * 1000
     console_ms = statistics.median(through_console) * 1000
+    # The experiment without fleet or console: what the SDK alone costs over plain HTTP.
+    floor = a2a_floor.measure(n)
     return figure(
         title="A2A door: one command, message/send vs the console's /v1/send (median)",
         unit="ms",
@@ -121,6 +126,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
         a2a_p90_ms=round(_p90(through_a2a) * 1000, 2),
         console_p90_ms=round(_p90(through_console) * 1000, 2),
         n=n,
+        **floor,
     )
 
 
