@@ -10,14 +10,19 @@ them in the page as text (`textContent`), never as markup.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
+import os
 import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
+from vox_mqtt.console.commandform import command_specs, params_of_status
 from vox_mqtt.observe.metrics import parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness
@@ -30,6 +35,7 @@ from vox_mqtt.transport.session import Inbound
 __all__ = [
     "HISTORY_POINTS",
     "HISTORY_STEP",
+    "RESOLVED_FILE",
     "RESOLVED_KEPT",
     "WebState",
     "agent_row",
@@ -40,6 +46,7 @@ __all__ = [
 ]
 
 RESOLVED_KEPT: Final = 3600.0  # resolved incidents are listed for the last hour
+RESOLVED_FILE: Final = "resolved.jsonl"  # where, in the operator's state dir, they outlive it
 _RESOLVED_MAX: Final = 500
 HISTORY_STEP: Final = 30.0  # one chart point per agent every 30 s ...
 HISTORY_POINTS: Final = 120  # ... over the last hour
@@ -135,6 +142,7 @@ class WebState:
         links: LinkWatch | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        resolved_file: Path | None = None,
     ) -> None:
         self.observer = observer
         self.top = top
@@ -149,6 +157,11 @@ class WebState:
         self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
         self._history_at: dict[UUID, float] = {}
         self.connected = False  # whether the console's broker link is up
+        self.down_since: float | None = None  # wall clock: when it went down (None: up)
+        self._params: dict[UUID, dict[str, Any]] = {}  # what each status says of its commands
+        # The resolved incidents outlive a restart of the console in this file (docs/web.md).
+        self.resolved_file = resolved_file
+        self._load_resolved()
         observer.on_incident = self._incident
         observer.view.add_listener(lambda entry, _old, _new: self._dirty.add(entry.id))
 
@@ -172,6 +185,7 @@ class WebState:
         if isinstance(topic, topics.StatusTopic):
             self._dirty.add(topic.agent)
             self._remember(topic.agent)
+            self._keep_params(topic.agent, inbound.payload)
         elif isinstance(topic, topics.WarroomTopic):
             self._warroom_dirty = True
 
@@ -182,20 +196,101 @@ class WebState:
         was down would leave the incident open here for good. So the open incidents are
         forgotten when it drops; the reconnect brings every retained one back.
         """
+        if up:
+            self.down_since = None
+        elif self.connected or self.down_since is None:
+            self.down_since = self._wall()
         self.connected = up
         self._warroom_dirty = True
         if not up:
             self.observer.incidents.clear()
 
+    def _keep_params(self, agent: UUID, payload: bytes) -> None:
+        """Keep what a full status says of its commands' parameters (the send form's)."""
+        entry = self.observer.view.get(agent)
+        if entry is None or entry.misbehaving() or b'"commands"' not in payload:
+            return  # a refused status, or a presence message: it says nothing of them
+        params = params_of_status(payload)
+        if params is None:
+            self._params.pop(agent, None)
+        else:
+            self._params[agent] = params
+
+    def command_specs(self, agent: UUID, commands: list[str]) -> dict[str, Any]:
+        """Return the parameters the agent describes of these commands (commandform.py)."""
+        return command_specs(self._params.get(agent), commands)
+
     def _incident(self, incident: Incident) -> None:
         self._warroom_dirty = True
         now = self._wall()
         if incident.failure.resolved:
-            row = incident_row(incident, now)
+            row = self._named(incident_row(incident, now))
             row["opened"] = self._opened.pop(incident.key, None)
             self._resolved.append(row)
+            self._save_resolved()
         else:
             self._opened.setdefault(incident.key, now)
+
+    def name_of(self, agent: str | None) -> str | None:
+        """Return the name of an agent by its id's text, when this console knows it."""
+        if agent is None:
+            return None
+        if agent == str(self.top):
+            return self.top_name
+        try:
+            entry = self.observer.view.get(UUID(agent))
+        except ValueError:
+            return None
+        return entry.name if entry is not None and entry.name else None
+
+    def names(self) -> dict[str, str]:
+        """Return id -> name of every agent this console knows, and its top's."""
+        out = {str(e.id): e.name for e in self.observer.view.agents() if e.name}
+        out.setdefault(str(self.top), self.top_name)
+        return out
+
+    def root_of_top(self) -> UUID | None:
+        """Return the agent whose status reports to the top (the root, for the operator)."""
+        return next((e.id for e in self.observer.view.agents() if e.master_id == self.top), None)
+
+    def _named(self, row: dict[str, Any]) -> dict[str, Any]:
+        for key in ("subject", "source"):
+            row[f"{key}_name"] = self.name_of(row.get(key)) or row.get(f"{key}_name")
+        return row
+
+    def _load_resolved(self) -> None:
+        """Read back the incidents resolved within the hour before this console started."""
+        if self.resolved_file is None:
+            return
+        try:
+            text = self.resolved_file.read_text(encoding="utf-8")
+        except OSError:
+            return
+        now = self._wall()
+        seen: set[tuple[Any, ...]] = set()
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a torn line
+            if not isinstance(row, dict) or not isinstance(row.get("received"), int | float):
+                continue
+            key = (row.get("subject"), row.get("error_code"), row.get("emitted_at"))
+            if now - float(row["received"]) <= RESOLVED_KEPT and key not in seen:
+                seen.add(key)
+                self._resolved.append(row)
+
+    def _save_resolved(self) -> None:
+        """Write the last hour's resolved incidents (a whole new file, renamed over the old)."""
+        if self.resolved_file is None:
+            return
+        now = self._wall()
+        kept = [r for r in self._resolved if now - float(r["received"]) <= RESOLVED_KEPT]
+        text = "".join(json.dumps(r, default=str) + "\n" for r in kept)
+        tmp = self.resolved_file.with_name(f".{self.resolved_file.name}.{os.getpid()}")
+        with contextlib.suppress(OSError):  # a read-only state dir: kept in memory only
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.resolved_file)
 
     def _remember(self, agent: UUID) -> None:
         """Keep one chart point per agent every HISTORY_STEP seconds (docs/web.md)."""
@@ -239,7 +334,7 @@ class WebState:
         open_rows = []
         for incident in self.observer.incidents.values():
             row = incident_row(incident, self._opened.get(incident.key, now))
-            open_rows.append(row)
+            open_rows.append(self._named(row))
         open_rows.sort(key=lambda r: str(r["emitted_at"]))
         resolved = [r for r in self._resolved if now - float(r["received"]) <= RESOLVED_KEPT]
         return {"open": open_rows, "resolved": resolved[::-1]}
@@ -253,6 +348,7 @@ class WebState:
             "warroom": self.warroom(),
             "links": self._links(),
             "connected": self.connected,
+            "down_since": self.down_since,
             "now": self._wall(),
         }
 
@@ -279,6 +375,7 @@ class WebState:
             batch["warroom"] = self.warroom()
             batch["links"] = self._links()
             batch["connected"] = self.connected
+            batch["down_since"] = self.down_since
         return batch
 
     def agent_page(self, agent: UUID) -> dict[str, Any] | None:
