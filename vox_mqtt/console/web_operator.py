@@ -440,8 +440,9 @@ class OperatorPages:
 
     async def changed(self) -> dict[str, bool]:
         """Say which of the inbox (or its read mark) and the ledger changed since last asked."""
+        files = ("inbox.read", "decisions.jsonl")
         seen = tuple(
-            _signature(p) for p in (self.inbox_path, self.inbox_path.with_name("inbox.read"))
+            _signature(p) for p in (self.inbox_path, *(self.inbox_path.with_name(f) for f in files))
         )
         inbox = seen != self._inbox_seen
         self._inbox_seen = seen

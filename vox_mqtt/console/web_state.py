@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 RESOLVED_KEPT: Final = 3600.0  # resolved incidents are listed for the last hour
+SILENCE_GRACE: Final = 1.0  # past the longest heartbeat interval, silence means the link
 RESOLVED_FILE: Final = "resolved.jsonl"  # where, in the operator's state dir, they outlive it
 _RESOLVED_MAX: Final = 500
 HISTORY_STEP: Final = 30.0  # one chart point per agent every 30 s ...
@@ -158,6 +159,12 @@ class WebState:
         self._history_at: dict[UUID, float] = {}
         self.connected = False  # whether the console's broker link is up
         self.down_since: float | None = None  # wall clock: when it went down (None: up)
+        # A link that says it is up but brings nothing (a frozen broker: TCP stays open until
+        # the keepalive runs out) is silent past every heartbeat interval: since the last
+        # message, nothing is known (docs/web.md).
+        self._heard_at = clock()
+        self._heard_wall = wall()
+        self.silent_since: float | None = None
         self._params: dict[UUID, dict[str, Any]] = {}  # what each status says of its commands
         # The resolved incidents outlive a restart of the console in this file (docs/web.md).
         self.resolved_file = resolved_file
@@ -173,6 +180,11 @@ class WebState:
 
     def take(self, inbound: Inbound) -> None:
         """Apply one message of the console's subscriptions and mark what it changed."""
+        self._heard_at, self._heard_wall = self._clock(), self._wall()
+        if self.silent_since is not None:
+            self.silent_since = None
+            self._warroom_dirty = True
+            self._dirty.update(a.id for a in self.observer.view.agents())
         if self.links is not None and parse_link_topic(inbound.topic) is not None:
             if self.links.take(inbound.topic, inbound.payload) is not None:
                 self._dirty.update(a.id for a in self.observer.view.agents())
@@ -198,12 +210,34 @@ class WebState:
         """
         if up:
             self.down_since = None
+            self._heard_at, self._heard_wall = self._clock(), self._wall()
         elif self.connected or self.down_since is None:
             self.down_since = self._wall()
         self.connected = up
         self._warroom_dirty = True
         if not up:
             self.observer.incidents.clear()
+
+    def link_state(self) -> tuple[bool, float | None]:
+        """Return whether anything is known now, and since when it is not (wall clock)."""
+        if not self.connected:
+            return False, self.down_since
+        if self.silent_since is not None:
+            return False, self.silent_since
+        return True, None
+
+    def _watch_silence(self) -> None:
+        """Call the link silent once no status came for longer than every heartbeat."""
+        if not self.connected or self.silent_since is not None:
+            return
+        intervals = [
+            a.heartbeat_interval for a in self.observer.view.agents() if a.status == ACTIVE
+        ]
+        if not intervals:
+            return  # nobody is expected to speak
+        if self._clock() - self._heard_at > max(intervals) + SILENCE_GRACE:
+            self.silent_since = self._heard_wall
+            self._warroom_dirty = True
 
     def _keep_params(self, agent: UUID, payload: bytes) -> None:
         """Keep what a full status says of its commands' parameters (the send form's)."""
@@ -347,8 +381,8 @@ class WebState:
             "agents": self.rows(),
             "warroom": self.warroom(),
             "links": self._links(),
-            "connected": self.connected,
-            "down_since": self.down_since,
+            "connected": self.link_state()[0],
+            "down_since": self.link_state()[1],
             "now": self._wall(),
         }
 
@@ -366,6 +400,7 @@ class WebState:
     def flush(self) -> dict[str, Any] | None:
         """Return what changed since the last flush (None when nothing did)."""
         self.observer.view.refresh()  # a heartbeat grown too old turns STALE here
+        self._watch_silence()
         dirty, self._dirty = self._dirty, set()
         warroom, self._warroom_dirty = self._warroom_dirty, False
         if not dirty and not warroom:
@@ -374,8 +409,7 @@ class WebState:
         if warroom:
             batch["warroom"] = self.warroom()
             batch["links"] = self._links()
-            batch["connected"] = self.connected
-            batch["down_since"] = self.down_since
+            batch["connected"], batch["down_since"] = self.link_state()
         return batch
 
     def agent_page(self, agent: UUID) -> dict[str, Any] | None:
