@@ -252,7 +252,8 @@ window.voxOperatorPages = function (ctx) {
       const head = el("p", "head");
       const at = n.emitted_at || (n.received_at ? new Date(n.received_at * 1000).toISOString() : "?");
       head.append(el("span", "new-mark", n.new ? "\u25cf new " : ""), el("span", "when", when(at) + " "),
-        el("strong", "type", (n.type || "?") + (n.job ? " #" + n.job.number : "")), el("span", "", " from "),
+        el("strong", "type", n.type || "?"), el("strong", "job-number", n.job ? " #" + n.job.number : ""),
+        el("span", "", " from "),
         el("span", "from", named(n.source, n.source_name) || "?"));
       if (n.message_source) head.append(el("span", "", " via "), el("span", "via", n.message_source));
       box.append(head);
