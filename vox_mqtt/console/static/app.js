@@ -236,7 +236,8 @@
       tr.dataset.code = i.error_code;
       const posted = Date.parse(i.emitted_at);
       tr.append(el("td", "sev-" + i.severity, i.severity), el("td", "code", i.error_code),
-        el("td", "subject", nameOf(i.subject)), el("td", "source", nameOf(i.source)),
+        el("td", "subject", i.subject_name || nameOf(i.subject)),
+        el("td", "source", i.source_name || nameOf(i.source)),
         el("td", "age", ago(isFinite(posted) ? (now - posted) / 1000 : null)),
         el("td", "desc", i.description));
       open.append(tr);
@@ -252,8 +253,8 @@
       const tr = el("tr", "resolved");
       tr.dataset.subject = i.subject;
       tr.dataset.code = i.error_code;
-      tr.append(el("td", "code", i.error_code), el("td", "subject", nameOf(i.subject)),
-        el("td", "source", nameOf(i.source)), el("td", "age", ago((now - i.received * 1000) / 1000) + " ago"),
+      tr.append(el("td", "code", i.error_code), el("td", "subject", i.subject_name || nameOf(i.subject)),
+        el("td", "source", i.source_name || nameOf(i.source)), el("td", "age", ago((now - i.received * 1000) / 1000) + " ago"),
         el("td", "desc", i.description));
       resolved.append(tr);
     });

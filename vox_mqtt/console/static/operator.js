@@ -195,6 +195,7 @@ window.voxOperatorPages = function (ctx) {
     getJSON("api/inbox").then(drawInbox).catch(function (err) { showError("inbox-error", "failed: " + err); });
   }
   const decideAnswers = new Map(); // job number -> the last answer's line, kept across redraws
+  const drafts = new Map(); // job number -> the note being typed: a redraw keeps it
   function jobLine(job) {
     if (job.decision) {
       return job.decision.word + " at " + when(job.decision.decided_at) +
@@ -208,6 +209,8 @@ window.voxOperatorPages = function (ctx) {
     const note = el("input", "decide-note");
     note.placeholder = "a note for the record (optional)";
     note.maxLength = 2000;
+    note.value = drafts.get(job.number) || "";
+    note.addEventListener("input", function () { drafts.set(job.number, note.value); });
     const approve = el("button", "decide-approve", "approve #" + job.number);
     const reject = el("button", "decide-reject", "reject #" + job.number);
     approve.type = reject.type = "button";
@@ -217,6 +220,7 @@ window.voxOperatorPages = function (ctx) {
       drawAnswer();
       postJSON("api/decide", { number: job.number, verdict: verdict, note: note.value || null })
         .then(function (a) {
+          if (a.ok) drafts.delete(job.number);
           decideAnswers.set(job.number, a.ok
             ? { ok: "1", text: "job #" + job.number + " " + (verdict === "approve" ? "approved" : "rejected") + ": " + (a.outcome || "") }
             : { ok: "0", text: "decide #" + job.number + " " + verdict + ": " + (a.code ? a.code + ": " : "") + a.error });
