@@ -79,6 +79,15 @@ def serve(config: Path, log: Path) -> Any:
     return serving_vox(args, log, ready, "vox console serve")
 
 
+def sized(driver: WebDriver) -> WebDriver:
+    """The page's viewport at exactly 1400 x 900 (the window's own size includes no bars)."""
+    driver.execute_cdp_cmd(  # type: ignore[attr-defined]
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+    )
+    return driver
+
+
 def rows(driver: WebDriver) -> dict[str, dict[str, str]]:
     found: list[list[str]] = driver.execute_script(
         "return Array.from(document.querySelectorAll('#tree tr.agent')).map(r => ["
@@ -131,6 +140,7 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
     config = fleet.operator_config
     intake = fleet.root.parent / "intake"
     with serve(config, tmp_path / "console.log") as (_console, url), browser(1400, 900) as driver:
+        sized(driver)
         driver.get(url)
         wait(driver, all_active, 60, "every agent ACTIVE on the page")
         wait(
@@ -166,6 +176,8 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
             since = banner.text.split("broker link down since ")[1].split(",")[0]
             assert re.fullmatch(r"\d\d:\d\d:\d\d", since), banner.text
             assert banner.text.endswith(f"every agent unknown since {since}")
+            counts = driver.find_element(By.ID, "counts").text
+            assert counts == f"4 agents, every one unknown since {since}", counts
             shown = rows(driver)
             for name in NAMES:
                 assert shown[name]["text"] == f"unknown since {since}"
@@ -223,28 +235,37 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         assert driver.find_element(By.ID, "send-confirm").is_displayed()
         driver.find_element(By.ID, "send-yes").click()
         driver.get(url + "#requests")
-        wait(
-            driver,
-            lambda d: d.find_elements(By.CSS_SELECTOR, '#requests-table tr[data-command="linger"]'),
-            30,
-            "the linger request listed",
-        )
-        row = driver.find_element(By.CSS_SELECTOR, '#requests-table tr[data-command="linger"]')
-        assert row.find_element(By.CSS_SELECTOR, "td.to").text == "root"
-        assert row.find_element(By.CSS_SELECTOR, "td.door").text == "web"
+
+        def listed_row(d: WebDriver) -> list[str] | None:
+            found: list[str] | None = d.execute_script(
+                "const r = document.querySelector('#requests-table tr[data-command=\"linger\"]');"
+                "return r && [r.querySelector('td.to').textContent,"
+                "r.querySelector('td.door').textContent, r.dataset.messageId]"
+            )
+            # The door is noted in the ledger just after the request: the page follows.
+            return found if found and found[1] else None
+
+        cells = wait(driver, listed_row, 30, "the linger request listed with its door")
+        assert cells[:2] == ["root", "web"], cells
         screenshot(driver, "web-requests.png")
-        row.find_element(By.CSS_SELECTOR, "a.request-link").click()
+        driver.get(url + "#request/" + cells[2])
 
         def levels(d: WebDriver) -> list[str]:
-            return [p.text for p in d.find_elements(By.CSS_SELECTOR, "#request-levels p.level")]
+            found: list[str] = d.execute_script(
+                "return Array.from(document.querySelectorAll('#request-levels p.level'))"
+                ".map(p => p.textContent)"
+            )
+            return found
 
         wait(driver, lambda d: len(levels(d)) == 3, 30, "the request at every level")
         shown = levels(driver)
         assert shown[0].startswith("root: "), shown
         assert [line.split(":")[0] for line in shown] == ["root", "└ level 2", "└ level 3"]
-        facts = driver.find_element(By.CSS_SELECTOR, ".request-facts").text
+        facts, page = driver.execute_script(
+            "return [document.querySelector('.request-facts').textContent,"
+            "document.getElementById('page-request').innerText]"
+        )
         assert facts.startswith("to root, through web"), facts
-        page = driver.find_element(By.ID, "page-request").text
         assert not re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-", page), page  # names, never ids
         driver.find_element(By.CSS_SELECTOR, ".cancel-reason").send_keys("not needed")
         driver.find_element(By.ID, "request-cancel").click()
@@ -256,6 +277,7 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         )
         said = driver.find_element(By.ID, "cancel-answer")
         assert said.get_attribute("data-ok") == "1", said.text
+        assert said.text.startswith("cancel asked: root: "), said.text
         wait(
             driver,
             lambda d: (
@@ -281,6 +303,7 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         resolved = "#incidents-resolved tr.resolved"
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, resolved), 60, "it resolved")
     with serve(config, tmp_path / "console2.log") as (_console, url), browser(1400, 900) as driver:
+        sized(driver)
         driver.get(url + "#warroom")
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, resolved), 30, "still resolved")
         subject = driver.find_element(By.CSS_SELECTOR, f"{resolved} td.subject").text

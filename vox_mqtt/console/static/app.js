@@ -215,7 +215,9 @@
     const by = {};
     agents.forEach(function (entry) { by[entry.row.status] = (by[entry.row.status] || 0) + 1; });
     const parts = [agents.size + " agents"];
-    Object.keys(by).sort().forEach(function (k) { parts.push(by[k] + " " + k); });
+    const since = unknownSince();
+    if (since) parts.push("every one unknown since " + since);
+    else Object.keys(by).sort().forEach(function (k) { parts.push(by[k] + " " + k); });
     setText(document.getElementById("counts"), parts.join(", "));
     const sites = document.getElementById("sites");
     clear(sites);
@@ -328,6 +330,7 @@
     if (since !== drawnUnknown) {
       drawnUnknown = since;
       agents.forEach(function (entry) { drawRow(entry); });
+      drawCounts();
     }
   }
   function connect() {

@@ -321,6 +321,7 @@ window.voxOperatorPages = function (ctx) {
   }
 
   let pageRequest = null, shownRequest = null, levels = null;
+  const cancelSaid = new Map(); // request id -> what its cancel answered, kept across redraws
   function loadRequest(id) {
     getJSON("api/request/" + encodeURIComponent(id)).then(function (data) {
       if (pageRequest === id) drawRequest(data);
@@ -396,17 +397,24 @@ window.voxOperatorPages = function (ctx) {
       cancel.disabled = !r.in_flight;
       const said = el("p", "cancel-answer");
       said.id = "cancel-answer";
-      said.hidden = true;
+      function drawSaid() {
+        const a = cancelSaid.get(r.message_id);
+        said.hidden = !a;
+        if (a) { said.dataset.ok = a.ok; said.textContent = a.text; }
+      }
+      drawSaid();
       cancel.addEventListener("click", function () {
         cancel.disabled = true;
-        said.hidden = false; said.dataset.ok = ""; said.textContent = "cancelling\u2026";
+        cancelSaid.set(r.message_id, { ok: "", text: "cancelling\u2026" });
+        drawSaid();
         postJSON("api/request/" + encodeURIComponent(r.message_id) + "/cancel", { reason: reason.value || null })
           .then(function (a) {
-            said.dataset.ok = a.ok ? "1" : "0";
-            said.textContent = a.ok ? "cancel asked: " + levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ")
-              : "cancel: " + (a.code ? a.code + ": " : "") + a.error;
+            cancelSaid.set(r.message_id, a.ok
+              ? { ok: "1", text: "cancel asked: " + levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ") }
+              : { ok: "0", text: "cancel: " + (a.code ? a.code + ": " : "") + a.error });
+            if (pageRequest === r.message_id) drawSaid();
             loadLevels(r.message_id);
-          }).catch(function (err) { said.dataset.ok = "0"; said.textContent = "failed: " + err; });
+          }).catch(function (err) { cancelSaid.set(r.message_id, { ok: "0", text: "failed: " + err }); drawSaid(); });
       });
       acts.append(reason, cancel);
       page.append(acts, said);
@@ -455,6 +463,7 @@ window.voxOperatorPages = function (ctx) {
     },
     // The names came (a page opened by its address before the first snapshot): redraw.
     named: function (which) {
+      getJSON("api/inbox").then(function (data) { drawUnread(data.unread || 0); }).catch(function () {});
       if (which === "inbox") loadInbox();
       if (which === "requests") loadRequests();
       if (which === "request" && pageRequest) loadRequest(pageRequest);
