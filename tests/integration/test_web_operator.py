@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import Select
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, fleet_text, run_fleet, serving_vox
 from tests.kits.freelancekit import drop, future_mail
-from tests.kits.webkit import browser, screenshot, wait
+from tests.kits.webkit import browser, run_web, screenshot, wait
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def decide(driver: WebDriver, number: int, verdict: str, note: str) -> None:
 
 
 def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
-    fleet: FleetProcesses, tmp_path: Path
+    fleet: FleetProcesses, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = fleet.operator_config
     intake = fleet.root.parent / "intake"
@@ -312,3 +312,12 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         driver.get(url + "#tree")
         wait(driver, all_active, 60, "every agent ACTIVE after the restart")
         screenshot(driver, "web-tree-1400.png")
+        # `vox web --allow-send` is a client of that console: the same pages, the same acts.
+        monkeypatch.delenv("VOX_CONSOLE", raising=False)  # run_web's child: through it
+        with run_web(config, tmp_path / "web.log", "--allow-send") as web:
+            driver.get(web.url + "#request/" + cells[2])
+            wait(driver, lambda d: len(levels(d)) == 3, 30, "every level through vox web")
+            driver.get(web.url + "#inbox")
+            wait(driver, lambda d: len(jobs_shown(d)) == 2, 30, "the jobs through vox web")
+            lines = {n: j["line"].split(" at ")[0] for n, j in jobs_shown(driver).items()}
+            assert lines == {1: "approved", 2: "rejected"}
