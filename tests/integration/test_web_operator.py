@@ -247,7 +247,7 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
 
         cells = wait(driver, listed_row, 30, "the linger request listed with its door")
         assert cells[:2] == ["root", "web"], cells
-        screenshot(driver, "web-requests.png")
+        screenshot(driver, "web-requests-sent.png")
         driver.get(url + "#request/" + cells[2])
 
         def levels(d: WebDriver) -> list[str]:

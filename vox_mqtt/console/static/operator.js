@@ -131,7 +131,7 @@ window.voxOperatorPages = function (ctx) {
     form.append(el("label", "", "command"), commandList, el("label", "", "params (JSON)"), params, ask);
     docLine = el("p", "empty");
     docLine.id = "send-doc";
-    fieldsBox = el("div", "params");
+    fieldsBox = el("div", "param-fields");
     fieldsBox.id = "send-fields";
     fieldsBox.hidden = true;
     const confirm = el("div", "confirm");
