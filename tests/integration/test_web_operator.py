@@ -81,7 +81,7 @@ def serve(config: Path, log: Path) -> Any:
 
 def sized(driver: WebDriver) -> WebDriver:
     """The page's viewport at exactly 1400 x 900 (the window's own size includes no bars)."""
-    driver.execute_cdp_cmd(  # type: ignore[attr-defined]
+    driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False},
     )
@@ -125,12 +125,12 @@ def decide(driver: WebDriver, number: int, verdict: str, note: str) -> None:
         return d.find_element(By.CSS_SELECTOR, f"{box} .decide-note").get_attribute("value") == note
 
     wait(driver, typed, 10, f"the note of #{number} typed")
-    wait(
-        driver,
-        lambda d: d.find_element(By.CSS_SELECTOR, f"{box} .decide-{verdict}").click() or True,
-        10,
-        f"#{number}'s {verdict} button clicked",
-    )
+
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, f"{box} .decide-{verdict}").click()
+        return True
+
+    wait(driver, clicked, 10, f"#{number}'s {verdict} button clicked")
     wait(driver, lambda d: jobs_shown(d)[number]["decision"] == verdict, 60, f"#{number} {verdict}")
 
 
@@ -236,16 +236,16 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         driver.find_element(By.ID, "send-yes").click()
         driver.get(url + "#requests")
 
-        def listed_row(d: WebDriver) -> list[str] | None:
+        def listed_row(d: WebDriver) -> list[str]:
             found: list[str] | None = d.execute_script(
                 "const r = document.querySelector('#requests-table tr[data-command=\"linger\"]');"
                 "return r && [r.querySelector('td.to').textContent,"
                 "r.querySelector('td.door').textContent, r.dataset.messageId]"
             )
             # The door is noted in the ledger just after the request: the page follows.
-            return found if found and found[1] else None
+            return found if found and found[1] else []
 
-        cells = wait(driver, listed_row, 30, "the linger request listed with its door")
+        cells: list[str] = wait(driver, listed_row, 30, "the linger request listed with its door")
         assert cells[:2] == ["root", "web"], cells
         screenshot(driver, "web-requests-sent.png")
         driver.get(url + "#request/" + cells[2])
@@ -258,9 +258,9 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
             return found
 
         wait(driver, lambda d: len(levels(d)) == 3, 30, "the request at every level")
-        shown = levels(driver)
-        assert shown[0].startswith("root: "), shown
-        assert [line.split(":")[0] for line in shown] == ["root", "└ level 2", "└ level 3"]
+        at_levels = levels(driver)
+        assert at_levels[0].startswith("root: "), at_levels
+        assert [line.split(":")[0] for line in at_levels] == ["root", "└ level 2", "└ level 3"]
         facts, page = driver.execute_script(
             "return [document.querySelector('.request-facts').textContent,"
             "document.getElementById('page-request').innerText]"

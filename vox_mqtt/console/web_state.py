@@ -26,6 +26,7 @@ from vox_mqtt.console.commandform import command_specs, params_of_status
 from vox_mqtt.observe.metrics import parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness
+from vox_mqtt.observe.summary import MISBEHAVING, SUMMARY_ABOVE, summarise
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import TopicError
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 RESOLVED_KEPT: Final = 3600.0  # resolved incidents are listed for the last hour
+SUMMARY_EVERY: Final = 1.0  # seconds between two summaries of a big fleet to the browsers
 SILENCE_GRACE: Final = 1.0  # past the longest heartbeat interval, silence means the link
 RESOLVED_FILE: Final = "resolved.jsonl"  # where, in the operator's state dir, they outlive it
 _RESOLVED_MAX: Final = 500
@@ -165,6 +167,7 @@ class WebState:
         self._heard_at = clock()
         self._heard_wall = wall()
         self.silent_since: float | None = None
+        self._summary_at = float("-inf")
         self._params: dict[UUID, dict[str, Any]] = {}  # what each status says of its commands
         # The resolved incidents outlive a restart of the console in this file (docs/web.md).
         self.resolved_file = resolved_file
@@ -362,6 +365,21 @@ class WebState:
         now = self._clock()
         return [agent_row(e, now, self._site_of(e.id)) for e in self._shown(entries)]
 
+    def summary(self, above: int = SUMMARY_ABOVE) -> dict[str, Any] | None:
+        """Return the fleet summarised when it has more than `above` agents (else None)."""
+        entries = self._shown(self.observer.view.agents())
+        if len(entries) <= above:
+            return None
+        now = self._clock()
+        return summarise(
+            (
+                e.name or str(e.id),
+                MISBEHAVING if e.misbehaving(now) else e.status,
+                self._site_of(e.id),
+            )
+            for e in entries
+        ).as_dict()
+
     def warroom(self) -> dict[str, Any]:
         """Return the open incidents and those resolved within the last hour."""
         now = self._wall()
@@ -379,6 +397,7 @@ class WebState:
         return {
             "top": {"id": str(self.top), "name": self.top_name},
             "agents": self.rows(),
+            "summary": self.summary(),
             "warroom": self.warroom(),
             "links": self._links(),
             "connected": self.link_state()[0],
@@ -406,6 +425,11 @@ class WebState:
         if not dirty and not warroom:
             return None
         batch: dict[str, Any] = {"agents": self.rows(dirty), "now": self._wall()}
+        now = self._clock()
+        big = len(self.observer.view.agents()) > SUMMARY_ABOVE
+        if dirty and big and now - self._summary_at >= SUMMARY_EVERY:
+            self._summary_at = now
+            batch["summary"] = self.summary()  # a big fleet: its counts, not every row
         if warroom:
             batch["warroom"] = self.warroom()
             batch["links"] = self._links()

@@ -184,7 +184,49 @@
   }
 
   const search = document.getElementById("search");
-  search.addEventListener("input", applyVisibility);
+  search.addEventListener("input", function () {
+    if (summary && structureDirty && search.value.trim()) layout(); else applyVisibility();
+    drawSummary();
+  });
+
+  // A fleet too big to draw row by row (more agents than the server's threshold): its
+  // counts per state and per site, the worst first, and the unhealthy named; the rows
+  // are drawn only for what the search box finds (docs/web.md).
+  let summary = null;
+  function drawSummary() {
+    const box = document.getElementById("summary");
+    const table = document.getElementById("tree-table");
+    const searching = !!search.value.trim();
+    box.hidden = !summary;
+    table.hidden = !!summary && !searching;
+    if (!summary) return;
+    clear(box);
+    const since = unknownSince();
+    const states = function (list) { return list.map(function (p) { return p[1] + " " + p[0]; }).join(", "); };
+    box.append(el("p", "summary-head", summary.total + " agents: " +
+      (since ? "every one unknown since " + since : states(summary.states)) +
+      " (summarised; find one by name to see its row)"));
+    if (since) return;
+    const sites = el("table", "summary-sites");
+    const head = el("tr");
+    ["site", "agents", "unhealthy", "by state"].forEach(function (h) { head.append(el("th", "", h)); });
+    sites.append(head);
+    summary.sites.forEach(function (t) {
+      const tr = el("tr", "summary-site");
+      tr.dataset.unhealthy = String(t.unhealthy);
+      tr.append(el("td", "", t.site), el("td", "num", t.total), el("td", "num", t.unhealthy), el("td", "", states(t.states)));
+      sites.append(tr);
+    });
+    box.append(sites);
+    if (summary.unhealthy.length) {
+      const more = summary.unhealthy_total - summary.unhealthy.length;
+      box.append(el("h3", "", "unhealthy, the worst first (" + summary.unhealthy_total +
+        (more ? "; " + more + " more not named" : "") + ")"));
+      summary.unhealthy.forEach(function (u) {
+        box.append(el("p", "summary-unhealthy", u[0] + " " + u[1] + " (site " + u[2] + ")"));
+      });
+    }
+  }
 
   function applyVisibility() {
     const query = search.value.trim().toLowerCase();
@@ -284,7 +326,10 @@
       connectedOnce = true;
     }
     drawLink();
-    if (structureDirty) layout(); else drawCounts();
+    if ("summary" in data) summary = data.summary;
+    // A summarised fleet lays its rows out only for a search (10,000 rows are not drawn).
+    if (structureDirty && (!summary || search.value.trim())) layout(); else drawCounts();
+    drawSummary();
     if (isSnapshot) {
       probe.snapshots += 1;
       if (probe.firstPaint === null) probe.firstPaint = performance.now();
@@ -331,6 +376,7 @@
       drawnUnknown = since;
       agents.forEach(function (entry) { drawRow(entry); });
       drawCounts();
+      drawSummary();
     }
   }
   function connect() {
