@@ -66,8 +66,10 @@ window.voxOperatorPages = function (ctx) {
     params.placeholder = fields.length ? "other params as JSON (optional)" : '{"key": "value"}';
     fields.forEach(function (f) {
       const label = el("label", "param");
-      label.append(el("span", "param-name", f.name), el("span", "param-type",
+      const head = el("span", "param-head");
+      head.append(el("span", "param-name", f.name), el("span", "param-type",
         " " + (f.type || "any") + (f.required ? ", required" : "")));
+      label.append(head);
       const input = f.type === "boolean" ? el("select") : el("input");
       if (f.type === "boolean") {
         ["", "true", "false"].forEach(function (v) { const o = el("option", "", v); o.value = v; input.append(o); });
@@ -87,14 +89,15 @@ window.voxOperatorPages = function (ctx) {
   function typed(text, type) {
     if (type === "string") return { value: text };
     let value;
-    try { value = JSON.parse(text); } catch (e) { return { error: "is not " + (type || "JSON") }; }
+    const article = /^[aeiou]/.test(type || "") ? "an " : "a ";
+    try { value = JSON.parse(text); } catch (e) { return { error: type ? "must be " + article + type : "is not JSON" }; }
     const ok = !type || (type === "integer" ? Number.isInteger(value)
       : type === "number" ? typeof value === "number"
       : type === "boolean" ? typeof value === "boolean"
       : type === "array" ? Array.isArray(value)
       : type === "object" ? value !== null && typeof value === "object" && !Array.isArray(value)
       : type === "null" ? value === null : true);
-    return ok ? { value: value } : { error: "must be " + (/^[aeiou]/.test(type) ? "an " : "a ") + type };
+    return ok ? { value: value } : { error: "must be " + article + type };
   }
   function collect() {
     let parsed = {};
