@@ -51,7 +51,7 @@ AGENTS = 10_000
 def status(agent: UUID, master: UUID, name: str, state: str, **extra: Any) -> Inbound:
     report = AgentStatus(
         name=name,
-        status=state,  # type: ignore[arg-type]
+        status=state,
         epoch=1,
         started_at=now_iso(),
         heartbeat_interval=3600.0,  # nobody goes STALE while the test looks
