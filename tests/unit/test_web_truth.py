@@ -274,6 +274,7 @@ def test_the_inbox_numbers_jobs_with_their_decision_or_what_they_overlap() -> No
         {"number": 2, "state": "undecided"},
     ]
     assert rows[0]["source_name"] == "root"
+    assert all("overlaps_undecided" not in r["details"] for r in rows)  # numbers, not ids
     assert [r["job"] for r in rows if r["type"] == "summary"] == [None]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from vox_mqtt.console.decisions import Job, number_jobs, verdict_word
+from vox_mqtt.console.decisions import OVERLAPS, Job, number_jobs, verdict_word
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import (
@@ -135,6 +135,8 @@ def inbox_rows(
         source = _text(entry.get("source"))
         received = entry.get("received_at")
         job = jobs.get(str(entry.get("message_id")))
+        if job is not None:
+            details.pop(OVERLAPS, None)  # shown by number in the job's line, not as ids
         rows.append(
             {
                 "message_id": _text(entry.get("message_id")),
