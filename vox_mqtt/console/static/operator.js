@@ -243,7 +243,11 @@ window.voxOperatorPages = function (ctx) {
     drawAnswer();
     return [box, line];
   }
+  let drawnInbox = "";
   function drawInbox(data) {
+    const text = JSON.stringify(data) + JSON.stringify(Array.from(decideAnswers));
+    if (text === drawnInbox) return; // unchanged: a note being typed keeps its focus
+    drawnInbox = text;
     showError("inbox-error", data.error);
     const list = document.getElementById("inbox-list");
     clear(list);
@@ -292,7 +296,11 @@ window.voxOperatorPages = function (ctx) {
   function requestState(r) {
     return r.state + (r.overdue ? " (past its deadline)" : "");
   }
+  let drawnRequests = "";
   function drawRequests(data) {
+    const text = JSON.stringify(data);
+    if (text === drawnRequests) return;
+    drawnRequests = text;
     showError("requests-error", data.error);
     const body = document.querySelector("#requests-table tbody");
     clear(body);
@@ -370,7 +378,13 @@ window.voxOperatorPages = function (ctx) {
       box.append(p);
     });
   }
+  let drawnRequest = "";
   function drawRequest(data) {
+    // Unchanged (the ledger moved for another reason): the page stays as it is, a reason
+    // being typed with it.
+    const text = JSON.stringify(data);
+    if (text === drawnRequest) return;
+    drawnRequest = text;
     const page = document.getElementById("page-request");
     clear(page);
     const back = el("a", "", "\u2190 requests");
@@ -453,6 +467,7 @@ window.voxOperatorPages = function (ctx) {
     drawUnread: drawUnread,
     show: function (which, requestId) {
       pageRequest = requestId;
+      drawnInbox = drawnRequests = drawnRequest = ""; // a page shown again is drawn again
       if (which !== "request") shownRequest = null;
       if (which === "inbox") loadInbox();
       if (which === "requests") loadRequests();
@@ -466,6 +481,7 @@ window.voxOperatorPages = function (ctx) {
     },
     // The names came (a page opened by its address before the first snapshot): redraw.
     named: function (which) {
+      drawnInbox = drawnRequests = drawnRequest = ""; // the live view's names: draw again
       getJSON("api/inbox").then(function (data) { drawUnread(data.unread || 0); }).catch(function () {});
       if (which === "inbox") loadInbox();
       if (which === "requests") loadRequests();
