@@ -30,7 +30,6 @@ import uvicorn
 
 from vox_mqtt.console.decisions import choose_job
 from vox_mqtt.console.doors import DoorCounters, DoorLimits, HostRule, door_config
-from vox_mqtt.console.home.api import record_door
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
 from vox_mqtt.console.web_operator import OperatorPages
@@ -363,6 +362,8 @@ def _sender(console: OperatorConsole) -> Sender:
         return [] if root is None or not root.healthy else list(root.commands)
 
     async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
+        from vox_mqtt.console.home.api import record_door  # the console's, loaded when it runs
+
         try:
             sent = await console.start_command(command, params, wait=_SEND_TIMEOUT)
             with contextlib.suppress(VoxError):  # sent: a full disk fails it, not the answer
