@@ -27,7 +27,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, fleet_text, run_fleet, serving_vox
-from tests.kits.freelancekit import drop, future_mail
+from tests.kits.freelancekit import drop, future_mail, job_mail
 from tests.kits.webkit import browser, run_web, screenshot, wait
 
 pytestmark = pytest.mark.slow
@@ -204,8 +204,27 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         assert jobs[1]["line"].startswith("approved at ")
         assert jobs[1]["answer"].startswith("job #1 approved: booked: 180 min of work")
         assert jobs[2]["line"].startswith("rejected at ")
+        # A job whose window ended is refused on the page, in `vox decide`'s words.
+        past = "2026-01-12T09:00:00+00:00", "2026-01-12T17:00:00+00:00"
+        drop(intake, "3-past.eml", job_mail(*past, effort=60, price="20 USD"))
+        wait(driver, lambda d: 3 in jobs_shown(d), 60, "job #3 in the inbox")
+        box = '#inbox-list .notification[data-job="3"]'
+        driver.find_element(By.CSS_SELECTOR, f"{box} .decide-approve").click()
+        refusal = wait(
+            driver,
+            lambda d: (
+                d.find_element(By.CSS_SELECTOR, f"{box} .decide-answer").text
+                if d.find_element(By.CSS_SELECTOR, f"{box} .decide-answer").get_attribute("data-ok")
+                == "0"
+                else ""
+            ),
+            60,
+            "job #3's refusal",
+        )
+        assert refusal == f"decide #3 approve: job #3 expired: its window ended at {past[1]}"
+        assert jobs_shown(driver)[3]["decision"] == ""
         screenshot(driver, "web-inbox-decided.png")
-        # A refusal, as `vox decide` words it: a decision is final.
+        # The CLI agrees, and refuses as the page does: a decision is final.
         listed = vox("inbox", "--config", config, "--wait", "0", "--json", "--keep-unread")
         assert listed.returncode == 0, listed.stderr
         verdicts = {
@@ -213,7 +232,7 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
             for e in json.loads(listed.stdout)
             if "job" in e
         }
-        assert verdicts == {1: "approve", 2: "reject"}
+        assert verdicts == {1: "approve", 2: "reject", 3: None}
         again = vox("decide", "--config", config, "2", "approve")
         assert again.returncode == 2
         assert "job #2 was already rejected" in again.stderr
@@ -318,6 +337,10 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
             driver.get(web.url + "#request/" + cells[2])
             wait(driver, lambda d: len(levels(d)) == 3, 30, "every level through vox web")
             driver.get(web.url + "#inbox")
-            wait(driver, lambda d: len(jobs_shown(d)) == 2, 30, "the jobs through vox web")
+            wait(driver, lambda d: len(jobs_shown(d)) == 3, 30, "the jobs through vox web")
             lines = {n: j["line"].split(" at ")[0] for n, j in jobs_shown(driver).items()}
-            assert lines == {1: "approved", 2: "rejected"}
+            assert lines == {
+                1: "approved",
+                2: "rejected",
+                3: "undecided; overlaps no undecided job",
+            }
