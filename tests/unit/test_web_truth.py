@@ -154,6 +154,15 @@ def test_a_dropped_link_is_down_since_it_dropped_and_up_again_after() -> None:
     assert state.link_state() == (True, None)
 
 
+def test_a_console_never_connected_knows_nothing_since_it_started() -> None:
+    clocks = Clocks()
+    state = state_with(clocks)
+    started = clocks.wall
+    clocks.step(30)
+    state.link(False)
+    assert state.link_state() == (False, started)
+
+
 def test_nobody_heartbeating_is_no_silence() -> None:
     clocks = Clocks()
     state = state_with(clocks)

@@ -160,7 +160,9 @@ class WebState:
         self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
         self._history_at: dict[UUID, float] = {}
         self.connected = False  # whether the console's broker link is up
-        self.down_since: float | None = None  # wall clock: when it went down (None: up)
+        # Wall clock: since when the link is down (None: up); before the first connection,
+        # since the console started: nothing was known before either.
+        self.down_since: float | None = wall()
         # A link that says it is up but brings nothing (a frozen broker: TCP stays open until
         # the keepalive runs out) is silent past every heartbeat interval: since the last
         # message, nothing is known (docs/web.md).
