@@ -132,6 +132,15 @@ def test_ten_thousand_agents_are_summarised_and_found_by_name() -> None:
         drawn: int = driver.execute_script("return document.querySelectorAll('#tree tr').length")
         assert drawn == 0  # no row laid out for nobody to read
         screenshot(driver, "web-summary.png")
+        driver.find_element(By.LINK_TEXT, "worker04242").click()  # its own page, by its id
+        wait(
+            driver,
+            lambda d: d.find_element(By.CSS_SELECTOR, "#page-agent h2.agent-name").text,
+            30,
+            "the unhealthy agent's page",
+        )
+        assert driver.find_element(By.CSS_SELECTOR, "#page-agent h2").text == "worker04242"
+        driver.find_element(By.ID, "nav-tree").click()
         driver.find_element(By.ID, "search").send_keys("worker04242")
 
         def found(d: WebDriver) -> list[str]:

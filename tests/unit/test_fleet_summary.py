@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from vox_mqtt.observe.summary import LOCAL_SITE, MISBEHAVING, summarise
 
@@ -54,6 +55,7 @@ def test_the_unhealthy_are_named_worst_first_and_the_rest_counted() -> None:
     assert "  site north: 5000 agents: 1 UNREACHABLE, " in lines[1]
     assert "unhealthy, the worst first (5; 2 more not named):" in lines
     assert summary.as_dict()["sites"][0]["site"] == "north"
+    assert summary.as_dict()["unhealthy"][0] == ["zz", "UNREACHABLE", "north", None]
 
 
 def test_a_healthy_fleet_names_nobody() -> None:
@@ -118,7 +120,9 @@ def test_the_web_tree_gets_the_summary_only_above_the_threshold() -> None:
     summary = state.snapshot()["summary"]
     assert summary["total"] == 1_001
     assert summary["states"] == [["INACTIVE", 1], ["ACTIVE", 1_000]]
-    assert summary["unhealthy"] == [["agent00042", "INACTIVE", "this site"]]
+    ((name, what, site, ref),) = summary["unhealthy"]
+    assert (name, what, site) == ("agent00042", "INACTIVE", "this site")
+    assert observer.view.get(UUID(ref)).name == "agent00042"  # the page links it by its id
     assert state.summary(above=2_000) is None
     small_top, small = big_observer(10)
     assert WebState(small, top=small_top, top_name="operator").snapshot()["summary"] is None

@@ -375,11 +375,14 @@ class WebState:
         now = self._clock()
         return summarise(
             (
-                e.name or str(e.id),
-                MISBEHAVING if e.misbehaving(now) else e.status,
-                self._site_of(e.id),
-            )
-            for e in entries
+                (
+                    e.name or str(e.id),
+                    MISBEHAVING if e.misbehaving(now) else e.status,
+                    self._site_of(e.id),
+                )
+                for e in entries
+            ),
+            refs=[str(e.id) for e in entries],
         ).as_dict()
 
     def warroom(self) -> dict[str, Any]:

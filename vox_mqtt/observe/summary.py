@@ -61,6 +61,7 @@ class FleetSummary:
     sites: tuple[SiteTally, ...]  # the most unhealthy first, then by name
     unhealthy: tuple[tuple[str, str, str], ...]  # (name, state, site), the worst first
     unhealthy_total: int
+    refs: tuple[str | None, ...] = ()  # what each unhealthy one is found by (an id), if given
 
     def lines(self) -> list[str]:
         """Return the summary as plain lines (`vox watch`)."""
@@ -79,6 +80,9 @@ class FleetSummary:
             out += [f"  {name} {state} (site {site})" for name, state, site in self.unhealthy]
         return out
 
+    def _refs(self) -> tuple[str | None, ...]:
+        return self.refs or (None,) * len(self.unhealthy)
+
     def as_dict(self) -> dict[str, Any]:
         """Return it as JSON-ready data (the web console's tree)."""
         return {
@@ -93,27 +97,34 @@ class FleetSummary:
                 }
                 for t in self.sites
             ],
-            "unhealthy": [list(u) for u in self.unhealthy],
+            "unhealthy": [[*u, ref] for u, ref in zip(self.unhealthy, self._refs(), strict=True)],
             "unhealthy_total": self.unhealthy_total,
         }
 
 
 def summarise(
-    agents: Iterable[tuple[str, str, str | None]], *, shown: int = SHOWN_UNHEALTHY
+    agents: Iterable[tuple[str, str, str | None]],
+    *,
+    shown: int = SHOWN_UNHEALTHY,
+    refs: Iterable[str | None] | None = None,
 ) -> FleetSummary:
     """Count (name, state, site or None) agents per state and per site, the worst first.
 
     A misbehaving agent is given as state MISBEHAVING by the caller; None is this site.
+    refs, one per agent in the same order, is what a view finds each by (the web page
+    links an unhealthy agent to its page by its id).
     """
     states: Counter[str] = Counter()
     per_site: dict[str, Counter[str]] = {}
-    unhealthy: list[tuple[str, str, str]] = []
+    unhealthy: list[tuple[str, str, str, str | None]] = []
+    given = iter(refs) if refs is not None else None
     for name, state, site in agents:
+        ref = None if given is None else next(given, None)
         place = LOCAL_SITE if site is None else site
         states[state] += 1
         per_site.setdefault(place, Counter())[state] += 1
         if state != _HEALTHY:
-            unhealthy.append((name, state, place))
+            unhealthy.append((name, state, place, ref))
     tallies = [
         SiteTally(
             site=site,
@@ -129,6 +140,7 @@ def summarise(
         total=sum(states.values()),
         states=_ordered(states),
         sites=tuple(tallies),
-        unhealthy=tuple(unhealthy[:shown]),
+        unhealthy=tuple((n, s, p) for n, s, p, _ in unhealthy[:shown]),
         unhealthy_total=len(unhealthy),
+        refs=tuple(ref for *_, ref in unhealthy[:shown]) if refs is not None else (),
     )

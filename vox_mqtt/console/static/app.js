@@ -223,7 +223,11 @@
       box.append(el("h3", "", "unhealthy, the worst first (" + summary.unhealthy_total +
         (more ? "; " + more + " more not named" : "") + ")"));
       summary.unhealthy.forEach(function (u) {
-        box.append(el("p", "summary-unhealthy", u[0] + " " + u[1] + " (site " + u[2] + ")"));
+        const p = el("p", "summary-unhealthy");
+        const name = el(u[3] ? "a" : "span", "", u[0]);
+        if (u[3]) name.href = "#agent/" + encodeURIComponent(u[3]);
+        p.append(name, el("span", "", " " + u[1] + " (site " + u[2] + ")"));
+        box.append(p);
       });
     }
   }
