@@ -306,8 +306,16 @@ def test_requests_carry_names_and_the_door_they_came_through() -> None:
         details={"handled_by": ROOT},
     )
     other = sent(4, "other", door="a2a")  # a request that says its door itself
+    cancelled = ledger_row(
+        5,
+        "via",
+        None,
+        event_type="door",
+        message_id=None,
+        details={"request_id": request["message_id"], "door": "cli", "what": "cancel"},
+    )
     names = {ROOT: "root", ME: "operator"}
-    rows = request_rows([request, door, answer, other], ME, 0.0, names)
+    rows = request_rows([request, door, answer, other, cancelled], ME, 0.0, names)
     by = {r["command"]: r for r in rows}
     assert by["linger"]["door"] == "web"
     assert by["linger"]["target_name"] == "root"

@@ -453,14 +453,20 @@ def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
             return 0, {"ok": False, "code": "CONSOLE", "error": str(exc) or "no console"}
 
     async def decide(number: int, verdict: str, note: str | None) -> dict[str, Any]:
-        body = {"number": number, "verdict": verdict, "note": note, "wait": _SEND_TIMEOUT}
+        body = {
+            "number": number,
+            "verdict": verdict,
+            "note": note,
+            "wait": _SEND_TIMEOUT,
+            "door": "web",  # audited where the console notes doors
+        }
         status, found = await call("/v1/decide", body)
         if status != 200:
             return {"ok": False, "code": found.get("code"), "error": found.get("error")}
         return {"job": number, **found}
 
     async def about(path: str, request_id: str, reason: str | None) -> dict[str, Any]:
-        body = {"request_id": request_id, "reason": reason, "wait": _ASK_TIMEOUT}
+        body = {"request_id": request_id, "reason": reason, "wait": _ASK_TIMEOUT, "door": "web"}
         status, found = await call(path, body)
         if status != 200:
             return {"ok": False, "code": found.get("code"), "error": found.get("error")}

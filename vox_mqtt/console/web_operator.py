@@ -224,8 +224,10 @@ def request_rows(
         details = _details(row)
         if row.get("event_type") == "door" and action == "via":
             request_id, door = details.get("request_id"), details.get("door")
-            if isinstance(request_id, str) and isinstance(door, str):
-                doors[request_id] = door
+            # The door its command came through, not a later cancel's (`what`).
+            command = details.get("what") in (None, "command")
+            if isinstance(request_id, str) and isinstance(door, str) and command:
+                doors.setdefault(request_id, door)
             continue
         if kind == MSG_COMMAND_REQUEST and action == "sent" and row.get("source") == me:
             if mid is None or mid in found:
