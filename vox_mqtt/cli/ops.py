@@ -12,7 +12,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -26,6 +26,7 @@ from vox_mqtt.console.safetext import plain, shown
 from vox_mqtt.observe.metrics import parse_host_metrics, parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, STALE, AgentLiveness
+from vox_mqtt.observe.summary import MISBEHAVING, SUMMARY_ABOVE, FleetSummary, summarise
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol.sitelinks import (
     SITE_LINK_LOST,
@@ -352,6 +353,18 @@ def status_tree(
         colour, head, tail = watch_label(entry, incidents, now, room, unknown_since=unknown_since)
         return Text.assemble((head, colour), (tail, "dim"))
 
+    if len(agents) > SUMMARY_ABOVE:
+        # Too many to draw: the counts, the worst first (docs/operations.md).
+        lines = fleet_summary(agents.values(), links, now).lines()
+        if unknown_since is not None:
+            lines = [f"{len(agents)} agents, every one unknown since {unknown_since}"]
+        lines = lines if width is None else [cut(text, width) for text in lines]
+        summary = Tree(Text(lines[0], style="bold"))
+        for text in lines[1:]:
+            summary.add(Text(text))
+        if observer.incidents:
+            summary.add(f"[red]war room: {len(observer.incidents)} open incident(s)[/]")
+        return summary
     order = _tree_order(reader, observer, agents)
     if order and order[0][1].id == reader.top:
         tree = Tree(label(order[0][1], 0))
@@ -368,6 +381,21 @@ def status_tree(
     for link in [] if links is None else links.down():
         tree.add(f"[red]site {shown(link.site)}: bridge link lost ({SITE_LINK_LOST})[/]")
     return tree
+
+
+def fleet_summary(
+    agents: Iterable[AgentLiveness], links: LinkWatch | None, now: float
+) -> FleetSummary:
+    """Summarise the agents by state and site (observe/summary.py)."""
+    sites = {} if links is None else {a: k.site for k in links.map.links for a in k.behind}
+    return summarise(
+        (
+            plain(entry.name or str(entry.id)),
+            MISBEHAVING if entry.misbehaving(now) else entry.status,
+            sites.get(entry.id),
+        )
+        for entry in agents
+    )
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -461,6 +489,15 @@ async def _watch_lines(
     def whole(since: str | None = None) -> dict[UUID, tuple[object, ...]]:
         now = time.monotonic()
         agents = snapshot()
+        if len(agents) > SUMMARY_ABOVE:
+            # Too many to print one by one: the counts, then one line per change.
+            entries = [entry for _, entry in agents.values()]
+            lines = fleet_summary(entries, links, now).lines()
+            if since is not None:
+                lines = [f"{len(agents)} agents, every one unknown since {since}"]
+            for text in lines:
+                say(f"{_clock()} {text}")
+            return {agent_id: key(entry, now) for agent_id, (_, entry) in agents.items()}
         for depth, entry in agents.values():
             say(f"{_clock()} {'  ' * depth}{line(entry, now, since)}")
         return {agent_id: key(entry, now) for agent_id, (_, entry) in agents.items()}

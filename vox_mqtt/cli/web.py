@@ -21,17 +21,19 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
+from uuid import UUID
 
 import uvicorn
 
-from vox_mqtt.console.doorlog import record_door
+from vox_mqtt.console.decisions import choose_job
 from vox_mqtt.console.doors import DoorCounters, DoorLimits, HostRule, door_config
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
 from vox_mqtt.console.web_operator import OperatorPages
-from vox_mqtt.console.web_state import WebState, bind_problem
+from vox_mqtt.console.web_state import RESOLVED_FILE, WebState, bind_problem
 from vox_mqtt.fleet.config import load_console_config
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
@@ -48,6 +50,7 @@ __all__ = ["register"]
 DEFAULT_LISTEN: Final = "127.0.0.1:8080"
 _PREFIX: Final = "vox web: "
 _SEND_TIMEOUT: Final = 30.0
+_ASK_TIMEOUT: Final = 10.0  # a cancel's or a request's levels' answer
 _OPERATOR_POLL: Final = 1.0  # seconds between two looks at the operator's inbox and ledger
 
 
@@ -204,7 +207,13 @@ async def _serve(
     door: tuple[HostRule, DoorLimits],
 ) -> int:
     observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
-    state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
+    state = WebState(
+        observer,
+        top=reader.top,
+        top_name=reader.top_name,
+        links=reader.link_watch(),
+        resolved_file=None if pages is None else pages.state_dir / RESOLVED_FILE,
+    )
     hub = Hub(state)
 
     async def connected() -> None:
@@ -325,32 +334,84 @@ async def _pump(session: Session, state: WebState) -> None:
         state.take(inbound)
 
 
+def _failed(command: str | None, exc: BaseException) -> dict[str, Any]:
+    code = exc.code if isinstance(exc, CommandFailed) else type(exc).__name__
+    error = exc.error if isinstance(exc, CommandFailed) else str(exc)
+    out: dict[str, Any] = {"ok": False, "code": str(code), "error": error}
+    if command is not None:
+        out["command"] = command
+    return out
+
+
+def _answered(command: str, details: dict[str, Any], message_id: Any) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "command": command,
+        "result": details.get("result"),
+        "summary": details.get("summary"),
+        "handled_by": details.get("handled_by"),
+        "message_id": None if message_id is None else str(message_id),
+    }
+
+
 def _sender(console: OperatorConsole) -> Sender:
+    """The page's sender when this process is the operator's console (`--web`)."""
+
     def commands() -> list[str]:
         root = console.view.get(console.root_id)
         return [] if root is None or not root.healthy else list(root.commands)
 
     async def send(command: str, params: dict[str, Any]) -> dict[str, Any]:
+        from vox_mqtt.console.doorlog import record_door  # loaded when the page sends
+
         try:
             sent = await console.start_command(command, params, wait=_SEND_TIMEOUT)
-            with contextlib.suppress(VoxError):  # sent: a full disk fails the row, not this
+            with contextlib.suppress(VoxError):  # sent: a full disk fails it, not the answer
                 await record_door(console, sent.request_id, command, "web")
             reply = await sent.answer()
-        except CommandFailed as exc:
-            return {"ok": False, "command": command, "code": exc.code, "error": exc.error}
         except VoxError as exc:
-            return {"ok": False, "command": command, "code": type(exc).__name__, "error": str(exc)}
-        details = reply.details
-        return {
-            "ok": True,
-            "command": command,
-            "result": details.get("result"),
-            "summary": details.get("summary"),
-            "handled_by": details.get("handled_by"),
-            "message_id": str(reply.message_id),
-        }
+            return _failed(command, exc)
+        return {**_answered(command, reply.details, reply.message_id), "request_id": None}
 
-    return Sender(commands=commands, send=send)
+    async def decide(number: int, verdict: str, note: str | None) -> dict[str, Any]:
+        chosen = choose_job(console.jobs(), number, now=datetime.now(UTC))
+        if isinstance(chosen, str):
+            return {"ok": False, "job": number, "code": None, "error": chosen}
+        from vox_mqtt.console.doorlog import record_door  # loaded when the page decides
+
+        job = UUID(chosen.message_id)
+        try:
+            answer = await console.decide(job, verdict, note=note, wait=_SEND_TIMEOUT)
+        except (VoxError, ValueError) as exc:
+            return {"job": number, **_failed(None, exc)}
+        with contextlib.suppress(VoxError):  # decided: a full disk fails the row, not this
+            await record_door(
+                console, job, None, "web", "decision", verdict=verdict,
+                decision=str(answer.reply_to),
+            )  # fmt: skip
+        outcome = answer.details.get("outcome")
+        return {"ok": True, "job": number, "job_id": chosen.message_id, "outcome": outcome}
+
+    async def cancel(request_id: str, reason: str | None) -> dict[str, Any]:
+        from vox_mqtt.console.doorlog import record_door  # loaded when the page cancels
+
+        try:
+            report = await console.cancel(UUID(request_id), reason=reason, wait=_ASK_TIMEOUT)
+        except VoxError as exc:
+            return _failed(None, exc)
+        finally:  # asked for, whatever the tree answers: the act came through this door
+            with contextlib.suppress(VoxError, ValueError):
+                await record_door(console, UUID(request_id), None, "web", "cancel")
+        return {"ok": True, "report": report}
+
+    async def show(request_id: str) -> dict[str, Any]:
+        try:
+            report = await console.request_status(UUID(request_id), wait=_ASK_TIMEOUT)
+        except VoxError as exc:
+            return _failed(None, exc)
+        return {"ok": True, "report": report}
+
+    return Sender(commands=commands, send=send, decide=decide, cancel=cancel, show=show)
 
 
 def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
@@ -377,15 +438,7 @@ def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
             async for item in client.stream("/v1/send", body):
                 kind = item.get("kind")
                 if kind == "answer":
-                    details = item.get("details") or {}
-                    return {
-                        "ok": True,
-                        "command": command,
-                        "result": details.get("result"),
-                        "summary": details.get("summary"),
-                        "handled_by": details.get("handled_by"),
-                        "message_id": item.get("message_id"),
-                    }
+                    return _answered(command, item.get("details") or {}, item.get("message_id"))
                 if kind in ("failed", "refused"):
                     code = item.get("code") or "REFUSED"
                     return {
@@ -403,4 +456,37 @@ def console_sender(config: Path, root: Callable[[], Any]) -> Sender:
             "error": "the operator's console hung up before the answer",
         }
 
-    return Sender(commands=commands, send=send)
+    async def call(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            client = await reach(config)
+            return await client.call("POST", path, body)
+        except (OSError, ConsoleUnreachable, asyncio.IncompleteReadError, ValueError) as exc:
+            return 0, {"ok": False, "code": "CONSOLE", "error": str(exc) or "no console"}
+
+    async def decide(number: int, verdict: str, note: str | None) -> dict[str, Any]:
+        body = {
+            "number": number,
+            "verdict": verdict,
+            "note": note,
+            "wait": _SEND_TIMEOUT,
+            "door": "web",  # audited where the console notes doors
+        }
+        status, found = await call("/v1/decide", body)
+        if status != 200:
+            return {"ok": False, "code": found.get("code"), "error": found.get("error")}
+        return {"job": number, **found}
+
+    async def about(path: str, request_id: str, reason: str | None) -> dict[str, Any]:
+        body = {"request_id": request_id, "reason": reason, "wait": _ASK_TIMEOUT, "door": "web"}
+        status, found = await call(path, body)
+        if status != 200:
+            return {"ok": False, "code": found.get("code"), "error": found.get("error")}
+        return {"ok": True, "report": found.get("report")}
+
+    async def cancel(request_id: str, reason: str | None) -> dict[str, Any]:
+        return await about("/v1/cancel", request_id, reason)
+
+    async def show(request_id: str) -> dict[str, Any]:
+        return await about("/v1/request", request_id, None)
+
+    return Sender(commands=commands, send=send, decide=decide, cancel=cancel, show=show)

@@ -37,6 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from vox_mqtt.console.commandform import params_problem
 from vox_mqtt.console.doors import HostGuard, HostRule
 from vox_mqtt.console.web_operator import OperatorPages
 from vox_mqtt.console.web_state import WebState, same_secret
@@ -58,6 +59,7 @@ OPERATOR_PROVEN: Final = "vox_operator_proven"  # scope state: the request prove
 _KEEPALIVE: Final = 15.0  # an SSE comment this often keeps proxies from closing the stream
 _QUEUE: Final = 64  # batches a slow browser may fall behind before it is sent a snapshot
 _MAX_BODY: Final = 64 * 1024
+_MAX_NOTE: Final = 2000  # a decision's note or a cancel's reason, as `vox decide` bounds it
 _CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -73,10 +75,18 @@ _SECURITY_HEADERS: Final = (
 
 @dataclass(frozen=True)
 class Sender:
-    """What `--allow-send` gives the page: the root's commands and a way to send one."""
+    """What `--allow-send` gives the page: the root's commands and a way to send one, and
+    the operator's other acts as the CLI does them (`vox decide`, `vox cancel`, `vox request
+    show`), each answering JSON: {"ok": ...} or {"ok": False, "code", "error"}."""
 
     commands: Callable[[], Sequence[str]]
     send: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+    # (job number, verdict, note) -> as `vox decide --json` answers
+    decide: Callable[[int, str, str | None], Awaitable[dict[str, Any]]] | None = None
+    # (request id, reason) -> {"ok", "report"} as `vox cancel` gets it
+    cancel: Callable[[str, str | None], Awaitable[dict[str, Any]]] | None = None
+    # request id -> {"ok", "report"}: every level's state, as `vox request show` gets it
+    show: Callable[[str], Awaitable[dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -231,6 +241,8 @@ def build_app(
     csrf = csrf or secrets.token_hex(32)
     page = _page(csrf, sender is not None, operator is not None)
     state = hub.state
+    if operator is not None and operator.live_names is None:
+        operator.live_names = state.names  # names everywhere, never raw ids (docs/web.md)
     no_operator = {
         "error": "the inbox and the requests are the operator's: start vox web with the "
         "operator's console config"
@@ -277,10 +289,76 @@ def build_app(
             return JSONResponse({"error": "no such agent seen"}, status_code=404)
         return JSONResponse(found)
 
+    def specs() -> dict[str, Any]:
+        if sender is None:
+            return {}
+        root = state.root_of_top()
+        return {} if root is None else state.command_specs(root, sorted(sender.commands()))
+
     async def commands(_request: Request) -> Response:
         if sender is None:
-            return JSONResponse({"allowed": False, "commands": []})
-        return JSONResponse({"allowed": True, "commands": sorted(sender.commands())})
+            return JSONResponse({"allowed": False, "commands": [], "specs": {}})
+        listed = sorted(sender.commands())
+        return JSONResponse({"allowed": True, "commands": listed, "specs": specs()})
+
+    async def posted(request: Request) -> dict[str, Any] | Response:
+        """The checks of every POST: a sender, the CSRF token, JSON, a bounded body."""
+        if sender is None:
+            return JSONResponse(
+                {"error": "this console was started without --allow-send: it sends nothing"},
+                status_code=403,
+            )
+        if not same_secret(request.headers.get(CSRF_HEADER), csrf):
+            return JSONResponse({"error": "missing or wrong CSRF token"}, status_code=403)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return JSONResponse({"error": "send JSON"}, status_code=415)
+        body = await request.body()
+        if len(body) > _MAX_BODY:
+            return JSONResponse({"error": "request too large"}, status_code=413)
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, dict):
+            return JSONResponse({"error": "expected a JSON object"}, status_code=400)
+        return data
+
+    async def decide(request: Request) -> Response:
+        data = await posted(request)
+        if isinstance(data, Response):
+            return data
+        assert sender is not None
+        number, verdict, note = data.get("number"), data.get("verdict"), data.get("note")
+        if not isinstance(number, int) or isinstance(number, bool):
+            return JSONResponse({"error": "number is the job's number"}, status_code=400)
+        if verdict not in ("approve", "reject"):
+            return JSONResponse({"error": "verdict is approve or reject"}, status_code=400)
+        if note is not None and (not isinstance(note, str) or len(note) > _MAX_NOTE):
+            return JSONResponse(
+                {"error": f"the note is text of at most {_MAX_NOTE} characters"}, status_code=400
+            )
+        if sender.decide is None:
+            return JSONResponse({"error": "this console does not decide"}, status_code=404)
+        return JSONResponse(await sender.decide(number, verdict, note or None))
+
+    async def about_request(request: Request) -> Response:
+        data = await posted(request)
+        if isinstance(data, Response):
+            return data
+        assert sender is not None
+        try:
+            message_id = str(UUID(request.path_params["message"]))
+        except ValueError:
+            return JSONResponse({"error": "not a message id"}, status_code=400)
+        what = request.path_params["what"]
+        if what == "cancel" and sender.cancel is not None:
+            reason = data.get("reason")
+            if reason is not None and (not isinstance(reason, str) or len(reason) > _MAX_NOTE):
+                return JSONResponse({"error": "the reason is short text"}, status_code=400)
+            return JSONResponse(await sender.cancel(message_id, reason or None))
+        if what == "levels" and sender.show is not None:
+            return JSONResponse(await sender.show(message_id))
+        return JSONResponse({"error": f"this console does not {what}"}, status_code=404)
 
     async def events(request: Request) -> Response:
         first, queue = hub.subscribe()
@@ -306,23 +384,14 @@ def build_app(
         )
 
     async def send(request: Request) -> Response:
-        if sender is None:
-            return JSONResponse(
-                {"error": "this console was started without --allow-send: it sends nothing"},
-                status_code=403,
-            )
-        if not same_secret(request.headers.get(CSRF_HEADER), csrf):
-            return JSONResponse({"error": "missing or wrong CSRF token"}, status_code=403)
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return JSONResponse({"error": "send JSON"}, status_code=415)
-        body = await request.body()
-        if len(body) > _MAX_BODY:
-            return JSONResponse({"error": "request too large"}, status_code=413)
+        data = await posted(request)
+        if isinstance(data, Response):
+            return data
+        assert sender is not None
         try:
-            data = json.loads(body)
             command = data["command"]
             params = data.get("params") or {}
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             return JSONResponse({"error": "expected {command, params}"}, status_code=400)
         if not isinstance(command, str) or not isinstance(params, dict):
             return JSONResponse({"error": "command is a string, params an object"}, status_code=400)
@@ -330,6 +399,9 @@ def build_app(
             return JSONResponse(
                 {"error": f"the root does not advertise {command!r}"}, status_code=409
             )
+        problem = params_problem(specs().get(command), params)
+        if problem is not None:
+            return JSONResponse({"error": f"{command}: {problem}"}, status_code=400)
         answer = await sender.send(command, params)
         return JSONResponse(answer)
 
@@ -343,6 +415,8 @@ def build_app(
         Route("/api/requests", requests),
         Route("/api/request/{message}", one_request),
         Route("/api/send", send, methods=["POST"]),
+        Route("/api/decide", decide, methods=["POST"]),
+        Route("/api/request/{message}/{what}", about_request, methods=["POST"]),
         Mount(
             "/static",
             StaticFiles(packages=[("vox_mqtt.console", "static")]),

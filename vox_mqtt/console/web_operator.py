@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
+from vox_mqtt.console.decisions import OVERLAPS, Job, number_jobs, verdict_word
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import (
@@ -37,6 +38,7 @@ __all__ = [
     "REQUESTS_SHOWN",
     "OperatorPages",
     "inbox_rows",
+    "job_row",
     "note_of",
     "parse_inbox",
     "request_rows",
@@ -101,6 +103,7 @@ def inbox_rows(
     seal_key: SealKey | None = None,
     *,
     proven: bool = False,
+    decisions: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Return the newest notifications first, as rows, and how many are unread.
 
@@ -109,8 +112,12 @@ def inbox_rows(
     is shown as JSON text. Unless the request proved the operator (proven: it carried the
     console's token), no note is in a row, sealed or not: `sealed` says how to read it
     (docs/security.md, F28). `last_read` is the message id `vox inbox` marked read last: the
-    ones after it are new (all of them when the mark is not found).
+    ones after it are new (all of them when the mark is not found). A job notification
+    also carries its number, its decision or the undecided jobs it overlaps (`job_row`),
+    numbered as `vox inbox` numbers them from the decisions the console recorded.
     """
+    jobs = {j.message_id: j for j in number_jobs(entries, decisions or [])}
+    every = sorted(jobs.values(), key=lambda j: j.number)
     unread_from = 0
     if last_read is not None:
         for index in range(len(entries) - 1, -1, -1):
@@ -127,6 +134,9 @@ def inbox_rows(
             sealed = NOTE_WITHHELD
         source = _text(entry.get("source"))
         received = entry.get("received_at")
+        job = jobs.get(str(entry.get("message_id")))
+        if job is not None:
+            details.pop(OVERLAPS, None)  # shown by number in the job's line, not as ids
         rows.append(
             {
                 "message_id": _text(entry.get("message_id")),
@@ -140,10 +150,40 @@ def inbox_rows(
                 "sealed": sealed,
                 "details": json.dumps(details, default=str, sort_keys=True),
                 "new": index >= unread_from,
+                "job": None if job is None else job_row(job, every),
             }
         )
     rows.reverse()
     return rows[:INBOX_SHOWN], len(entries) - unread_from
+
+
+def job_row(job: Job, jobs: list[Job]) -> dict[str, Any]:
+    """Return what the inbox shows of a job: its number, its decision, what it overlaps.
+
+    The same words as `vox inbox` (its decision "approved at ...: outcome", or "undecided"
+    and each job it overlaps with that job's state).
+    """
+    decision = None
+    if job.decision is not None:
+        decision = {
+            "verdict": _text(job.decision.get("verdict")),
+            "word": verdict_word(job.decision.get("verdict")),
+            "decided_at": _text(job.decision.get("decided_at")),
+            "outcome": _text(job.decision.get("outcome")),
+            "note": _text(job.decision.get("note")),
+        }
+    overlaps = []
+    for number in job.overlaps:
+        other = jobs[number - 1]
+        state = "undecided" if other.decision is None else verdict_word(other.decision["verdict"])
+        overlaps.append({"number": number, "state": state})
+    return {
+        "number": job.number,
+        "message_id": job.message_id,
+        "end_time": job.end_time,
+        "decision": decision,
+        "overlaps": overlaps,
+    }
 
 
 def _details(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,19 +200,35 @@ def _deadline_passed(deadline: Any, now: float) -> bool:
         return False
 
 
-def request_rows(rows: list[dict[str, Any]], me: str, now: float) -> list[dict[str, Any]]:
+def request_rows(
+    rows: list[dict[str, Any]],
+    me: str,
+    now: float,
+    names: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Return the command_requests this side sent, newest first, each with its state.
 
     rows are ledger rows in any order. A request is SENT, then ACKNOWLEDGED when the
     receiver's acknowledgement was recorded, PROGRESS while other replies come, and ends
     ANSWERED (its command_result), FAILED (a command_error, or this side's "failed" row) or
     EXPIRED (this side's "expired" row: no answer by its deadline). `overdue` marks one
-    still in flight past its deadline.
+    still in flight past its deadline. `door` is what it came through (cli, web, mcp, a2a)
+    when the console noted it (a "door" row, console/home/api.py) or the request says it;
+    names turn each id into the agent's name (`*_name`, None when unknown).
     """
+    names = names or {}
     found: dict[str, dict[str, Any]] = {}
+    doors: dict[str, str] = {}
     for row in sorted(rows, key=lambda r: int(r["id"])):
         mid, kind, action = row.get("message_id"), row.get("message_type"), row.get("action")
         details = _details(row)
+        if row.get("event_type") == "door" and action == "via":
+            request_id, door = details.get("request_id"), details.get("door")
+            # The door its command came through, not a later cancel's (`what`).
+            command = details.get("what") in (None, "command")
+            if isinstance(request_id, str) and isinstance(door, str) and command:
+                doors.setdefault(request_id, door)
+            continue
         if kind == MSG_COMMAND_REQUEST and action == "sent" and row.get("source") == me:
             if mid is None or mid in found:
                 continue
@@ -182,6 +238,7 @@ def request_rows(rows: list[dict[str, Any]], me: str, now: float) -> list[dict[s
                 "command": _text(details.get("command")),
                 "params": json.dumps(params if isinstance(params, dict) else {}, sort_keys=True),
                 "target": row.get("target"),
+                "door": _text(details.get("door")),
                 "sent_at": row.get("recorded_at"),
                 "deadline": _text(details.get("deadline")),
                 "state": "SENT",
@@ -218,14 +275,20 @@ def request_rows(rows: list[dict[str, Any]], me: str, now: float) -> list[dict[s
             request["state"] = "PROGRESS"
     out = list(found.values())
     for request in out:
+        request["door"] = request["door"] or doors.get(request["message_id"])
+        request["target_name"] = names.get(str(request["target"]))
+        request["handled_by_name"] = names.get(str(request["handled_by"]))
         request["in_flight"] = request["state"] in _IN_FLIGHT
         request["overdue"] = request["in_flight"] and _deadline_passed(request["deadline"], now)
     out.reverse()
     return out[:REQUESTS_SHOWN]
 
 
-def timeline_rows(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def timeline_rows(
+    chain: list[dict[str, Any]], names: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Return one request's timeline (`VOXAgentMemory.trace`): one line per message."""
+    names = names or {}
     lines = []
     for row in chain[:TIMELINE_MAX]:
         details = _details(row)
@@ -234,6 +297,8 @@ def timeline_rows(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for key in ("command", "code", "handled_by", "deadline")
             if isinstance(details.get(key), str)
         }
+        if "handled_by" in note:
+            note["handled_by"] = names.get(note["handled_by"], note["handled_by"])
         lines.append(
             {
                 "recorded_at": row.get("recorded_at"),
@@ -242,6 +307,8 @@ def timeline_rows(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "message_id": row.get("message_id"),
                 "source": row.get("source"),
                 "target": row.get("target"),
+                "source_name": names.get(str(row.get("source"))),
+                "target_name": names.get(str(row.get("target"))),
                 "reason": row.get("reason"),
                 "note": note,
             }
@@ -284,6 +351,8 @@ class OperatorPages:
     operator_id: UUID
     names: dict[str, str]  # id -> name, for the sources of notifications
     seal_key: SealKey | None = None  # the operator's, to open sealed notes (docs/security.md)
+    # The live view's names (id -> name), set by the app that serves these pages.
+    live_names: Callable[[], dict[str, str]] | None = None
     _memory: VOXAgentMemory | None = None
     _inbox_seen: tuple[tuple[int, int] | None, ...] | None = None
     _head_seen: int | None = None
@@ -292,6 +361,19 @@ class OperatorPages:
     def inbox_path(self) -> Path:
         """Return the notifications file of the operator's session."""
         return self.state_dir / "inbox.jsonl"
+
+    def all_names(self) -> dict[str, str]:
+        """Return every name known: the live view's, then the config's own."""
+        live = {} if self.live_names is None else self.live_names()
+        return {**live, **self.names}
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """Return the decisions the operator's console recorded (decisions.jsonl)."""
+        try:
+            text = (self.state_dir / "decisions.jsonl").read_text(encoding="utf-8")
+        except OSError:
+            return []
+        return parse_inbox(text)
 
     @property
     def ledger_path(self) -> Path:
@@ -311,7 +393,14 @@ class OperatorPages:
         except OSError as exc:
             return {"entries": [], "unread": 0, "error": f"cannot read {path}: {_why(exc)}"}
         last = _read_mark(path.with_name("inbox.read"))
-        rows, unread = inbox_rows(entries, last, self.names, self.seal_key, proven=proven)
+        rows, unread = inbox_rows(
+            entries,
+            last,
+            self.all_names(),
+            self.seal_key,
+            proven=proven,
+            decisions=self.decisions(),
+        )
         return {"entries": rows, "unread": unread, "total": len(entries), "error": None}
 
     async def _ledger(self) -> VOXAgentMemory | None:
@@ -330,7 +419,9 @@ class OperatorPages:
             rows = [] if memory is None else await memory.get_recent(LEDGER_ROWS)
         except LedgerError as exc:
             return {"requests": [], "error": str(exc)}
-        return {"requests": request_rows(rows, str(self.operator_id), now), "error": None}
+        names = self.all_names()
+        found = request_rows(rows, str(self.operator_id), now, names)
+        return {"requests": found, "error": None}
 
     async def request(self, message_id: UUID, now: float) -> dict[str, Any] | None:
         """Return one request's row and timeline, or None when the ledger has no such one."""
@@ -340,18 +431,22 @@ class OperatorPages:
                 return None
             own = await memory.find(message_id)
             chain = await memory.trace(message_id)
+            recent = await memory.get_recent(LEDGER_ROWS)
         except LedgerError as exc:
             return {"request": None, "timeline": [], "error": str(exc)}
         replies = [r for r in chain if r.get("message_id") != str(message_id)]
-        rows = request_rows([*own, *replies], str(self.operator_id), now)
+        doors = [r for r in recent if r.get("event_type") == "door"]
+        names = self.all_names()
+        rows = request_rows([*own, *replies, *doors], str(self.operator_id), now, names)
         if not rows:
             return None
-        return {"request": rows[0], "timeline": timeline_rows(chain), "error": None}
+        return {"request": rows[0], "timeline": timeline_rows(chain, names), "error": None}
 
     async def changed(self) -> dict[str, bool]:
         """Say which of the inbox (or its read mark) and the ledger changed since last asked."""
+        files = ("inbox.read", "decisions.jsonl")
         seen = tuple(
-            _signature(p) for p in (self.inbox_path, self.inbox_path.with_name("inbox.read"))
+            _signature(p) for p in (self.inbox_path, *(self.inbox_path.with_name(f) for f in files))
         )
         inbox = seen != self._inbox_seen
         self._inbox_seen = seen

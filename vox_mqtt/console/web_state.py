@@ -10,17 +10,23 @@ them in the page as text (`textContent`), never as markup.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
+import os
 import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
+from vox_mqtt.console.commandform import command_specs, params_of_status
 from vox_mqtt.observe.metrics import parse_snapshot, quantile
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import ACTIVE, AgentLiveness
+from vox_mqtt.observe.summary import MISBEHAVING, SUMMARY_ABOVE, summarise
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import TopicError
@@ -30,6 +36,7 @@ from vox_mqtt.transport.session import Inbound
 __all__ = [
     "HISTORY_POINTS",
     "HISTORY_STEP",
+    "RESOLVED_FILE",
     "RESOLVED_KEPT",
     "WebState",
     "agent_row",
@@ -40,6 +47,9 @@ __all__ = [
 ]
 
 RESOLVED_KEPT: Final = 3600.0  # resolved incidents are listed for the last hour
+SUMMARY_EVERY: Final = 1.0  # seconds between two summaries of a big fleet to the browsers
+SILENCE_GRACE: Final = 1.0  # past the longest heartbeat interval, silence means the link
+RESOLVED_FILE: Final = "resolved.jsonl"  # where, in the operator's state dir, they outlive it
 _RESOLVED_MAX: Final = 500
 HISTORY_STEP: Final = 30.0  # one chart point per agent every 30 s ...
 HISTORY_POINTS: Final = 120  # ... over the last hour
@@ -135,6 +145,7 @@ class WebState:
         links: LinkWatch | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        resolved_file: Path | None = None,
     ) -> None:
         self.observer = observer
         self.top = top
@@ -149,6 +160,20 @@ class WebState:
         self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
         self._history_at: dict[UUID, float] = {}
         self.connected = False  # whether the console's broker link is up
+        # Wall clock: since when the link is down (None: up); before the first connection,
+        # since the console started: nothing was known before either.
+        self.down_since: float | None = wall()
+        # A link that says it is up but brings nothing (a frozen broker: TCP stays open until
+        # the keepalive runs out) is silent past every heartbeat interval: since the last
+        # message, nothing is known (docs/web.md).
+        self._heard_at = clock()
+        self._heard_wall = wall()
+        self.silent_since: float | None = None
+        self._summary_at = float("-inf")
+        self._params: dict[UUID, dict[str, Any]] = {}  # what each status says of its commands
+        # The resolved incidents outlive a restart of the console in this file (docs/web.md).
+        self.resolved_file = resolved_file
+        self._load_resolved()
         observer.on_incident = self._incident
         observer.view.add_listener(lambda entry, _old, _new: self._dirty.add(entry.id))
 
@@ -160,6 +185,11 @@ class WebState:
 
     def take(self, inbound: Inbound) -> None:
         """Apply one message of the console's subscriptions and mark what it changed."""
+        self._heard_at, self._heard_wall = self._clock(), self._wall()
+        if self.silent_since is not None:
+            self.silent_since = None
+            self._warroom_dirty = True
+            self._dirty.update(a.id for a in self.observer.view.agents())
         if self.links is not None and parse_link_topic(inbound.topic) is not None:
             if self.links.take(inbound.topic, inbound.payload) is not None:
                 self._dirty.update(a.id for a in self.observer.view.agents())
@@ -172,6 +202,7 @@ class WebState:
         if isinstance(topic, topics.StatusTopic):
             self._dirty.add(topic.agent)
             self._remember(topic.agent)
+            self._keep_params(topic.agent, inbound.payload)
         elif isinstance(topic, topics.WarroomTopic):
             self._warroom_dirty = True
 
@@ -182,20 +213,123 @@ class WebState:
         was down would leave the incident open here for good. So the open incidents are
         forgotten when it drops; the reconnect brings every retained one back.
         """
+        if up:
+            self.down_since = None
+            self._heard_at, self._heard_wall = self._clock(), self._wall()
+        elif self.connected or self.down_since is None:
+            self.down_since = self._wall()
         self.connected = up
         self._warroom_dirty = True
         if not up:
             self.observer.incidents.clear()
 
+    def link_state(self) -> tuple[bool, float | None]:
+        """Return whether anything is known now, and since when it is not (wall clock)."""
+        if not self.connected:
+            return False, self.down_since
+        if self.silent_since is not None:
+            return False, self.silent_since
+        return True, None
+
+    def _watch_silence(self) -> None:
+        """Call the link silent once no status came for longer than every heartbeat."""
+        if not self.connected or self.silent_since is not None:
+            return
+        intervals = [
+            a.heartbeat_interval for a in self.observer.view.agents() if a.status == ACTIVE
+        ]
+        if not intervals:
+            return  # nobody is expected to speak
+        if self._clock() - self._heard_at > max(intervals) + SILENCE_GRACE:
+            self.silent_since = self._heard_wall
+            self._warroom_dirty = True
+
+    def _keep_params(self, agent: UUID, payload: bytes) -> None:
+        """Keep what a full status says of its commands' parameters (the send form's)."""
+        entry = self.observer.view.get(agent)
+        if entry is None or entry.misbehaving() or b'"commands"' not in payload:
+            return  # a refused status, or a presence message: it says nothing of them
+        params = params_of_status(payload)
+        if params is None:
+            self._params.pop(agent, None)
+        else:
+            self._params[agent] = params
+
+    def command_specs(self, agent: UUID, commands: list[str]) -> dict[str, Any]:
+        """Return the parameters the agent describes of these commands (commandform.py)."""
+        return command_specs(self._params.get(agent), commands)
+
     def _incident(self, incident: Incident) -> None:
         self._warroom_dirty = True
         now = self._wall()
         if incident.failure.resolved:
-            row = incident_row(incident, now)
+            row = self._named(incident_row(incident, now))
             row["opened"] = self._opened.pop(incident.key, None)
             self._resolved.append(row)
+            self._save_resolved()
         else:
             self._opened.setdefault(incident.key, now)
+
+    def name_of(self, agent: str | None) -> str | None:
+        """Return the name of an agent by its id's text, when this console knows it."""
+        if agent is None:
+            return None
+        if agent == str(self.top):
+            return self.top_name
+        try:
+            entry = self.observer.view.get(UUID(agent))
+        except ValueError:
+            return None
+        return entry.name if entry is not None and entry.name else None
+
+    def names(self) -> dict[str, str]:
+        """Return id -> name of every agent this console knows, and its top's."""
+        out = {str(e.id): e.name for e in self.observer.view.agents() if e.name}
+        out.setdefault(str(self.top), self.top_name)
+        return out
+
+    def root_of_top(self) -> UUID | None:
+        """Return the agent whose status reports to the top (the root, for the operator)."""
+        return next((e.id for e in self.observer.view.agents() if e.master_id == self.top), None)
+
+    def _named(self, row: dict[str, Any]) -> dict[str, Any]:
+        for key in ("subject", "source"):
+            row[f"{key}_name"] = self.name_of(row.get(key)) or row.get(f"{key}_name")
+        return row
+
+    def _load_resolved(self) -> None:
+        """Read back the incidents resolved within the hour before this console started."""
+        if self.resolved_file is None:
+            return
+        try:
+            text = self.resolved_file.read_text(encoding="utf-8")
+        except OSError:
+            return
+        now = self._wall()
+        seen: set[tuple[Any, ...]] = set()
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a torn line
+            if not isinstance(row, dict) or not isinstance(row.get("received"), int | float):
+                continue
+            key = (row.get("subject"), row.get("error_code"), row.get("emitted_at"))
+            if now - float(row["received"]) <= RESOLVED_KEPT and key not in seen:
+                seen.add(key)
+                self._resolved.append(row)
+
+    def _save_resolved(self) -> None:
+        """Write the last hour's resolved incidents (a whole new file, renamed over the old)."""
+        if self.resolved_file is None:
+            return
+        now = self._wall()
+        kept = [r for r in self._resolved if now - float(r["received"]) <= RESOLVED_KEPT]
+        text = "".join(json.dumps(r, default=str) + "\n" for r in kept)
+        tmp = self.resolved_file.with_name(f".{self.resolved_file.name}.{os.getpid()}")
+        with contextlib.suppress(OSError):  # a read-only state dir: kept in memory only
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.resolved_file)
 
     def _remember(self, agent: UUID) -> None:
         """Keep one chart point per agent every HISTORY_STEP seconds (docs/web.md)."""
@@ -233,13 +367,31 @@ class WebState:
         now = self._clock()
         return [agent_row(e, now, self._site_of(e.id)) for e in self._shown(entries)]
 
+    def summary(self, above: int = SUMMARY_ABOVE) -> dict[str, Any] | None:
+        """Return the fleet summarised when it has more than `above` agents (else None)."""
+        entries = self._shown(self.observer.view.agents())
+        if len(entries) <= above:
+            return None
+        now = self._clock()
+        return summarise(
+            (
+                (
+                    e.name or str(e.id),
+                    MISBEHAVING if e.misbehaving(now) else e.status,
+                    self._site_of(e.id),
+                )
+                for e in entries
+            ),
+            refs=[str(e.id) for e in entries],
+        ).as_dict()
+
     def warroom(self) -> dict[str, Any]:
         """Return the open incidents and those resolved within the last hour."""
         now = self._wall()
         open_rows = []
         for incident in self.observer.incidents.values():
             row = incident_row(incident, self._opened.get(incident.key, now))
-            open_rows.append(row)
+            open_rows.append(self._named(row))
         open_rows.sort(key=lambda r: str(r["emitted_at"]))
         resolved = [r for r in self._resolved if now - float(r["received"]) <= RESOLVED_KEPT]
         return {"open": open_rows, "resolved": resolved[::-1]}
@@ -250,9 +402,11 @@ class WebState:
         return {
             "top": {"id": str(self.top), "name": self.top_name},
             "agents": self.rows(),
+            "summary": self.summary(),
             "warroom": self.warroom(),
             "links": self._links(),
-            "connected": self.connected,
+            "connected": self.link_state()[0],
+            "down_since": self.link_state()[1],
             "now": self._wall(),
         }
 
@@ -270,15 +424,21 @@ class WebState:
     def flush(self) -> dict[str, Any] | None:
         """Return what changed since the last flush (None when nothing did)."""
         self.observer.view.refresh()  # a heartbeat grown too old turns STALE here
+        self._watch_silence()
         dirty, self._dirty = self._dirty, set()
         warroom, self._warroom_dirty = self._warroom_dirty, False
         if not dirty and not warroom:
             return None
         batch: dict[str, Any] = {"agents": self.rows(dirty), "now": self._wall()}
+        now = self._clock()
+        big = len(self.observer.view.agents()) > SUMMARY_ABOVE
+        if dirty and big and now - self._summary_at >= SUMMARY_EVERY:
+            self._summary_at = now
+            batch["summary"] = self.summary()  # a big fleet: its counts, not every row
         if warroom:
             batch["warroom"] = self.warroom()
             batch["links"] = self._links()
-            batch["connected"] = self.connected
+            batch["connected"], batch["down_since"] = self.link_state()
         return batch
 
     def agent_page(self, agent: UUID) -> dict[str, Any] | None:

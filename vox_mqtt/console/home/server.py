@@ -48,7 +48,7 @@ from vox_mqtt.console.home.place import (
 from vox_mqtt.console.operator import WATCH_FILTERS, OperatorConsole
 from vox_mqtt.console.web import Hub, Sender, build_app
 from vox_mqtt.console.web_operator import OperatorPages
-from vox_mqtt.console.web_state import WebState
+from vox_mqtt.console.web_state import RESOLVED_FILE, WebState
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol.errors import ConfigError, Refused
@@ -250,7 +250,13 @@ async def _run(
     say = options.say
     reader, pages = parts.reader, parts.pages
     observer = FleetObserver(stale_after=reader.stale_after, signing=reader.broker.signing)
-    state = WebState(observer, top=reader.top, top_name=reader.top_name, links=reader.link_watch())
+    state = WebState(
+        observer,
+        top=reader.top,
+        top_name=reader.top_name,
+        links=reader.link_watch(),
+        resolved_file=console.inbox_path.with_name(RESOLVED_FILE),
+    )
     hub = Hub(state)
     _tap(console, state)
     session = console.agent.session

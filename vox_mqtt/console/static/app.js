@@ -87,6 +87,14 @@
     tr.dataset.state = row.status;
     tr.dataset.misbehaving = row.misbehaving ? "1" : "0";
     tr.title = row.id + (row.rejected ? " \u2014 status refused: " + row.rejected : "");
+    const since = unknownSince();
+    tr.dataset.unknown = since ? "1" : "0";
+    if (since) {
+      // The link is down: nothing shown is known now, so no state, no figure, no age.
+      setText(c.state, "unknown since " + since);
+      CELLS.forEach(function (key) { if (key !== "state") setText(c[key], "-"); });
+      return;
+    }
     setText(c.state, stateText(row));
     setText(c.cpu, fixed(row.cpu, 0));
     setText(c.mem, fixed(row.mem, 0));
@@ -100,6 +108,7 @@
 
   function drawAge(entry, now) {
     const row = entry.row;
+    if (unknownSince()) { setText(entry.cells.age, "-"); return; } // ages stop
     const age = row.age_s === null ? null : row.age_s + (now - entry.heardAt) / 1000;
     setText(entry.cells.age, row.status === "ACTIVE" || row.status === "STALE" ? ago(age) : "-");
   }
@@ -175,7 +184,53 @@
   }
 
   const search = document.getElementById("search");
-  search.addEventListener("input", applyVisibility);
+  search.addEventListener("input", function () {
+    if (summary && structureDirty && search.value.trim()) layout(); else applyVisibility();
+    drawSummary();
+  });
+
+  // A fleet too big to draw row by row (more agents than the server's threshold): its
+  // counts per state and per site, the worst first, and the unhealthy named; the rows
+  // are drawn only for what the search box finds (docs/web.md).
+  let summary = null;
+  function drawSummary() {
+    const box = document.getElementById("summary");
+    const table = document.getElementById("tree-table");
+    const searching = !!search.value.trim();
+    box.hidden = !summary;
+    table.hidden = !!summary && !searching;
+    if (!summary) return;
+    clear(box);
+    const since = unknownSince();
+    const states = function (list) { return list.map(function (p) { return p[1] + " " + p[0]; }).join(", "); };
+    box.append(el("p", "summary-head", summary.total + " agents: " +
+      (since ? "every one unknown since " + since : states(summary.states)) +
+      " (summarised; find one by name to see its row)"));
+    if (since) return;
+    const sites = el("table", "summary-sites");
+    const head = el("tr");
+    ["site", "agents", "unhealthy", "by state"].forEach(function (h) { head.append(el("th", "", h)); });
+    sites.append(head);
+    summary.sites.forEach(function (t) {
+      const tr = el("tr", "summary-site");
+      tr.dataset.unhealthy = String(t.unhealthy);
+      tr.append(el("td", "", t.site), el("td", "num", t.total), el("td", "num", t.unhealthy), el("td", "", states(t.states)));
+      sites.append(tr);
+    });
+    box.append(sites);
+    if (summary.unhealthy.length) {
+      const more = summary.unhealthy_total - summary.unhealthy.length;
+      box.append(el("h3", "", "unhealthy, the worst first (" + summary.unhealthy_total +
+        (more ? "; " + more + " more not named" : "") + ")"));
+      summary.unhealthy.forEach(function (u) {
+        const p = el("p", "summary-unhealthy");
+        const name = el(u[3] ? "a" : "span", "", u[0]);
+        if (u[3]) name.href = "#agent/" + encodeURIComponent(u[3]);
+        p.append(name, el("span", "", " " + u[1] + " (site " + u[2] + ")"));
+        box.append(p);
+      });
+    }
+  }
 
   function applyVisibility() {
     const query = search.value.trim().toLowerCase();
@@ -206,7 +261,9 @@
     const by = {};
     agents.forEach(function (entry) { by[entry.row.status] = (by[entry.row.status] || 0) + 1; });
     const parts = [agents.size + " agents"];
-    Object.keys(by).sort().forEach(function (k) { parts.push(by[k] + " " + k); });
+    const since = unknownSince();
+    if (since) parts.push("every one unknown since " + since);
+    else Object.keys(by).sort().forEach(function (k) { parts.push(by[k] + " " + k); });
     setText(document.getElementById("counts"), parts.join(", "));
     const sites = document.getElementById("sites");
     clear(sites);
@@ -227,7 +284,8 @@
       tr.dataset.code = i.error_code;
       const posted = Date.parse(i.emitted_at);
       tr.append(el("td", "sev-" + i.severity, i.severity), el("td", "code", i.error_code),
-        el("td", "subject", nameOf(i.subject)), el("td", "source", nameOf(i.source)),
+        el("td", "subject", i.subject_name || nameOf(i.subject)),
+        el("td", "source", i.source_name || nameOf(i.source)),
         el("td", "age", ago(isFinite(posted) ? (now - posted) / 1000 : null)),
         el("td", "desc", i.description));
       open.append(tr);
@@ -243,8 +301,8 @@
       const tr = el("tr", "resolved");
       tr.dataset.subject = i.subject;
       tr.dataset.code = i.error_code;
-      tr.append(el("td", "code", i.error_code), el("td", "subject", nameOf(i.subject)),
-        el("td", "source", nameOf(i.source)), el("td", "age", ago((now - i.received * 1000) / 1000) + " ago"),
+      tr.append(el("td", "code", i.error_code), el("td", "subject", i.subject_name || nameOf(i.subject)),
+        el("td", "source", i.source_name || nameOf(i.source)), el("td", "age", ago((now - i.received * 1000) / 1000) + " ago"),
         el("td", "desc", i.description));
       resolved.append(tr);
     });
@@ -266,9 +324,16 @@
     }
     take(data.agents, now);
     if (data.warroom) { warroom = data.warroom; links = data.links || []; drawWarroom(); }
-    if (typeof data.connected === "boolean") brokerUp = data.connected;
+    if (typeof data.connected === "boolean") {
+      brokerUp = data.connected;
+      downSince = data.down_since;
+      connectedOnce = true;
+    }
     drawLink();
-    if (structureDirty) layout(); else drawCounts();
+    if ("summary" in data) summary = data.summary;
+    // A summarised fleet lays its rows out only for a search (10,000 rows are not drawn).
+    if (structureDirty && (!summary || search.value.trim())) layout(); else drawCounts();
+    drawSummary();
     if (isSnapshot) {
       probe.snapshots += 1;
       if (probe.firstPaint === null) probe.firstPaint = performance.now();
@@ -277,25 +342,58 @@
     }
     probe.lastBatchAt = Date.now();
     refreshAgentPage(data.agents);
-    if (canSend) drawCommands();
+    if (canSend) operator.drawCommands(false);
+    if (isSnapshot && !named) { named = true; operator.named(current); }
   }
 
   // Two links: this page's event stream to the console, and the console's to the broker.
+  // While either is down nothing is known: every row says "unknown since", greyed, ages
+  // stop, and the banner says so above everything (docs/web.md), as `vox watch` does.
   const linkState = document.getElementById("link");
-  let streamUp = false, brokerUp = false;
+  const banner = document.getElementById("banner");
+  let streamUp = false, brokerUp = false, connectedOnce = false;
+  let downSince = null; // the console's wall clock (s) when its broker link went down
+  let streamLostAt = null; // this page's clock (ms) when the console stopped answering
+  let drawnUnknown = null;
+  function clock(ms) {
+    const d = new Date(ms), two = function (n) { return String(n).padStart(2, "0"); };
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  }
+  function unknownSince() {
+    if (!connectedOnce) return null; // nothing was known yet: "connecting"
+    if (!streamUp) return clock(streamLostAt || Date.now());
+    if (!brokerUp) return clock(typeof downSince === "number" ? downSince * 1000 : Date.now() + skew);
+    return null;
+  }
   function drawLink() {
     const state = !streamUp ? "lost" : (brokerUp ? "live" : "lost");
+    const since = unknownSince();
     linkState.dataset.state = state;
     linkState.textContent = !streamUp ? "console unreachable, reconnecting"
       : (brokerUp ? "live" : "broker link down, retrying");
+    banner.hidden = !since;
+    if (since) {
+      banner.textContent = (!streamUp ? "console unreachable since " + since + ", reconnecting"
+        : "broker link down since " + since + ", retrying") + ": every agent unknown since " + since;
+    }
+    if (since !== drawnUnknown) {
+      drawnUnknown = since;
+      agents.forEach(function (entry) { drawRow(entry); });
+      drawCounts();
+      drawSummary();
+    }
   }
   function connect() {
     const source = new EventSource("api/events");
     source.addEventListener("snapshot", function (e) { apply(JSON.parse(e.data), true); });
     source.addEventListener("batch", function (e) { apply(JSON.parse(e.data), false); });
     source.addEventListener("operator", function (e) { operatorChanged(JSON.parse(e.data)); });
-    source.onopen = function () { streamUp = true; drawLink(); };
-    source.onerror = function () { streamUp = false; drawLink(); };
+    source.onopen = function () { streamUp = true; streamLostAt = null; drawLink(); };
+    source.onerror = function () {
+      if (streamUp) streamLostAt = Date.now();
+      streamUp = false;
+      drawLink();
+    };
   }
 
   setInterval(function () {
@@ -304,91 +402,10 @@
     if (!document.getElementById("page-warroom").hidden) drawWarroom();
   }, 1000);
 
-  // --- sending (only with --allow-send; otherwise no control exists) --------------------
-
-  let commandList = null;
-  function drawCommands() {
-    if (!commandList) return;
-    const root = rootEntry();
-    const wanted = root && root.row.status === "ACTIVE" ? root.row.commands.slice().sort() : [];
-    const have = Array.prototype.map.call(commandList.options, function (o) { return o.value; });
-    if (have.join("\n") === wanted.join("\n")) return;
-    const chosen = commandList.value;
-    clear(commandList);
-    wanted.forEach(function (name) {
-      const option = el("option", "", name);
-      option.value = name;
-      commandList.append(option);
-    });
-    if (wanted.includes(chosen)) commandList.value = chosen;
-  }
   function rootEntry() {
     let found = null;
     agents.forEach(function (entry) { if (entry.row.master_id === top.id) found = entry; });
     return found;
-  }
-
-  function buildSendForm() {
-    const area = document.getElementById("send-area");
-    area.append(el("h2", "", "send a command to the root"));
-    const form = el("form");
-    form.id = "send-form";
-    commandList = el("select");
-    commandList.id = "send-command";
-    const params = el("input");
-    params.id = "send-params";
-    params.placeholder = '{"key": "value"}';
-    const ask = el("button", "", "send\u2026");
-    ask.type = "submit";
-    ask.id = "send-button";
-    form.append(el("label", "", "command"), commandList, el("label", "", "params (JSON)"), params, ask);
-    const confirm = el("div", "confirm");
-    confirm.id = "send-confirm";
-    confirm.hidden = true;
-    const question = el("span");
-    const yes = el("button", "", "confirm");
-    yes.type = "button";
-    yes.id = "send-yes";
-    const no = el("button", "", "cancel");
-    no.type = "button";
-    confirm.append(question, yes, no);
-    const answer = el("pre");
-    answer.id = "send-answer";
-    answer.hidden = true;
-    area.append(form, confirm, answer);
-    let pending = null;
-    form.addEventListener("submit", function (e) {
-      e.preventDefault();
-      let parsed = {};
-      try {
-        parsed = params.value.trim() ? JSON.parse(params.value) : {};
-      } catch (err) {
-        answer.hidden = false; answer.dataset.ok = "0";
-        answer.textContent = "params are not JSON: " + err.message;
-        return;
-      }
-      if (!commandList.value) return;
-      pending = { command: commandList.value, params: parsed };
-      question.textContent = "send " + pending.command + " " + JSON.stringify(parsed) + " to " + nameOf((rootEntry() || { row: {} }).row.id) + "?";
-      confirm.hidden = false;
-    });
-    no.addEventListener("click", function () { pending = null; confirm.hidden = true; });
-    yes.addEventListener("click", function () {
-      if (!pending) return;
-      const body = JSON.stringify(pending);
-      pending = null;
-      confirm.hidden = true;
-      answer.hidden = false; answer.dataset.ok = ""; answer.textContent = "sent, waiting for the answer\u2026";
-      fetch("api/send", { method: "POST", headers: { "content-type": "application/json", "x-csrf-token": csrf }, body: body, credentials: "same-origin" })
-        .then(function (r) { return r.json(); })
-        .then(function (a) {
-          answer.dataset.ok = a.ok ? "1" : "0";
-          answer.textContent = a.ok
-            ? a.command + ": " + JSON.stringify(a.result) + (a.summary ? "\n" + a.summary : "")
-            : (a.command ? a.command + ": " : "") + (a.code ? a.code + ": " : "") + a.error;
-        })
-        .catch(function (err) { answer.dataset.ok = "0"; answer.textContent = "failed: " + err; });
-    });
   }
 
   // --- an agent's page --------------------------------------------------------------------
@@ -451,140 +468,17 @@
     page.append(cmds, kids, charts, inc);
   }
 
-  // --- the operator's pages: the root's inbox, the requests sent --------------------------
-  // Only with the operator's console config (docs/web.md); every text is put as text.
+  // --- the operator's pages (operator.js): sending, the inbox, the requests ---------------
 
   let current = "tree";
-  let pageRequest = null;
-  function getJSON(path) {
-    return fetch(path, { credentials: "same-origin" }).then(function (r) { return r.json(); });
-  }
-  function showError(id, text) {
-    const node = document.getElementById(id);
-    node.hidden = !text;
-    node.textContent = text || "";
-  }
-  function drawUnread(n) {
-    const count = document.getElementById("unread-count");
-    count.textContent = String(n);
-    count.dataset.n = String(n);
-  }
+  let named = false; // whether a snapshot brought the names yet
+  const operator = window.voxOperatorPages({
+    el: el, clear: clear, setText: setText, nameOf: nameOf, probe: probe,
+    canSend: canSend, csrf: csrf, rootEntry: rootEntry,
+  });
   function operatorChanged(data) {
     probe.operatorEvents += 1;
-    if (typeof data.unread === "number") drawUnread(data.unread);
-    if (data.inbox && current === "inbox") loadInbox();
-    if (data.requests && current === "requests") loadRequests();
-    if (data.requests && current === "request" && pageRequest) loadRequest(pageRequest);
-  }
-
-  function loadInbox() {
-    getJSON("api/inbox").then(drawInbox).catch(function (err) { showError("inbox-error", "failed: " + err); });
-  }
-  function drawInbox(data) {
-    showError("inbox-error", data.error);
-    const list = document.getElementById("inbox-list");
-    clear(list);
-    const entries = data.entries || [];
-    drawUnread(data.unread || 0);
-    setText(document.getElementById("inbox-summary"),
-      "(" + (data.total || 0) + " kept, " + (data.unread || 0) + " new; `vox inbox` marks them read)");
-    if (!entries.length) list.append(el("p", "empty", "no notification kept yet"));
-    entries.forEach(function (n) {
-      const box = el("div", "card notification");
-      box.dataset.messageId = n.message_id || "";
-      box.dataset.new = n.new ? "1" : "0";
-      const head = el("p", "head");
-      const when = n.emitted_at || (n.received_at ? new Date(n.received_at * 1000).toISOString() : "?");
-      head.append(el("span", "new-mark", n.new ? "\u25cf new " : ""), el("span", "when", when + " "),
-        el("strong", "type", n.type || "?"), el("span", "", " from "),
-        el("span", "from", n.source_name || n.source || "?"));
-      if (n.message_source) head.append(el("span", "", " via "), el("span", "via", n.message_source));
-      box.append(head);
-      if (n.note) box.append(el("pre", "note", n.note));
-      else if (n.sealed) box.append(el("p", "sealed", "\u{1F512} " + n.sealed));
-      box.append(el("code", "details", n.details));
-      list.append(box);
-    });
-    probe.inboxDraws += 1;
-  }
-
-  function loadRequests() {
-    getJSON("api/requests").then(drawRequests).catch(function (err) { showError("requests-error", "failed: " + err); });
-  }
-  function requestState(r) {
-    return r.state + (r.overdue ? " (past its deadline)" : "");
-  }
-  function drawRequests(data) {
-    showError("requests-error", data.error);
-    const body = document.querySelector("#requests-table tbody");
-    clear(body);
-    const rows = data.requests || [];
-    if (!rows.length) {
-      const tr = el("tr", "none");
-      const td = el("td", "empty", "no request sent yet");
-      td.colSpan = 8;
-      tr.append(td);
-      body.append(tr);
-    }
-    rows.forEach(function (r) {
-      const tr = el("tr", "request");
-      tr.dataset.messageId = r.message_id;
-      tr.dataset.state = r.state;
-      tr.dataset.command = r.command || "";
-      const when = el("td", "when");
-      const link = el("a", "request-link", r.sent_at || "?");
-      link.href = "#request/" + encodeURIComponent(r.message_id);
-      when.append(link);
-      tr.append(when, el("td", "command", r.command || "?"), el("td", "params", r.params),
-        el("td", "to", nameOf(r.target)), el("td", "state", requestState(r)),
-        el("td", "code", r.code || ""), el("td", "", r.handled_by ? nameOf(r.handled_by) : ""),
-        el("td", "", r.ended_at || ""));
-      body.append(tr);
-    });
-    probe.requestsDraws += 1;
-  }
-
-  function loadRequest(id) {
-    getJSON("api/request/" + encodeURIComponent(id)).then(function (data) {
-      if (pageRequest === id) drawRequest(data);
-    }).catch(function () {});
-  }
-  function drawRequest(data) {
-    const page = document.getElementById("page-request");
-    clear(page);
-    const back = el("a", "", "\u2190 requests");
-    back.href = "#requests";
-    page.append(back);
-    if (!data.request) { page.append(el("p", "error", data.error || "no such request")); return; }
-    const r = data.request;
-    const title = el("h2", "request-title", r.command + " " + r.params);
-    page.append(title);
-    const state = el("p", "request-state", requestState(r) + (r.code ? ": " + r.code : "") +
-      (r.reason ? " (" + r.reason + ")" : ""));
-    state.dataset.state = r.state;
-    page.append(state, el("p", "empty", r.message_id + " to " + nameOf(r.target) + ", deadline " + (r.deadline || "-")));
-    const table = el("table", "timeline");
-    table.id = "timeline";
-    const head = el("tr");
-    ["recorded", "what", "message", "from", "to", "note"].forEach(function (h) { head.append(el("th", "", h)); });
-    const thead = el("thead");
-    thead.append(head);
-    const body = el("tbody");
-    data.timeline.forEach(function (t) {
-      const tr = el("tr", "step");
-      tr.dataset.type = t.message_type || "";
-      const note = Object.keys(t.note).map(function (k) {
-        const v = k === "handled_by" ? nameOf(t.note[k]) : t.note[k];
-        return k + "=" + v;
-      }).join(" ") + (t.reason ? " " + t.reason : "");
-      tr.append(el("td", "", t.recorded_at), el("td", "", t.actions.join(", ")),
-        el("td", "type", t.message_type || ""), el("td", "", nameOf(t.source)),
-        el("td", "", nameOf(t.target)), el("td", "desc", note));
-      body.append(tr);
-    });
-    table.append(thead, body);
-    page.append(table, el("p", "empty",
-      "what the operator's own ledger knows: its request and the replies it received"));
+    operator.changed(data, current);
   }
 
   // --- pages ------------------------------------------------------------------------------
@@ -596,8 +490,8 @@
       inbox: "page-inbox", requests: "page-requests", request: "page-request",
     };
     let which = "tree";
+    let pageRequest = null;
     pageAgent = null;
-    pageRequest = null;
     if (hash === "warroom") which = "warroom";
     else if (hash.startsWith("agent/")) { which = "agent"; pageAgent = decodeURIComponent(hash.slice(6)); }
     else if (hasOperator && hash === "inbox") which = "inbox";
@@ -610,13 +504,11 @@
     });
     if (which === "warroom") drawWarroom();
     if (pageAgent) loadAgent(pageAgent);
-    if (which === "inbox") loadInbox();
-    if (which === "requests") loadRequests();
-    if (pageRequest) loadRequest(pageRequest);
+    operator.show(which, pageRequest);
   }
   window.addEventListener("hashchange", route);
 
-  if (canSend) buildSendForm();
+  if (canSend) operator.buildSendForm();
   if (hasOperator) {
     document.getElementById("nav-inbox").hidden = false;
     document.getElementById("nav-requests").hidden = false;
