@@ -182,12 +182,28 @@ async def _measure(url: str, unix_path: str, n: int) -> dict[str, list[float]]:
             assert answer.json()["state"] == "completed"
             return took
 
+        from pathlib import Path
+
+        from vox_mqtt.cli._home import HomeClient
+
+        home = HomeClient(Path(unix_path))
+
+        async def console_client(i: int) -> float:
+            body = {"id": i, "command": "echo", "params": {"text": str(i)}}
+            started = time.perf_counter()
+            status, answer = await home.call("POST", "/plain", body)
+            took = time.perf_counter() - started
+            assert (status, answer["state"]) == (200, "completed"), answer
+            return took
+
         for i in range(_WARM):
+            await console_client(-1 - i)
             await plain(-1 - i, local)
             await plain(-1 - i)
             await a2a(-1 - i)
-        took: dict[str, list[float]] = {"unix": [], "plain": [], "a2a": []}
+        took: dict[str, list[float]] = {"home": [], "unix": [], "plain": [], "a2a": []}
         for i in range(n):
+            took["home"].append(await console_client(i))
             took["unix"].append(await plain(i, local))
             took["plain"].append(await plain(i))
             took["a2a"].append(await a2a(i))
@@ -204,11 +220,14 @@ def measure(n: int) -> dict[str, float]:
             took = asyncio.run(_measure(url, unix_path, n))
     ms = {name: statistics.median(values) * 1000 for name, values in took.items()}
     return {
+        "sdk_floor_home_ms": round(ms["home"], 2),
         "sdk_floor_unix_ms": round(ms["unix"], 2),
         "sdk_floor_plain_ms": round(ms["plain"], 2),
         "sdk_floor_a2a_ms": round(ms["a2a"], 2),
         "sdk_floor_delta_ms": round(ms["a2a"] - ms["plain"], 2),
         "sdk_floor_over_unix_ms": round(ms["a2a"] - ms["unix"], 2),
+        # Figure 19's own terms: an SDK door against the console's client on its socket.
+        "sdk_floor_over_home_ms": round(ms["a2a"] - ms["home"], 2),
     }
 
 
@@ -219,11 +238,13 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     found = measure(n)
     print(f"x{n}, interleaved, one run, no fleet and no console")
+    print(f"the console's own client, Unix socket: median {found['sdk_floor_home_ms']:.2f} ms")
     print(f"plain JSON POST, Unix socket: median {found['sdk_floor_unix_ms']:.2f} ms")
     print(f"plain JSON POST, TCP: median {found['sdk_floor_plain_ms']:.2f} ms")
     print(f"a2a-sdk message/send, answered at once: median {found['sdk_floor_a2a_ms']:.2f} ms")
     print(f"the SDK's own cost per call: {found['sdk_floor_delta_ms']:+.2f} ms")
     print(f"an SDK door over a plain Unix-socket POST: {found['sdk_floor_over_unix_ms']:+.2f} ms")
+    print(f"an SDK door over the console's client: {found['sdk_floor_over_home_ms']:+.2f} ms")
 
 
 if __name__ == "__main__":
