@@ -7,12 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from vox_mqtt.console.safetext import plain
 from vox_mqtt.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "CONFIG_ENV",
@@ -95,11 +96,15 @@ def duration(seconds: float) -> str:
 
 def out_console() -> Console:
     """Return a console on stdout (plain when not a terminal)."""
+    from rich.console import Console  # loaded by the verbs that print through rich only
+
     return Console(soft_wrap=True, highlight=False, emoji=False)
 
 
 def err_console() -> Console:
     """Return a console on stderr."""
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 
