@@ -83,3 +83,42 @@ def test_the_lazy_parser_says_what_the_whole_one_says(
     whole = _outcome(build_parser(argv, every=True), argv)
     assert lazy == whole
     assert lazy[0] == (0 if "--help" in argv or "-h" in argv else 2)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"COLUMNS": "123"},
+        {"COLUMNS": "wide"},
+        {"FORCE_COLOR": "1"},
+        {"FORCE_COLOR": "1", "TERM": "dumb", "COLUMNS": "150"},
+        {"TTY_COMPATIBLE": "1", "COLUMNS": "90"},
+        {"TTY_COMPATIBLE": "0", "COLUMNS": "90"},
+        {"FORCE_COLOR": ""},
+    ],
+)
+def test_the_width_a_verb_reckons_is_rich_s(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from vox_mqtt.cli._common import out_console, status_width, stdout_is_terminal, terminal_width
+
+    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "TERM", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    rich: Console = out_console()
+    assert stdout_is_terminal() == rich.is_terminal
+    assert terminal_width() == rich.width
+    wanted = rich.width if rich.is_terminal or env.get("COLUMNS") else 200
+    assert status_width(False) == wanted
+    assert status_width(True) is None
+
+
+def test_the_inbox_drops_the_key_the_decisions_name() -> None:
+    from vox_mqtt.cli.session import _OVERLAPS
+    from vox_mqtt.console.decisions import OVERLAPS
+
+    assert _OVERLAPS == OVERLAPS

@@ -28,6 +28,8 @@ __all__ = [
     "fail",
     "out_console",
     "print_json",
+    "status_width",
+    "terminal_width",
 ]
 
 EXIT_RUNTIME = 1
@@ -99,6 +101,55 @@ def out_console() -> Console:
     from rich.console import Console  # loaded by the verbs that print through rich only
 
     return Console(soft_wrap=True, highlight=False, emoji=False)
+
+
+def stdout_is_terminal() -> bool:
+    """Return whether stdout is a terminal, as rich's Console decides (without loading rich).
+
+    TTY_COMPATIBLE=0/1 and FORCE_COLOR (https://force-color.org/) overrule the device;
+    tests/unit/test_cli_verbs.py holds this to rich's own answer.
+    """
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_width() -> int:
+    """Return the cells out_console() would use: $COLUMNS, else the terminal's, else 80.
+
+    The same reckoning as rich's Console.width, for a verb that prints text the console
+    rendered and loads no rich of its own (tests/unit/test_cli_verbs.py compares them).
+    """
+    if stdout_is_terminal() and os.environ.get("TERM", "").lower() in ("dumb", "unknown"):
+        return 80
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns)
+    width = 0
+    for fd in (0, 1, 2):
+        try:
+            width = os.get_terminal_size(fd).columns
+        except (AttributeError, ValueError, OSError):
+            continue
+        break
+    return width or 80
+
+
+def status_width(wide: bool) -> int | None:
+    """Return the cells `vox status` may use: $COLUMNS, else the terminal's, else 200.
+
+    None with --wide: every column, however wide.
+    """
+    if wide:
+        return None
+    return terminal_width() if stdout_is_terminal() or os.environ.get("COLUMNS") else 200
 
 
 def err_console() -> Console:
