@@ -96,6 +96,8 @@ def test_the_lazy_parser_says_what_the_whole_one_says(
         {"TTY_COMPATIBLE": "1", "COLUMNS": "90"},
         {"TTY_COMPATIBLE": "0", "COLUMNS": "90"},
         {"FORCE_COLOR": ""},
+        {"FORCE_COLOR": "1", "TERM": "dumb", "COLUMNS": "150", "LINES": "40"},
+        {"TERM": "dumb", "COLUMNS": "150"},
     ],
 )
 def test_the_width_a_verb_reckons_is_rich_s(
@@ -105,7 +107,7 @@ def test_the_width_a_verb_reckons_is_rich_s(
 
     from vox_mqtt.cli._common import out_console, status_width, stdout_is_terminal, terminal_width
 
-    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "TERM", "NO_COLOR"):
+    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TERM", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -169,7 +169,13 @@ def one_shot_env() -> bool:
     return os.environ.get(CONSOLE_ENV, "").strip().lower() in ("one-shot", "oneshot", "off")
 
 
-def ask_console(config_arg: Path | None, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+def ask_console(
+    config_arg: Path | None,
+    path: str,
+    body: dict[str, Any],
+    *,
+    late: Callable[[], None] | None = None,
+) -> dict[str, Any] | None:
     """Ask the operator's console, when one runs for this config; None to look in-process.
 
     A look of one's own is no operator login (looks.py): no console is started for it.
@@ -186,7 +192,7 @@ def ask_console(config_arg: Path | None, path: str, body: dict[str, Any]) -> dic
         config = config_path(config_arg)
     except ConfigError:
         return None
-    found = ask_running(config, path, body)
+    found = ask_running(config, path, body, late=late)
     if found is None or found[0] != 200:
         return None
     return found[1]

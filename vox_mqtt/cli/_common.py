@@ -127,11 +127,14 @@ def terminal_width() -> int:
     The same reckoning as rich's Console.width, for a verb that prints text the console
     rendered and loads no rich of its own (tests/unit/test_cli_verbs.py compares them).
     """
+    columns = os.environ.get("COLUMNS", "")
+    given = int(columns) if columns.isdigit() else None
+    if given is not None and os.environ.get("LINES", "").isdigit():
+        return given  # both sizes given: rich asks nothing more
     if stdout_is_terminal() and os.environ.get("TERM", "").lower() in ("dumb", "unknown"):
         return 80
-    columns = os.environ.get("COLUMNS")
-    if columns is not None and columns.isdigit():
-        return int(columns)
+    if given is not None:
+        return given
     width = 0
     for fd in (0, 1, 2):
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._ask import ask_console
+from ._ask import ask_console, waiting_note
 from ._common import add_config_option, print_json, status_width
 
 __all__ = ["register"]
@@ -64,7 +64,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "width": status_width(args.wide),  # None: every column (--wide)
         "color": sys.stdout.isatty(),
     }
-    found = ask_console(args.config, "/v1/status", body)
+    late = waiting_note("the statuses in the console's live view (a console just started)")
+    found = ask_console(args.config, "/v1/status", body, late=late)
     if found is not None:
         if args.json:
             print_json(found.get("document"))

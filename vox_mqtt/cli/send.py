@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -19,6 +20,7 @@ from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
+from ._ask import SAY_AFTER
 from ._common import (
     EXIT_RUNTIME,
     EXIT_USAGE,
@@ -115,11 +117,21 @@ async def _send_via_console(path: Path, args: argparse.Namespace, params: dict[s
     if args.follow:
         return await follow_via_console(client, args, body, show)
     request_id: str | None = None
+    waiting: asyncio.TimerHandle | None = None
     try:
         async for item in client.stream("/v1/send", body):
             kind = item.get("kind")
             if kind == "request":
                 request_id = str(item.get("request_id"))
+                # Past a second without the end, say what this waits for (issue item 4).
+                what = "acknowledgement" if args.detach else "answer"
+                line = (
+                    f"waiting for the root's {what} to {args.command} (request {request_id}, "
+                    f"up to {args.timeout:g} s)"
+                )
+                waiting = asyncio.get_running_loop().call_later(SAY_AFTER, note, line)
+            elif kind == "note":
+                note(str(item.get("text", "")))
             elif kind == "answer":
                 return show(item)
             elif kind == "detached":
@@ -141,11 +153,19 @@ async def _send_via_console(path: Path, args: argparse.Namespace, params: dict[s
             + (f": request {request_id} stays with it" if request_id else "")
         )
         return EXIT_RUNTIME
+    finally:
+        if waiting is not None:
+            waiting.cancel()
     fail(
         "the operator's console hung up before the answer"
         + (f": request {request_id} stays with it" if request_id else "")
     )
     return EXIT_RUNTIME
+
+
+def note(line: str) -> None:
+    """Print a line of what the verb waits for, or what the console knows, on stderr."""
+    print(f"vox: {line}", file=sys.stderr, flush=True)
 
 
 def _detached(args: argparse.Namespace, request_id: str | None, item: dict[str, Any]) -> int:

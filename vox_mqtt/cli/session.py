@@ -146,9 +146,10 @@ def _inbox_one_shot(path: Path, wait: float) -> tuple[list[dict[str, Any]], Path
 
 def _inbox_via_console(path: Path, wait: float) -> tuple[list[dict[str, Any]], Path] | int:
     """Ask the console (started if none runs); the entries and the inbox, or an exit code."""
-    from ._ask import ask_running
+    from ._ask import ask_running, waiting_note
 
-    answer = ask_running(path, "/v1/inbox", {"wait": wait})
+    late = waiting_note(f"the root's queued notifications (up to {wait:g} s)")
+    answer = ask_running(path, "/v1/inbox", {"wait": wait}, late=late)
     if answer is None:  # no console answers: start one (cli/_home.py)
         import asyncio
 

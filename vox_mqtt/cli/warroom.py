@@ -17,7 +17,7 @@ from uuid import UUID
 
 from vox_mqtt.console.safetext import shown
 
-from ._ask import ask_console
+from ._ask import ask_console, waiting_note
 from ._common import wide_console
 
 if TYPE_CHECKING:
@@ -47,7 +47,8 @@ def incident_row(
 def cmd_warroom(args: argparse.Namespace) -> int:
     """List open incidents, then follow new posts if asked."""
     if not args.follow:
-        found = ask_console(args.config, "/v1/warroom", {"wait": args.wait})
+        late = waiting_note("the war room in the console's live view (a console just started)")
+        found = ask_console(args.config, "/v1/warroom", {"wait": args.wait}, late=late)
         if found is not None:
             rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
             _print_incidents(rows, as_json=args.json, title="open incidents")
