@@ -38,6 +38,7 @@ from bench import (
     signatures,
     three_levels,
     throughput,
+    verb_speed,
     web_console,
 )
 from bench.report import REPO, figure_table, machine, markdown
@@ -63,6 +64,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "scale": (16, scale.run),
     "request_life": (17, request_life.run),
     "burst_read": (18, burst_read.run),
+    "verbs": (19, verb_speed.run),
 }
 
 

@@ -141,6 +141,7 @@ async def test_verbs_through_a_console_load_little_and_say_what_they_wait_for(
 
         await until(root_down, "the console's view to see the root down", 60)
         down = vox("send", "--config", config, "echo", "text=late", "--timeout", "4")
+        print(down.stderr)  # what the person sees (docs/operations.md shows it)
         assert down.returncode == 1, (down.stdout, down.stderr)
         lines = down.stderr.splitlines()
         said = [i for i, line in enumerate(lines) if "the root (root) is INACTIVE" in line]
