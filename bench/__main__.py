@@ -39,6 +39,7 @@ from bench import (
     signatures,
     three_levels,
     throughput,
+    verb_speed,
     web_console,
 )
 from bench.report import REPO, figure_table, machine, markdown
@@ -65,6 +66,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "request_life": (17, request_life.run),
     "burst_read": (18, burst_read.run),
     "doors": (19, doors.run),
+    "verbs": (20, verb_speed.run),
 }
 
 

@@ -41,6 +41,7 @@ ROWS = {
     "scale": 10,
     "request_life": 2,
     "burst_read": 2,
+    "verbs": 5,
 }
 
 
@@ -73,6 +74,17 @@ def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
         assert [row["layout"] for row in rows] == list(LAYOUTS)
         assert rows[1]["title"].split(":")[0].endswith("(process per agent)"), rows[1]
         assert len({json.dumps(row["baseline_detail"]) for row in rows}) == 1
+    if name == "verbs":
+        # Each verb three ways in one run; --help has no retained messages to compare with.
+        titles = [row["title"] for row in rows]
+        for verb in ("status", "warroom", "inbox", "request show", "--help"):
+            assert any(title.startswith(f"`vox {verb}`") for title in titles), titles
+        for row in rows:
+            assert row["one_shot_median_s"] == row["baseline"], row
+            assert row["console_p90_s"] >= row["vox"], row
+            if "--help" not in row["title"]:
+                assert row["mosquitto_sub_median_s"] > 0, row
+                assert row["ratio_to_mosquitto_sub"] > 0, row
     if name == "scale":
         # `vox status` on the core of the tiny federation lists every agent, all ACTIVE.
         listed = next(row for row in rows if "`vox status --json`" in row["title"])

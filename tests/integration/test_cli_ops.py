@@ -18,7 +18,7 @@ from tests.kits.clikit import SEED, capture, configs, running_fleet, secure
 from tests.kits.faultkit import TcpProxy
 from tests.kits.fleetproc import REPO, child_env
 from vox_mqtt.cli import main
-from vox_mqtt.cli.ops import activity
+from vox_mqtt.cli.statusview import activity
 from vox_mqtt.fleet.bundles import render_agent_config
 from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import new_message, serialize

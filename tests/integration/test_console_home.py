@@ -280,8 +280,15 @@ async def test_ctrl_c_on_a_follower_cancels_through_the_console(fleet: Fleet) ->
     )  # fmt: skip
     try:
         await until(lambda: event_at(events_file, "started", 2), "the handler to start", 60)
+        # The follower is ready for Ctrl-C once it printed its request: its line is flushed
+        # after the follower's SIGINT handler is in place (cli/follow.py). The handler may
+        # start before that, on a loaded machine (the console sends the request first).
+        assert follower.stdout is not None
+        first = await asyncio.to_thread(follower.stdout.readline)
+        assert first.startswith("request "), first
         follower.send_signal(signal.SIGINT)
-        out, err = await asyncio.to_thread(follower.communicate, timeout=60)
+        rest, err = await asyncio.to_thread(follower.communicate, timeout=60)
+        out = first + rest
     finally:
         if follower.poll() is None:
             follower.kill()

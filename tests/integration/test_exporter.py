@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vox_mqtt.cli import main
 from vox_mqtt.cli.exporter import parse_listen
-from vox_mqtt.cli.ops import activity
+from vox_mqtt.cli.statusview import activity
 from vox_mqtt.console.exporter import FleetCollector
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.observer import FleetObserver

@@ -30,7 +30,7 @@ from vox_mqtt.broker.federation import (
 )
 from vox_mqtt.broker.render import render_broker_dir
 from vox_mqtt.cli.looks import Reader
-from vox_mqtt.cli.ops import status_tree
+from vox_mqtt.cli.statusview import status_tree
 from vox_mqtt.fleet.bundles import reconnect_settings
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.observe.status import AgentLiveness

@@ -155,6 +155,9 @@ def test_ctrl_c_at_a_terminal_asks_and_y_cancels(fleet: Fleet) -> None:
 
 def test_ctrl_c_at_a_terminal_and_no_answer_leaves_it_running(fleet: Fleet) -> None:
     procs, events_file = fleet
+    # The route first, as every test here: under pytest-xdist this test may be the first of
+    # the module on its worker, with a fleet of its own whose root knows no command yet.
+    asyncio.run(route_up(procs, "stuck"))
     code, out, shown = follow_at_a_terminal(procs, events_file, 22, b"")
     request_id = out.splitlines()[0].removeprefix("request ")
     assert code == 130, (out, shown)

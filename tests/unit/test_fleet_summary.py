@@ -88,7 +88,7 @@ def test_vox_watch_draws_ten_thousand_agents_as_their_counts() -> None:
     from rich.console import Console
 
     from vox_mqtt.cli.looks import Reader
-    from vox_mqtt.cli.ops import status_tree
+    from vox_mqtt.cli.statusview import status_tree
     from vox_mqtt.protocol.settings import BrokerSettings
 
     top, observer = big_observer(10_000)

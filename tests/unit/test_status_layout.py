@@ -13,8 +13,8 @@ from uuid import UUID
 
 import pytest
 
-from vox_mqtt.cli.ops import link_banner, status_lines, watch_label
 from vox_mqtt.cli.statuslayout import COLUMNS, ESSENTIAL, cut, fit_parts, layout_status
+from vox_mqtt.cli.statusview import link_banner, status_lines, watch_label
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, AgentLiveness
 
 ROWS: list[dict[str, str]] = [

@@ -7,12 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from vox_mqtt.console.safetext import plain
 from vox_mqtt.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "CONFIG_ENV",
@@ -27,6 +28,8 @@ __all__ = [
     "fail",
     "out_console",
     "print_json",
+    "status_width",
+    "terminal_width",
 ]
 
 EXIT_RUNTIME = 1
@@ -95,11 +98,67 @@ def duration(seconds: float) -> str:
 
 def out_console() -> Console:
     """Return a console on stdout (plain when not a terminal)."""
+    from rich.console import Console  # loaded by the verbs that print through rich only
+
     return Console(soft_wrap=True, highlight=False, emoji=False)
+
+
+def stdout_is_terminal() -> bool:
+    """Return whether stdout is a terminal, as rich's Console decides (without loading rich).
+
+    TTY_COMPATIBLE=0/1 and FORCE_COLOR (https://force-color.org/) overrule the device;
+    tests/unit/test_cli_verbs.py holds this to rich's own answer.
+    """
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_width() -> int:
+    """Return the cells out_console() would use: $COLUMNS, else the terminal's, else 80.
+
+    The same reckoning as rich's Console.width, for a verb that prints text the console
+    rendered and loads no rich of its own (tests/unit/test_cli_verbs.py compares them).
+    """
+    columns = os.environ.get("COLUMNS", "")
+    given = int(columns) if columns.isdigit() else None
+    if given is not None and os.environ.get("LINES", "").isdigit():
+        return given  # both sizes given: rich asks nothing more
+    if stdout_is_terminal() and os.environ.get("TERM", "").lower() in ("dumb", "unknown"):
+        return 80
+    if given is not None:
+        return given
+    width = 0
+    for fd in (0, 1, 2):
+        try:
+            width = os.get_terminal_size(fd).columns
+        except (AttributeError, ValueError, OSError):
+            continue
+        break
+    return width or 80
+
+
+def status_width(wide: bool) -> int | None:
+    """Return the cells `vox status` may use: $COLUMNS, else the terminal's, else 200.
+
+    None with --wide: every column, however wide.
+    """
+    if wide:
+        return None
+    return terminal_width() if stdout_is_terminal() or os.environ.get("COLUMNS") else 200
 
 
 def err_console() -> Console:
     """Return a console on stderr."""
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 

@@ -30,18 +30,20 @@ from vox_mqtt.console.home.place import (
     connectable,
 )
 
+from ._ask import CONSOLE_ENV, ask_console, one_shot_wanted
+
 __all__ = [
     "CONSOLE_ENV",
     "IDLE_ENV",
     "ConsoleUnreachable",
     "HomeClient",
+    "ask_console",
     "one_shot_wanted",
     "operator_lock",
     "reach",
     "state_dir_of",
 ]
 
-CONSOLE_ENV: Final = "VOX_CONSOLE"  # "one-shot": every verb logs in itself (docs/operations.md)
 IDLE_ENV: Final = "VOX_CONSOLE_IDLE"  # seconds a console a verb started stays after its last client
 _START_WAIT: Final = 60.0  # seconds a verb waits for the console it started to listen
 _HEADER_MAX: Final = 64 * 1024
@@ -49,11 +51,6 @@ _HEADER_MAX: Final = 64 * 1024
 
 class ConsoleUnreachable(Exception):
     """No console answers and none could be started: the one line says why."""
-
-
-def one_shot_wanted(flag: bool) -> bool:
-    """Return whether a verb runs in-process: `--one-shot`, or VOX_CONSOLE=one-shot."""
-    return flag or os.environ.get(CONSOLE_ENV, "").strip().lower() in ("one-shot", "oneshot", "off")
 
 
 def state_dir_of(config: Path) -> Path:
@@ -253,32 +250,3 @@ def operator_lock(config: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
-
-
-def ask_console(config_arg: Path | None, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """Ask the operator's console, when one runs for this config; None to look in-process.
-
-    A look of one's own is no operator login (looks.py): no console is started for it.
-    With the operator's config and a console running, its live view answers at once
-    (docs/operations.md, "The operator's console").
-    """
-    from vox_mqtt.protocol.errors import ConfigError
-
-    from ._common import config_path
-
-    if one_shot_wanted(False):
-        return None
-    try:
-        config = config_path(config_arg)
-    except ConfigError:
-        return None
-
-    async def ask() -> dict[str, Any] | None:
-        try:
-            client = await reach(config, start=False)
-            status, found = await client.call("POST", path, body)
-        except (ConsoleUnreachable, ConfigError, OSError, asyncio.IncompleteReadError):
-            return None
-        return found if status == 200 else None
-
-    return asyncio.run(ask())

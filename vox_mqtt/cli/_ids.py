@@ -7,14 +7,18 @@ import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from vox_mqtt.ledger.peernames import NAMES_FILE, plain_name, read_names
 from vox_mqtt.protocol.errors import ConfigError, FleetError
-from vox_mqtt.protocol.hierarchy import Fleet, load_fleet
 
 from ._common import CONFIG_ENV
+
+if TYPE_CHECKING:
+    from vox_mqtt.protocol.hierarchy import Fleet
+
+# The fleet tree and the ledger's names file load with the views that name agents:
+# `vox request show` and `vox cancel` parse an id with this module and nothing more.
 
 __all__ = [
     "MIN_PREFIX",
@@ -110,6 +114,8 @@ class Names:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError([f"{path}: cannot read names from it: {exc}"]) from None
         if "agents" in data:
+            from vox_mqtt.protocol.hierarchy import load_fleet
+
             try:
                 self.add_fleet(load_fleet(path))
             except FleetError as exc:
@@ -137,6 +143,8 @@ class Names:
         children = table.get("children")
         if isinstance(children, dict):
             pairs += list(children.items())
+        from vox_mqtt.ledger.peernames import plain_name
+
         for key, raw in pairs:
             name = plain_name(raw)
             if isinstance(key, str) and name is not None:
@@ -156,6 +164,8 @@ def names_for_ledger(db: Path, given: Path | None) -> Names:
     NAME.toml next to a console's NAME-state folder. A file that is missing or unreadable
     there only means fewer names. Only names a fleet file allows are taken.
     """
+    from vox_mqtt.ledger.peernames import NAMES_FILE, read_names
+
     folder = db.absolute().parent
     if given is not None:
         names = Names()

@@ -251,8 +251,8 @@ def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, 
 
     from vox_mqtt.console.safetext import shown
 
-    from .ops import _link_rows, shown_agents, status_lines, status_row
     from .statuslayout import cut
+    from .statusview import _link_rows, shown_agents, status_lines, status_row
 
     observer = state.observer
     observer.view.refresh()

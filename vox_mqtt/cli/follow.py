@@ -303,8 +303,15 @@ async def follow_via_console(
             fail(f"{args.command}: " + (f"{code}: " if code else "") + str(item.get("error", "")))
         return EXIT_RUNTIME
     request_id = UUID(str(first["request_id"]))
+    # Ctrl-C asks from before the first line shows: a person (or a test) who saw the request's
+    # id and interrupts gets the question, never a bare KeyboardInterrupt.
+    interrupting = Interruptible(args, request_id)
     if not args.json:
-        out_console().print(f"[dim]request {request_id}[/]")
+        try:
+            out_console().print(f"[dim]request {request_id}[/]")
+        except BaseException:
+            interrupting.close()
+            raise
     loop = asyncio.get_running_loop()
     end: asyncio.Future[dict[str, Any]] = loop.create_future()
 
@@ -313,6 +320,9 @@ async def follow_via_console(
         started: datetime | None = None
         try:
             async for item in stream:
+                if item.get("kind") == "note":  # what the console knows, said at once
+                    print(f"vox: {item.get('text', '')}", file=sys.stderr, flush=True)
+                    continue
                 if item.get("kind") != "transition":
                     if not end.done():
                         end.set_result(item)
@@ -332,7 +342,6 @@ async def follow_via_console(
             end.set_result({"kind": "hung_up", "error": "the operator's console hung up"})
 
     reader = asyncio.ensure_future(read())
-    interrupting = Interruptible(args, request_id)
 
     async def cancel() -> dict[str, Any]:
         body = {"request_id": str(request_id), "reason": INTERRUPT_REASON}

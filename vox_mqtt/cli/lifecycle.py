@@ -9,18 +9,13 @@ cancel a stuck command").
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from vox_mqtt.console.doorlog import request_doors
-from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
-from vox_mqtt.protocol.lifecycle import MAX_TEXT
 
 from ._common import (
     EXIT_RUNTIME,
@@ -33,8 +28,10 @@ from ._common import (
     out_console,
     print_json,
 )
-from ._home import ConsoleUnreachable, one_shot_wanted, operator_lock, reach
 from ._ids import normalize_prefix, pick_by_prefix
+
+if TYPE_CHECKING:
+    from vox_mqtt.console.operator import OperatorConsole
 
 __all__ = [
     "EXIT_FINISHED",
@@ -86,6 +83,8 @@ def resolve_request_id(ledger: Path, prefix: str) -> UUID:
     """
     if len(prefix) == 36:
         return UUID(prefix)
+    import sqlite3
+
     if not ledger.is_file():
         raise ValueError(f"no request id starting with {prefix!r}: this console sent none yet")
     # The prefix is hex digits and hyphens only (normalize_prefix): LIKE sees no wildcard.
@@ -158,46 +157,25 @@ def _ask(args: argparse.Namespace, what: str) -> Asked | int:
     Through the operator's console unless one-shot (docs/operations.md); an exit code after
     saying why not.
     """
+    from ._ask import one_shot_wanted
+
     path = config_path(args.config)
     if one_shot_wanted(args.one_shot):
-        console = OperatorConsole(path)
-        request_id = _request_id(args, console)
-        if request_id is None:
-            return EXIT_USAGE
-
-        async def run(request_id: UUID) -> tuple[dict[str, Any], dict[str, Any]]:
-            async with console:
-                if what == "cancel":
-                    found = await console.cancel(request_id, reason=args.reason, wait=args.wait)
-                    return found, {}
-                found = await console.request_status(request_id, wait=args.wait)
-                return found, await request_doors(console.agent.ledger, request_id)
-
-        with operator_lock(path):
-            report, doors = asyncio.run(run(request_id))
-        return request_id, report, console.file.operator.root_name, doors
+        return _ask_one_shot(path, args, what)
     try:
         prefix = parse_request_id(args.request_id)
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-
-    async def via_console() -> tuple[int, dict[str, Any], str]:
-        client = await reach(path)
-        hello = await client.hello() or {}
-        body = {"request_id": prefix, "wait": args.wait}
-        if what == "cancel":
-            body["reason"] = args.reason
-        status, found = await client.call(
-            "POST", "/v1/cancel" if what == "cancel" else "/v1/request", body
-        )
-        return status, found, str(hello.get("root", "the root"))
-
-    try:
-        status, found, root_name = asyncio.run(via_console())
-    except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
-        fail(str(exc) or "the operator's console hung up")
+    body = {"request_id": prefix, "wait": args.wait}
+    if what == "cancel":
+        body["reason"] = args.reason
+    where = "/v1/cancel" if what == "cancel" else "/v1/request"
+    asked = _via_console(path, where, body, f"the root's answer about request {prefix}")
+    if isinstance(asked, str):
+        fail(asked)
         return EXIT_RUNTIME
+    status, found, root_name = asked
     if status == 400:
         fail(str(found.get("error")))
         return EXIT_USAGE
@@ -205,7 +183,7 @@ def _ask(args: argparse.Namespace, what: str) -> Asked | int:
         code = found.get("code")
         fail((f"{code}: " if code else "") + str(found.get("error", f"status {status}")))
         return EXIT_RUNTIME
-    doors = {k: found[k] for k in ("door", "doors") if k in found}
+    doors: dict[str, Any] = {k: found[k] for k in ("door", "doors") if k in found}
     return UUID(str(found["request_id"])), found["report"], root_name, doors
 
 
@@ -219,6 +197,64 @@ def door_line(doors: dict[str, Any]) -> str | None:
     if not acts:
         return None
     return "came through " + ", ".join(f"{a.get('door')} ({a.get('what')})" for a in acts)
+
+
+def _via_console(
+    path: Path, where: str, body: dict[str, Any], what: str
+) -> tuple[int, dict[str, Any], str] | str:
+    """Ask the console (started if none runs): status, answer, the root's name; or why not.
+
+    A console that runs is asked with the stdlib client (cli/_ask.py); past a second
+    without its answer the verb says what it waits for.
+    """
+    from ._ask import ask_running, waiting_note
+
+    hello = ask_running(path, "/v1/hello", None)
+    if hello is not None and hello[0] == 200:
+        found = ask_running(path, where, body, late=waiting_note(what))
+        if found is not None:
+            return found[0], found[1], str(hello[1].get("root", "the root"))
+    import asyncio
+
+    from ._home import ConsoleUnreachable, reach
+
+    async def via_console() -> tuple[int, dict[str, Any], str]:
+        client = await reach(path)
+        hello = await client.hello() or {}
+        status, found = await client.call("POST", where, body)
+        return status, found, str(hello.get("root", "the root"))
+
+    try:
+        return asyncio.run(via_console())
+    except (ConsoleUnreachable, OSError, asyncio.IncompleteReadError) as exc:
+        return str(exc) or "the operator's console hung up"
+
+
+def _ask_one_shot(path: Path, args: argparse.Namespace, what: str) -> Asked | int:
+    """Log in as the operator in this process and ask the root (`--one-shot`)."""
+    import asyncio
+
+    from vox_mqtt.console.doorlog import request_doors
+    from vox_mqtt.console.operator import OperatorConsole
+
+    from ._home import operator_lock
+
+    console = OperatorConsole(path)
+    request_id = _request_id(args, console)
+    if request_id is None:
+        return EXIT_USAGE
+
+    async def run(request_id: UUID) -> tuple[dict[str, Any], dict[str, Any]]:
+        async with console:
+            if what == "cancel":
+                found = await console.cancel(request_id, reason=args.reason, wait=args.wait)
+                return found, {}
+            found = await console.request_status(request_id, wait=args.wait)
+            return found, await request_doors(console.agent.ledger, request_id)
+
+    with operator_lock(path):
+        report, doors = asyncio.run(run(request_id))
+    return request_id, report, console.file.operator.root_name, doors
 
 
 def cmd_request_show(args: argparse.Namespace) -> int:
@@ -245,6 +281,8 @@ def cmd_request_show(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a request; exit 0 canceled, 1 already finished, 2 unknown to the root."""
+    from vox_mqtt.protocol.lifecycle import MAX_TEXT
+
     if args.reason is not None and len(args.reason) > MAX_TEXT:
         fail(f"--reason is {len(args.reason)} characters long: at most {MAX_TEXT}")
         return EXIT_USAGE

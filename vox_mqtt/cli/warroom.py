@@ -1,27 +1,28 @@
 """`vox warroom`: the open incidents this identity may read, and the posts that follow.
 
-Its rows are also what the operator's console answers for it (cli/console.py).
+Its rows are also what the operator's console answers for it (cli/console.py). Through a
+running console it loads no MQTT, observer or pydantic module: those load with a look of
+its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from vox_mqtt.console.safetext import shown
-from vox_mqtt.observe.observer import FleetObserver
-from vox_mqtt.observe.warroom import Incident
-from vox_mqtt.observe.warroomguard import rule_problem
 
+from ._ask import ask_console, waiting_note
 from ._common import wide_console
-from ._home import ask_console
-from .looks import load_reader, observing
+
+if TYPE_CHECKING:
+    from vox_mqtt.observe.observer import FleetObserver
+    from vox_mqtt.observe.warroom import Incident
 
 
 def incident_row(
@@ -34,6 +35,8 @@ def incident_row(
     `rule_broken` says why a post breaks the war-room rule (an agent posts only about
     itself and its own children), judged by the masters the statuses told; else None.
     """
+    from vox_mqtt.observe.warroomguard import rule_problem
+
     row = incident.as_dict()
     row["source_name"] = names(incident.topic.source)
     row["subject_name"] = names(incident.topic.subject)
@@ -44,11 +47,16 @@ def incident_row(
 def cmd_warroom(args: argparse.Namespace) -> int:
     """List open incidents, then follow new posts if asked."""
     if not args.follow:
-        found = ask_console(args.config, "/v1/warroom", {"wait": args.wait})
+        late = waiting_note("the war room in the console's live view (a console just started)")
+        found = ask_console(args.config, "/v1/warroom", {"wait": args.wait}, late=late)
         if found is not None:
             rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
             _print_incidents(rows, as_json=args.json, title="open incidents")
             return 0
+    import asyncio
+
+    from .looks import load_reader, observing  # a look of its own: MQTT, the observer
+
     reader = load_reader(args.config)
 
     async def run() -> int:

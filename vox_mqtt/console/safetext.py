@@ -19,8 +19,6 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
-from rich.markup import escape
-
 __all__ = ["MAX_SHOWN", "plain", "shown"]
 
 # No value from outside is shown longer than this many characters (then "…").
@@ -56,4 +54,6 @@ def plain(value: object, limit: int = MAX_SHOWN) -> str:
 
 def shown(value: object, limit: int = MAX_SHOWN) -> str:
     """Return value as printable text to put inside a rich markup string, shown literally."""
+    from rich.markup import escape  # rich loads with the view that prints markup, not before
+
     return escape(plain(value, limit))

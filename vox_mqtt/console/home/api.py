@@ -5,6 +5,8 @@ logging in itself. Requests and answers are JSON; `POST /v1/send` answers with o
 object per line (NDJSON), as the request goes: `{"kind": "request"}` with its id, then with
 `mode: follow` each transition (`{"kind": "transition", ...}`, the shape of
 `OperatorConsole.follow`), and last its end: `answer`, `failed`, `detached` or `pending`.
+Right after the id, `{"kind": "note", "text": ...}` says what the live view knows that the
+person should at once (the root is down); the client prints it on stderr.
 A client that hangs up leaves the request running: it is the console's, not the client's.
 """
 
@@ -32,10 +34,19 @@ from vox_mqtt.console.decisions import choose_job
 from vox_mqtt.console.doorlog import DOORS, record_door, request_doors
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import WebState
+from vox_mqtt.observe.status import ACTIVE
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.messages import VOXMessage
 
-__all__ = ["DOORS", "Home", "HomeParts", "build_home_app", "record_door", "reply_json"]
+__all__ = [
+    "DOORS",
+    "Home",
+    "HomeParts",
+    "build_home_app",
+    "record_door",
+    "reply_json",
+    "root_down_note",
+]
 
 _MAX_BODY: Final = 64 * 1024
 _ACK_WAIT: Final = 10.0  # seconds --detach waits for the root's acknowledgement
@@ -87,6 +98,25 @@ class Home:
         left = wait - (time.monotonic() - self.started)
         if left > 0:
             await asyncio.sleep(left)
+
+
+def root_down_note(home: Home, timeout: float) -> str | None:
+    """Say, from the live view, that the root is down when it is: None while it is ACTIVE.
+
+    A root whose status this console has not seen yet says nothing (a console that only
+    just started); one seen STALE or INACTIVE does: the request is sent all the same, and
+    the root answers it if it is back before the request's deadline (docs/operations.md).
+    """
+    view = home.state.observer.view
+    view.refresh()
+    root = view.get(home.console.root_id)
+    if root is None or not root.seen or root.status == ACTIVE:
+        return None
+    name = root.name or home.console.file.operator.root_name
+    return (
+        f"the root ({name}) is {root.status} in the console's live view: the request "
+        f"waits for it until its deadline ({timeout:g} s)"
+    )
 
 
 def reply_json(reply: VOXMessage) -> dict[str, Any]:
@@ -169,8 +199,9 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         door = data.get("door", "cli")
         if door not in DOORS:
             return _bad(f"door is one of {', '.join(DOORS)}")
+        note = root_down_note(home, timeout)
         return StreamingResponse(
-            _send_stream(console, command, params, timeout, mode, door),
+            _send_stream(console, command, params, timeout, mode, door, note),
             media_type="application/x-ndjson",
         )
 
@@ -316,6 +347,7 @@ async def _send_stream(
     timeout: float,
     mode: str,
     door: str = "cli",
+    note: str | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         sent = await console.start_command(command, params, wait=timeout)
@@ -325,6 +357,8 @@ async def _send_stream(
     with contextlib.suppress(VoxError):  # the request is sent: a full disk fails it, not this
         await record_door(console, sent.request_id, command, door)
     yield _line({"kind": "request", "request_id": str(sent.request_id)})
+    if note is not None:  # said at once, before any wait (the client prints it on stderr)
+        yield _line({"kind": "note", "text": note})
     if mode == "detach":
         yield _line(await _detach(sent))
         return
