@@ -131,7 +131,8 @@ def _sub(fleet: LocalFleet, topic: str, count: int) -> list[str]:
 def measure(workdir: Path, runs: int) -> dict[str, Any]:
     """Start a fleet and a console, time every verb three ways, stop all; return the rows."""
     layout = DemoLayout(workdir / "fleet")
-    with LocalFleet(layout) as fleet:
+    # The daemons import the bench's roles (bench/voxside.py) from this checkout.
+    with LocalFleet(layout, agent_env={"PYTHONPATH": str(REPO)}) as fleet:
         fleet.render(fleet_text(SEED_SHAPE, roles=seed_role_specs()))
         fleet.start_broker()
         assert fleet.fleet is not None

@@ -145,6 +145,8 @@ class LocalFleet:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Every pid this run started, for run.json and for tests that check nothing is left.
     started: dict[str, list[int]] = field(default_factory=dict)
+    # Added to each daemon's environment: where a bench's roles import from (PYTHONPATH).
+    agent_env: dict[str, str] = field(default_factory=dict)
 
     def render(self, fleet_text: str | None = None) -> Fleet:
         """Write the fleet file (the seed tree by default), the broker dir and every config."""
@@ -227,6 +229,7 @@ class LocalFleet:
         if old is not None and old.poll() is None:
             raise VoxError(f"{name} is already running (pid {old.pid})")
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        env.update(self.agent_env)
         log_path = self.layout.log(name)
         with log_path.open("ab") as log:
             # Its own session: a Ctrl-C at the terminal reaches the demo, which stops
