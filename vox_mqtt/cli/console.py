@@ -182,7 +182,9 @@ def _a2a(args: argparse.Namespace, parse: Any) -> tuple[tuple[str, int] | None, 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """Ask the console to stop; exit 0 whether one ran or not (it is stopped either way)."""
-    from ._home import ConsoleUnreachable, reach
+    from vox_mqtt.console.home.place import OperatorLock
+
+    from ._home import ConsoleUnreachable, reach, state_dir_of
 
     async def run() -> int:
         try:
@@ -192,9 +194,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
             return 0
         _status, found = await client.call("POST", "/v1/stop")
         pid = found.get("pid", "?")
-        # It is stopped once its socket is gone: wait for that (bounded), as systemctl does.
+        # It is stopped once its lock is free, as systemctl waits for the process: its socket
+        # goes first, its MQTT session after, and only then does it let the lock go. Whoever
+        # logs in as the operator next would otherwise take over a session still closing.
+        lock = OperatorLock(state_dir_of(config_path(args.config)))
         for _ in range(200):
-            if await client.hello() is None:
+            if await client.hello() is None and not lock.held():
                 break
             await asyncio.sleep(0.05)
         print(f"vox console: stopped (pid {pid})")
