@@ -375,3 +375,24 @@ def test_no_note_is_served_to_a_request_that_did_not_prove_the_operator() -> Non
     assert "Netwire" not in text
     assert "vox-sealed" not in text
     assert "note_to_human" not in text
+
+
+def test_posts_are_numbered_for_a_follower_and_the_oldest_are_counted_when_gone() -> None:
+    from vox_mqtt.console.web_state import POSTS_KEPT
+
+    root = uuid4()
+    state = WebState(FleetObserver(), top=OPERATOR, top_name="operator")
+    assert state.posts_since(-1) == (0, 0, [])  # where a follower starts: nothing yet
+    first, second = uuid4(), uuid4()
+    state.take(post(root, first))
+    state.take(post(root, second))
+    last, missed, posts = state.posts_since(0)
+    assert (last, missed) == (2, 0)
+    assert [p.topic.subject for p in posts] == [first, second]
+    assert state.posts_since(1)[2][0].topic.subject == second
+    assert state.posts_since(2) == (2, 0, [])
+    assert state.posts_since(-1)[:2] == (2, 0)  # a new follower starts after them
+    for _ in range(POSTS_KEPT + 5):
+        state.take(post(uuid4(), uuid4()))  # many sources: one alone is bounded (warroomguard)
+    last, missed, posts = state.posts_since(2)
+    assert (last, missed, len(posts)) == (POSTS_KEPT + 7, 5, POSTS_KEPT)

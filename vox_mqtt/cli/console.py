@@ -139,6 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 inbox=_inbox,
                 status=partial(_status, reader),
                 warroom=_incidents,
+                watch=partial(_watch, reader),
+                posts=_posts,
             ),
         )
 
@@ -293,6 +295,43 @@ def _status(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, 
     for line in status_lines(agents, incidents, width):
         rich.print(line, crop=False)
     return {"text": out.getvalue()}
+
+
+def _watch(reader: Reader, state: WebState, data: dict[str, Any]) -> dict[str, Any]:
+    """One frame of `vox watch` from the console's live view (cli/watchview.py).
+
+    Unknown since the link went down or silent (web_state's link_state): the same truth
+    the web console shows.
+    """
+    from datetime import datetime
+
+    from .watchview import watch_frame, watch_text
+
+    known, since = state.link_state()
+    down_since = None
+    if not known:
+        at = datetime.now() if since is None else datetime.fromtimestamp(since)
+        down_since = at.strftime("%H:%M:%S")
+    else:
+        state.observer.view.refresh()
+    links = state.links
+    if not data.get("plain"):
+        width = data.get("width")
+        width = int(width) if isinstance(width, int) and not isinstance(width, bool) else None
+        text = watch_text(reader, state.observer, links, width, bool(data.get("color")), down_since)
+        return {"text": text}
+    lines = data.get("lines")
+    return watch_frame(reader, state.observer, links, down_since, lines)
+
+
+def _posts(state: WebState, since: int) -> dict[str, Any]:
+    """`vox warroom --follow`'s posts after `since`, named as the statuses tell."""
+    from .warroom import _namers, incident_row
+
+    last, missed, posts = state.posts_since(since)
+    names, master_of = _namers(state.observer)
+    rows = [incident_row(incident, names, master_of) for incident in posts]
+    return {"last": last, "missed": missed, "rows": rows}
 
 
 def _incidents(state: WebState) -> list[dict[str, Any]]:

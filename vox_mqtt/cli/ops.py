@@ -79,7 +79,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Show a live tree of the fleet until interrupted or --duration has passed."""
-    from .statusview import cmd_watch as watch
+    from .watchview import cmd_watch as watch  # the console's frames, or a look's own
 
     return watch(args)
 

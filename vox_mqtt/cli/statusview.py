@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from rich.console import Group, RenderableType
-from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
 
@@ -43,7 +41,6 @@ from .statuslayout import GAP, cut, fit_parts, layout_status
 
 __all__ = [
     "activity",
-    "cmd_watch",
     "link_banner",
     "status_lines",
     "status_look",
@@ -350,50 +347,6 @@ def fleet_summary(
     )
 
 
-def cmd_watch(args: argparse.Namespace) -> int:
-    """Show a live tree of the fleet until interrupted or --duration has passed.
-
-    On a terminal the tree is redrawn in place, each line within its width; into a pipe
-    (`vox watch | cat`, under `timeout`) it prints plain lines: the fleet once, then a
-    line for each agent whose state, code or open incidents change (docs/operations.md).
-    """
-    reader = load_reader(args.config, "watch")
-    links = reader.link_watch()
-    console = out_console()
-
-    async def run() -> int:
-        async with observing(reader, warroom=reader.warroom, links=links) as look:
-            await look.settled(1.0)  # then drawn live: whatever comes later shows as it comes
-            deadline = None if args.duration is None else time.monotonic() + args.duration
-            if not console.is_terminal:
-                connected = lambda: look.session.connected  # noqa: E731
-                await _watch_lines(reader, look.observer, links, deadline, connected)
-                return 0
-            observer = look.observer
-            down_since: str | None = None  # the look's link to the broker is down since
-
-            def frame() -> RenderableType:
-                width = console.width
-                tree = status_tree(reader, observer, links, width, unknown_since=down_since)
-                if down_since is None:
-                    return tree
-                # The banner first: every row below is what is not known (docs/operations.md).
-                return Group(Text(cut(link_banner(down_since), width), style="bold red"), tree)
-
-            with Live(frame(), console=console, refresh_per_second=2) as live:
-                while deadline is None or time.monotonic() < deadline:
-                    await asyncio.sleep(0.5)
-                    if not look.session.connected:
-                        down_since = down_since or _clock()
-                    else:
-                        down_since = None
-                        observer.view.refresh()
-                    live.update(frame())
-        return 0
-
-    return asyncio.run(run())
-
-
 def _clock() -> str:
     return datetime.now().strftime("%H:%M:%S")
 
@@ -401,80 +354,3 @@ def _clock() -> str:
 def link_banner(since: str) -> str:
     """Say that the look's link to the broker is down: nothing shown is known now."""
     return f"broker link down since {since}, retrying: every agent unknown since {since}"
-
-
-async def _watch_lines(
-    reader: Reader,
-    observer: FleetObserver,
-    links: LinkWatch | None,
-    deadline: float | None,
-    connected: Callable[[], bool] = lambda: True,
-) -> None:
-    """Print the fleet as plain lines, then one line per change, each flushed at once.
-
-    While the look's link to the broker is down nothing is known: the banner, then every
-    agent "unknown since"; once it is back, the fleet again as it is then.
-    """
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-
-    def snapshot() -> dict[UUID, tuple[int, AgentLiveness]]:
-        seen = shown_agents(observer)
-        agents = {a.id: a for a in (seen if links is None else links.overlay(seen))}
-        return {entry.id: (depth, entry) for depth, entry in _tree_order(reader, observer, agents)}
-
-    def line(entry: AgentLiveness, now: float, since: str | None = None) -> str:
-        incidents = list(observer.incidents.values())
-        _, head, tail = watch_label(entry, incidents, now, None, unknown_since=since)
-        return head + tail
-
-    def key(entry: AgentLiveness, now: float) -> tuple[object, ...]:
-        incidents = list(observer.incidents.values())
-        return (
-            entry.status,
-            entry.error_code,
-            entry.misbehaving(now),
-            open_incidents(entry, incidents),
-        )
-
-    def whole(since: str | None = None) -> dict[UUID, tuple[object, ...]]:
-        now = time.monotonic()
-        agents = snapshot()
-        if len(agents) > SUMMARY_ABOVE:
-            # Too many to print one by one: the counts, then one line per change.
-            entries = [entry for _, entry in agents.values()]
-            lines = fleet_summary(entries, links, now).lines()
-            if since is not None:
-                lines = [f"{len(agents)} agents, every one unknown since {since}"]
-            for text in lines:
-                say(f"{_clock()} {text}")
-            return {agent_id: key(entry, now) for agent_id, (_, entry) in agents.items()}
-        for depth, entry in agents.values():
-            say(f"{_clock()} {'  ' * depth}{line(entry, now, since)}")
-        return {agent_id: key(entry, now) for agent_id, (_, entry) in agents.items()}
-
-    who = f"{plain(reader.name)} ({reader.kind})"
-    say(f"{_clock()} vox watch: {len(snapshot())} agent(s) as seen by {who}")
-    said = whole()
-    down_since: str | None = None
-    while deadline is None or time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        if not connected():
-            if down_since is None:
-                down_since = _clock()
-                say(f"{down_since} {link_banner(down_since)}")
-                whole(down_since)
-            continue
-        if down_since is not None:
-            down_since = None
-            say(f"{_clock()} broker link back")
-            said = whole()
-            continue
-        observer.view.refresh()
-        now = time.monotonic()
-        for agent_id, (_, entry) in snapshot().items():
-            current = key(entry, now)
-            if said.get(agent_id) != current:
-                said[agent_id] = current
-                say(f"{_clock()} {line(entry, now)}")

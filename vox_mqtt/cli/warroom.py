@@ -45,14 +45,24 @@ def incident_row(
 
 
 def cmd_warroom(args: argparse.Namespace) -> int:
-    """List open incidents, then follow new posts if asked."""
-    if not args.follow:
-        late = waiting_note("the war room in the console's live view (a console just started)")
+    """List open incidents, then follow new posts if asked.
+
+    With the operator's config and a console running, both come from its live view: the
+    posts to follow are numbered there, asked for after the last one printed.
+    """
+    late = waiting_note("the war room in the console's live view (a console just started)")
+    start = None
+    if args.follow:  # where the posts to follow start: before the open ones are listed
+        start = ask_console(args.config, "/v1/warroom", {"since": -1})
+    if not args.follow or start is not None:
         found = ask_console(args.config, "/v1/warroom", {"wait": args.wait}, late=late)
         if found is not None:
             rows = [row for row in found.get("rows", []) if isinstance(row, dict)]
             _print_incidents(rows, as_json=args.json, title="open incidents")
-            return 0
+            if start is None:
+                return 0
+            listed = {str(row.get("message_id")) for row in rows}
+            return _follow_console(args, int(start.get("last", 0)), listed)
     import asyncio
 
     from .looks import load_reader, observing  # a look of its own: MQTT, the observer
@@ -83,6 +93,38 @@ def cmd_warroom(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+def _follow_console(args: argparse.Namespace, last: int, listed: set[str]) -> int:
+    """Print the console's war-room posts after `last` as they come, until --duration.
+
+    `listed`: the posts the listing of open incidents showed already; it was asked after
+    `last` was, so a post that came in between is in both, and is printed once.
+    """
+    from ._ask import ask_running
+    from ._common import EXIT_RUNTIME, config_path
+
+    config = config_path(args.config)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    while deadline is None or time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = ask_running(config, "/v1/warroom", {"since": last})
+        if found is None or found[0] != 200:
+            print("vox warroom: the operator's console stopped answering", file=sys.stderr)
+            return EXIT_RUNTIME
+        answer = found[1]
+        last = int(answer.get("last", last))
+        if answer.get("missed"):
+            print(f"vox warroom: {answer['missed']} post(s) came too fast to keep", flush=True)
+        rows = [
+            row
+            for row in answer.get("rows", [])
+            if isinstance(row, dict) and str(row.get("message_id")) not in listed
+        ]
+        listed.clear()  # only the first posts can be in the listing too
+        if rows:
+            _print_incidents(rows, as_json=args.json, title=None)
+    return 0
 
 
 def _print_incidents(rows: list[dict[str, Any]], *, as_json: bool, title: str | None) -> None:

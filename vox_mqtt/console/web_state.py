@@ -51,6 +51,9 @@ SUMMARY_EVERY: Final = 1.0  # seconds between two summaries of a big fleet to th
 SILENCE_GRACE: Final = 1.0  # past the longest heartbeat interval, silence means the link
 RESOLVED_FILE: Final = "resolved.jsonl"  # where, in the operator's state dir, they outlive it
 _RESOLVED_MAX: Final = 500
+# The war room's posts as they came (new and resolved), numbered, for `vox warroom --follow`
+# through the console: a follower asks for those after the last number it printed.
+POSTS_KEPT: Final = 1000
 HISTORY_STEP: Final = 30.0  # one chart point per agent every 30 s ...
 HISTORY_POINTS: Final = 120  # ... over the last hour
 
@@ -157,6 +160,8 @@ class WebState:
         self._warroom_dirty = False
         self._opened: dict[tuple[UUID, UUID], float] = {}  # when this console first heard each
         self._resolved: deque[dict[str, Any]] = deque(maxlen=_RESOLVED_MAX)
+        self._posts: deque[tuple[int, Incident]] = deque(maxlen=POSTS_KEPT)
+        self._posted = 0  # how many posts came (the number of the last one)
         self._history: dict[UUID, deque[tuple[float, float | None, float | None]]] = {}
         self._history_at: dict[UUID, float] = {}
         self.connected = False  # whether the console's broker link is up
@@ -259,8 +264,19 @@ class WebState:
         """Return the parameters the agent describes of these commands (commandform.py)."""
         return command_specs(self._params.get(agent), commands)
 
+    def posts_since(self, seen: int) -> tuple[int, int, list[Incident]]:
+        """Return (the last post's number, how many after `seen` are no longer kept, the
+        posts after `seen` that are). A negative `seen` asks for none: where to start."""
+        if seen < 0:
+            return self._posted, 0, []
+        kept = [incident for number, incident in self._posts if number > seen]
+        missed = max(0, self._posted - seen - len(kept))
+        return self._posted, missed, kept
+
     def _incident(self, incident: Incident) -> None:
         self._warroom_dirty = True
+        self._posted += 1
+        self._posts.append((self._posted, incident))
         now = self._wall()
         if incident.failure.resolved:
             row = self._named(incident_row(incident, now))

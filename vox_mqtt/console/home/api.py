@@ -72,6 +72,11 @@ class HomeParts:
     status: Callable[[WebState, dict[str, Any]], dict[str, Any]]
     # `vox warroom`'s rows from the live view.
     warroom: Callable[[WebState], list[dict[str, Any]]]
+    # `vox warroom --follow`'s rows: the posts after a number (WebState.posts_since).
+    posts: Callable[[WebState, int], dict[str, Any]]
+    # One frame of `vox watch` from the live view: {"text": ...} for a terminal, or the
+    # change keys and the lines asked for (cli/watchview.py).
+    watch: Callable[[WebState, dict[str, Any]], dict[str, Any]]
 
 
 class Home:
@@ -270,8 +275,26 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
             wait = float(data.get("wait", _STATUS_SETTLE))
         except (ValueError, TypeError):
             return _bad("expected {wait}")
+        since = data.get("since")
+        if since is not None:
+            if not isinstance(since, int) or isinstance(since, bool):
+                return _bad("since: the number of the last post seen, or -1 to start")
+            return _json(home.parts.posts(home.state, since))
         await home.settled(min(wait, _STATUS_SETTLE))
         return _json({"rows": home.parts.warroom(home.state)})
+
+    async def watch(request: Request) -> Response:
+        try:
+            data = await _body(request)
+        except (ValueError, TypeError):
+            return _bad("expected {plain, width, color, lines}")
+        lines = data.get("lines")
+        if lines is not None and not (
+            isinstance(lines, list) and all(isinstance(i, str) for i in lines)
+        ):
+            return _bad("lines: a list of agent ids, or null for every agent")
+        await home.settled(_STATUS_SETTLE)
+        return _json(home.parts.watch(home.state, data))
 
     routes = [
         Route("/v1/hello", hello),
@@ -283,6 +306,7 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
         Route("/v1/decide", decide, methods=["POST"]),
         Route("/v1/status", status, methods=["POST"]),
         Route("/v1/warroom", warroom, methods=["POST"]),
+        Route("/v1/watch", watch, methods=["POST"]),
         Mount("/", web_api),
     ]
     return Starlette(routes=routes)
