@@ -56,13 +56,15 @@ def check_rows(rows: list[dict[str, Any]]) -> None:
         assert row["met"] in (True, False, None), row
 
 
-# Figure 16 starts four brokers and 64 agents, vox status, vox exporter, a partition and
-# three restarts even when tiny.
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.timeout(600)) if n == "scale" else n for n in FIGURES],
-)
+# Figure 16 (scale) runs in tests/integration/test_bench_smoke_scale.py: a module of its
+# own, so that the suite's workers take it beside this one (pytest -n, --dist loadfile).
+@pytest.mark.parametrize("name", [n for n in FIGURES if n != "scale"])
 def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
+    run_figure(name, tmp_path)
+
+
+def run_figure(name: str, tmp_path: Path) -> None:
+    """Run one figure at its tiny size and check its rows."""
     number, run = FIGURES[name]
     outcome = run(tmp_path / name, True)
     rows = outcome if isinstance(outcome, list) else [outcome]
