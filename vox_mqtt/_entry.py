@@ -3,8 +3,9 @@
 Ctrl-C at any moment of a command ends it with exit status 130 and never a traceback
 (docs/operations.md, "Interrupting a command"): while the command's modules are still being
 imported, and again once it has returned, there is nothing of ours to clean up, so SIGINT ends
-the process at once; while the command runs, Python's own handler raises KeyboardInterrupt,
-which each command turns into its orderly stop and 130.
+the process at once; while the command runs, SIGINT raises KeyboardInterrupt, which each
+command turns into its orderly stop and 130, except inside an import the command makes as it
+runs, which ends at once too (`_interrupt`).
 
 This module imports nothing of the package at load time: `vox_mqtt/__init__.py` resolves its
 public names lazily, so this handler is in place before any heavy import starts.
@@ -36,11 +37,37 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+def _importing(frame: object) -> bool:
+    """Tell whether the interrupted code runs inside an import (a frame of importlib's)."""
+    while frame is not None:
+        if getattr(getattr(frame, "f_code", None), "co_filename", "").startswith(
+            "<frozen importlib"
+        ):
+            return True
+        frame = getattr(frame, "f_back", None)
+    return False
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGINT while the command runs: KeyboardInterrupt, which the command turns into its
+    orderly stop; but inside an import, the end at once.
+
+    A verb loads most of its modules when it runs (docs/architecture.md, "The command
+    line"). A KeyboardInterrupt raised inside such an import may land in code called back
+    from a C extension (pydantic-core building a model's validator), which reports it as
+    "Exception ignored", with a traceback, and goes on: a `vox warroom --follow` then ran
+    on (seen in a full run). An import has nothing of the command's half done.
+    """
+    if _importing(frame):
+        _end_at_once(signum, frame)
+    raise KeyboardInterrupt
+
+
 def _run(load: Callable[[], Callable[[], int]]) -> None:
     ignored = _IGNORED
     main = load()
     if not ignored:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         code = main()
     except KeyboardInterrupt:
