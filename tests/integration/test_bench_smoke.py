@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import sqlite3
 import tomllib
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -22,38 +20,9 @@ import pytest
 from bench.__main__ import FIGURES, main
 from bench.common import SEED_SHAPE, bench_broker, fleet_text
 from bench.deployed import AgentProcess, start_deployed
-from bench.one_hop import LAYOUTS, raw_round_trips
+from bench.one_hop import raw_round_trips
 from bench.voxside import LEDGER_SYNC_ENV, seed_role_specs
-
-ROW_KEYS = {"title", "unit", "vox", "baseline", "ratio", "target", "met"}
-ROWS = {
-    "one_hop": 2,
-    "three_levels": 2,
-    "throughput": 2,
-    "detection": 4,
-    "footprint": 4,
-    "bridged": 2,
-    "fleet_large": 4,
-    "metrics_cost": 3,
-    "faststream": 2,
-    "web_console": 2,
-    "signatures": 3,
-    "scale": 10,
-    "request_life": 2,
-    "burst_read": 2,
-    "verbs": 5,
-}
-
-
-def check_rows(rows: list[dict[str, Any]]) -> None:
-    for row in rows:
-        assert row.keys() >= ROW_KEYS, row
-        for key in ("vox", "baseline"):
-            assert isinstance(row[key], int | float), row
-            assert math.isfinite(row[key]), row
-            assert row[key] >= 0, row
-        assert row["ratio"] is None or row["ratio"] >= 0, row
-        assert row["met"] in (True, False, None), row
+from tests.kits.benchsmoke import run_figure
 
 
 # Figure 16 (scale) runs in tests/integration/test_bench_smoke_scale.py: a module of its
@@ -61,43 +30,6 @@ def check_rows(rows: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize("name", [n for n in FIGURES if n != "scale"])
 def test_each_figure_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
     run_figure(name, tmp_path)
-
-
-def run_figure(name: str, tmp_path: Path) -> None:
-    """Run one figure at its tiny size and check its rows."""
-    number, run = FIGURES[name]
-    outcome = run(tmp_path / name, True)
-    rows = outcome if isinstance(outcome, list) else [outcome]
-    assert len(rows) == ROWS.get(name, 1)
-    check_rows(rows)
-    assert number == list(FIGURES).index(name) + 1
-    if name in ("one_hop", "three_levels", "throughput"):
-        # Both layouts, against one and the same raw baseline.
-        assert [row["layout"] for row in rows] == list(LAYOUTS)
-        assert rows[1]["title"].split(":")[0].endswith("(process per agent)"), rows[1]
-        assert len({json.dumps(row["baseline_detail"]) for row in rows}) == 1
-    if name == "verbs":
-        # Each verb three ways in one run; --help has no retained messages to compare with.
-        titles = [row["title"] for row in rows]
-        for verb in ("status", "warroom", "inbox", "request show", "--help"):
-            assert any(title.startswith(f"`vox {verb}`") for title in titles), titles
-        for row in rows:
-            assert row["one_shot_median_s"] == row["baseline"], row
-            assert row["console_p90_s"] >= row["vox"], row
-            if "--help" not in row["title"]:
-                assert row["mosquitto_sub_median_s"] > 0, row
-                assert row["ratio_to_mosquitto_sub"] > 0, row
-    if name == "scale":
-        # `vox status` on the core of the tiny federation lists every agent, all ACTIVE.
-        listed = next(row for row in rows if "`vox status --json`" in row["title"])
-        assert listed["met"], listed
-        assert listed["states"] == {"ACTIVE": listed["baseline"]}, listed
-        # vox watch draws every agent in its last tree.
-        drawn = next(row for row in rows if "`vox watch" in row["title"])
-        assert drawn["met"], drawn
-        # The storm rules hold on it: nothing ran twice, one incident per restarted site.
-        storms = rows[-4:]
-        assert all(row["met"] for row in storms), storms
 
 
 def test_profile_of_the_throughput_figure_names_where_time_goes(tmp_path: Path) -> None:

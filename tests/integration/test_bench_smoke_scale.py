@@ -1,9 +1,9 @@
 """Figure 16 at its tiny size: four brokers and 64 agents, vox status, vox watch, vox
 exporter, a partition and three restarts (bench/scale.py).
 
-A module of its own, beside tests/integration/test_bench_smoke.py, whose checks it shares:
-at about 100 s it is the suite's longest test, and the suite's workers take whole modules
-(pytest -n, --dist loadfile).
+A module of its own, beside tests/integration/test_bench_smoke.py, with the same checks
+(tests/kits/benchsmoke.py): at about 100 s it is the suite's longest test, and the suite's
+workers take whole modules (pytest -n, --dist loadfile).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_bench_smoke import run_figure
+from tests.kits.benchsmoke import run_figure
 
 
 @pytest.mark.timeout(600)
