@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +49,7 @@ def free_port() -> int:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if _reserve(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))  # every port below the range is taken: any free one
@@ -56,6 +58,33 @@ def free_port() -> int:
 
 
 _BELOW_EPHEMERAL = 12_000  # how many ports under the ephemeral range free_port picks from
+# A port handed out stays this process's, and is not handed out again by any process of this
+# user for this long: free between the check and the broker's bind, it was once handed to two
+# brokers at once, by two calls of one deployment or by two test workers ("Address already in
+# use" at a federation's start, seen under load).
+_RESERVED_FOR = 300.0
+_HANDED: set[int] = set()
+
+
+def _reserve(port: int) -> bool:
+    """Reserve a port for this process (a file per port in a private temp dir); False if
+    this or another process of this user took it within _RESERVED_FOR seconds."""
+    if port in _HANDED:
+        return False
+    _HANDED.add(port)
+    folder = Path(tempfile.gettempdir()) / f"vox-mqtt-ports-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        marker = folder / str(port)
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if time.time() - marker.stat().st_mtime < _RESERVED_FOR:
+                return False
+            os.utime(marker)  # an old reservation: this process's now
+    except OSError:
+        pass  # no reservation to be had: the bind check alone, as before
+    return True
 
 
 def _ephemeral_low() -> int:
