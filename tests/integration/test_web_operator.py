@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import Select
 
 from tests.kits.fleetproc import REPO, FleetProcesses, child_env, fleet_text, run_fleet, serving_vox
 from tests.kits.freelancekit import drop, future_mail, job_mail
-from tests.kits.webkit import browser, run_web, screenshot, wait
+from tests.kits.webkit import browser, click_found, run_web, screenshot, wait
 
 pytestmark = pytest.mark.slow
 
@@ -286,17 +286,28 @@ def test_the_web_console_does_what_the_cli_does_and_says_what_it_does_not_know(
         )
         assert facts.startswith("to root, through web"), facts
         assert not re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-", page), page  # names, never ids
-        driver.find_element(By.CSS_SELECTOR, ".cancel-reason").send_keys("not needed")
-        driver.find_element(By.ID, "request-cancel").click()
+        # The page redraws from each poll: what was found a moment ago may be gone by the
+        # next step, and is found again (tests/kits/webkit.py, click_found).
+        wait(
+            driver,
+            lambda d: (
+                d.find_element(By.CSS_SELECTOR, ".cancel-reason").send_keys("not needed") or True
+            ),
+            10,
+            "the cancel's reason typed",
+        )
+        click_found(driver, lambda d: d.find_element(By.ID, "request-cancel"), "the cancel button")
         wait(
             driver,
             lambda d: d.find_element(By.ID, "cancel-answer").get_attribute("data-ok") in ("0", "1"),
             30,
             "the cancel's answer",
         )
-        said = driver.find_element(By.ID, "cancel-answer")
-        assert said.get_attribute("data-ok") == "1", said.text
-        assert said.text.startswith("cancel asked: root: "), said.text
+        ok, text = driver.execute_script(
+            "const a = document.getElementById('cancel-answer'); return [a.dataset.ok, a.innerText]"
+        )
+        assert ok == "1", text
+        assert text.startswith("cancel asked: root: "), text
         wait(
             driver,
             lambda d: (
