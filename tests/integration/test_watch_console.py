@@ -13,6 +13,7 @@ These verbs run without the suite's VOX_CONSOLE=one-shot (tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -76,6 +77,40 @@ class Lines:
         raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{text}")
 
 
+@contextlib.contextmanager
+def console_serving(config: Path, tmp_path: Path) -> Iterator[None]:
+    """Run `vox console serve` for the operator until the block ends."""
+
+    def ready(log: str) -> str | None:
+        return "ready" if "listening on" in log else None
+
+    serve = ["console", "serve", "--config", str(config)]
+    with serving_vox(serve, tmp_path / "console.log", ready, "vox console serve"):
+        yield
+
+
+def piped(*args: str) -> subprocess.Popen[str]:
+    """Start a verb through the console, its output into a pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "vox_mqtt.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True, env=client_env(), cwd=REPO,
+    )  # fmt: skip
+
+
+def interrupted(process: subprocess.Popen[str], seen: Lines) -> tuple[int, str]:
+    """Ctrl-C the verb; return its exit code and what it said on stderr, pipes closed."""
+    process.send_signal(signal.SIGINT)
+    code = process.wait(30)
+    seen.join()
+    assert process.stderr is not None
+    assert process.stdout is not None
+    err = process.stderr.read()
+    process.stderr.close()
+    process.stdout.close()
+    return code, err
+
+
 def test_watch_into_a_pipe_draws_the_consoles_live_view(
     fleet: FleetProcesses, tmp_path: Path
 ) -> None:
@@ -83,18 +118,9 @@ def test_watch_into_a_pipe_draws_the_consoles_live_view(
     operator = fleet.fleet.operator_id
     asyncio.run(route_up(fleet, "echo"))
 
-    def ready(log: str) -> str | None:
-        return "ready" if "listening on" in log else None
-
-    serve = ["console", "serve", "--config", str(config)]
-    with serving_vox(serve, tmp_path / "console.log", ready, "vox console serve"):
+    with console_serving(config, tmp_path):
         mark = len(fleet.broker.log_text())
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "vox_mqtt.cli", "watch", "--config", str(config),
-             "--duration", "120"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            text=True, env=client_env(), cwd=REPO,
-        )  # fmt: skip
+        watch = piped("watch", "--config", str(config), "--duration", "120")
         try:
             seen = Lines(watch)
             head = seen.wait_for(r"vox watch: 3 agent\(s\) as seen by operator \(operator\)")
@@ -122,14 +148,7 @@ def test_watch_into_a_pipe_draws_the_consoles_live_view(
             assert "specialist" in text, text
             assert all(len(line) <= 60 for line in text.splitlines()), text
         finally:
-            watch.send_signal(signal.SIGINT)
-            code = watch.wait(30)
-            seen.join()
-            assert watch.stderr is not None
-            assert watch.stdout is not None
-            err = watch.stderr.read()
-            watch.stderr.close()
-            watch.stdout.close()
+            code, err = interrupted(watch, seen)
         assert code in (0, 130), err
         assert "Traceback" not in err, err
         # No login of the watch's own: a look would log in as `<operator>-status-<hex>`.
@@ -140,11 +159,7 @@ def test_watch_into_a_pipe_draws_the_consoles_live_view(
 def test_a_bad_watch_question_is_refused_in_words(fleet: FleetProcesses, tmp_path: Path) -> None:
     config = fleet.operator_config
 
-    def ready(log: str) -> str | None:
-        return "ready" if "listening on" in log else None
-
-    serve = ["console", "serve", "--config", str(config)]
-    with serving_vox(serve, tmp_path / "console.log", ready, "vox console serve"):
+    with console_serving(config, tmp_path):
         found = ask_running(config, "/v1/watch", {"plain": True, "lines": "everything"})
         assert found is not None
         status, answer = found
@@ -159,18 +174,11 @@ def test_warroom_follow_prints_the_consoles_posts_as_they_come(
     operator = fleet.fleet.operator_id
     asyncio.run(route_up(fleet, "echo"))
 
-    def ready(log: str) -> str | None:
-        return "ready" if "listening on" in log else None
-
-    serve = ["console", "serve", "--config", str(config)]
-    with serving_vox(serve, tmp_path / "console.log", ready, "vox console serve"):
+    with console_serving(config, tmp_path):
         mark = len(fleet.broker.log_text())
-        follow = subprocess.Popen(
-            [sys.executable, "-m", "vox_mqtt.cli", "warroom", "--follow", "--json",
-             "--config", str(config), "--duration", "120"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            text=True, env=client_env(), cwd=REPO,
-        )  # fmt: skip
+        follow = piped(
+            "warroom", "--follow", "--json", "--config", str(config), "--duration", "120"
+        )
         seen = Lines(follow)
         try:
             # Nothing open yet: the listing is empty; then the loss, then its resolution.
@@ -180,18 +188,12 @@ def test_warroom_follow_prints_the_consoles_posts_as_they_come(
             lost = seen.wait_for(r'"resolved": false.*"subject_name": "specialist"')
             fleet.agents["specialist"].start()
             seen.wait_for(r'"resolved": true.*"subject_name": "specialist"', lost + 1)
-            # Each post once, however many of the console's subscriptions it matched.
+            # Each post once: one that came between the listing and the first question for
+            # posts is in both, and printed once (cli/warroom.py).
             ids = [json.loads(line)["message_id"] for line in seen.lines]
             assert len(ids) == len(set(ids)), seen.lines
         finally:
-            follow.send_signal(signal.SIGINT)
-            code = follow.wait(30)
-            seen.join()
-            assert follow.stderr is not None
-            assert follow.stdout is not None
-            err = follow.stderr.read()
-            follow.stderr.close()
-            follow.stdout.close()
+            code, err = interrupted(follow, seen)
         assert code in (0, 130), err
         assert "Traceback" not in err, err
         broker_log = fleet.broker.log_text()[mark:]
