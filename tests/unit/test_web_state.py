@@ -7,6 +7,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from tests.kits.webrows import ME, ROOT, ledger_row, post, sent
 from vox_mqtt.console.web import Hub, _event, _page
 from vox_mqtt.console.web_operator import (
     NOTE_WITHHELD,
@@ -19,7 +20,6 @@ from vox_mqtt.console.web_operator import (
 from vox_mqtt.console.web_state import WebState, bind_problem, is_loopback, same_secret
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
     AgentStatus,
@@ -44,19 +44,6 @@ def status(agent: UUID, name: str, state: str = "ACTIVE", epoch: int = 1) -> Inb
     )
     message = new_message(MSG_AGENT_STATUS, source=agent, target=OPERATOR, details=report)
     return Inbound(topic=topics.status(agent), payload=serialize(message), retain=False)
-
-
-def post(source: UUID, subject: UUID, *, resolved: bool = False) -> Inbound:
-    failure = SystemFailure(
-        error_code="VM_CONNECTION_LOST",
-        severity="CRITICAL",
-        description="<b>x</b>",
-        resolved=resolved,
-    )
-    message = new_message(
-        MSG_SYSTEM_FAILURE, source=source, target=topics.WARROOM_ID, details=failure
-    )
-    return Inbound(topic=topics.warroom(source, subject), payload=serialize(message), retain=True)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +110,7 @@ def test_warroom_lists_open_then_resolved() -> None:
     root, child = uuid4(), uuid4()
     clock = [1000.0]
     state = WebState(FleetObserver(), top=OPERATOR, top_name="operator", wall=lambda: clock[0])
-    state.take(post(root, child))
+    state.take(post(root, child, description="<b>x</b>"))
     batch = state.flush()
     assert batch is not None
     assert [i["subject"] for i in batch["warroom"]["open"]] == [str(child)]
@@ -194,37 +181,6 @@ def test_the_page_says_whether_the_operator_pages_exist() -> None:
     assert 'name="vox-operator" content="0"' in page
     assert 'name="vox-send" content="1"' in page
     assert "{{" not in page
-
-
-ME, ROOT = str(uuid4()), str(uuid4())
-
-
-def ledger_row(n: int, action: str, kind: str, **fields: object) -> dict[str, object]:
-    row: dict[str, object] = {
-        "id": n,
-        "recorded_at": f"2026-01-01T00:00:{n:02d}+00:00",
-        "action": action,
-        "message_type": kind,
-        "message_id": str(uuid4()),
-        "source": ROOT,
-        "target": ME,
-        "reply_to": None,
-        "reason": None,
-        "details": {},
-    }
-    row.update(fields)
-    return row
-
-
-def sent(n: int, command: str, **details: object) -> dict[str, object]:
-    return ledger_row(
-        n,
-        "sent",
-        "command_request",
-        source=ME,
-        target=ROOT,
-        details={"command": command, "params": {"x": 1}, **details},
-    )
 
 
 def test_requests_get_their_state_from_the_replies_recorded() -> None:

@@ -12,12 +12,12 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from tests.kits.webrows import ME, ROOT, ledger_row, post, sent
 from vox_mqtt.console.commandform import command_specs, params_of_status, params_problem
 from vox_mqtt.console.web_operator import inbox_rows, request_rows, timeline_rows
 from vox_mqtt.console.web_state import WebState
 from vox_mqtt.observe.observer import FleetObserver
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
 from vox_mqtt.protocol.messages import (
     MSG_AGENT_STATUS,
     AgentStatus,
@@ -28,7 +28,6 @@ from vox_mqtt.protocol.messages import (
 from vox_mqtt.transport.session import Inbound
 
 OPERATOR = uuid4()
-ME, ROOT = str(uuid4()), str(uuid4())
 
 
 def status(agent: UUID, name: str, epoch: int = 1) -> Inbound:
@@ -37,44 +36,6 @@ def status(agent: UUID, name: str, epoch: int = 1) -> Inbound:
     )
     message = new_message(MSG_AGENT_STATUS, source=agent, target=OPERATOR, details=report)
     return Inbound(topic=topics.status(agent), payload=serialize(message), retain=False)
-
-
-def post(source: UUID, subject: UUID, *, resolved: bool = False) -> Inbound:
-    failure = SystemFailure(
-        error_code="VM_CONNECTION_LOST", severity="CRITICAL", description="x", resolved=resolved
-    )
-    message = new_message(
-        MSG_SYSTEM_FAILURE, source=source, target=topics.WARROOM_ID, details=failure
-    )
-    return Inbound(topic=topics.warroom(source, subject), payload=serialize(message), retain=True)
-
-
-def ledger_row(n: int, action: str, kind: str | None, **fields: object) -> dict[str, object]:
-    row: dict[str, object] = {
-        "id": n,
-        "recorded_at": f"2026-01-01T00:00:{n:02d}+00:00",
-        "action": action,
-        "message_type": kind,
-        "message_id": str(uuid4()),
-        "source": ROOT,
-        "target": ME,
-        "reply_to": None,
-        "reason": None,
-        "details": {},
-    }
-    row.update(fields)
-    return row
-
-
-def sent(n: int, command: str, **details: object) -> dict[str, object]:
-    return ledger_row(
-        n,
-        "sent",
-        "command_request",
-        source=ME,
-        target=ROOT,
-        details={"command": command, "params": {"x": 1}, **details},
-    )
 
 
 SCHEMA = {
