@@ -22,7 +22,7 @@ Received = tuple[str, float]  # a "received" row's message_id and emission time
 def message_row(
     message: VOXMessage,
     source: str,
-    action: str,
+    action: LedgerAction,
     outcome: str | None,
     reason: str | None,
     topic: str | None,

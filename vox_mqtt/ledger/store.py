@@ -276,7 +276,7 @@ class VOXAgentMemory:
     async def record_message(
         self,
         message: VOXMessage,
-        action: str,
+        action: LedgerAction,
         *,
         outcome: str | None = None,
         reason: str | None = None,
@@ -284,7 +284,7 @@ class VOXAgentMemory:
         outbox: tuple[str, bytes] | None = None,
         outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
-        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
@@ -491,7 +491,7 @@ class VOXAgentMemory:
         return await self._read(f"SELECT {_ALL} FROM logs ORDER BY id DESC LIMIT ?", (limit,))
 
     async def has_message(
-        self, message_id: UUID, action: str = _RECEIVED, *, emitted_at: str | None = None
+        self, message_id: UUID, action: LedgerAction = _RECEIVED, *, emitted_at: str | None = None
     ) -> bool:
         """Tell whether a message id was already recorded under an action (dedupe).
 
