@@ -4,16 +4,20 @@ Subpackages in layers, bottom to top: protocol; transport, ledger; observe; agen
 fleet; console; cli. A module imports only its own subpackage or a lower layer
 (TYPE_CHECKING imports included), the agent runtime and the broker's control plane import
 nothing of each other, the import graph has no cycle, no class is a mixin, and no module
-grows past 600 lines. In tests/, a test
+grows past 600 lines. Outside vox_mqtt/ledger/actions.py, no ledger action is a bare
+string where a row is recorded or read back (LedgerAction names it). In tests/, a test
 module imports no other test module: what several share lives in a kit module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+
+from vox_mqtt.ledger.actions import LedgerAction
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
 TESTS = Path(__file__).resolve().parents[1]
@@ -187,6 +191,129 @@ def test_no_mixins() -> None:
 def test_modules_stay_under_600_lines(name: str) -> None:
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
     assert lines < 600, f"{name} has {lines} lines: split it by concept"
+
+
+# The framework's ledger vocabulary is LedgerAction (vox_mqtt/ledger/actions.py): outside that
+# module no action is spelled as a bare string where a row is recorded or read back.
+ACTIONS = frozenset(str(action) for action in LedgerAction)
+ACTIONS_MODULE = PACKAGE / "ledger" / "actions.py"
+RECORDERS = frozenset({"record_message", "record", "has_message", "message_row", "make_row"})
+SQL_ACTION = re.compile(r"\baction\s*(?:=|!=|<>|IN\s*\()\s*'(\w+)'", re.IGNORECASE)
+
+
+def _called(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _bare(node: ast.AST | None) -> list[ast.Constant]:
+    """The action strings a value spells out: itself, or the items of a tuple, list or set."""
+    if isinstance(node, ast.Constant) and node.value in ACTIONS:
+        return [node]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [c for item in node.elts for c in _bare(item)]
+    return []
+
+
+def _reads_action(node: ast.expr) -> bool:
+    """row["action"], row.get("action"), row[_ACTION] or a name `action`."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return (isinstance(key, ast.Constant) and key.value == "action") or (
+            isinstance(key, ast.Name) and key.id == "_ACTION"
+        )
+    if isinstance(node, ast.Call) and _called(node.func) == "get" and node.args:
+        return isinstance(node.args[0], ast.Constant) and node.args[0].value == "action"
+    return isinstance(node, ast.Name) and node.id == "action"
+
+
+def _compared(node: ast.Compare) -> list[ast.Constant]:
+    sides = [node.left, *node.comparators]
+    found = []
+    for i, side in enumerate(sides):
+        others = sides[:i] + sides[i + 1 :]
+        if _reads_action(side):
+            found += [c for other in others for c in _bare(other)]
+        elif isinstance(side, ast.Tuple):  # (r["type"], r["action"]) == ("...", "sent")
+            for j, item in enumerate(side.elts):
+                if _reads_action(item):
+                    found += [
+                        c
+                        for other in others
+                        if isinstance(other, ast.Tuple) and len(other.elts) == len(side.elts)
+                        for c in _bare(other.elts[j])
+                    ]
+    return found
+
+
+def bare_ledger_actions(source: str, where: str) -> list[str]:
+    """Each bare action string passed to a recorder, in a row tuple, compared to a row's
+    action or written into a query's `action = '...'`, as "file:line: what"."""
+    found: list[tuple[int, int, str]] = []
+
+    def refuse(node: ast.expr, value: str, how: str) -> None:
+        problem = f"{where}:{node.lineno}: bare ledger action {value!r} {how}: use LedgerAction"
+        found.append((node.lineno, node.col_offset, problem))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = _called(node.func)
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if name in RECORDERS:
+                for c in (c for v in values for c in _bare(v)):
+                    refuse(c, c.value, f"passed to {name}()")
+            elif name == "append" and _called(getattr(node.func, "value", node)) == "rows":
+                for c in (c for v in values for c in _bare(v)):
+                    refuse(c, c.value, "in a staged row")
+            else:
+                then = [k.value for k in node.keywords if k.arg == "then"]
+                for c in (c for v in then for c in _bare(v)):
+                    refuse(c, c.value, f"in a `then` row of {name}()")
+        elif isinstance(node, ast.Compare):
+            for c in _compared(node):
+                refuse(c, c.value, "compared with a row's action")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for match in SQL_ACTION.finditer(node.value):
+                if match[1] in ACTIONS:
+                    refuse(node, match[1], "in SQL")
+    return [problem for *_, problem in sorted(found)]
+
+
+def test_ledger_actions_are_named_by_the_enum_only() -> None:
+    found = [
+        problem
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != ACTIONS_MODULE
+        for problem in bare_ledger_actions(
+            path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
+        )
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_action_guard_sees_each_way_of_spelling_one() -> None:
+    source = """
+ledger.record_message(message, "sent", then=[(request, "failed", None)])
+staged.rows.append((request, "started", None))
+outbox.send_message(reply, expects_reply=False, then=[(request, "completed", None)])
+if row["action"] == "delegated" or row.get("action") in ("received", "duplicate"): pass
+if (r["message_type"], r["action"]) == ("command_request", "canceled"): pass
+SQL = "SELECT 1 FROM logs WHERE action = 'expired'"
+ledger.record("door", LedgerAction.VIA, None, None, {})  # named: fine
+if row["state"] == "failed": pass  # a state, not a row's action: fine
+"""
+    found = bare_ledger_actions(source, "x.py")
+    assert [line.split(": ", 2)[1] for line in found] == [
+        "bare ledger action 'sent' passed to record_message()",
+        "bare ledger action 'failed' passed to record_message()",
+        "bare ledger action 'started' in a staged row",
+        "bare ledger action 'completed' in a `then` row of send_message()",
+        "bare ledger action 'delegated' compared with a row's action",
+        "bare ledger action 'received' compared with a row's action",
+        "bare ledger action 'duplicate' compared with a row's action",
+        "bare ledger action 'canceled' compared with a row's action",
+        "bare ledger action 'expired' in SQL",
+    ], found
+    assert found[0].startswith("x.py:2: ")
 
 
 def test_the_guard_sees_type_checking_imports() -> None:

@@ -16,6 +16,7 @@ from vox_mqtt.agent.plan import ANSWERS
 from vox_mqtt.agent.ports import Settings
 from vox_mqtt.agent.rules import WRONG_ANSWERER, answered_request, answerer_problem
 from vox_mqtt.agent.tracking import RequestTracker
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.statusbounds import ChangeBudget
@@ -95,6 +96,6 @@ class AnswerGuard:
             return None  # an untracked ack or report settles nothing: no ledger read for it
         me = str(self._settings().id)
         for row in await self._ledger.find(request_id):
-            if row["action"] == "sent" and row["source"] == me and row["target"]:
+            if row["action"] == LedgerAction.SENT and row["source"] == me and row["target"]:
                 return UUID(str(row["target"]))
         return None

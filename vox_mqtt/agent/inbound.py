@@ -36,6 +36,7 @@ from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.sendrules import deadline_passed
 from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
@@ -64,7 +65,9 @@ __all__ = ["InboundPipeline", "Listener", "Observed"]
 
 log = logging.getLogger("vox_mqtt.agent")
 COMPLETED = RequestState.COMPLETED
-SENDER_ENDS = frozenset({"expired", "failed"})  # how a request this agent sent can end
+SENDER_ENDS = frozenset(
+    {LedgerAction.EXPIRED, LedgerAction.FAILED}
+)  # how a request this agent sent can end
 # Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
 _LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
 
@@ -276,7 +279,9 @@ class InboundPipeline:
         if plan.step is Step.DUPLICATE:
             ack, then = self._ack_rows(message, plan)
             self._metrics.duplicates += 1
-            await ledger.record_message(message, "duplicate", topic=inbound.topic, then=then)
+            await ledger.record_message(
+                message, LedgerAction.DUPLICATE, topic=inbound.topic, then=then
+            )
             if ack is not None:
                 await self.outbox.acks.publish(message, ack)
             return
@@ -324,7 +329,7 @@ class InboundPipeline:
         if not plan.acknowledge:
             return None, []
         ack = acknowledge(message, message_source=self.config.message_source)
-        return ack, [(ack, "sent", None)]
+        return ack, [(ack, LedgerAction.SENT, None)]
 
     async def _facts(self, message: VOXMessage, duplicate: bool) -> tuple[Facts, Handler | None]:
         """Gather what the plan of a message reads; the router is consulted here, once."""
@@ -418,7 +423,7 @@ class InboundPipeline:
             # whatever the caller records next commits after this row.
             recording = asyncio.ensure_future(
                 self._ledger.record_message(
-                    message, "received", topic=topic, then=then, outbox_done=answered
+                    message, LedgerAction.RECEIVED, topic=topic, then=then, outbox_done=answered
                 )
             )
             self.outbox.settle_reply(message)
@@ -433,7 +438,7 @@ class InboundPipeline:
         try:
             await self._ledger.record_message(
                 message,
-                "received",
+                LedgerAction.RECEIVED,
                 topic=topic,
                 # An answer that commits here stands for the ack: no ack row, no ack.
                 then=[*([] if staged.implied else then), *staged.rows],
@@ -455,7 +460,7 @@ class InboundPipeline:
             # Recorded and acknowledged; never the request's outcome nor a role's to handle.
             log.info("%s: a late %s: %s", self.config.name, message.type, plan.reason)
             await self._ledger.record_message(
-                message, "late", outcome=plan.ended, reason=plan.reason
+                message, LedgerAction.LATE, outcome=plan.ended, reason=plan.reason
             )
             return
         for listener in self.listeners:

@@ -26,6 +26,7 @@ from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.requests import Requests, Served, ServedState
 from vox_mqtt.agent.standing import history_of, part_of
 from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -241,8 +242,8 @@ class Lifecycle:
             outgoing = None  # no longer a peer (the fleet changed): recorded, not answered
         staged.outgoing = outgoing
         if outgoing is not None:
-            staged.rows.append((outgoing.message, "sent", None))
-        staged.rows.append((request, "canceled", ErrorCode.CANCELED))
+            staged.rows.append((outgoing.message, LedgerAction.SENT, None))
+        staged.rows.append((request, LedgerAction.CANCELED, ErrorCode.CANCELED))
 
     def drop(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         """Undo a staged plan whose commit failed: the request goes on as if never canceled."""
@@ -346,7 +347,7 @@ class Lifecycle:
             await self._outbox.send_message(
                 served.request.reply(MSG_COMMAND_ERROR, error),
                 expects_reply=False,
-                then=[(served.request, "canceled", ErrorCode.CANCELED)],
+                then=[(served.request, LedgerAction.CANCELED, ErrorCode.CANCELED)],
             )
         return served
 
@@ -422,7 +423,7 @@ class Lifecycle:
         # Recorded, never kept in the outbox: a query nobody awaits after a restart is moot.
         outgoing = self._outbox.prepare(message, expects_reply=True)
         started = time.perf_counter()
-        await self._ledger.record_message(message, "sent")
+        await self._ledger.record_message(message, LedgerAction.SENT)
         tracked = self._outbox.dispatch(outgoing)
         reply = await self._outbox.reply_to(tracked, wait, started=started)
         if reply.type != MSG_STATUS_REPORT:
@@ -512,7 +513,7 @@ class Lifecycle:
             return tracked.message.target
         me = str(self.config.id)
         for row in await self._ledger.find(request_id):
-            if row["action"] == "sent" and row["source"] == me and row["target"]:
+            if row["action"] == LedgerAction.SENT and row["source"] == me and row["target"]:
                 return UUID(row["target"])
         children = list(self.config.children)
         if len(children) == 1:

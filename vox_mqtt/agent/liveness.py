@@ -17,6 +17,7 @@ from vox_mqtt.agent.logonce import Repeats
 from vox_mqtt.agent.reconcile import CATCH_UP, Reconciler
 from vox_mqtt.agent.sendrules import check_size
 from vox_mqtt.agent.warroompost import WarroomPoster
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.witness import HeadWitness
 from vox_mqtt.observe.observer import expiry_left, read_status
 from vox_mqtt.observe.status import (
@@ -356,7 +357,9 @@ class Liveness:
         if self.ctx.ledger.write_failure is not None:
             # Try a write each beat, to learn when the ledger can record again.
             with contextlib.suppress(LedgerError):
-                await self.ctx.ledger.record("health", "ledger_probe", self.config.id, None, {})
+                await self.ctx.ledger.record(
+                    "health", LedgerAction.LEDGER_PROBE, self.config.id, None, {}
+                )
         metrics = self._figures()
         await self._safely(self.publish_status(metrics, presence=True))
         await self._safely(self.posts.check_host(metrics))

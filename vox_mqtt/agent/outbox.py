@@ -23,6 +23,7 @@ from vox_mqtt.agent.ports import Publisher, Recorder, Settings
 from vox_mqtt.agent.quietpeers import Delivery, QuietPeers
 from vox_mqtt.agent.sendrules import check_size, deadline_passed, expiry, outlived, resend_deadline
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import (
@@ -108,7 +109,7 @@ class Outbox:
         message: VOXMessage,
         *,
         expects_reply: bool,
-        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> TrackedRequest:
         """Record, publish and keep re-sending a message until it is acknowledged.
 
@@ -117,7 +118,7 @@ class Outbox:
         outgoing = self.prepare(message, expects_reply=expects_reply)
         # Kept until acknowledged: a crash before then re-sends it on restart.
         await self._ledger.record_message(
-            message, "sent", outbox=(outgoing.topic, outgoing.payload), then=then
+            message, LedgerAction.SENT, outbox=(outgoing.topic, outgoing.payload), then=then
         )
         return self.dispatch(outgoing)
 
@@ -343,7 +344,11 @@ class Outbox:
         self._ending[message_id] = recorded
         try:
             await self._ledger.record_message(
-                tracked.message, str(state), outcome=code, reason=reason, outbox_done=message_id
+                tracked.message,
+                LedgerAction(state),
+                outcome=code,
+                reason=reason,
+                outbox_done=message_id,
             )
         except VoxError as exc:
             # Not recorded: after a restart it may be re-sent, and its deadline (which a
@@ -375,7 +380,7 @@ class Outbox:
         message: VOXMessage,
         timeout: float | None,
         *,
-        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> VOXMessage:
         """Send a message and return its reply; raise CommandFailed on an error or timeout."""
         started = time.perf_counter()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 from uuid import UUID
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.messages import VOXMessage
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.transport.outcome import PublishOutcome
@@ -26,7 +27,7 @@ class Recorder(Protocol):
     async def record_message(
         self,
         message: VOXMessage,
-        action: str,
+        action: LedgerAction,
         *,
         outcome: str | None = None,
         reason: str | None = None,
@@ -34,7 +35,7 @@ class Recorder(Protocol):
         outbox: tuple[str, bytes] | None = None,
         outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
-        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> int:
         """Record a message under an action; see VOXAgentMemory.record_message."""
         ...

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.outbox import Outgoing
 from vox_mqtt.agent.requests import Served
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_RESULT,
     CommandError,
@@ -23,7 +24,7 @@ from vox_mqtt.protocol.messages import (
 
 __all__ = ["NotStarted", "Row", "Staged", "refused_unrecorded", "relayed_details"]
 
-Row = tuple[VOXMessage, str, str | None]  # (message, action, outcome), one ledger row
+Row = tuple[VOXMessage, LedgerAction, str | None]  # (message, action, outcome), one ledger row
 
 
 @dataclass(kw_only=True, eq=False)

@@ -20,6 +20,7 @@ from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import CancelAction, Plan, Step
 from vox_mqtt.agent.ports import Settings
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
@@ -158,7 +159,7 @@ class Refusals:
         )
         await self._ledger.record_message(
             message,
-            "rejected",
+            LedgerAction.REJECTED,
             outcome=ErrorCode.UNAUTHORIZED_SOURCE,
             reason=problem,
             topic=inbound.topic,
@@ -179,7 +180,7 @@ class Refusals:
         )
         await self._ledger.record_message(
             message,
-            "rejected",
+            LedgerAction.REJECTED,
             outcome=ErrorCode.INVALID_MESSAGE,
             reason=reason,
             topic=inbound.topic,

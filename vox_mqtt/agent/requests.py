@@ -22,6 +22,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.plan import Plan
 from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.messages import CommandError, CommandResult, VOXMessage
 
 if TYPE_CHECKING:
@@ -34,13 +35,13 @@ __all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState"]
 class ServedState(StrEnum):
     """Where a command this agent serves stands (each is the ledger row of the same name)."""
 
-    RECEIVED = "received"  # recorded and acknowledged, not started (waiting for a slot)
-    WORKING = "started"  # its handler runs here
-    DELEGATED = "delegated"  # its downstream request went to a child
-    COMPLETED = "completed"
-    FAILED = "failed"
-    EXPIRED = "expired"  # it reached this agent after its deadline: never started
-    CANCELED = "canceled"  # its master canceled it (docs/messages.md, lifecycle)
+    RECEIVED = LedgerAction.RECEIVED  # recorded and acknowledged, not started (for a slot)
+    WORKING = LedgerAction.STARTED  # its handler runs here
+    DELEGATED = LedgerAction.DELEGATED  # its downstream request went to a child
+    COMPLETED = LedgerAction.COMPLETED
+    FAILED = LedgerAction.FAILED
+    EXPIRED = LedgerAction.EXPIRED  # it reached this agent after its deadline: never started
+    CANCELED = LedgerAction.CANCELED  # its master canceled it (docs/messages.md, lifecycle)
 
 
 FINAL = frozenset(

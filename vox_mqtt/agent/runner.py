@@ -26,6 +26,7 @@ from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child, down_levels, inactive_reason
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
@@ -138,7 +139,7 @@ class CommandRunner:
         assert served is not None
         await self._handler_slots.acquire()
         served.slot = True
-        staged.rows.append((served.request, "started", None))
+        staged.rows.append((served.request, LedgerAction.STARTED, None))
         if not served.plan.run_early:
             return
         assert served.handler is not None  # a SERVE plan names its handler
@@ -160,8 +161,8 @@ class CommandRunner:
         outgoing = self._prepared_answer(served, running.result())
         if outgoing is not None:
             staged.outgoing, staged.implied = outgoing, True
-            staged.rows.append((outgoing.message, "sent", None))
-            staged.rows.append((served.request, served.answer_end, None))
+            staged.rows.append((outgoing.message, LedgerAction.SENT, None))
+            staged.rows.append((served.request, LedgerAction(served.answer_end), None))
 
     def _stage_delegation(self, staged: Staged) -> None:
         # Its downstream request and "delegated" row commit with its "received" row: one
@@ -177,8 +178,8 @@ class CommandRunner:
         except VoxError:
             return  # too large to send: the ordinary path says why
         staged.outgoing = outgoing
-        staged.rows.append((outgoing.message, "sent", None))
-        staged.rows.append((served.request, "delegated", str(child)))
+        staged.rows.append((outgoing.message, LedgerAction.SENT, None))
+        staged.rows.append((served.request, LedgerAction.DELEGATED, str(child)))
 
     def _stage_relayed_answer(self, reply: VOXMessage) -> Staged:
         # A child's answer: this agent's answer upstream commits with it, one commit on the
@@ -195,8 +196,8 @@ class CommandRunner:
             return Staged()
         served.answer_durable = asyncio.get_running_loop().create_future()
         staged = Staged(relayed=served, outgoing=outgoing)
-        staged.rows.append((outgoing.message, "sent", None))
-        staged.rows.append((served.request, served.answer_end, None))
+        staged.rows.append((outgoing.message, LedgerAction.SENT, None))
+        staged.rows.append((served.request, LedgerAction(served.answer_end), None))
         return staged
 
     def _prepared_answer(
@@ -282,7 +283,7 @@ class CommandRunner:
                     await self.outbox.send_message(
                         request.reply(MSG_COMMAND_ERROR, error),
                         expects_reply=False,
-                        then=[(request, "failed", None)],
+                        then=[(request, LedgerAction.FAILED, None)],
                     )
                 )
             self.requests.move(served, ServedState.FAILED)
@@ -339,9 +340,9 @@ class CommandRunner:
         else:
             kind = MSG_COMMAND_ERROR
             self._metrics.commands_failed.inc(details.code)
-        end = str(_END[kind])
+        end = LedgerAction(_END[kind])
         if isinstance(details, NotStarted):
-            end = "expired"
+            end = LedgerAction.EXPIRED
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
@@ -361,7 +362,7 @@ class CommandRunner:
                 await self.outbox.send_message(
                     request.reply(MSG_COMMAND_ERROR, too_large),
                     expects_reply=False,
-                    then=[(request, "failed", None)],
+                    then=[(request, LedgerAction.FAILED, None)],
                 )
             except LedgerError:
                 # It cannot be recorded (the disk is full): answer anyway, once.
@@ -420,7 +421,7 @@ class CommandRunner:
             served.slot = True
             if served.answering:  # canceled while it waited (agent/lifecycle.py): not started
                 return CommandError(code=ErrorCode.CANCELED, error="canceled", command=name)
-            await self._ledger.record_message(request, "started")
+            await self._ledger.record_message(request, LedgerAction.STARTED)
             self.requests.move(served, ServedState.WORKING)
             return await self._run(handler, name, payload, timeout)
         return await self._delegate(served, payload, timeout)
@@ -476,7 +477,7 @@ class CommandRunner:
             tracked = await self.outbox.send_message(
                 self._downstream(served.request, child),
                 expects_reply=True,
-                then=[(served.request, "delegated", str(child))],
+                then=[(served.request, LedgerAction.DELEGATED, str(child))],
             )
             self.requests.delegate(served, child, tracked)
             outcome = await self._delegation_outcome(served, timeout, started=started)

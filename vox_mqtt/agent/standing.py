@@ -9,20 +9,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.lifecycle import MAX_HISTORY
 
 __all__ = ["ROW_STATES", "history_of", "part_of", "progress_delay"]
 
 # A served request's ledger rows, as the states a status report names.
 ROW_STATES: Final = {
-    "received": "received",
-    "started": "working",
-    "delegated": "delegated",
-    "completed": "completed",
-    "failed": "failed",
-    "expired": "expired",
-    "canceled": "canceled",
-    "rejected": "rejected",
+    LedgerAction.RECEIVED: "received",
+    LedgerAction.STARTED: "working",
+    LedgerAction.DELEGATED: "delegated",
+    LedgerAction.COMPLETED: "completed",
+    LedgerAction.FAILED: "failed",
+    LedgerAction.EXPIRED: "expired",
+    LedgerAction.CANCELED: "canceled",
+    LedgerAction.REJECTED: "rejected",
 }
 
 

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.sendrules import check_size
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.warroom import (
     DISK_FULL,
     INCIDENT_CODE,
@@ -236,7 +237,7 @@ class WarroomPoster:
         )
         connection = session.connection_count if decided_on is None else decided_on
         try:
-            await self.ctx.ledger.record_message(message, "sent")
+            await self.ctx.ledger.record_message(message, LedgerAction.SENT)
         except LedgerError as exc:
             # The alert matters more than its record (the disk may be what is full).
             log.warning("%s: war-room post not recorded: %s", config.name, exc)

@@ -17,6 +17,7 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol.errors import ConfigError, VoxError
 
@@ -380,7 +381,7 @@ class Demo:
             "root",
             lambda r: (
                 (r["message_type"], r["action"], r["target"])
-                == ("job_detected", "sent", operator_id)
+                == ("job_detected", LedgerAction.SENT, operator_id)
             ),
             what="the root's notification to the operator",
         )

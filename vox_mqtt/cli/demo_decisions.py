@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.text import Text
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.hierarchy import Fleet
 
@@ -155,7 +156,7 @@ class DecisionStep:
         operator = str(self.demo.fleet.operator_id)
         return (row["message_type"], row["action"], row["target"]) == (
             "job_detected",
-            "sent",
+            LedgerAction.SENT,
             operator,
         )
 

@@ -85,6 +85,8 @@ def resolve_request_id(ledger: Path, prefix: str) -> UUID:
         return UUID(prefix)
     import sqlite3
 
+    from vox_mqtt.ledger.actions import LedgerAction
+
     if not ledger.is_file():
         raise ValueError(f"no request id starting with {prefix!r}: this console sent none yet")
     # The prefix is hex digits and hyphens only (normalize_prefix): LIKE sees no wildcard.
@@ -93,7 +95,7 @@ def resolve_request_id(ledger: Path, prefix: str) -> UUID:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
             db.execute("PRAGMA busy_timeout = 5000")
             rows = db.execute(
-                "SELECT DISTINCT message_id FROM logs WHERE action = 'sent' AND "
+                f"SELECT DISTINCT message_id FROM logs WHERE action = '{LedgerAction.SENT}' AND "
                 "message_type = 'command_request' AND message_id LIKE ? LIMIT 6",
                 (f"{prefix}%",),
             ).fetchall()

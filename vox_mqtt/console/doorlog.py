@@ -78,6 +78,8 @@ async def record_door(
     One row of its own (event "door", action "via"), beside the message's own rows: the
     message is signed as is and stays the same whatever door sent it.
     """
+    from vox_mqtt.ledger.actions import LedgerAction  # loaded with the ledger it writes to
+
     details = door_details(request_id, door, what, command=command, **extra)
     op = console.file.operator
-    await console.agent.ledger.record("door", "via", op.id, op.root_id, details)
+    await console.agent.ledger.record("door", LedgerAction.VIA, op.id, op.root_id, details)

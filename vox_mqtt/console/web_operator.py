@@ -21,6 +21,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from vox_mqtt.console.decisions import OVERLAPS, Job, number_jobs, verdict_word
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import (
@@ -56,7 +57,7 @@ LEDGER_ROWS: Final = 5000  # the newest ledger rows the requests list is built f
 REQUESTS_SHOWN: Final = 100
 TIMELINE_MAX: Final = 200
 # A request this side sent ends with one of these rows of its own (docs/ledger.md).
-_ENDS: Final = {"expired": "EXPIRED", "failed": "FAILED"}
+_ENDS: Final = {LedgerAction.EXPIRED: "EXPIRED", LedgerAction.FAILED: "FAILED"}
 _IN_FLIGHT: Final = frozenset({"SENT", "ACKNOWLEDGED", "PROGRESS"})
 
 
@@ -222,14 +223,14 @@ def request_rows(
     for row in sorted(rows, key=lambda r: int(r["id"])):
         mid, kind, action = row.get("message_id"), row.get("message_type"), row.get("action")
         details = _details(row)
-        if row.get("event_type") == "door" and action == "via":
+        if row.get("event_type") == "door" and action == LedgerAction.VIA:
             request_id, door = details.get("request_id"), details.get("door")
             # The door its command came through, not a later cancel's (`what`).
             command = details.get("what") in (None, "command")
             if isinstance(request_id, str) and isinstance(door, str) and command:
                 doors.setdefault(request_id, door)
             continue
-        if kind == MSG_COMMAND_REQUEST and action == "sent" and row.get("source") == me:
+        if kind == MSG_COMMAND_REQUEST and action == LedgerAction.SENT and row.get("source") == me:
             if mid is None or mid in found:
                 continue
             params = details.get("params")
@@ -256,7 +257,7 @@ def request_rows(
                 request["ended_at"] = row.get("recorded_at")
             continue
         parent = row.get("reply_to")
-        if action != "received" or parent not in found:
+        if action != LedgerAction.RECEIVED or parent not in found:
             continue
         request = found[parent]
         request["replies"] += 1

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Final
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.messages import parse_timestamp
 
 __all__ = ["ReceivedIndex", "emitted_epoch"]
@@ -15,8 +16,8 @@ __all__ = ["ReceivedIndex", "emitted_epoch"]
 # at most this many of them (docs/ledger.md, "The dedupe index").
 HORIZON: Final = 600.0
 MAX_IDS: Final = 200_000
-_RECEIVED_SINCE: Final = """SELECT message_id, emitted_at FROM logs
-    WHERE action = 'received' AND message_id IS NOT NULL
+_RECEIVED_SINCE: Final = f"""SELECT message_id, emitted_at FROM logs
+    WHERE action = '{LedgerAction.RECEIVED}' AND message_id IS NOT NULL
       AND (julianday(emitted_at) IS NULL OR julianday(emitted_at) >= ?)"""
 
 

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from vox_mqtt.ledger._schema import _ALL, _DOWNSTREAM
+from vox_mqtt.ledger.actions import LedgerAction
 
 __all__ = ["DOORS_OF", "RequestRows", "remembered_cancels", "request_rows", "untold_children"]
 
@@ -16,15 +17,18 @@ Fetch = Callable[[str, Iterable[Any]], Awaitable[Iterable[Any]]]
 
 _OWN: Final = f"SELECT {_ALL} FROM logs WHERE message_id = ? ORDER BY id"
 # The cancel_requests received, newest first: each names its request in details.request_id.
-_CANCELS: Final = """SELECT json_extract(details, '$.request_id') AS request_id FROM logs
-    WHERE message_type = 'cancel_request' AND action = 'received' AND event_type = 'message'
+_CANCELS: Final = f"""SELECT json_extract(details, '$.request_id') AS request_id FROM logs
+    WHERE message_type = 'cancel_request' AND action = '{LedgerAction.RECEIVED}'
+    AND event_type = 'message'
     ORDER BY id DESC LIMIT ?"""
 _CANCELS_OF: Final = f"""SELECT {_ALL} FROM logs WHERE message_type = 'cancel_request'
-    AND action = 'received' AND json_extract(details, '$.request_id') = ? ORDER BY id"""
+    AND action = '{LedgerAction.RECEIVED}' AND json_extract(details, '$.request_id') = ?
+    ORDER BY id"""
 
 # The operator's door rows (console/home/api.py, record_door) naming a request: which door
 # (cli, web, mcp, a2a) its command, each cancel and each decision came through.
-DOORS_OF: Final = f"""SELECT {_ALL} FROM logs WHERE action = 'via' AND event_type = 'door'
+DOORS_OF: Final = f"""SELECT {_ALL} FROM logs
+    WHERE action = '{LedgerAction.VIA}' AND event_type = 'door'
     AND json_extract(details, '$.request_id') = ? ORDER BY id"""
 
 
@@ -43,14 +47,16 @@ async def remembered_cancels(fetch: Fetch, limit: int) -> list[str]:
 
 # Requests canceled here whose downstream request's child was never sent its cancel (a
 # crash between the two commits, docs/ledger.md) and never answered: (child, downstream).
-_UNTOLD: Final = """SELECT d.target, d.message_id FROM logs AS c
-    JOIN logs AS d ON d.reply_to = c.message_id AND d.action = 'sent'
+_UNTOLD: Final = f"""SELECT d.target, d.message_id FROM logs AS c
+    JOIN logs AS d ON d.reply_to = c.message_id AND d.action = '{LedgerAction.SENT}'
         AND d.message_type = 'command_request'
-    WHERE c.action = 'canceled' AND c.message_type = 'command_request' AND c.id > ?
+    WHERE c.action = '{LedgerAction.CANCELED}' AND c.message_type = 'command_request' AND c.id > ?
       AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_type = 'cancel_request'
-          AND x.action = 'sent' AND json_extract(x.details, '$.request_id') = d.message_id)
+          AND x.action = '{LedgerAction.SENT}'
+          AND json_extract(x.details, '$.request_id') = d.message_id)
       AND NOT EXISTS (SELECT 1 FROM logs AS a WHERE a.reply_to = d.message_id
-          AND a.action = 'received' AND a.message_type IN ('command_result', 'command_error'))
+          AND a.action = '{LedgerAction.RECEIVED}'
+          AND a.message_type IN ('command_result', 'command_error'))
     ORDER BY c.id"""
 
 

@@ -20,10 +20,13 @@ from vox_mqtt.ledger._schema import (
     _id_text,
     _trigger_problem,
 )
+from vox_mqtt.ledger.actions import LedgerAction
 
 __all__ = ["VerifyReport", "row_hashes", "trace_chain", "verify_chain", "witnessed_query"]
 
 Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
+# The row a trace shows for a message: the one that received or sent it, if any.
+_CHAINED = (LedgerAction.RECEIVED, LedgerAction.SENT)
 
 
 async def trace_chain(read: Read, message_id: UUID) -> list[dict[str, Any]]:
@@ -49,7 +52,7 @@ async def trace_chain(read: Read, message_id: UUID) -> list[dict[str, Any]]:
         grouped.setdefault(row["message_id"], []).append(row)
     chain = []
     for group in grouped.values():
-        best = next((r for r in group if r["action"] in ("received", "sent")), group[0])
+        best = next((r for r in group if r["action"] in _CHAINED), group[0])
         chain.append({**best, "actions": [r["action"] for r in group]})
     return chain
 

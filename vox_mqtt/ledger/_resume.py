@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from vox_mqtt.ledger._schema import _DOWNSTREAM, _INTERRUPTED
+from vox_mqtt.ledger.actions import LedgerAction
 
 __all__ = ["delegated_commands"]
 
@@ -18,7 +19,7 @@ async def delegated_commands(read: Read) -> list[dict[str, Any]]:
     Each row carries `downstream`: the row of the last request sent down for it, whose
     answer the command still waits for.
     """
-    rows = [r for r in await read(_INTERRUPTED, ()) if r["action"] == "delegated"]
+    rows = [r for r in await read(_INTERRUPTED, ()) if r["action"] == LedgerAction.DELEGATED]
     for row in rows:
         sent = await read(_DOWNSTREAM, (row["message_id"],))
         row["downstream"] = sent[-1] if sent else None

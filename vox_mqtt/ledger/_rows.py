@@ -8,6 +8,7 @@ from uuid import UUID
 
 from vox_mqtt.ledger._index import emitted_epoch
 from vox_mqtt.ledger._schema import _KEPT_DETAILS, _MAX_REASON, _canonical, _id_text, _scrub
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import VOXMessage, now_iso
 from vox_mqtt.protocol.signing import SignedTopic
@@ -21,7 +22,7 @@ Received = tuple[str, float]  # a "received" row's message_id and emission time
 def message_row(
     message: VOXMessage,
     source: str,
-    action: str,
+    action: LedgerAction,
     outcome: str | None,
     reason: str | None,
     topic: str | None,
@@ -91,6 +92,6 @@ def make_row(
     except (TypeError, ValueError) as exc:
         raise LedgerError(f"cannot record {action!r}: {exc}") from None
     received = None
-    if action == "received" and (message_id := values[5]) is not None:
+    if action == LedgerAction.RECEIVED and (message_id := values[5]) is not None:
         received = (message_id, emitted_epoch(values[8]))
     return values, received

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
+from vox_mqtt.ledger.actions import DONE_ACTIONS, STARTED_ACTIONS, LedgerAction, sql_list
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST
 
 SCHEMA_VERSION: Final = "1"
@@ -20,10 +21,7 @@ GENESIS_HASH: Final = "0" * 64
 APPEND_ONLY: Final = "ledger is append-only"
 # A master's record of a child's ledger head, as the child's heartbeat reported it.
 WITNESS_EVENT: Final = "witness"
-WITNESS_ACTION: Final = "ledger_head"
-# A command runs once started or delegated; it is over once completed, failed or answered.
-STARTED_ACTIONS: Final = ("started", "delegated")
-DONE_ACTIONS: Final = ("completed", "failed", "expired", "canceled")
+WITNESS_ACTION: Final = LedgerAction.LEDGER_HEAD
 # Free text for the human only: seed 003 forbids agents to parse or log it.
 _STRIPPED_KEYS: Final = frozenset({"note_to_human"})
 _MAX_REASON: Final = 1000
@@ -119,9 +117,9 @@ def _trigger_problem(found: Iterable[Sequence[Any]]) -> str | None:
     return None
 
 
-def _unfinished(starts: tuple[str, ...], ends: tuple[str, ...]) -> str:
+def _unfinished(starts: tuple[LedgerAction, ...], ends: tuple[LedgerAction, ...]) -> str:
     """Select the first command_request row per message in `starts` with no later end."""
-    began, ended = (", ".join(f"'{action}'" for action in group) for group in (starts, ends))
+    began, ended = sql_list(starts), sql_list(ends)
     return f"""SELECT {_ALL} FROM logs AS r
     WHERE r.action IN ({began}) AND r.message_type = '{MSG_COMMAND_REQUEST}'
       AND r.id = (SELECT MIN(y.id) FROM logs AS y
@@ -129,15 +127,16 @@ def _unfinished(starts: tuple[str, ...], ends: tuple[str, ...]) -> str:
       AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_id = r.message_id
                       AND x.id > r.id AND x.action IN ({ended}))
       AND NOT EXISTS (SELECT 1 FROM logs AS a WHERE a.reply_to = r.message_id
-                      AND a.id > r.id AND a.action = 'sent'
+                      AND a.id > r.id AND a.action = '{LedgerAction.SENT}'
                       AND a.message_type IN ('command_result', 'command_error'))
     ORDER BY r.id"""
 
 
-_PENDING: Final = _unfinished(("received",), (*STARTED_ACTIONS, *DONE_ACTIONS))
+_PENDING: Final = _unfinished((LedgerAction.RECEIVED,), (*STARTED_ACTIONS, *DONE_ACTIONS))
 _INTERRUPTED: Final = _unfinished(STARTED_ACTIONS, DONE_ACTIONS)
 # The requests sent down for a command (their reply_to), oldest first.
-_DOWNSTREAM: Final = f"""SELECT {_ALL} FROM logs WHERE reply_to = ? AND action = 'sent'
+_DOWNSTREAM: Final = f"""SELECT {_ALL} FROM logs WHERE reply_to = ?
+    AND action = '{LedgerAction.SENT}'
     AND message_type = '{MSG_COMMAND_REQUEST}' ORDER BY id"""
 
 # The payload keys worth keeping per type: identifiers and codes, never free text.

@@ -20,11 +20,11 @@ from vox_mqtt.ledger._schema import (
     _SCHEMA,
     _TRIGGERS_VERSION,
     _UPGRADE,
-    DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
     _chain_hash,
 )
+from vox_mqtt.ledger.actions import DONE_ACTIONS, LedgerAction
 from vox_mqtt.protocol.errors import LedgerError
 
 __all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "open_writer", "rechain", "write_batch"]
@@ -177,7 +177,7 @@ def read_head(db: sqlite3.Connection) -> Head:
 
 
 # A delegated command keeps its source held: a restart resumes waiting for its child.
-_ENDS: Final = frozenset(("started", *DONE_ACTIONS))
+_ENDS: Final = frozenset((LedgerAction.STARTED, *DONE_ACTIONS))
 _ANSWERS: Final = frozenset(("command_result", "command_error"))
 # Where _released reads a row (laid out as _COLUMNS, then prev_hash and hash).
 _ACTION, _MESSAGE_ID, _TYPE, _REPLY_TO = (
@@ -191,7 +191,7 @@ def _released(rows: Sequence[Row]) -> list[tuple[str]]:
     for row in rows:
         if row[_ACTION] in _ENDS and row[_MESSAGE_ID]:
             out.append((str(row[_MESSAGE_ID]),))
-        elif row[_ACTION] == "sent" and row[_TYPE] in _ANSWERS and row[_REPLY_TO]:
+        elif row[_ACTION] == LedgerAction.SENT and row[_TYPE] in _ANSWERS and row[_REPLY_TO]:
             out.append((str(row[_REPLY_TO]),))
     return out
 

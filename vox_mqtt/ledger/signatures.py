@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.signing import Keyring, sender_of, verify_digest
 
 __all__ = ["SignatureReport", "check_signatures"]
 
-_RECEIVED = frozenset({"received", "duplicate"})
+_RECEIVED = frozenset({LedgerAction.RECEIVED, LedgerAction.DUPLICATE})
 
 
 @dataclass(frozen=True)

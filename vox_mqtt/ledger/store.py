@@ -31,10 +31,8 @@ from vox_mqtt.ledger._schema import (
     _TRIGGERS_VERSION,
     _UPGRADE,
     APPEND_ONLY,
-    DONE_ACTIONS,
     GENESIS_HASH,
     SCHEMA_VERSION,
-    STARTED_ACTIONS,
     WITNESS_ACTION,
     WITNESS_EVENT,
     _chain_hash,
@@ -52,14 +50,13 @@ from vox_mqtt.ledger._writer import (
     open_writer,
     write_batch,
 )
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.privatefs import private_file
 from vox_mqtt.protocol.errors import LedgerError
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage
 
 __all__ = [
-    "DONE_ACTIONS",
     "GENESIS_HASH",
-    "STARTED_ACTIONS",
     "LedgerSync",
     "VOXAgentMemory",
     "VerifyReport",
@@ -68,6 +65,7 @@ __all__ = [
 
 # Rows nothing waits for (an ack's "received") wait this long for a batch to join.
 _LATER = 0.02
+_RECEIVED = LedgerAction.RECEIVED  # has_message's default: the dedupe check
 
 
 @dataclass(slots=True)
@@ -278,7 +276,7 @@ class VOXAgentMemory:
     async def record_message(
         self,
         message: VOXMessage,
-        action: str,
+        action: LedgerAction,
         *,
         outcome: str | None = None,
         reason: str | None = None,
@@ -286,7 +284,7 @@ class VOXAgentMemory:
         outbox: tuple[str, bytes] | None = None,
         outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
-        then: Iterable[tuple[VOXMessage, str, str | None]] = (),
+        then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
@@ -309,7 +307,7 @@ class VOXAgentMemory:
             keep = message if outbox_for is None else outbox_for
             sealed = self._sources.seal(origin := keep.message_source, self.path)
             kept = (str(keep.message_id), outbox[0], _outbox_payload(outbox[1], origin, sealed))
-        if message.type == MSG_COMMAND_REQUEST and action == "received":
+        if message.type == MSG_COMMAND_REQUEST and action == LedgerAction.RECEIVED:
             # Kept until it starts or ends: a restart resumes (or adopts) it with its origin's.
             held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
         done = None if outbox_done is None else str(outbox_done)
@@ -331,7 +329,7 @@ class VOXAgentMemory:
             raise LedgerError(f"ledger {self.path} is not open for writing")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         source = self.stored_source(message.message_source)
-        values, received = message_row(message, source, "received", None, None, topic)
+        values, received = message_row(message, source, LedgerAction.RECEIVED, None, None, topic)
         done = None if outbox_done is None else str(outbox_done)
         pending = _Pending([values], future, None, done, None if received is None else [received])
         self._enqueue(pending, urgent=False)
@@ -365,7 +363,8 @@ class VOXAgentMemory:
         """Record input that did not parse or verify by its size and digest, never its bytes."""
         details = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "topic": topic}
         meta = {"message_id": _id_text(message_id), "outcome": "rejected", "reason": reason}
-        return await self._submit([make_row("message", "rejected", source, None, details, meta)])
+        row = make_row("message", LedgerAction.REJECTED, source, None, details, meta)
+        return await self._submit([row])
 
     async def _submit(
         self,
@@ -492,7 +491,7 @@ class VOXAgentMemory:
         return await self._read(f"SELECT {_ALL} FROM logs ORDER BY id DESC LIMIT ?", (limit,))
 
     async def has_message(
-        self, message_id: UUID, action: str = "received", *, emitted_at: str | None = None
+        self, message_id: UUID, action: LedgerAction = _RECEIVED, *, emitted_at: str | None = None
     ) -> bool:
         """Tell whether a message id was already recorded under an action (dedupe).
 
@@ -503,7 +502,7 @@ class VOXAgentMemory:
         """
         key = _id_text(message_id) or ""
         if (
-            action == "received"
+            action == LedgerAction.RECEIVED
             and emitted_at is not None
             and self._thread is not None
             and self._received.knows(emitted_at)
