@@ -41,6 +41,7 @@ STEPS = 3
 # The root's request_timeout, shortened from every level's default of 30 s: the root used
 # to give the answer up at it, and the operator comes back after it.
 REQUEST_TIMEOUT = 10.0
+AFTER = 2.0  # s: the operator is back this long past it
 
 
 def fleet(tmp: Path) -> str:
@@ -107,10 +108,21 @@ async def scenario(procs: FleetProcesses, attacker: Attacker, capture: Any) -> N
     for n in range(FLOOD):
         payload = raw_envelope("job_detected", ids["mail"], ids["coord"], job(n))
         attacker.publish(flood_topic, payload)
-    # Past the root's request_timeout, when it used to give the answer up.
-    await asyncio.sleep(REQUEST_TIMEOUT + 10)
-
     to_operator = topics.inbox(operator, ids["root"])
+
+    def answer_sent() -> bool:
+        return any(
+            c.topic == to_operator and json.loads(c.payload)["type"] == "command_result"
+            for c in attacker.captured()
+        )
+
+    # Once the flood is sent and the root's answer seen (the root sent it before), the
+    # operator stays away past the root's request_timeout on the answer and on the copies
+    # of the flood: when the root used to give the answer up, and when re-sent copies (at
+    # 1 s, 3 s, 7 s) would have filled the operator's queue.
+    await until(answer_sent, "the root's answer to the operator", timeout=120)
+    await asyncio.sleep(REQUEST_TIMEOUT + AFTER)
+
     reaching = [c for c in attacker.captured() if c.topic == to_operator]
     kinds = [json.loads(c.payload)["type"] for c in reaching]
     limit, _ = queue_limits(len(SHAPE) + 1)

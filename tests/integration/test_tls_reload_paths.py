@@ -28,6 +28,7 @@ from vox_mqtt.cli import main
 REPO = Path(__file__).resolve().parents[2]
 DROP_IN = REPO / "systemd" / "mosquitto.service.d" / "vox.conf"
 ROUNDS = 10
+RELOAD_WATCH = "0.25"  # s: $VOX_RELOAD_WATCH for the drop-in's reload
 DEBIAN_UNIT = Path("/lib/systemd/system/mosquitto.service")
 DEBIAN_LOGROTATE = Path("/etc/logrotate.d/mosquitto")
 
@@ -76,7 +77,9 @@ def test_the_drop_ins_reload_ten_times_under_tls_traffic_leaves_the_broker_up(
     fleet = TlsFleet(tmp_path)
     broker = fleet.start(broker_factory)
     traffic = TlsTraffic(fleet, "spec_a2")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VOX_RELOAD_WATCH": "1"}
+    # The reload's own watch (20 s by default) for one step of it: a crash is caught after
+    # it too, by this test's reconnects, its traffic and the broker's pid, round by round.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VOX_RELOAD_WATCH": RELOAD_WATCH}
     try:
         for round_ in range(ROUNDS):
             for name in MOVERS:  # offline persistent sessions at the moment of the reload
@@ -92,6 +95,7 @@ def test_the_drop_ins_reload_ten_times_under_tls_traffic_leaves_the_broker_up(
             )
             assert run.returncode == 0, f"round {round_}: {run.stderr}"
             assert "no signal" in run.stdout
+            assert f"watched {RELOAD_WATCH} s: still up" in run.stdout, run.stdout
             for name in MOVERS:  # reconnects take the offline sessions over
                 come_and_go(fleet, name, fleet.small, expiry=SHORT_EXPIRY)
             assert broker.running, f"round {round_}: the broker died\n{broker.log_tail()}"

@@ -40,8 +40,9 @@ async def test_a_burst_of_big_and_small_messages_arrives_whole_and_in_order(
 
 
 # Tiny retained messages: the broker writes them in milliseconds, reading them is seconds
-# of Python, so the socket never runs dry while they are read.
-BURST = 100_000
+# of Python, so the socket never runs dry while they are read. An unbounded read took
+# 7,431 of them in one turn, with 20,000 as with 100,000: the count does not need more.
+BURST = 20_000
 
 
 def retain_burst(port: int) -> None:
