@@ -259,6 +259,10 @@ def test_unreachable_broker_is_retried_with_backoff_until_it_appears(
     tmp_path: Path, broker_factory: Callable[..., LocalBroker], notify: NotifySocket, run_daemon
 ) -> None:
     dep = deploy(tmp_path)
+    # Each try gives up on the absent broker after 2 s (10 s by default).
+    text = dep.root_config.read_text().replace("[broker]\n", "[broker]\nconnect_timeout = 2\n", 1)
+    assert "connect_timeout = 2" in text, text
+    dep.root_config.write_text(text)
     daemon = run_daemon(dep.root_config)
     daemon.wait_log("cannot connect to the broker (try 2)", timeout=60)
     assert "READY=1" not in notify.lines()

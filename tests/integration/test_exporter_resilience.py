@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kits.fleetproc import fleet_text, run_fleet
+from tests.kits.fleetproc import FleetProcesses, fleet_text, run_fleet
 from tests.kits.promkit import Exporter, poll, run_exporter, sample
 from vox_mqtt.cli import main
 from vox_mqtt.fleet.bundles import render_agent_config
@@ -17,6 +17,17 @@ from vox_mqtt.fleet.bundles import render_agent_config
 pytestmark = pytest.mark.slow
 
 SHAPE = {"root": None, "worker": "root"}
+RECONNECT_MAX = 0.5  # the exporter's longest wait between two tries (a look's default: 5 s)
+
+
+def quick_to_retry(config: Path, connect_timeout: float) -> None:
+    """Let the exporter say why its first connection is not up after connect_timeout seconds
+    (5 s by default) and try again at least every RECONNECT_MAX seconds."""
+    text = config.read_text()
+    broker = f"[broker]\nconnect_timeout = {connect_timeout}\nreconnect_min = 0.1\n"
+    broker += f"reconnect_max = {RECONNECT_MAX}\n"
+    assert "[broker]\n" in text, text
+    config.write_text(text.replace("[broker]\n", broker, 1))
 
 
 def connected(exporter: Exporter) -> float | None:
@@ -26,13 +37,16 @@ def connected(exporter: Exporter) -> float | None:
 def test_no_broker_at_start_then_the_broker_comes(tmp_path: Path) -> None:
     with run_fleet(tmp_path / "fleet", fleet_text(SHAPE), start=False) as procs:
         procs.broker.stop()  # the port stays the rendered one: the broker comes back on it
+        quick_to_retry(procs.operator_config, 1)  # a refused socket is said at once
         with run_exporter(procs.operator_config, tmp_path / "exporter.log") as exporter:
             # Scrapeable at once: the exporter is up, its broker session is not.
             s = exporter.samples()
             assert sample(s, "vox_exporter_broker_connected") == 0.0
             assert not [name for name, _ in s if name.startswith("vox_agent_")]
             poll(lambda: "retrying" in exporter.log(), 20, "the line saying why")
-            time.sleep(2 * 5.0)  # two reconnect_max periods: more failed tries, said once
+            # Four reconnect_max periods: more failed tries (nothing to count them by while
+            # nothing listens), and the cause said once.
+            time.sleep(4 * RECONNECT_MAX)
             log = exporter.log()
             assert log.count("connection refused") == 1, log
             line = next(x for x in log.splitlines() if "connection refused" in x)
@@ -62,6 +76,11 @@ def test_no_broker_at_start_then_the_broker_comes(tmp_path: Path) -> None:
             assert exporter.process.poll() is None
 
 
+def refusals(procs: FleetProcesses) -> int:
+    """Return how many logins the broker has refused."""
+    return procs.broker.log_text().count("disconnected, not authorised")
+
+
 def test_refused_credentials_serve_0_and_say_why_once(tmp_path: Path) -> None:
     with run_fleet(tmp_path / "fleet", fleet_text(SHAPE), start=False) as procs:
         explorer = render_agent_config(
@@ -71,10 +90,14 @@ def test_refused_credentials_serve_0_and_say_why_once(tmp_path: Path) -> None:
         assert len(secrets) == 1, secrets
         text = secrets[0].read_text()
         secrets[0].write_text(re.sub(r'(?m)^password = ".*"$', 'password = "wrong"', text))
+        # Room for the broker's first refusal to come before the line that says why.
+        quick_to_retry(explorer, 2)
         with run_exporter(explorer, tmp_path / "exporter.log") as exporter:
             assert connected(exporter) == 0.0
             poll(lambda: "retrying" in exporter.log(), 20, "the line saying why")
-            time.sleep(2 * 5.0)  # more refused tries: the cause is said once
+            # More refused tries, as the broker logs them (nothing else logs in): said once.
+            before = refusals(procs)
+            poll(lambda: refusals(procs) >= before + 2, 30, "two more refused tries")
             log = exporter.log()
             assert log.count("refused the credentials") == 1, log
             line = next(x for x in log.splitlines() if "refused the credentials" in x)

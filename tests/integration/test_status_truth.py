@@ -217,10 +217,9 @@ async def _replayed_after_death(procs: FleetProcesses, attacker: Attacker) -> No
     spec, coord = ids["spec_a"], ids["coord"]
     async with OperatorConsole(procs.operator_config) as console:
         await until_routed(console)
-        await asyncio.sleep(3)  # three heartbeats captured
+        await until_beats(attacker, spec, 3)  # three heartbeats captured
         procs.agents["spec_b"].stop()  # the sibling stops: only spec_a could serve analyze
         procs.agents["spec_a"].kill()
-        killed = time.monotonic()
         captured = [
             c for c in statuses_of(attacker, spec) if b"VM_CONNECTION_LOST" not in c.payload
         ]
@@ -233,12 +232,16 @@ async def _replayed_after_death(procs: FleetProcesses, attacker: Attacker) -> No
         procs.agents["coord"].start()
         # A heartbeat younger than stale_after intervals plus the skew still reads as current
         # (docs/security.md, F23: what remains): replay only what is older than that.
-        await asyncio.sleep(max(2.0, killed + STALE_AFTER * BEAT + SKEW + 1.5 - time.monotonic()))
-        # Replay every captured heartbeat live, the newest retained, for window + skew + 2 s:
-        # within the window at first (aged by emitted_at: stale), then past it (refused).
+        last = max(datetime.fromisoformat(json.loads(c.payload)["emitted_at"]) for c in captured)
+        stale = last + timedelta(seconds=STALE_AFTER * BEAT + SKEW + 1.5)
+        await asyncio.sleep(max(2.0, (stale - datetime.now(UTC)).total_seconds()))
+        # Replay every captured heartbeat live, the newest retained, until 3 s after the
+        # newest has left the window + skew: within the window at first (aged by emitted_at:
+        # stale), then past it (refused).
         newest = {c.topic: c for c in captured}
         replaying = datetime.now(UTC)
-        until = time.monotonic() + WINDOW + SKEW + 2
+        inside = (last + timedelta(seconds=WINDOW + SKEW) - replaying).total_seconds()
+        until = time.monotonic() + max(inside, 0.0) + 3
         while time.monotonic() < until:
             for c in captured:
                 attacker.publish(c.topic, c.payload, user_properties=c.user_properties)
@@ -272,6 +275,23 @@ async def _replayed_after_death(procs: FleetProcesses, attacker: Attacker) -> No
         with pytest.raises(CommandFailed) as failed:
             await console.send_command("analyze", {"target": "x.pdf"}, wait=30)
         assert failed.value.code in ("NO_ROUTE", "TARGET_INACTIVE"), failed.value
+
+
+async def until_beats(attacker: Attacker, agent: UUID, beats: int, timeout: float = 30) -> None:
+    """Return once the attacker has captured that many heartbeats of the agent (presence)."""
+
+    def captured() -> int:
+        return sum(
+            1
+            for c in statuses_of(attacker, agent)
+            if c.topic == topics.presence(agent) and details(c.payload).get("status") == "ACTIVE"
+        )
+
+    async with asyncio.timeout(timeout):
+        while True:
+            if captured() >= beats:
+                return
+            await asyncio.sleep(0.05)
 
 
 def now_iso_at(monotonic: float) -> str:

@@ -33,6 +33,7 @@ from ._common import config_path
 __all__ = ["Look", "Reader", "load_reader", "observing"]
 
 _CONNECT_TIMEOUT = 5.0  # a read-only look should say "unreachable" quickly
+_RECONNECT_MAX = 5.0  # and come back soon after its broker does
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,7 +177,8 @@ def _read_only(broker: BrokerSettings) -> BrokerSettings:
         broker,
         session_expiry=0,
         connect_timeout=min(broker.connect_timeout, _CONNECT_TIMEOUT),
-        reconnect_max=5.0,
+        # At most the config's cap, and never below its first try's window.
+        reconnect_max=max(broker.reconnect_min, min(broker.reconnect_max, _RECONNECT_MAX)),
     )
 
 

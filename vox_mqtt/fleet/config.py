@@ -62,6 +62,9 @@ class BrokerSection(_Section):
     key_file: Path | None = None
     keepalive: Annotated[int, Field(ge=2, le=65535)] = 30
     session_expiry: Annotated[int, Field(ge=0)] = 3600
+    # How long one connection attempt, and the first connection with its retries, may take
+    # before the broker is called unreachable (docs/transport.md).
+    connect_timeout: Annotated[float, Field(gt=0, le=3600)] = 10.0
     # The first reconnect try's window and the backoff's cap: `vox agent render` sizes them
     # to the agents on the broker (docs/federation.md, "Restarts and partitions").
     reconnect_min: Annotated[float, Field(gt=0, le=3600)] = 0.5
@@ -110,6 +113,7 @@ class BrokerSection(_Section):
             key_file=_resolve(base, self.key_file),
             keepalive=self.keepalive,
             session_expiry=self.session_expiry,
+            connect_timeout=self.connect_timeout,
             reconnect_min=self.reconnect_min,
             reconnect_max=max(self.reconnect_max, self.reconnect_min),
         )
