@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from uuid import uuid4
 
+import pytest
+
 from vox_mqtt.agent.sendrules import request_time_left, time_left
+from vox_mqtt.cli import main
+from vox_mqtt.cli._common import EXIT_USAGE
 from vox_mqtt.protocol.messages import (
+    MAX_DEADLINE_SECONDS,
     MSG_CANCEL_REQUEST,
     MSG_COMMAND_REQUEST,
     CommandRequest,
@@ -54,3 +60,13 @@ def test_a_sent_request_waits_for_its_deadline_other_messages_for_the_default() 
     assert 590.0 < request_time_left(carried, 3.0) <= 600.0
     assert request_time_left(bare, 3.0) == 3.0
     assert request_time_left(cancel, 3.0) == 3.0
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", str(MAX_DEADLINE_SECONDS + 1)])
+def test_vox_send_refuses_a_timeout_no_deadline_may_carry(
+    timeout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused before any config is read or anything is sent: a usage error, no traceback.
+    missing = str(tmp_path / "none.toml")
+    assert main(["send", "stuck", "--timeout", timeout, "--config", missing]) == EXIT_USAGE
+    assert "--timeout must be more than 0 and at most 30 days" in capsys.readouterr().err
