@@ -13,14 +13,14 @@ import asyncio
 import json
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from tests.integration.test_request_life_core import THREE, Worker, events
 from tests.kits.agentkit import operator_config, start_agents, wait_for
 from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.agent.tracking import RequestState
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import (
@@ -30,8 +30,30 @@ from vox_mqtt.protocol.messages import (
     new_message,
 )
 
+THREE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
 LEVEL_TIMEOUT = 3.0  # every level's request_timeout, the operator's too
 OUTLIVED = 4  # how many level timeouts the long request must outlive
+
+
+class Worker(Role):
+    """A handler that blocks; what happened to each run goes to `seen`."""
+
+    seen: ClassVar[list[tuple[str, str]]] = []  # (event, tag)
+
+    @command
+    async def hold(self, tag: str, seconds: float = 60.0) -> str:
+        Worker.seen.append(("started", tag))
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            Worker.seen.append(("cancelled", tag))
+            raise
+        Worker.seen.append(("finished", tag))
+        return tag
+
+
+def events(kind: str, tag: str) -> list[str]:
+    return [t for event, t in Worker.seen if (event, t) == (kind, tag)]
 
 
 @pytest.fixture(autouse=True)
