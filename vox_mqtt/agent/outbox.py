@@ -21,7 +21,14 @@ from vox_mqtt.agent.childbudget import CAUSE, ChildBudgets
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.ports import Publisher, Recorder, Settings
 from vox_mqtt.agent.quietpeers import Delivery, QuietPeers
-from vox_mqtt.agent.sendrules import check_size, deadline_passed, expiry, outlived, resend_deadline
+from vox_mqtt.agent.sendrules import (
+    check_size,
+    deadline_passed,
+    expiry,
+    outlived,
+    request_time_left,
+    resend_deadline,
+)
 from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -189,11 +196,14 @@ class Outbox:
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
         fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
+        # A request waits for its acknowledgement until its deadline, when it has one.
+        patience = request_time_left(message, self.config.request_timeout)
         delivery = Delivery(
             tracked=tracked,
             payload=payload,
             props=fixed,
-            give_up_at=time.monotonic() + self.config.request_timeout,
+            give_up_at=time.monotonic() + patience,
+            patience=patience,
             resend_until=self._resend_until(message),
             delay=self.config.resend_initial,
             answer=message.type in _ANSWERS and message.reply_to is not None,
@@ -223,7 +233,7 @@ class Outbox:
                 return
         elif time.monotonic() >= delivery.give_up_at:
             metrics.delivery_failures += 1
-            reason = f"no acknowledgement within {self.config.request_timeout:.0f}s"
+            reason = f"no acknowledgement within {delivery.patience:.0f}s"
             self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
         until = delivery.resend_until

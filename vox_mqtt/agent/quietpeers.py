@@ -39,6 +39,7 @@ class Delivery:
     payload: bytes
     props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
     give_up_at: float
+    patience: float = 0.0  # seconds it may go unacknowledged (its deadline's, or the default)
     resend_until: float | None  # wall clock: past it a signed message is not sent again
     delay: float
     counted: bool = False  # counted in messages_out

@@ -26,6 +26,7 @@ from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child, down_levels, inactive_reason
+from vox_mqtt.agent.sendrules import time_left
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.status import AgentLiveness, FleetView
@@ -40,7 +41,6 @@ from vox_mqtt.protocol.messages import (
     ErrorCode,
     VOXMessage,
     new_message,
-    parse_timestamp,
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
@@ -445,11 +445,8 @@ class CommandRunner:
             metrics.command_handler_seconds.time_since(started)
 
     def _timeout_of(self, payload: CommandRequest) -> float:
-        timeout = self.config.request_timeout
-        if payload.deadline is not None:
-            remaining = parse_timestamp(payload.deadline).timestamp() - time.time()
-            timeout = max(0.0, min(timeout, remaining))
-        return timeout
+        # The caller's deadline, however far; request_timeout only for a request without one.
+        return time_left(payload.deadline, self.config.request_timeout)
 
     async def _delegate(
         self,

@@ -17,7 +17,15 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.signing import Signing, resend_until
 
-__all__ = ["check_size", "deadline_passed", "expiry", "outlived", "resend_deadline"]
+__all__ = [
+    "check_size",
+    "deadline_passed",
+    "expiry",
+    "outlived",
+    "request_time_left",
+    "resend_deadline",
+    "time_left",
+]
 
 
 def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
@@ -40,6 +48,27 @@ def deadline_passed(message: VOXMessage, *, now: float | None = None) -> bool:
     if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
         return False
     return parse_timestamp(deadline).timestamp() <= (time.time() if now is None else now)
+
+
+def time_left(deadline: str | None, default: float, *, now: float | None = None) -> float:
+    """Return how long a level works on (or waits for) a request: until its deadline.
+
+    The deadline is the caller's (docs/operations.md, "Deadlines are the caller's"): a
+    level's own `request_timeout` (default) applies only to a request that carries none.
+    A deadline already past leaves 0.
+    """
+    if deadline is None:
+        return default
+    left = parse_timestamp(deadline).timestamp() - (time.time() if now is None else now)
+    return max(0.0, left)
+
+
+def request_time_left(message: VOXMessage, default: float) -> float:
+    """Return how long a sent command_request may wait unacknowledged or unanswered."""
+    deadline = message.details.get("deadline")
+    if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
+        return default
+    return time_left(deadline, default)
 
 
 def expiry(message: VOXMessage) -> int | None:
