@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if not hasattr(config, "workerinput"):
         os.environ[RUN_MARKER] = uuid.uuid4().hex
+    # A shell without job control starts a background job (`make test &` in a script, nohup)
+    # with SIGINT ignored, and every process below inherits that: the `vox` commands the tests
+    # interrupt then ignored their Ctrl-C, as vox_mqtt/_entry.py means them to in a background
+    # job, and 19 tests failed. The suite's processes take SIGINT as a terminal's would.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
