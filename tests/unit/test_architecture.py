@@ -316,6 +316,23 @@ if row["state"] == "failed": pass  # a state, not a row's action: fine
     assert found[0].startswith("x.py:2: ")
 
 
+def test_the_agent_s_config_lives_in_one_cell() -> None:
+    # A reload replaces the config in the context (VOXAgent._use); a part that kept a copy
+    # of its own went on with the old one unless someone remembered to hand it the new one.
+    agent = PACKAGE / "agent"
+    copies = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path in sorted(agent.glob("*.py"))
+        if path.name != "context.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr in ("config", "_config")
+        if not (isinstance(target.value, ast.Attribute) and target.value.attr in ("_ctx", "ctx"))
+    ]
+    assert copies == [], f"a copy of the config outside the context's cell: {copies}"
+
+
 def test_the_guard_sees_type_checking_imports() -> None:
     # roles.py names the ledger and settings only for type checking: the graph must see them.
     assert {"vox_mqtt.ledger.store", "vox_mqtt.protocol.settings"} <= GRAPH["vox_mqtt.agent.roles"]

@@ -66,7 +66,6 @@ class VOXAgent:
         on_request_change: Callable[[TrackedRequest, RequestState, RequestState], None]
         | None = None,
     ) -> None:
-        self.config = config
         self.id = config.id
         self.name = config.name
         # No commit window: batches form by themselves while a commit runs, and a window
@@ -93,7 +92,7 @@ class VOXAgent:
         # Built now, connected at start: no part ever finds it missing.
         self._session = Session(
             config.broker,
-            subscriptions=self._subscriptions(),
+            subscriptions=self._subscriptions(config),
             will=self._will,
             on_connect=self._on_connect,
         )
@@ -385,11 +384,14 @@ class VOXAgent:
         self._use(replace(self.config, broker=replace(self.config.broker, signing=signing)))
         return self._session.use_signing(signing)
 
+    @property
+    def config(self) -> AgentConfig:
+        """This agent's config as it stands: the context's, the one cell a reload replaces."""
+        return self._ctx.config
+
     def _use(self, config: AgentConfig) -> None:
-        """Hand every part the new config (the others read it from the context)."""
-        self.config = self._ctx.config = config
-        if self._liveness is not None:
-            self._liveness.config = config
+        """Put the new config in the context's cell; every part reads it from there."""
+        self._ctx.config = config
 
     def _fail_delegated(self, child: UUID, name: str) -> None:
         """Answer the requests waiting on a child that is no longer one.
@@ -483,15 +485,16 @@ class VOXAgent:
             await role.start()
             tasks.spawn(role.run(), f"role-{role.name}")
 
-    def _subscriptions(self) -> list[str]:
-        subscriptions = [topics.inbox_filter(self.id)]
-        config = self.config  # the master's presence, children's status and presence, our own
+    @staticmethod
+    def _subscriptions(config: AgentConfig) -> list[str]:
+        """Our inbox; the master's presence, the children's status and presence, our own."""
+        subscriptions = [topics.inbox_filter(config.id)]
         subscriptions += topics.liveness_topics(
-            self.id, config.master_id, config.children, own=config.publish_status
+            config.id, config.master_id, config.children, own=config.publish_status
         )
         # Statuses asked for come with their presences: the state is there (docs/liveness.md).
-        subscriptions += topics.with_presences(self.config.observe)
-        subscriptions += [] if self.config.links is None else self.config.links.topics
+        subscriptions += topics.with_presences(config.observe)
+        subscriptions += [] if config.links is None else config.links.topics
         return subscriptions
 
     async def _resume(

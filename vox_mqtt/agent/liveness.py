@@ -49,7 +49,7 @@ from vox_mqtt.protocol.messages import (
     now_iso,
     serialize,
 )
-from vox_mqtt.protocol.settings import Will
+from vox_mqtt.protocol.settings import AgentConfig, Will
 from vox_mqtt.protocol.signing import STALE as REFUSED_STALE
 from vox_mqtt.transport.session import Inbound
 
@@ -82,11 +82,10 @@ class Liveness:
         params: Callable[[list[str]], dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.ctx = ctx
-        self.config = ctx.config  # a reload hands it a new one (VOXAgent.update_children)
         self.fleet_view = fleet_view
         self.advertise = advertise  # the commands this agent offers while ACTIVE
         self.params = params  # what each of them takes (docs/liveness.md, "Parameter schemas")
-        self.epoch_counter = EpochCounter(self.config.state_dir)
+        self.epoch_counter = EpochCounter(ctx.config.state_dir)
         self.epoch = self.epoch_counter.value
         self.started_at = now_iso()
         # Counts up with every status and presence of this epoch: a watcher ignores one not
@@ -123,6 +122,11 @@ class Liveness:
             online=self._online,
             safely=self._safely,
         )
+
+    @property
+    def config(self) -> AgentConfig:
+        """The agent's config as it stands: the context's cell, which a reload replaces."""
+        return self.ctx.config
 
     # --- own status -----------------------------------------------------------------------
 
