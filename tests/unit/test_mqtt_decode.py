@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from typing import Any
 
@@ -16,6 +17,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from vox_mqtt.transport._mqttdecode import RawProperties, decode_lean, puback_code, split_publish
+from vox_mqtt.transport.inbound import Inbound
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1
@@ -76,6 +78,34 @@ def test_a_cut_publish_is_a_malformed_packet_never_another_error(
     except MalformedPacket:
         # Cut anywhere before the payload, the packet must be refused.
         assert cut < len(body) - len(payload)
+
+
+@given(
+    topic=st.binary(max_size=20),
+    packed=st.binary(max_size=60),
+    payload=st.binary(max_size=20),
+    noise=st.binary(max_size=80),
+)
+def test_any_bytes_are_a_publish_or_a_malformed_packet_never_another_error(
+    topic: bytes, packed: bytes, payload: bytes, noise: bytes
+) -> None:
+    # Garbage outright, and garbage where the properties go behind a well-formed header:
+    # unknown identifiers, values cut short, a property of another packet, bad UTF-8.
+    framed = struct.pack("!H", len(topic)) + topic + struct.pack("!H", 1)
+    framed += bytes([len(packed)]) + packed + payload if len(packed) < 128 else b""
+    for body in (noise, framed):
+        try:
+            got_topic, _mid, props, got_payload = split_publish(body)
+        except MalformedPacket:
+            continue
+        assert len(got_topic) + len(props) + len(got_payload) <= len(body)
+        with contextlib.suppress(MalformedPacket):
+            RawProperties(props).decode()
+        # Inbound reads such properties as none at all, and raises nothing.
+        inbound = Inbound(
+            topic="t", payload=got_payload, retain=False, raw_properties=RawProperties(props)
+        )
+        assert isinstance(inbound.properties, dict)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import struct
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import MQTTErrorCode
-from paho.mqtt.exception import MalformedPacket
+from paho.mqtt.exception import MalformedPacket, MQTTException
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
@@ -31,9 +31,20 @@ class RawProperties:
         self.packed = packed
 
     def decode(self) -> Properties:
-        """Return the properties as paho's object."""
+        """Return the properties as paho's object; MalformedPacket if they do not parse.
+
+        paho's unpack raises whatever its parsing meets in bytes that are not properties
+        (KeyError for an unknown identifier, struct.error for a value cut short,
+        MQTTException for a property of another packet, UnicodeDecodeError): here they are
+        one error, the one split_publish raises (tests/unit/test_mqtt_decode.py fuzzes it).
+        """
         result = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        result.unpack(self.packed)  # type: ignore[no-untyped-call]
+        try:
+            result.unpack(self.packed)  # type: ignore[no-untyped-call]
+        except MalformedPacket:
+            raise
+        except (KeyError, IndexError, ValueError, struct.error, MQTTException) as exc:
+            raise MalformedPacket(f"PUBLISH: unreadable properties ({exc!r})"[:200]) from None
         return result
 
 

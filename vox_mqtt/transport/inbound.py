@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.properties import Properties
 
 from vox_mqtt.transport._mqttdecode import RawProperties
@@ -40,5 +41,10 @@ class Inbound:
         """Return content_type, message_expiry_interval (seconds left), user_properties."""
         raw = self.raw_properties
         if isinstance(raw, RawProperties):
-            raw = raw.decode()
+            try:
+                raw = raw.decode()
+            except MalformedPacket:
+                # Properties that do not parse tell nothing: read as a message without any
+                # (the broker checks them first; this guards a broker that does not).
+                return {}
         return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
