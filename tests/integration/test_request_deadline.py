@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.kits.agentkit import operator_config, start_agents, wait_for
+from tests.kits.agentkit import start_tree_with_operator, wait_for
 from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.roles import Role, command
@@ -71,10 +71,10 @@ async def start_short_tree(
 ) -> tuple[dict[str, VOXAgent], VOXAgent]:
     """The tree and its operator, every one with a request_timeout of LEVEL_TIMEOUT."""
     short = {"request_timeout": LEVEL_TIMEOUT}
-    agents = await start_agents(stack, secure, tmp_path, {"specialist": [Worker()]}, **short)
-    await wait_for(lambda: "hold" in agents["root"].advertised_commands())
-    operator = VOXAgent(operator_config(secure, tmp_path, **short))
-    return agents, await stack.enter_async_context(operator)
+    roles = {"specialist": [Worker()]}
+    return await start_tree_with_operator(
+        stack, secure, tmp_path, roles, ready="hold", operator=short, **short
+    )
 
 
 async def deadlines(agent: VOXAgent, action: str) -> list[str | None]:

@@ -17,7 +17,13 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from tests.kits.agentkit import agent_config, operator_config, start_agents, wait_for
+from tests.kits.agentkit import (
+    agent_config,
+    operator_config,
+    start_agents,
+    start_tree_with_operator,
+    wait_for,
+)
 from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL
@@ -80,10 +86,8 @@ def fleet():  # type: ignore[no-untyped-def]
 async def start_tree(
     stack: AsyncExitStack, secure: Any, tmp_path: Path, **overrides: Any
 ) -> tuple[dict[str, VOXAgent], VOXAgent]:
-    agents = await start_agents(stack, secure, tmp_path, {"specialist": [Worker()]}, **overrides)
-    await wait_for(lambda: "hold" in agents["root"].advertised_commands())
-    operator = await stack.enter_async_context(VOXAgent(operator_config(secure, tmp_path)))
-    return agents, operator
+    roles = {"specialist": [Worker()]}
+    return await start_tree_with_operator(stack, secure, tmp_path, roles, ready="hold", **overrides)
 
 
 def sent_request(agent: VOXAgent) -> UUID:

@@ -103,6 +103,25 @@ async def start_agents(
     return agents
 
 
+async def start_tree_with_operator(
+    stack: AsyncExitStack,
+    secure: SecureBroker,
+    state_root: Path,
+    roles: Mapping[str, Iterable[Role]],
+    *,
+    ready: str,
+    operator: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> tuple[dict[str, VOXAgent], VOXAgent]:
+    """Start the fleet's agents with their roles, wait until the root offers the command
+    `ready`, then start the operator console (`operator`: its own config overrides)."""
+    agents = await start_agents(stack, secure, state_root, roles, **overrides)
+    root = secure.fleet.root.name
+    await wait_for(lambda: ready in agents[root].advertised_commands())
+    console = VOXAgent(operator_config(secure, state_root, **(operator or {})))
+    return agents, await stack.enter_async_context(console)
+
+
 async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
     """Poll predicate() until true; fail the test after timeout seconds."""
     async with asyncio.timeout(timeout):
