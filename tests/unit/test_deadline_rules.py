@@ -17,6 +17,7 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
     CommandRequest,
     new_message,
+    timeout_refused,
 )
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
@@ -70,3 +71,13 @@ def test_vox_send_refuses_a_timeout_no_deadline_may_carry(
     missing = str(tmp_path / "none.toml")
     assert main(["send", "stuck", "--timeout", timeout, "--config", missing]) == EXIT_USAGE
     assert "--timeout must be more than 0 and at most 30 days" in capsys.readouterr().err
+
+
+def test_a_timeout_is_a_deadline_within_reach_or_refused_with_why() -> None:
+    # One rule for `vox send --timeout` and the console's /send (console/home/api.py).
+    assert timeout_refused(0.5) is None
+    assert timeout_refused(MAX_DEADLINE_SECONDS) is None
+    for seconds in (0.0, -1.0, MAX_DEADLINE_SECONDS + 1.0):
+        assert timeout_refused(seconds) == (
+            "timeout must be more than 0 and at most 30 days (2592000 s)"
+        )

@@ -18,7 +18,7 @@ from uuid import UUID
 from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.safetext import shown
 from vox_mqtt.protocol.errors import CommandFailed
-from vox_mqtt.protocol.messages import MAX_DEADLINE_SECONDS, ErrorCode, VOXMessage
+from vox_mqtt.protocol.messages import ErrorCode, VOXMessage, timeout_refused
 
 from ._ask import SAY_AFTER
 from ._common import (
@@ -70,10 +70,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
         return EXIT_USAGE
-    if not 0 < args.timeout <= MAX_DEADLINE_SECONDS:
-        # --timeout is the request's deadline: every level waits for it, up to 30 days ahead.
-        days = MAX_DEADLINE_SECONDS // 86400
-        fail(f"--timeout must be more than 0 and at most {days} days ({MAX_DEADLINE_SECONDS} s)")
+    # --timeout is the request's deadline: every level waits for it, up to 30 days ahead.
+    refused = timeout_refused(args.timeout, "--timeout")
+    if refused is not None:
+        fail(refused)
         return EXIT_USAGE
     path = config_path(args.config)
     if not one_shot_wanted(args.one_shot):

@@ -107,6 +107,7 @@ __all__ = [
     "parse_timestamp",
     "serialize",
     "thaw_json",
+    "timeout_refused",
 ]
 
 # Envelope-level types of seed 000.
@@ -125,6 +126,14 @@ MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600
 MAX_EXPIRY_SECONDS: Final = 2**32 - 1
 # The MQTT v5 content-type property of every VOX publish.
 CONTENT_TYPE: Final = "application/json"
+
+
+def timeout_refused(seconds: float, name: str = "timeout") -> str | None:
+    """Say why a request's timeout cannot be its deadline (now + it), or None if it can."""
+    if 0 < seconds <= MAX_DEADLINE_SECONDS:
+        return None
+    days = MAX_DEADLINE_SECONDS // 86400
+    return f"{name} must be more than 0 and at most {days} days ({MAX_DEADLINE_SECONDS} s)"
 
 
 class ErrorCode(StrEnum):

@@ -36,7 +36,7 @@ from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.console.web_state import WebState
 from vox_mqtt.observe.status import ACTIVE
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
-from vox_mqtt.protocol.messages import MAX_DEADLINE_SECONDS, VOXMessage
+from vox_mqtt.protocol.messages import VOXMessage, timeout_refused
 
 __all__ = [
     "DOORS",
@@ -201,8 +201,9 @@ def build_home_app(home: Home, web_api: ASGIApp) -> Starlette:
             return _bad("command is a string, params an object")
         if mode not in ("wait", "follow", "detach"):
             return _bad("mode is wait, follow or detach")
-        if not 0 < timeout <= MAX_DEADLINE_SECONDS:  # the request's deadline: 30 days at most
-            return _bad(f"timeout is more than 0 and at most {MAX_DEADLINE_SECONDS} s")
+        refused = timeout_refused(timeout)  # the request's deadline: 30 days at most
+        if refused is not None:
+            return _bad(refused)
         door = data.get("door", "cli")
         if door not in DOORS:
             return _bad(f"door is one of {', '.join(DOORS)}")
