@@ -14,6 +14,7 @@ from tests.kits.agentkit import Analyst, Slow, operator_config, start_agents, wa
 from tests.kits.brokerkit import tree_fleet
 from tests.kits.daemonkit import render
 from vox_mqtt.agent.facade import VOXAgent
+from vox_mqtt.agent.roles import Role, command
 from vox_mqtt.fleet.config import load_daemon_config
 
 # These tests count the commits of one command. On a loaded machine an ack slower than the
@@ -22,6 +23,19 @@ from vox_mqtt.fleet.config import load_daemon_config
 # brings its master's witness row, another commit (a 0.2 s heartbeat made it 5, not 4, every
 # time). Neither may happen while a command is counted.
 NO_RESEND = {"resend_initial": 30.0, "heartbeat_interval": 30.0}
+
+
+class Gate(Role):
+    """A command that returns when the test opens its gate, not after a time load can stretch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = asyncio.Event()
+
+    @command
+    async def hold(self) -> str:
+        await self.opened.wait()
+        return "released"
 
 
 @pytest.fixture
@@ -144,16 +158,30 @@ async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
     secure_broker_factory: Any, fleet: Any, tmp_path: Path
 ) -> None:
     secure = secure_broker_factory(fleet)
+    gate = Gate()
     async with AsyncExitStack() as stack:
         root, operator = await root_and_operator(
-            stack, secure, tmp_path, {"specialist_a": [Slow()]}
+            stack, secure, tmp_path, {"specialist_a": [gate, Slow()]}
         )
-        await wait_for(lambda: "sleep" in root.advertised_commands())
-        # Slow enough that each ack's row commits alone, so the count is exact.
-        commits, request = await commits_for_one_sleep(operator, root, 0.3)
-        # received + ack sent + downstream sent + delegated; the child's ack; the child's
-        # result received + its ack sent + the reply sent + completed; the operator's ack.
-        assert commits == 4
+        await wait_for(lambda: "hold" in root.advertised_commands())
+        await operator.request("sleep", {"seconds": 0}, to=root.id, timeout=10)
+        await outbox_empties(root)
+        before = root.memory.commit_count
+        asked = asyncio.create_task(operator.request("hold", {}, to=root.id, timeout=20))
+        # The gate stays shut until the child's ack has committed at the root, so the ack's
+        # row commits alone whatever the load: a timed sleep let a slow root take the ack
+        # and the result in one turn (3 commits, not 4).
+        # received + ack sent + downstream sent + delegated; then the child's ack.
+        await wait_for(lambda: root.memory.commit_count - before == 2)
+        gate.opened.set()
+        reply = await asked
+        # The root is done once the operator's ack of the result took it out of the outbox.
+        await outbox_empties(root)
+        # ...then the child's result received + its ack sent + the reply sent + completed;
+        # then the operator's ack.
+        assert root.memory.commit_count - before == 4
+        request = reply.reply_to
+        assert request is not None
         recent = sorted(await root.memory.get_recent(50), key=lambda r: r["id"])
         rows = rows_about(recent, request)
         first = rows[0][0]
