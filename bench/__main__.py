@@ -30,6 +30,7 @@ from bench import (
     fleet_large,
     footprint,
     ledger_bench,
+    loaded,
     metrics_cost,
     one_hop,
     reload_sessions,
@@ -67,6 +68,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "burst_read": (18, burst_read.run),
     "doors": (19, doors.run),
     "verbs": (20, verb_speed.run),
+    "loaded": (21, loaded.run),
 }
 
 

@@ -121,20 +121,21 @@ async def compare_chain(
     count: int,
     warmup: int,
     bound: float,
+    layouts: tuple[str, ...] = LAYOUTS,
 ) -> list[dict[str, Any]]:
     """Time raw relays and VOX down `chain` and back on one broker: a row per VOX layout."""
     # Raw first, so no VOX session ever queues raw traffic.
     with bench_broker(workdir, fleet_text(SEED_SHAPE, roles=seed_role_specs())) as bench:
         raw = latency_summary(await raw_round_trips(bench, chain, count, warmup))
         floor = latency_summary(await raw_round_trips(bench, chain, count, warmup, durable=True))
-        layouts = {
+        measured = {
             layout: latency_summary(
                 await vox_round_trips(bench, chain[1:], command, count, warmup, layout=layout)
             )
-            for layout in LAYOUTS
+            for layout in layouts
         }
     rows = []
-    for layout, vox in layouts.items():
+    for layout, vox in measured.items():
         ratio = vox["p50_ms"] / raw["p50_ms"]
         rows.append(
             figure(

@@ -194,6 +194,14 @@ def _details(results: dict[str, Any]) -> list[str]:
                 f"({floor['requests_per_second'] / fast['requests_per_second']:.2f} x "
                 "FastStream's): the guarantees' own price."
             )
+    for row in _rows(figures, "loaded"):
+        vox, floor, raw = row["vox_detail"], row["baseline_detail"], row["raw_detail"]
+        lines.append(
+            f"- **{row['title'].split(':')[0]}** ({_layout(row)}, {vox['n']} round trips each, "
+            f"a process spinning on one core): VOX p50 {vox['p50_ms']} ms, the floor "
+            f"{floor['p50_ms']} ms, raw {raw['p50_ms']} ms: {row['ratio']} x the floor, "
+            f"{row['vox_over_raw']} x raw."
+        )
     row = _first(figures, "ledger")
     if row is not None:
         lines.append(f"- **Ledger** ({row['producers']} concurrent producers, synchronous=FULL):")

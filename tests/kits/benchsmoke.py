@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.__main__ import FIGURES
 from bench.one_hop import LAYOUTS
 
@@ -33,6 +35,7 @@ ROWS = {
     "request_life": 2,
     "burst_read": 2,
     "verbs": 5,
+    "loaded": 2,
 }
 
 
@@ -60,6 +63,13 @@ def run_figure(name: str, tmp_path: Path) -> None:
         assert [row["layout"] for row in rows] == list(LAYOUTS)
         assert rows[1]["title"].split(":")[0].endswith("(process per agent)"), rows[1]
         assert len({json.dumps(row["baseline_detail"]) for row in rows}) == 1
+    if name == "loaded":
+        # Judged against the floor of the same loaded run, the raw ratio beside it; the
+        # spinner was a process of its own and is gone.
+        for row in rows:
+            assert row["baseline_detail"]["p50_ms"] == row["baseline"], row
+            assert row["vox_over_raw"] > 0, row
+            assert not psutil.pid_exists(row["spinner_pid"]), row
     if name == "verbs":
         # Each verb three ways in one run; --help has no retained messages to compare with.
         titles = [row["title"] for row in rows]
