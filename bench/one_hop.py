@@ -136,15 +136,17 @@ async def compare_chain(
         }
     rows = []
     for layout, vox in measured.items():
-        ratio = vox["p50_ms"] / raw["p50_ms"]
+        # Judged against the floor measured in the same run, not raw (docs/performance.md,
+        # "The price of the guarantees alone"): raw's ratio is reported, not targeted.
+        over_floor = vox["p50_ms"] / floor["p50_ms"]
         rows.append(
             figure(
                 title=titled(title, layout),
                 unit="ms",
                 vox=vox["p50_ms"],
                 baseline=raw["p50_ms"],
-                target=f"VOX p50 <= {bound:g} x raw",
-                met=ratio <= bound,
+                target=f"VOX p50 <= {bound:g} x the obligations floor",
+                met=over_floor <= bound,
                 layout=layout,
                 vox_detail=vox,
                 baseline_detail=raw,
@@ -168,7 +170,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
         title="One hop: operator -> agent command round trip (p50)",
         count=count,
         warmup=warmup,
-        bound=3.0,
+        bound=1.2,
     )
 
 

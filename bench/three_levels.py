@@ -36,7 +36,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
         title="Three levels: operator -> root -> coordinator -> specialist and back (p50)",
         count=count,
         warmup=warmup,
-        bound=4.0,
+        bound=1.2,
     )
 
 

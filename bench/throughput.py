@@ -214,7 +214,6 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
     title = "Throughput: concurrent commands/s through root -> coordinator -> 2 specialists"
     rows = []
     for layout, detail in ((ALL_IN_ONE, vox), (PER_PROCESS, deployed)):
-        ratio = detail["commands_per_second"] / raw["commands_per_second"]
         detail["cpu_ms_per_message_python"] = round(
             detail["cpu_ms_per_command_python"] / MESSAGES_PER_COMMAND, 3
         )
@@ -231,8 +230,9 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
                 unit="commands/s",
                 vox=detail["commands_per_second"],
                 baseline=raw["commands_per_second"],
-                target="VOX >= 0.5 x raw",
-                met=ratio >= 0.5,
+                # Judged against the floor of the same run (docs/performance.md).
+                target="VOX >= 0.95 x the obligations floor",
+                met=detail["commands_per_second"] >= 0.95 * floor["commands_per_second"],
                 higher_is_better=True,
                 layout=layout,
                 concurrency=concurrency,
