@@ -27,7 +27,7 @@ from vox_mqtt.transport._mqttclient import (
     publish_properties,
     tls_context,
 )
-from vox_mqtt.transport.inbound import Inbound
+from vox_mqtt.transport.inbound import Inbound, carried
 from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 from vox_mqtt.transport.subscriptions import Subscribing
@@ -273,11 +273,10 @@ class Session(Subscribing):
         payload = bytes(message.payload)
         retain = bool(message.retain)
         signing = self.settings.signing
+        props = carried(message.properties)
         if signing is None or signing.mode == "off":
-            return Inbound(
-                topic=topic, payload=payload, retain=retain, raw_properties=message.properties
-            )
-        verdict = judge(signing, topic, payload, message.properties)
+            return Inbound(topic=topic, payload=payload, retain=retain, wire_properties=props)
+        verdict = judge(signing, topic, payload, props)
         if verdict.unsigned:
             self.unsigned += 1
             if self.on_unsigned is not None:
@@ -304,7 +303,7 @@ class Session(Subscribing):
             topic=topic,
             payload=payload,
             retain=retain,
-            raw_properties=message.properties,
+            wire_properties=props,
             signature=verdict.signature,
             forgery=verdict.forgery,
             digest=verdict.digest,
