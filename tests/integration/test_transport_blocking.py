@@ -85,3 +85,15 @@ def test_a_dropped_connection_ends_the_session(broker_factory: Factory) -> None:
         # Ended: receive says so at once instead of waiting out its timeout.
         assert session.receive(timeout=600) is None
         assert not session.connected
+
+
+async def test_a_synchronous_caller_inside_a_running_loop(plain_broker: LocalBroker) -> None:
+    """A command run from an event loop (`vox broker reload` from a test, say) still works:
+    the session runs on its own loop, and this one waits, as for any blocking call."""
+    before = threads()
+    with BlockingSession(settings(plain_broker.port), subscriptions=["l/#"]) as session:
+        assert session.publish("l/x", b"here").accepted
+        message = session.receive(timeout=10)
+        assert message is not None
+        assert message.payload == b"here"
+    assert threads() <= before

@@ -1,19 +1,21 @@
 """The session for a synchronous caller: the broker's canary and dynamic-security control.
 
 `BlockingSession` is `Session` (transport/session.py) with blocking calls, each bounded by
-its own timeout. It owns a private event loop (`asyncio.Runner`) and runs it in the
-caller's thread, during each call only: no thread of its own, so none can be left behind,
-and `close()` ends the session (DISCONNECT within `CLOSE_BOUND`) and the loop with the
-thread that made the blocking TCP connect (docs/transport.md, "A synchronous caller").
-An async caller uses `Session` itself: these calls refuse to run inside a running loop.
+its own timeout. The session lives on an event loop of its own, run by a thread of its own
+that `with` starts and `close()` joins, after the session has ended (DISCONNECT within
+`CLOSE_BOUND`) and the executor thread paho's blocking connect ran in is joined too: nothing
+is left behind (docs/transport.md, "A synchronous caller"). A caller inside a running event
+loop may use it (a command run from a test's loop): its calls block that loop, as any
+synchronous call does; an async caller that must not block holds a `Session`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import threading
+from collections.abc import Coroutine, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from vox_mqtt.protocol.settings import BrokerSettings
 from vox_mqtt.transport.inbound import Inbound
@@ -35,19 +37,23 @@ class BlockingSession:
 
     def __init__(self, settings: BrokerSettings, *, subscriptions: Sequence[str] = ()) -> None:
         self.settings = settings
-        self._runner = asyncio.Runner()
-        self._session = Session(settings, subscriptions=subscriptions, retry=False)
+        self._subscriptions = tuple(subscriptions)
+        self._session: Session | None = None  # made on its loop, by __enter__
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"vox-mqtt {settings.client_id}", daemon=True
+        )
         self._received: asyncio.Queue[Inbound] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._closed = False
 
     def __enter__(self) -> BlockingSession:
         """Connect and subscribe within the settings' connect_timeout; raise why not."""
+        self._thread.start()
         try:
             self._run(self._enter())
         except BaseException:
-            self._closed = True
-            self._runner.close()
+            self.close()
             raise
         return self
 
@@ -85,46 +91,69 @@ class BlockingSession:
     @property
     def connected(self) -> bool:
         """Return whether the connection is still up."""
-        return self._session.connected
+        return self._session is not None and self._session.connected
 
     def close(self) -> None:
-        """Disconnect (the DISCONNECT gets Client.close's bound) and end the private loop."""
+        """Disconnect (the DISCONNECT gets Client.close's bound), then end the loop and its
+        thread."""
         if self._closed:
             return
         self._closed = True
+        if not self._thread.is_alive():  # never entered
+            self._loop.close()
+            return
         try:
             self._run(self._exit())
         finally:
-            # Cancels what is left and joins the executor's thread (the blocking connect).
-            self._runner.close()
+            self._run(self._wind_up())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
 
-    def _run(self, work: Awaitable[T]) -> T:
-        async def call() -> T:
-            return await work
-
-        return self._runner.run(call())
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run work on the session's loop and wait for it: each call bounds its own time."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     async def _enter(self) -> None:
+        self._session = Session(self.settings, subscriptions=self._subscriptions, retry=False)
         await self._session.__aenter__()
         self._received = asyncio.Queue()
-        self._reader = asyncio.get_running_loop().create_task(self._read(self._received))
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(self._session, self._received)
+        )
 
     async def _exit(self) -> None:
-        await self._session.__aexit__(None, None, None)
+        if self._session is not None:
+            await self._session.__aexit__(None, None, None)
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.wait({self._reader})
 
-    async def _read(self, into: asyncio.Queue[Inbound]) -> None:
-        # Runs whenever a call runs the loop: a receive() waits on this queue, which can be
-        # cancelled at its timeout without ending the session's message iterator.
-        async for message in self._session.messages():
+    async def _wind_up(self) -> None:
+        """Cancel whatever is left on the loop, then join the executor's threads (the
+        blocking connect's), as asyncio.run does when it ends."""
+        here = asyncio.current_task()
+        left = [task for task in asyncio.all_tasks() if task is not here]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+        await self._loop.shutdown_asyncgens()
+        await self._loop.shutdown_default_executor()
+
+    async def _read(self, session: Session, into: asyncio.Queue[Inbound]) -> None:
+        # A receive() waits on this queue, whose get() can be cancelled at its timeout
+        # without ending the session's message iterator.
+        async for message in session.messages():
             into.put_nowait(message)
 
     async def _publish(
         self, topic: str, payload: bytes, retain: bool, content_type: str | None, wait: float
     ) -> PublishOutcome:
-        sent = self._session.publish_soon(topic, payload, retain=retain, content_type=content_type)
+        session = self._session
+        sent = None
+        if session is not None:
+            sent = session.publish_soon(topic, payload, retain=retain, content_type=content_type)
         if sent is None:
             return PublishOutcome(None, f"not connected to {self.settings.address}")
         try:
