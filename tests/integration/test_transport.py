@@ -24,7 +24,6 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, DeliveryFailed
 from vox_mqtt.protocol.signing import Keyring, Signing, SigningKey, check
 from vox_mqtt.transport.session import BrokerSettings, Inbound, Session, Will
-from vox_mqtt.transport.signing import received_signature
 
 DYNSEC_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
 
@@ -495,7 +494,7 @@ async def test_a_key_rotated_during_an_outage_signs_the_next_will(
             await session.__aexit__(None, None, None)
         async with Session(settings(plain_broker.port), subscriptions=[topic]) as reader:
             fired = await next_message(reader)  # retained: it waits for whoever comes
-    value = received_signature(fired.raw_properties)
+    value = fired.user_property("vox-sig")
     assert value is not None
     assert value.startswith(f"{new.kid}."), value
     ring = Keyring(current={agent: {new.kid: new.public}}, retired={old.kid: (agent, old.public)})

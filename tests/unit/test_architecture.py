@@ -4,9 +4,10 @@ Subpackages in layers, bottom to top: protocol; transport, ledger; observe; agen
 fleet; console; cli. A module imports only its own subpackage or a lower layer
 (TYPE_CHECKING imports included), the agent runtime and the broker's control plane import
 nothing of each other, the import graph has no cycle, no class is a mixin, and no module
-grows past 600 lines. Outside vox_mqtt/ledger/actions.py, no ledger action is a bare
-string where a row is recorded or read back (LedgerAction names it). In tests/, a test
-module imports no other test module: what several share lives in a kit module.
+grows past 600 lines. Only vox_mqtt/transport/ imports an MQTT library. Outside
+vox_mqtt/ledger/actions.py, no ledger action is a bare string where a row is recorded or
+read back (LedgerAction names it). In tests/, a test module imports no other test module:
+what several share lives in a kit module.
 """
 
 from __future__ import annotations
@@ -191,6 +192,68 @@ def test_no_mixins() -> None:
 def test_modules_stay_under_600_lines(name: str) -> None:
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
     assert lines < 600, f"{name} has {lines} lines: split it by concept"
+
+
+# The wire is owned by vox_mqtt/transport/ (docs/transport.md): no other module of the
+# package imports an MQTT library, whichever way (TYPE_CHECKING, inside a function,
+# importlib). tests/ and bench/ may: raw clients there are independent witnesses and baselines.
+TRANSPORT = "vox_mqtt.transport"
+
+
+def is_mqtt_library(module: str) -> bool:
+    """Tell whether an imported module belongs to an MQTT library (paho, aiomqtt, gmqtt, ...)."""
+    top = module.split(".")[0].lower()
+    return top == "paho" or ("mqtt" in top and top != "vox_mqtt")
+
+
+def mqtt_imports(tree: ast.AST) -> list[str]:
+    """Return the MQTT library modules a module's source imports, however it spells it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if is_mqtt_library(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [node.module] if is_mqtt_library(node.module) else []
+        elif isinstance(node, ast.Call) and node.args:
+            func, first = node.func, node.args[0]
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__") and isinstance(first, ast.Constant):
+                found += [str(first.value)] if is_mqtt_library(str(first.value)) else []
+    return found
+
+
+def test_only_the_transport_imports_an_mqtt_library() -> None:
+    outside = {
+        name: imported
+        for name, path in MODULES.items()
+        if name != TRANSPORT and not name.startswith(TRANSPORT + ".")
+        if (imported := mqtt_imports(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert outside == {}, "go through vox_mqtt.transport (Session, BlockingSession, Inbound)"
+
+
+def test_the_mqtt_guard_sees_each_way_of_importing_a_library() -> None:
+    source = """
+import paho.mqtt.client as mqtt
+from aiomqtt import Client
+import gmqtt, json
+from amqtt.client import MQTTClient
+import importlib
+importlib.import_module("mqtt5.client")
+__import__("asyncio_mqtt")
+from vox_mqtt.transport import Session
+from . import mqttish_but_relative
+"""
+    assert mqtt_imports(ast.parse(source)) == [
+        "paho.mqtt.client",
+        "aiomqtt",
+        "gmqtt",
+        "amqtt.client",
+        "mqtt5.client",
+        "asyncio_mqtt",
+    ]
+    # The transport itself does import one: the guard would see it there.
+    assert mqtt_imports(ast.parse(MODULES["vox_mqtt.transport.session"].read_text("utf-8")))
 
 
 # The framework's ledger vocabulary is LedgerAction (vox_mqtt/ledger/actions.py): outside that

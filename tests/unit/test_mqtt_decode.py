@@ -102,9 +102,7 @@ def test_any_bytes_are_a_publish_or_a_malformed_packet_never_another_error(
         with contextlib.suppress(MalformedPacket):
             RawProperties(props).decode()
         # Inbound reads such properties as none at all, and raises nothing.
-        inbound = Inbound(
-            topic="t", payload=got_payload, retain=False, raw_properties=RawProperties(props)
-        )
+        inbound = Inbound(topic="t", payload=got_payload, retain=False, wire_properties=props)
         assert isinstance(inbound.properties, dict)
 
 

@@ -10,15 +10,12 @@ and secret did not change keeps its session. The canary then proves the rules.
 from __future__ import annotations
 
 import json
-import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 
 from vox_mqtt.broker.acl import (
     ADMIN_NAME,
@@ -33,8 +30,9 @@ from vox_mqtt.broker.lastgood import LAST_GOOD, keep_last_good
 from vox_mqtt.broker.manifest import file_digest, load_manifest, write_manifest
 from vox_mqtt.broker.passwd import Credentials, PasswordHash
 from vox_mqtt.broker.policy import dynsec_answers, load_policy, policy_problems
-from vox_mqtt.broker.probe import probe_rules, watch_broker
-from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, VoxError
+from vox_mqtt.broker.probe import one_shot_settings, probe_rules, watch_broker
+from vox_mqtt.protocol.errors import BrokerUnavailable, ConfigError, Refused, VoxError
+from vox_mqtt.transport.blocking import BlockingSession
 
 __all__ = ["ApplyReport", "DynsecApplyFailed", "apply_dynsec", "plan_commands"]
 
@@ -144,63 +142,62 @@ def plan_commands(
 class _Control:
     """The admin's MQTT v5 session on the control topic: commands out, responses back."""
 
-    def __init__(self, host: str, port: int, username: str, password: str) -> None:
-        self._cond = threading.Condition()
+    def __init__(self, admin: Credentials, timeout: float) -> None:
         self._responses: dict[str, dict[str, Any]] = {}
-        self._ready = False
-        self._client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=username, protocol=mqtt.MQTTv5
+        self._session = BlockingSession(
+            one_shot_settings(admin, timeout), subscriptions=[_RESPONSE]
         )
-        self._client.username_pw_set(username, password)
-        self._client.on_message = self._on_message
-        self._client.on_subscribe = self._on_subscribe
+
+    def start(self) -> None:
+        """Log in and subscribe to the responses; raise if the admin may not."""
         try:
-            self._client.connect(host, port, keepalive=30)
-        except OSError as exc:
-            raise BrokerUnavailable(f"cannot reach the broker at {host}:{port}: {exc}") from None
-        self._client.loop_start()
-
-    def _on_subscribe(self, _c: Any, _u: Any, _mid: int, codes: Any, _p: Any) -> None:
-        with self._cond:
-            self._ready = all(code.value < 0x80 for code in codes)
-            self._cond.notify_all()
-
-    def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
-        try:
-            responses = json.loads(msg.payload).get("responses", [])
-        except (ValueError, AttributeError):
-            return
-        with self._cond:
-            for response in responses:
-                if isinstance(response, dict):
-                    self._responses[str(response.get("correlationData"))] = response
-            self._cond.notify_all()
-
-    def start(self, timeout: float) -> None:
-        """Subscribe to the responses; raise if the admin may not."""
-        self._client.subscribe(_RESPONSE, qos=1)
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._ready, timeout):
-                raise DynsecApplyFailed(
-                    f"no subscription of `{ADMIN_NAME}` to the control topic within "
-                    f"{timeout:g} s (is the broker stopped, or not a dynsec broker?)"
-                )
+            self._session.__enter__()
+        except Refused as exc:
+            raise DynsecApplyFailed(
+                f"`{ADMIN_NAME}` may not use the control topic: {exc}"
+            ) from None
+        except BrokerUnavailable as exc:
+            timeout = self._session.settings.connect_timeout
+            raise DynsecApplyFailed(
+                f"no subscription of `{ADMIN_NAME}` to the control topic within {timeout:g} s "
+                f"({exc}): is the broker stopped, or not a dynsec broker?"
+            ) from None
 
     def call(self, commands: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
         """Send commands in one message and return their responses, in order."""
         # The plugin echoes each command's correlationData in its response.
         keys = [f"{uuid.uuid4()}" for _ in commands]
         tagged = [{**c, "correlationData": k} for c, k in zip(commands, keys, strict=True)]
-        self._client.publish(DYNSEC_CONTROL, json.dumps({"commands": tagged}), qos=1)
-        with self._cond:
-            if not self._cond.wait_for(lambda: all(k in self._responses for k in keys), timeout):
+        payload = json.dumps({"commands": tagged}).encode()
+        deadline = time.monotonic() + timeout  # one bound for the PUBACK and the answers
+        outcome = self._session.publish(DYNSEC_CONTROL, payload, timeout=timeout)
+        if not outcome.accepted:
+            raise DynsecApplyFailed(str(outcome.error(DYNSEC_CONTROL)))
+        while not all(k in self._responses for k in keys):
+            left = deadline - time.monotonic()
+            message = self._session.receive(left) if left > 0 else None
+            if message is None and not self._session.connected:
+                raise DynsecApplyFailed(
+                    "the connection to the broker dropped before it answered on the control "
+                    "topic: the commands may or may not have been applied"
+                )
+            if message is None:
                 raise DynsecApplyFailed("the broker did not answer on the control topic")
-            return [self._responses.pop(k) for k in keys]
+            self._take(message.payload)
+        return [self._responses.pop(k) for k in keys]
+
+    def _take(self, payload: bytes) -> None:
+        try:
+            responses = json.loads(payload).get("responses", [])
+        except (ValueError, AttributeError):
+            return
+        for response in responses if isinstance(responses, list) else ():
+            if isinstance(response, dict):
+                self._responses[str(response.get("correlationData"))] = response
 
     def close(self) -> None:
         """Disconnect."""
-        self._client.disconnect()
-        self._client.loop_stop()
+        self._session.close()
 
 
 def _current(control: _Control, timeout: float) -> _State:
@@ -241,9 +238,9 @@ def _send(
     timeout: float,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Turn the broker's rules into desired; return the commands sent and the refusals."""
-    control = _Control(admin.host, admin.port, admin.username, admin.password)
+    control = _Control(admin, timeout)
     try:
-        control.start(timeout)
+        control.start()
         current = _current(control, timeout)
         commands = plan_commands(current, desired, secrets, applied, keep=(admin.username,))
         failures = []

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Final
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
+from typing import Final
 
 from vox_mqtt.broker.passwd import Credentials
+from vox_mqtt.protocol.errors import BrokerUnavailable, Refused
+from vox_mqtt.protocol.settings import BrokerSettings
+from vox_mqtt.transport.blocking import BlockingSession
+from vox_mqtt.transport.outcome import NOT_AUTHORIZED
 
-__all__ = ["ProbeResult", "alive", "probe_rules", "watch_broker"]
+__all__ = ["ProbeResult", "alive", "one_shot_settings", "probe_rules", "watch_broker"]
 
 _ALLOWED: Final = frozenset({0x00, 0x10})
-_NOT_AUTHORIZED: Final = 0x87
 _ATTEMPT_TIMEOUT: Final = 3.0
 _WATCH_STEP: Final = 0.25
 
@@ -58,80 +57,38 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class _Canary:
-    """One short MQTT v5 session that reports CONNACK and PUBACK reason codes."""
-
-    def __init__(self, creds: Credentials) -> None:
-        self._cond = threading.Condition()
-        self._connack: int | None = None
-        self._acks: dict[int, int] = {}
-        self._client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=creds.username,
-            protocol=mqtt.MQTTv5,
-            reconnect_on_failure=False,
-        )
-        self._client.username_pw_set(creds.username, creds.password)
-        self._client.on_connect = self._on_connect
-        self._client.on_disconnect = self._on_disconnect
-        self._client.on_publish = self._on_publish
-        self._creds = creds
-
-    def _on_connect(self, _c: Any, _u: Any, _f: Any, rc: Any, _p: Any) -> None:
-        with self._cond:
-            self._connack = int(rc.value)
-            self._cond.notify_all()
-
-    def _on_disconnect(self, _c: Any, _u: Any, _f: Any, rc: Any, _p: Any) -> None:
-        with self._cond:
-            if self._connack is None:
-                self._connack = int(rc.value) or _NOT_AUTHORIZED
-            self._cond.notify_all()
-
-    def _on_publish(self, _c: Any, _u: Any, mid: int, rc: Any, _p: Any) -> None:
-        with self._cond:
-            self._acks[mid] = int(rc.value)
-            self._cond.notify_all()
-
-    def connect(self) -> int | None:
-        """Return the CONNACK code, or None when the broker did not answer."""
-        try:
-            self._client.connect(self._creds.host, self._creds.port, keepalive=10)
-        except OSError:
-            return None
-        self._client.loop_start()
-        with self._cond:
-            self._cond.wait_for(lambda: self._connack is not None, _ATTEMPT_TIMEOUT)
-            return self._connack
-
-    def publish(self, topic: str) -> int | None:
-        """Publish an empty QoS 1 message; return the PUBACK code, None without one."""
-        mid = self._client.publish(topic, b"", qos=1).mid
-        with self._cond:
-            self._cond.wait_for(lambda: mid in self._acks, _ATTEMPT_TIMEOUT)
-            return self._acks.get(mid)
-
-    def close(self) -> None:
-        """Disconnect and stop the network thread."""
-        self._client.disconnect()
-        self._client.loop_stop()
+def one_shot_settings(creds: Credentials, timeout: float) -> BrokerSettings:
+    """Return how a tool on the broker host logs in as creds: one attempt, no session kept."""
+    return BrokerSettings(
+        host=creds.host,
+        port=creds.port,
+        username=creds.username,
+        password=creds.password,
+        client_id=creds.client_id,
+        ca_file=creds.ca_file,
+        cert_file=creds.cert_file,
+        key_file=creds.key_file,
+        keepalive=10,
+        session_expiry=0,  # nothing is left on the broker when it leaves
+        connect_timeout=timeout,
+        publish_timeout=timeout,
+    )
 
 
 def _attempt(creds: Credentials, allowed: str, forbidden: str) -> tuple[bool, str]:
     """Return (rules proven, what was seen) for one canary session."""
-    canary = _Canary(creds)
     try:
-        connack = canary.connect()
-        if connack is None:
-            return False, f"no answer from {creds.host}:{creds.port}"
-        if connack != 0:
-            return False, f"the canary's login was refused (CONNACK 0x{connack:02x})"
-        ok = canary.publish(allowed)
-        bad = canary.publish(forbidden)
-    finally:
-        canary.close()
+        with BlockingSession(one_shot_settings(creds, _ATTEMPT_TIMEOUT)) as canary:
+            ok = canary.publish(allowed, b"").code
+            bad = canary.publish(forbidden, b"").code
+    except Refused as exc:
+        return False, f"the canary's login was refused: {exc}"
+    except BrokerUnavailable:
+        # Nothing listens, or a stopped broker's kernel took the connection and nobody sent
+        # its CONNACK within _ATTEMPT_TIMEOUT: either way, no answer (probe_rules retries).
+        return False, f"no answer from {creds.host}:{creds.port}"
     seen = f"allowed publish -> {_code(ok)}, forbidden publish -> {_code(bad)}"
-    if bad is not None and bad != _NOT_AUTHORIZED:
+    if bad is not None and bad != NOT_AUTHORIZED:
         return False, f"{seen}: the broker enforces NO ACL"
     if ok not in _ALLOWED:
         return False, f"{seen}: the rendered rules are not in force"

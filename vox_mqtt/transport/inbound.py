@@ -1,23 +1,49 @@
-"""One message as a subscription delivers it, with the verdict on its signature."""
+"""One message as a subscription delivers it, with the verdict on its signature.
+
+Its MQTT v5 properties are the transport's own plain values: the packed bytes as received,
+or the few an MQTT library had already decoded, under our names. No object of the MQTT
+library leaves vox_mqtt/transport/ (tests/unit/test_architecture.py).
+"""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from paho.mqtt.exception import MalformedPacket
-from paho.mqtt.properties import Properties
 
 from vox_mqtt.transport._mqttdecode import RawProperties
 
-__all__ = ["Inbound"]
+__all__ = ["Carried", "Inbound", "carried"]
 
 _INBOUND = {  # paho property name -> Inbound.properties key
     "ContentType": "content_type",
     "MessageExpiryInterval": "message_expiry_interval",
     "UserProperty": "user_properties",
 }
+
+# What a message carries of its properties: packed as received (length first, decoded only
+# on demand), or already decoded by the MQTT library, under Inbound.properties' keys.
+Carried = bytes | Mapping[str, Any] | None
+
+
+def carried(received: object) -> Carried:
+    """Return the properties of a received message as Inbound carries them.
+
+    A PUBLISH decoded the lean way (_mqttdecode.py) keeps them packed; one the library
+    decoded itself (QoS 0, a look's retained messages) gives its few values under our keys.
+    """
+    if received is None:
+        return None
+    if isinstance(received, RawProperties):
+        return received.packed
+    return _named(received)
+
+
+def _named(decoded: object) -> dict[str, Any]:
+    return {k: getattr(decoded, n) for n, k in _INBOUND.items() if hasattr(decoded, n)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,8 +54,8 @@ class Inbound:
     payload: bytes
     retain: bool
     # Left packed as received: no agent reads them, and decoding costs more than the rest of
-    # the PUBLISH (see _mqttdecode.py).
-    raw_properties: RawProperties | Properties | None = None
+    # the PUBLISH (see _mqttdecode.py). Read them through `properties`.
+    wire_properties: Carried = field(default=None, repr=False)
     # The message's `vox-sig` as received, and why it may not be believed (None: it may,
     # or signatures are off); set by the session before anyone sees it (docs/security.md).
     signature: str | None = None
@@ -39,12 +65,20 @@ class Inbound:
     @functools.cached_property
     def properties(self) -> dict[str, Any]:
         """Return content_type, message_expiry_interval (seconds left), user_properties."""
-        raw = self.raw_properties
-        if isinstance(raw, RawProperties):
-            try:
-                raw = raw.decode()
-            except MalformedPacket:
-                # Properties that do not parse tell nothing: read as a message without any
-                # (the broker checks them first; this guards a broker that does not).
-                return {}
-        return {k: getattr(raw, n) for n, k in _INBOUND.items() if hasattr(raw, n)}
+        raw = self.wire_properties
+        if raw is None:
+            return {}
+        if not isinstance(raw, bytes):
+            return dict(raw)
+        try:
+            decoded = RawProperties(raw).decode()
+        except MalformedPacket:
+            # Properties that do not parse tell nothing: read as a message without any
+            # (the broker checks them first; this guards a broker that does not).
+            return {}
+        return _named(decoded)
+
+    def user_property(self, key: str) -> str | None:
+        """Return the last value of one MQTT v5 user property, None when it is absent."""
+        pairs = self.properties.get("user_properties") or ()
+        return next((value for name, value in reversed(pairs) if name == key), None)

@@ -27,7 +27,7 @@ from vox_mqtt.transport._mqttclient import (
     publish_properties,
     tls_context,
 )
-from vox_mqtt.transport.inbound import Inbound
+from vox_mqtt.transport.inbound import Inbound, carried
 from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 from vox_mqtt.transport.subscriptions import Subscribing
@@ -67,6 +67,8 @@ class Session(Subscribing):
         max_queued: int = 10000,
         wait: bool = True,
         mark_retained_end: bool = False,
+        retry: bool = True,
+        acknowledge: bool = True,
     ) -> None:
         self.settings = settings
         self.subscriptions = tuple(subscriptions)
@@ -77,6 +79,13 @@ class Session(Subscribing):
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
         self._wait = wait
+        # A one-shot (retry=False: the canary, the dynsec control, a login check) makes one
+        # attempt: its failure ends `async with` at once, and a drop ends the session.
+        self._retry = retry
+        self._ended = False  # a one-shot's connection is over
+        # acknowledge=False: a login check that takes nothing from the session (Receive
+        # Maximum 1, no PUBACK: what the broker holds stays queued for the identity's owner).
+        self._acknowledge = acknowledge
         # A look subscribes at QoS 0 and each connection's retained messages end with a
         # marker (caught_up): a QoS 1 message past the in-flight window waits in the broker's
         # queue, and the marker's SUBACK would overtake it. The marker's subscription turns
@@ -148,7 +157,7 @@ class Session(Subscribing):
         """Return once connected; raise BrokerUnavailable after timeout seconds."""
         try:
             async with asyncio.timeout(timeout):
-                while self._link is None and not self._closing:
+                while self._link is None and not (self._closing or self._ended):
                     await self._ready.wait()
         except TimeoutError:
             pass
@@ -273,11 +282,10 @@ class Session(Subscribing):
         payload = bytes(message.payload)
         retain = bool(message.retain)
         signing = self.settings.signing
+        props = carried(message.properties)
         if signing is None or signing.mode == "off":
-            return Inbound(
-                topic=topic, payload=payload, retain=retain, raw_properties=message.properties
-            )
-        verdict = judge(signing, topic, payload, message.properties)
+            return Inbound(topic=topic, payload=payload, retain=retain, wire_properties=props)
+        verdict = judge(signing, topic, payload, props)
         if verdict.unsigned:
             self.unsigned += 1
             if self.on_unsigned is not None:
@@ -304,14 +312,14 @@ class Session(Subscribing):
             topic=topic,
             payload=payload,
             retain=retain,
-            raw_properties=message.properties,
+            wire_properties=props,
             signature=verdict.signature,
             forgery=verdict.forgery,
             digest=verdict.digest,
         )
 
     def _unreachable(self, timeout: float | None) -> BrokerUnavailable:
-        if self._closing:
+        if self._closing or self._ended:
             return BrokerUnavailable(f"the MQTT session of {self.settings.client_id} is closed")
         waited = f" within {timeout:g}s" if timeout is not None else ""
         last = f": {self._last_error}" if self._last_error is not None else ""
@@ -328,7 +336,7 @@ class Session(Subscribing):
     async def _live_client(self) -> Client:
         """Return the connection to publish on, waiting for one while there is none."""
         while True:
-            if self._closing:
+            if self._closing or self._ended:
                 raise DeliveryFailed(f"the MQTT session of {self.settings.client_id} is closed")
             if (client := self._usable()) is not None:
                 return client
@@ -363,7 +371,8 @@ class Session(Subscribing):
         # Signed per attempt with the key of now: a key rotated while no CONNECT went out
         # (an outage) signs the will kept from before it (docs/security.md, rotation).
         signed = signed_will(s.signing, will)
-        return new_client(s, will=signed, tls=self._tls, receive_maximum=_RECEIVE_MAXIMUM), will
+        receive = _RECEIVE_MAXIMUM if self._acknowledge else 1
+        return new_client(s, will=signed, tls=self._tls, receive_maximum=receive), will
 
     async def _open(self) -> Client:
         """Make one connection attempt; raise BrokerUnavailable saying why it failed."""
@@ -405,7 +414,7 @@ class Session(Subscribing):
             try:
                 cause = await self._serve(await self._open())
             except BrokerUnavailable as exc:  # includes a drop while setting up
-                self._failed(exc, fatal=isinstance(exc, Refused))
+                self._failed(exc, fatal=isinstance(exc, Refused) or not self._retry)
             except Exception as exc:  # on_connect failed, e.g. the birth was refused
                 self._failed(exc, fatal=True)
             else:
@@ -414,10 +423,21 @@ class Session(Subscribing):
                 if asyncio.get_running_loop().time() - started >= _STABLE:
                     failures = 0
                 self._last_error = cause
-                log.warning("%s; reconnecting", cause)
+                if self._retry:
+                    log.warning("%s; reconnecting", cause)
+            if not self._retry:
+                self._end()
+                return
             s, failures = self.settings, failures + 1
             self.reconnect_window = backoff_window(s.reconnect_min, failures - 1, s.reconnect_max)
             await asyncio.sleep(random.uniform(0, self.reconnect_window))
+
+    def _end(self) -> None:
+        """End a one-shot session whose one attempt is over: wake whoever waits on it."""
+        self._ended = True
+        self._ready.set()
+        if not self._queue.full():
+            self._queue.put_nowait(None)
 
     def _failed(self, exc: Exception, *, fatal: bool) -> None:
         if isinstance(exc, BrokerUnavailable):
@@ -433,7 +453,8 @@ class Session(Subscribing):
                 log.debug("%s; retrying", exc)
             return
         level = logging.ERROR if fatal else logging.WARNING
-        log.log(level, "%s; retrying", exc, exc_info=not isinstance(exc, BrokerUnavailable))
+        then = "; retrying" if self._retry else ""
+        log.log(level, "%s%s", exc, then, exc_info=not isinstance(exc, BrokerUnavailable))
 
     def _lost_error(self, client: Client) -> BrokerUnavailable:
         cause = None if client.lost.cancelled() else client.lost.exception()
@@ -447,8 +468,11 @@ class Session(Subscribing):
         self.connection_count += 1
         self.session_present = client.session_present
         client.lost.add_done_callback(lambda _: self._mark_down(client))
-        client.sink = self._offer
-        pump = self._tg.create_task(self._pump(client), name=f"vox-mqtt in {client.identifier}")
+        pump: asyncio.Task[None] | None = None
+        if self._acknowledge:
+            client.sink = self._offer
+            pump = self._tg.create_task(self._pump(client), name=f"vox-mqtt in {client.identifier}")
+        # else: a message left in the client's own queue is never acknowledged (a login check)
         cause: BrokerUnavailable | None = None
         established = False
         try:
@@ -479,8 +503,9 @@ class Session(Subscribing):
             return cause
         finally:
             self._mark_down(client)
-            pump.cancel()
-            await asyncio.wait({pump})
+            if pump is not None:
+                pump.cancel()
+                await asyncio.wait({pump})
             if self._abrupt:
                 client.abort()
             else:

@@ -12,7 +12,7 @@ from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.signing import SIG_KEY, Signing, check, payload_digest, sign
-from vox_mqtt.transport._mqttdecode import RawProperties
+from vox_mqtt.transport.inbound import Carried
 from vox_mqtt.transport.publishprops import signature_of, with_user_property
 
 __all__ = ["Verdict", "judge", "own_key_renewed", "signed_properties", "signed_will"]
@@ -58,19 +58,17 @@ def _own_kid(signing: Signing | None) -> str | None:
     return signing.key.kid
 
 
-def received_signature(raw: RawProperties | Properties | None) -> str | None:
-    """Return the `vox-sig` of received properties, packed or decoded."""
+def received_signature(raw: Carried) -> str | None:
+    """Return the `vox-sig` of received properties, packed or decoded (inbound.carried)."""
     if raw is None:
         return None
-    if isinstance(raw, RawProperties):
-        return signature_of(raw.packed, SIG_KEY)
-    pairs = getattr(raw, "UserProperty", None) or ()
+    if isinstance(raw, bytes):
+        return signature_of(raw, SIG_KEY)
+    pairs = raw.get("user_properties") or ()
     return next((value for key, value in reversed(pairs) if key == SIG_KEY), None)
 
 
-def judge(
-    signing: Signing, topic: str, payload: bytes, raw: RawProperties | Properties | None
-) -> Verdict:
+def judge(signing: Signing, topic: str, payload: bytes, raw: Carried) -> Verdict:
     """Return the verdict on one received message under signing's mode (not "off")."""
     value = received_signature(raw)
     digest = payload_digest(payload)
