@@ -182,6 +182,9 @@ async def vox_rate(
         profiler.disable()
     profile = summarize(profiler)
     profile["commands_per_second_under_profiler"] = round(profiled_rate, 1)
+    profile["loop_turns_per_command"] = round(
+        profile["loop_turns"] / max(1.0, profiled_rate * profile_seconds), 1
+    )
     return result, profile
 
 

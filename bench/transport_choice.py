@@ -13,8 +13,9 @@ a subscriber, as one hop has):
 
 Each process runs `--round-trips` sequential round trips (publish at QoS 1, await the PUBACK,
 await the message at the subscriber) and then a burst (`--burst` publishes at once, until the
-subscriber has them all). Figures: CPU of this process per message (time.process_time, the
-broker excluded) and the round trip's p50. The contenders run in alternating order,
+subscriber has them all), then counts the turns of the event loop per round trip. Figures:
+CPU of this process per message (time.process_time, the broker excluded), the round trip's
+p50, the turns per round trip. The contenders run in alternating order,
 `--runs` times; the report gives each one's median over the runs.
 
     PYTHONPATH=$PWD python -m bench.transport_choice --runs 3 --old-tree /path/to/old/tree
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import statistics
@@ -35,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.profiling import summarize
 from vox_mqtt.broker.local import LocalBroker, free_port
 
 CONTENDERS = ("session", "wire", "aiomqtt", "zmqtt")
@@ -63,6 +66,18 @@ class Meter:
         else:
             self.received.put_nowait(None)
 
+    async def turns(self, publish: Callable[[], Awaitable[None]], round_trips: int) -> float:
+        """Return the turns of the event loop per round trip: calls of its _run_once, counted
+        by cProfile after the timed phases (the profiler's cost is not in their CPU)."""
+        self.burst_done = None
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(round_trips):
+            await publish()
+            await self.received.get()
+        profiler.disable()
+        return summarize(profiler)["loop_turns"] / round_trips
+
     async def run(
         self, publish: Callable[[], Awaitable[None]], round_trips: int, burst: int
     ) -> dict[str, float]:
@@ -84,7 +99,9 @@ class Meter:
         await asyncio.gather(*(publish() for _ in range(burst)))
         await self.burst_done
         burst_cpu, burst_wall = time.process_time() - cpu, time.perf_counter() - wall
+        turns = await self.turns(publish, min(round_trips, 200))
         return {
+            "loop_turns_per_round_trip": turns,
             "rt_cpu_us": rt_cpu / round_trips * 1e6,
             "rt_p50_ms": statistics.median(samples) * 1e3,
             "burst_cpu_us": burst_cpu / burst * 1e6,
