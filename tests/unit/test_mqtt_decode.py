@@ -17,7 +17,13 @@ from paho.mqtt.properties import Properties
 
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
-from vox_mqtt.transport.wire import Connection, Received, frame_publish, reason_name
+from vox_mqtt.transport.wire import (
+    Connection,
+    Received,
+    split_packet,
+    frame_publish,
+    reason_name,
+)
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1
@@ -181,3 +187,14 @@ async def test_a_received_message_reads_as_sent(qos: int, retain: bool) -> None:
     assert message.mid == (4242 if qos else 0)
     assert message.properties is not None
     assert as_dict(message.properties.decode()) == as_dict(props)
+
+
+def test_a_packet_is_cut_only_once_it_is_all_there() -> None:
+    packet = frame_publish("t", b"x" * 200, 1, False, 1, b"\x00")  # a two-byte length
+    assert packet[1] & 0x80
+    for cut in range(len(packet)):
+        assert split_packet(bytearray(packet[:cut])) is None
+    first, start, end = split_packet(bytearray(packet + b"\xc0\x00")) or (0, 0, 0)
+    assert (first, start, end) == (packet[0], 3, len(packet))
+    with pytest.raises(MalformedPacket):
+        split_packet(bytearray(b"\x30\xff\xff\xff\xff\x01"))  # a length of five bytes

@@ -46,6 +46,7 @@ __all__ = [
     "Subscription",
     "connect",
     "frame_publish",
+    "split_packet",
 ]
 
 # Packets one turn of the event loop handles before it lets other work run: a burst
@@ -153,7 +154,7 @@ def _puback(mid: int) -> bytes:
     return b"\x40\x02" + struct.pack("!H", mid)
 
 
-def _split_packet(buffer: bytearray | memoryview) -> tuple[int, int, int] | None:
+def split_packet(buffer: bytearray | memoryview) -> tuple[int, int, int] | None:
     """Return (first byte, body start, body end) of the packet buffer starts with, or None."""
     size, shift, at = 0, 0, 1
     while True:
@@ -409,7 +410,7 @@ class Connection(asyncio.Protocol):
                         self._transport.pause_reading()
                     self._loop.call_soon(self._drain_more)
                     return
-                cut = _split_packet(inbox)
+                cut = split_packet(inbox)
                 if cut is None:
                     return
                 first, start, end = cut
@@ -515,7 +516,10 @@ class Connection(asyncio.Protocol):
             self.abort()
             raise ConnectRefused(code, reason_name_connack(code))
         self.session_present = connack.session_present
-        self._keepalive = self._loop.call_later(self.keepalive, self._tick)
+        if connack.server_keep_alive is not None:  # the broker's keepalive overrides ours
+            self.keepalive = connack.server_keep_alive
+        if self.keepalive > 0:  # 0: no keepalive at all (MQTT v5, 3.1.2.10)
+            self._keepalive = self._loop.call_later(self.keepalive, self._tick)
 
 
 def reason_name_connack(code: int) -> str:
