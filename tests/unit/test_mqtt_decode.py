@@ -20,9 +20,9 @@ from vox_mqtt.transport.inbound import Inbound
 from vox_mqtt.transport.wire import (
     Connection,
     Received,
-    split_packet,
     frame_publish,
     reason_name,
+    split_packet,
 )
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
