@@ -385,6 +385,19 @@ async def test_a_slow_consumer_holds_back_the_broker_and_loses_nothing(
     assert got == list(range(count))
 
 
+async def test_publishes_past_the_broker_s_receive_maximum_wait_their_turn(
+    broker_factory: Factory,
+) -> None:
+    broker = broker_factory(conf("allow_anonymous true", "max_inflight_messages 3"))
+    async with Session(settings(broker.port), subscriptions=["t/q"]) as session:
+        link = session._link
+        assert link is not None
+        assert link.send_quota == 3  # the broker's CONNACK said so
+        await asyncio.gather(*(session.publish("t/q", str(i).encode()) for i in range(50)))
+        got = [int((await next_message(session)).payload) for _ in range(50)]
+    assert got == list(range(50))
+
+
 async def test_messages_iteration_ends_with_the_session(plain_broker: LocalBroker) -> None:
     session = Session(settings(plain_broker.port), subscriptions=["t/e"])
     async with asyncio.timeout(10):

@@ -17,13 +17,8 @@ from paho.mqtt.properties import Properties
 
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
-from vox_mqtt.transport.wire import (
-    Connection,
-    Received,
-    frame_publish,
-    reason_name,
-    split_packet,
-)
+from vox_mqtt.transport.packets import frame_publish, reason_name, split_packet
+from vox_mqtt.transport.wire import Connection, Received
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1

@@ -12,7 +12,7 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from vox_mqtt.transport.wire import frame_publish
+from vox_mqtt.transport.packets import frame_publish
 
 # mqtt5: the codec under transport/wire.py
 

@@ -15,12 +15,12 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.transport.failures import broker_error, tls_context
+from vox_mqtt.transport.packets import reason_name
 from vox_mqtt.transport.wire import (
     Connection,
     ConnectionLost,
     Subscription,
     connect,
-    reason_name,
 )
 
 __all__ = ["LoginCheck", "broker_error", "new_client", "tls_context"]

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 
 from vox_mqtt.protocol.errors import SubscriptionRefused
 from vox_mqtt.protocol.settings import BrokerSettings
+from vox_mqtt.transport.packets import reason_name
 from vox_mqtt.transport.wire import (
     RETAINED_END_TOPIC,
     Connection,
     ConnectionLost,
     Received,
     Subscription,
-    reason_name,
 )
 
 __all__ = ["Subscribing"]

@@ -2,9 +2,9 @@
 
 No MQTT library owns the socket or the loop: asyncio's transport reads and writes, this
 module cuts packets and answers them (docs/transport.md, "The wire"). The packets of the
-hot path are framed here, from bytes the caller already holds: a PUBLISH from its packed
-properties (transport/publishprops.py packs them once per kind), a PUBACK from its packet
-id; a received PUBLISH keeps its properties packed until someone reads them
+hot path are framed by transport/packets.py, from bytes the caller already holds: a PUBLISH
+from its packed properties (transport/publishprops.py packs them once per kind), a PUBACK
+from its packet id; a received PUBLISH keeps its properties packed until someone reads them
 (RawProperties). Every other packet (CONNECT, CONNACK, SUBSCRIBE, SUBACK, UNSUBSCRIBE,
 DISCONNECT, PINGREQ) goes through `mqtt5`, used through its public API only (its contract:
 tests/unit/test_wire_contract.py).
@@ -14,7 +14,8 @@ What the connection promises the session (transport/session.py):
 - at most `PACKETS_PER_TURN` packets handled per turn of the loop: the rest of a burst
   waits for a later turn, so that timers and other tasks run (`_drain`);
 - a PUBACK for a received QoS 1 message only once the session has it (`ack`), so the
-  broker keeps what does not fit under the Receive Maximum;
+  broker keeps what does not fit under our Receive Maximum; and no more QoS 1 publishes
+  unanswered than the broker's (its CONNACK): the rest wait here, in order;
 - closing ends within `CLOSE_BOUND`: the DISCONNECT if the socket takes it, then the
   socket is closed regardless (`close`).
 """
@@ -25,7 +26,7 @@ import asyncio
 import collections
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable, Container, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,6 +36,13 @@ from paho.mqtt.exception import MalformedPacket
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.outcome import CONNECTION_LOST, PublishOutcome, answered
+from vox_mqtt.transport.packets import (
+    frame_publish,
+    puback,
+    reason_name,
+    reason_name_connack,
+    split_packet,
+)
 
 __all__ = [
     "CLOSE_BOUND",
@@ -45,8 +53,6 @@ __all__ = [
     "Received",
     "Subscription",
     "connect",
-    "frame_publish",
-    "split_packet",
 ]
 
 # Packets one turn of the event loop handles before it lets other work run: a burst
@@ -64,7 +70,6 @@ RETAINED_END_TOPIC: Final = "$vox/retained-end"
 _PUBLISH, _PUBACK = 0x30, 0x40
 _PINGREQ = mqtt5.PingReqPacket().write()
 _DISCONNECT = mqtt5.DisconnectPacket().write()
-_NO_PROPERTIES = b"\x00"
 
 
 class ConnectRefused(Exception):
@@ -106,74 +111,6 @@ class Received:
     properties: RawProperties | None  # None: a marker of ours (Session)
 
 
-def reason_name(code: int) -> str:
-    """Return a reason code's name in words ("Not authorized") for messages and outcomes."""
-    name = _NAMES.get(code)
-    if name is None:
-        try:
-            raw = mqtt5.PubAckReasonCode(code).name
-        except ValueError:
-            try:
-                raw = mqtt5.DisconnectReasonCode(code).name
-            except ValueError:
-                raw = f"REASON_{code:02X}"
-        name = _NAMES[code] = raw.replace("_", " ").capitalize()
-    return name
-
-
-_NAMES: dict[int, str] = {0x80: "Unspecified error"}
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _utf8(text: str) -> bytes:
-    encoded = text.encode()
-    return struct.pack("!H", len(encoded)) + encoded
-
-
-def frame_publish(
-    topic: str, payload: bytes, qos: int, retain: bool, mid: int, packed_properties: bytes
-) -> bytes:
-    """Return one MQTT v5 PUBLISH packet (3.3) with properties already packed (length first)."""
-    head = _utf8(topic)
-    if qos:
-        head += struct.pack("!H", mid)
-    size = len(head) + len(packed_properties) + len(payload)
-    first = _PUBLISH | (qos << 1) | (1 if retain else 0)
-    return b"".join((bytes((first,)), _varint(size), head, packed_properties, payload))
-
-
-def _puback(mid: int) -> bytes:
-    return b"\x40\x02" + struct.pack("!H", mid)
-
-
-def split_packet(buffer: bytearray | memoryview) -> tuple[int, int, int] | None:
-    """Return (first byte, body start, body end) of the packet buffer starts with, or None."""
-    size, shift, at = 0, 0, 1
-    while True:
-        if at >= len(buffer):
-            return None
-        byte = buffer[at]
-        at += 1
-        size |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 21:
-            raise MalformedPacket("a remaining length longer than 4 bytes")
-    end = at + size
-    if end > len(buffer):
-        return None
-    return buffer[0], at, end
-
-
 class Connection(asyncio.Protocol):
     """One MQTT v5 connection: packets in and out, publish outcomes, received messages."""
 
@@ -192,6 +129,11 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._connack: asyncio.Future[mqtt5.ConnAckPacket] = self._loop.create_future()
         self._outcomes: dict[int, asyncio.Future[PublishOutcome]] = {}
+        # QoS 1 publishes sent and not yet answered, at most the broker's Receive Maximum
+        # (its CONNACK; MQTT v5 4.9): the rest wait in `_held`, in order.
+        self._send_quota = 65535
+        self._in_flight: set[int] = set()
+        self._held: collections.deque[tuple[int, bytes]] = collections.deque()
         self._acks: dict[int, asyncio.Future[list[int]]] = {}  # SUBACK / UNSUBACK
         self._next_mid = 0
         self._waiting: collections.deque[Received | None] = collections.deque()
@@ -239,6 +181,11 @@ class Connection(asyncio.Protocol):
         return buffered + sum(len(data) for data in self._out)
 
     @property
+    def send_quota(self) -> int:
+        """Return the broker's Receive Maximum: QoS 1 publishes it takes unanswered."""
+        return self._send_quota
+
+    @property
     def backlog(self) -> int:
         """Return how many received messages wait for the session's queue (unacknowledged)."""
         return len(self._waiting)
@@ -255,10 +202,15 @@ class Connection(asyncio.Protocol):
             self._send(frame_publish(topic, payload, 0, retain, 0, packed_properties))
             outcome.set_result(answered(0, "Success"))
             return outcome
-        mid = self._mid(self._outcomes)
+        mid = self._mid()
         self._outcomes[mid] = outcome
         outcome.add_done_callback(lambda _: self._outcomes.pop(mid, None))
-        self._send(frame_publish(topic, payload, qos, retain, mid, packed_properties))
+        packet = frame_publish(topic, payload, qos, retain, mid, packed_properties)
+        if len(self._in_flight) < self._send_quota:
+            self._in_flight.add(mid)
+            self._send(packet)
+        else:  # past the broker's Receive Maximum: sent as PUBACKs free the window
+            self._held.append((mid, packet))
         return outcome
 
     async def publish_checked(
@@ -310,7 +262,7 @@ class Connection(asyncio.Protocol):
     def ack(self, message: Received) -> None:
         """Send the PUBACK of a received QoS 1 message (the session has queued it)."""
         if message.qos == 1 and not self.lost.done():
-            self._send(_puback(message.mid))
+            self._send(puback(message.mid))
 
     def disconnect_soon(self) -> None:
         """Send DISCONNECT (the broker discards the will); `lost` completes once it is sent."""
@@ -361,16 +313,17 @@ class Connection(asyncio.Protocol):
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(None)
 
-    def _mid(self, taken: Container[int]) -> int:
+    def _mid(self) -> int:
+        """Return a packet id no packet in flight or held uses (one space for all kinds)."""
         while True:
-            self._next_mid = self._next_mid % 65535 + 1
-            if self._next_mid not in taken:
-                return self._next_mid
+            self._next_mid = mid = self._next_mid % 65535 + 1
+            if mid not in self._outcomes and mid not in self._in_flight and mid not in self._acks:
+                return mid
 
     async def _acked(self, packet: Callable[[int], bytes], timeout: float) -> list[int]:
         if self.lost.done():
             raise ConnectionLost(0x80, "the connection dropped")
-        mid = self._mid(self._acks)
+        mid = self._mid()
         waiting: asyncio.Future[list[int]] = self._loop.create_future()
         self._acks[mid] = waiting
         try:
@@ -464,6 +417,11 @@ class Connection(asyncio.Protocol):
             self._waiter.set_result(None)
 
     def _answered(self, mid: int, code: int) -> None:
+        self._in_flight.discard(mid)
+        while self._held and len(self._in_flight) < self._send_quota:
+            held, packet = self._held.popleft()
+            self._in_flight.add(held)
+            self._send(packet)
         outcome = self._outcomes.get(mid)  # None when that publish already gave up waiting
         if outcome is not None and not outcome.done():
             outcome.set_result(answered(code, "Success" if code == 0 else reason_name(code)))
@@ -516,18 +474,11 @@ class Connection(asyncio.Protocol):
             self.abort()
             raise ConnectRefused(code, reason_name_connack(code))
         self.session_present = connack.session_present
+        self._send_quota = connack.receive_max
         if connack.server_keep_alive is not None:  # the broker's keepalive overrides ours
             self.keepalive = connack.server_keep_alive
         if self.keepalive > 0:  # 0: no keepalive at all (MQTT v5, 3.1.2.10)
             self._keepalive = self._loop.call_later(self.keepalive, self._tick)
-
-
-def reason_name_connack(code: int) -> str:
-    """Return a CONNACK reason code's name in words ("Not authorized")."""
-    try:
-        return mqtt5.ConnAckReasonCode(code).name.replace("_", " ").capitalize()
-    except ValueError:
-        return f"Reason 0x{code:02X}"
 
 
 def connect_packet(
