@@ -273,8 +273,9 @@ def measure(
         port = free_port()
         conf = Path(tmp) / "mosquitto.conf"
         conf.write_text(
+            # What `vox broker render` sets that bears on a connection (vox_mqtt/broker/render.py).
             f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "max_inflight_messages 100\nmax_queued_messages 100000\n",
+            "set_tcp_nodelay true\nmax_inflight_messages 20\nmax_queued_messages 100000\n",
             encoding="utf-8",
         )
         results: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
