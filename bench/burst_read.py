@@ -3,8 +3,8 @@
 A look, a master after a restart or a console on a large fleet subscribes and receives
 thousands of retained messages at once: the broker writes them in milliseconds, reading
 them is Python's work, so the socket never runs dry while they are read. The transport
-reads at most `_PACKETS_PER_TURN` packets per turn of the event loop
-(vox_mqtt/transport/_mqttclient.py) so that timers and tasks keep their turns; the test
+handles at most `PACKETS_PER_TURN` packets per turn of the event loop
+(vox_mqtt/transport/wire.py) so that timers and tasks keep their turns; the test
 suite counts those turns (tests/integration/test_transport_reads.py), this figure gives the
 seconds: how long a `Session` takes to catch up on N tiny retained messages, and the
 longest wait a 10 ms timer saw meanwhile. Baseline: a bare aiomqtt client reading the same

@@ -68,6 +68,12 @@ def summarize(profile: cProfile.Profile, top: int = 15) -> dict[str, Any]:
         areas[area_of(filename, function)] += tottime
         functions.append((tottime, cumtime, ncalls, label))
     busy = sum(areas.values())
+    # One call of the event loop's _run_once per turn of the loop.
+    turns = sum(
+        ncalls
+        for (filename, _, function), (_, ncalls, _, _, _) in raw.items()
+        if function == "_run_once" and filename.endswith("asyncio/base_events.py")
+    )
     functions.sort(reverse=True)
     by_cumulative = sorted(
         (f for f in functions if "vox_mqtt/" in f[3]),
@@ -77,6 +83,7 @@ def summarize(profile: cProfile.Profile, top: int = 15) -> dict[str, Any]:
     return {
         "busy_seconds": round(busy, 3),
         "idle_seconds": round(idle, 3),
+        "loop_turns": turns,
         "areas": [
             {"area": name, "seconds": round(sec, 3), "share": round(sec / busy, 3)}
             for name, sec in sorted(areas.items(), key=lambda item: -item[1])[:top]

@@ -1,4 +1,9 @@
-"""The baseline: the same routing with bare aiomqtt clients, no VOX envelope, ledger or acks.
+"""The baseline: the same routing with bare MQTT clients, no VOX envelope, ledger or acks.
+
+Two raw clients, and each figure quotes the faster (its row says which): aiomqtt, what a
+user would pick, and the transport's own connection (vox_mqtt/transport/wire.py) without
+the session around it, the fastest raw client on the transport's path
+(docs/transport.md, "Why this transport").
 
 Each node logs in with a fleet identity (so the broker's ACL checks the same topics) under a
 client id of its own, with TCP_NODELAY as the transport sets it, and publishes at QoS 1,
@@ -35,6 +40,12 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bench.common import BenchBroker
 from vox_mqtt.protocol import topics
+from vox_mqtt.protocol.settings import BrokerSettings
+from vox_mqtt.transport.wire import Connection, Received, Subscription, connect
+
+# The raw clients a baseline can run on (RawNode's `client`).
+RAW_CLIENTS = ("aiomqtt", "wire")
+_NO_PROPERTIES = b"\x00"
 
 # The same socket option vox_mqtt.transport passes for every connection.
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -122,6 +133,55 @@ class GroupJournal(Journal):
             done.set_result(None)
 
 
+class WireClient:
+    """The transport's bare connection with the few calls of aiomqtt's a RawNode makes."""
+
+    def __init__(self, bench: BenchBroker, name: str) -> None:
+        creds = bench.creds(name)
+        self._settings = BrokerSettings(
+            port=bench.port,
+            username=creds.username,
+            password=creds.password,
+            client_id=f"{creds.username}-raw",
+            keepalive=30,
+        )
+        self._link: Connection | None = None
+        self._queue: asyncio.Queue[Received] = asyncio.Queue()
+
+    async def __aenter__(self) -> WireClient:
+        self._link = await connect(self._settings, will=None, tls=None, receive_maximum=100)
+        self._link.sink = self._take
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._link is not None:
+            await self._link.close()
+
+    def _take(self, message: Received) -> bool:
+        self._queue.put_nowait(message)
+        return True  # acknowledged once queued, as aiomqtt acknowledges on receipt
+
+    async def subscribe(self, topic: str, options: SubscribeOptions) -> None:
+        assert self._link is not None
+        await self._link.subscribe([Subscription(topic, qos=options.QoS)], timeout=10)
+
+    async def publish(self, topic: str, payload: bytes, qos: int) -> None:
+        assert self._link is not None
+        outcome = await self._link.publish_checked(topic, payload, qos, False, _NO_PROPERTIES)
+        if outcome is None or not outcome.accepted:
+            raise RuntimeError(f"raw publish to {topic} not accepted: {outcome}")
+
+    @property
+    def messages(self) -> WireClient:
+        return self
+
+    def __aiter__(self) -> WireClient:
+        return self
+
+    async def __anext__(self) -> Received:
+        return await self._queue.get()
+
+
 class RawNode:
     """One bare MQTT client on the inbox topics of a fleet identity."""
 
@@ -133,14 +193,19 @@ class RawNode:
         master: str | None = None,
         children: tuple[str, ...] = (),
         journal: Journal | None = None,
+        client: str = "aiomqtt",
     ) -> None:
         self.id = bench.id(name)
         self.master = None if master is None else bench.id(master)
         self.children = [bench.id(child) for child in children]
         self._next_child = itertools.cycle(self.children) if self.children else None
-        self.client = raw_client(bench, name, keepalive=30)
-        # A relay under load has many publishes in flight by design; aiomqtt warns past 10.
-        self.client.pending_calls_threshold = 10_000
+        self.client: aiomqtt.Client | WireClient
+        if client == "wire":
+            self.client = WireClient(bench, name)
+        else:
+            self.client = raw_client(bench, name, keepalive=30)
+            # A relay under load has many publishes in flight by design; aiomqtt warns past 10.
+            self.client.pending_calls_threshold = 10_000
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._reader: asyncio.Task[None] | None = None

@@ -120,6 +120,15 @@ def figure_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _raw_client(row: dict[str, Any], key: str) -> str:
+    """Say which raw client the baseline ran on, and what each one measured (rawmqtt.py)."""
+    by_client = row.get(key)
+    if not by_client:
+        return ""  # a run from before both raw clients were measured
+    each = ", ".join(f"{name} {value}" for name, value in by_client.items())
+    return f"; raw client: {row['baseline_client']}, the faster of ({each})"
+
+
 def _details(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     figures = results["figures"]
@@ -131,7 +140,7 @@ def _details(results: dict[str, Any]) -> list[str]:
                 f"- **{row['title'].split(':')[0]}** ({vox['n']} round trips each): VOX p50 "
                 f"{vox['p50_ms']} ms, p99 {vox['p99_ms']} ms, mean {vox['mean_ms']} ms; raw p50 "
                 f"{raw['p50_ms']} ms, p99 {raw['p99_ms']} ms, mean {raw['mean_ms']} ms "
-                f"(p99 ratio {row['p99_ratio']})."
+                f"(p99 ratio {row['p99_ratio']}){_raw_client(row, 'baseline_p50_ms_by_client')}."
             )
         floor = rows[0].get("obligations_detail") if rows else None
         if floor is not None:
@@ -163,7 +172,8 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"CPU per VOX message (11 per command): {vox.get('cpu_ms_per_message_python')} ms, "
             f"per raw message (6 per command): {raw.get('cpu_ms_per_message_python')} ms: "
             f"{vox.get('cpu_per_message_ratio')} x (target <= 1.5 x). "
-            f"Specialists served {vox['served_by_specialist']}."
+            f"Specialists served {vox['served_by_specialist']}"
+            f"{_raw_client(row, 'baseline_rate_by_client')}."
         )
         floor = row.get("obligations_detail")
         if floor is not None:

@@ -222,7 +222,7 @@ async def test_closing_a_session_whose_sends_block_ends_within_the_bound(
             # Publish until what the client gathered and the socket did not take
             # (_coalesce_sends) exceeds any send buffer (4 MiB at most, net.core.wmem_max):
             # then not one more byte goes out, and a DISCONNECT queues behind it.
-            while len(link._unsent) < HELD:
+            while link.unsent_bytes < HELD:
                 session.publish_soon("t/fill", b"x" * 2**20)
                 await asyncio.sleep(0.01)
             started = time.monotonic()

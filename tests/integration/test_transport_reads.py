@@ -11,8 +11,8 @@ import pytest
 from tests.kits import sessionkit
 from tests.kits.sessionkit import Factory, conf
 from vox_mqtt.broker.local import LocalBroker
-from vox_mqtt.transport._mqttclient import _PACKETS_PER_TURN
 from vox_mqtt.transport.session import BrokerSettings, Session
+from vox_mqtt.transport.wire import PACKETS_PER_TURN
 
 
 def settings(port: int) -> BrokerSettings:
@@ -60,8 +60,8 @@ def retain_burst(port: int) -> None:
 
 
 # What one turn of the event loop may take in from the socket: one read of at most
-# _PACKETS_PER_TURN packets from epoll's callback and one from its scheduled resume.
-MOST_PER_TURN = 2 * _PACKETS_PER_TURN
+# PACKETS_PER_TURN packets from epoll's callback and one from its scheduled resume.
+MOST_PER_TURN = 2 * PACKETS_PER_TURN
 
 
 @pytest.mark.slow

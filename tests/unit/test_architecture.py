@@ -444,3 +444,149 @@ def test_no_test_module_imports_another() -> None:
 def test_the_tests_folder_holds_only_its_three_folders_and_the_conftest() -> None:
     loose = sorted(p.name for p in TESTS.glob("*.py"))
     assert loose == ["__init__.py", "conftest.py"]
+
+
+# No private name of an MQTT library anywhere in the project (docs/transport.md, "The wire"):
+# what a library does not publish, a release may change without a word.
+MQTT_LIBRARIES = ("paho", "aiomqtt", "mqtt5", "zmqtt")
+PROJECT = PACKAGE.parent
+SOURCE_DIRS = ("vox_mqtt", "agent_daemon", "bench", "tests", "examples", "scripts")
+
+
+def _library_private_names() -> frozenset[str]:
+    """Every single-underscore name a class or module of the libraries defines or assigns."""
+    import importlib
+    import inspect
+
+    names: set[str] = set()
+    modules = [
+        "paho.mqtt.client",
+        "paho.mqtt.properties",
+        "paho.mqtt.reasoncodes",
+        "paho.mqtt.subscribeoptions",
+        "aiomqtt",
+        "aiomqtt.client",
+        "mqtt5",
+        "zmqtt",
+        "zmqtt.client",
+    ]
+    for module_path in modules:
+        module = importlib.import_module(module_path)
+        found = [module, *(v for v in vars(module).values() if inspect.isclass(v))]
+        for item in found:
+            names.update(n for n in dir(item) if n.startswith("_") and not n.startswith("__"))
+            try:
+                source = inspect.getsource(item)
+            except (OSError, TypeError):
+                continue
+            names.update(re.findall(r"self\.(_[a-z]\w*)\s*[:=]", source))
+    return frozenset(names)
+
+
+def _own_private_names(trees: list[ast.Module]) -> frozenset[str]:
+    """The single-underscore names the project itself defines: its own, whatever a library has."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
+                names.add(node.attr)  # an attribute of one of the project's own classes
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+                names.add(node.arg)
+    return frozenset(n for n in names if n.startswith("_") and not n.startswith("__"))
+
+
+def _library_aliases(tree: ast.Module) -> set[str]:
+    """Names a module binds to an MQTT library or something imported from one."""
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in MQTT_LIBRARIES:
+                    aliases.add((alias.asname or alias.name).split(".")[0])
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] in MQTT_LIBRARIES
+        ):
+            aliases.update(alias.asname or alias.name for alias in node.names)
+    return aliases
+
+
+def private_library_uses(
+    tree: ast.Module, where: str, library: frozenset[str], own: frozenset[str]
+) -> list[str]:
+    """Return each use of a library's private name in one module."""
+    aliases = _library_aliases(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = [*node.module.split("."), *(a.name for a in node.names)]
+            if parts[0] in MQTT_LIBRARIES and any(p.startswith("_") for p in parts):
+                found.append(f"{where}:{node.lineno}: imports a private name of {parts[0]}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in MQTT_LIBRARIES and any(p.startswith("_") for p in parts):
+                    found.append(f"{where}:{node.lineno}: imports {alias.name}")
+        elif isinstance(node, ast.Attribute) and node.attr in library and node.attr not in own:
+            found.append(f"{where}:{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ClassDef):
+            # A subclass of a library's class that defines one of its private names is a hook
+            # into the library's insides, whatever the name is called elsewhere.
+            based = any(
+                isinstance(b, ast.Attribute | ast.Name) and ast.unparse(b).split(".")[0] in aliases
+                for b in node.bases
+            )
+            for item in node.body if based else ():
+                if (
+                    isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and item.name in library
+                ):
+                    found.append(f"{where}:{item.lineno}: overrides {item.name}")
+    return found
+
+
+def test_no_private_name_of_an_mqtt_library_is_used() -> None:
+    paths = [
+        p
+        for d in SOURCE_DIRS
+        if (PROJECT / d).is_dir()
+        for p in sorted((PROJECT / d).rglob("*.py"))
+    ]
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in paths}
+    own = _own_private_names(list(trees.values()))
+    library = _library_private_names()
+    found = [
+        use
+        for path, tree in trees.items()
+        for use in private_library_uses(tree, str(path.relative_to(PROJECT)), library, own)
+    ]
+    assert found == []
+
+
+def test_the_private_name_guard_sees_each_way_of_reaching_in() -> None:
+    library = _library_private_names()
+    source = """
+import aiomqtt
+import paho.mqtt.client as mqtt
+from paho.mqtt import _packet
+
+class Client(aiomqtt.Client):
+    def _on_message(self, client, userdata, message):
+        pass
+
+def patch(client: mqtt.Client) -> None:
+    client._sock_send = None
+    client._handle_publish()
+"""
+    uses = private_library_uses(ast.parse(source), "m.py", library, frozenset())
+    assert len(uses) == 4, uses

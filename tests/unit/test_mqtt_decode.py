@@ -1,4 +1,5 @@
-"""The lean PUBLISH decoding (vox_mqtt/transport/_mqttdecode.py) reads every packet as paho does."""
+"""The lean PUBLISH decoding (vox_mqtt/transport/_mqttdecode.py, transport/wire.py) reads every
+packet as the `mqtt5` codec does, and what the connection frames reads back as sent."""
 
 from __future__ import annotations
 
@@ -6,18 +7,18 @@ import contextlib
 import struct
 from typing import Any
 
-import paho.mqtt.client as mqtt
+import mqtt5
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from paho.mqtt import _packet
-from paho.mqtt.client import MQTTProtocolVersion
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from vox_mqtt.transport._mqttdecode import RawProperties, decode_lean, puback_code, split_publish
+from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
+from vox_mqtt.transport.packets import frame_publish, reason_name, split_packet
+from vox_mqtt.transport.wire import Connection, Received
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1
@@ -47,24 +48,52 @@ def publish_body(topic: bytes, mid: int, props: Properties, payload: bytes) -> b
 
 
 def as_dict(props: Properties) -> dict[str, Any]:
-    return {name: getattr(props, name) for name in props.names if hasattr(props, name)}
+    # paho's table of names spells them with spaces; its attributes have none.
+    attributes = (name.replace(" ", "") for name in props.names)
+    return {name: getattr(props, name) for name in attributes if hasattr(props, name)}
+
+
+# What mqtt5 calls each property paho decodes.
+_MQTT5_NAMES = {
+    "PayloadFormatIndicator": "payload_format_indicator",
+    "MessageExpiryInterval": "message_expiry_interval",
+    "ContentType": "content_type",
+    "ResponseTopic": "response_topic",
+    "CorrelationData": "correlation_data",
+    "UserProperty": "user_properties",
+}
+topics = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00+#"), min_size=1)
 
 
 @given(
-    topic=st.binary(min_size=1, max_size=200),
+    topic=topics.filter(lambda t: len(t.encode()) < 200),
     mid=st.integers(1, 65535),
     props=publish_properties(),
     payload=st.binary(max_size=300),
 )
-def test_a_publish_splits_as_paho_decodes_it(
-    topic: bytes, mid: int, props: Properties, payload: bytes
+def test_a_publish_splits_as_mqtt5_reads_it(
+    topic: str, mid: int, props: Properties, payload: bytes
 ) -> None:
-    body = publish_body(topic, mid, props, payload)
-    paho = _packet.decode_publish(QOS1, body, MQTTProtocolVersion.MQTTv5)
+    packet = frame_publish(topic, payload, 1, False, mid, props.pack())
+    theirs, size = mqtt5.read(memoryview(packet))
+    assert size == len(packet)
+    assert isinstance(theirs, mqtt5.PublishPacket)
+    body = publish_body(topic.encode(), mid, props, payload)
     got_topic, got_mid, packed, got_payload = split_publish(bytearray(body))
-    assert (got_topic, got_mid, got_payload) == (paho.topic, paho.mid, paho.payload)
-    assert paho.properties is not None
-    assert as_dict(RawProperties(packed).decode()) == as_dict(paho.properties)
+    assert (got_topic.decode(), got_mid, got_payload) == (
+        theirs.topic,
+        theirs.packet_id,
+        theirs.payload,
+    )
+    decoded = as_dict(RawProperties(packed).decode())
+    for name, theirs_name in _MQTT5_NAMES.items():
+        value = getattr(theirs, theirs_name)
+        if name == "UserProperty":
+            assert decoded.get(name, []) == value
+        elif name == "PayloadFormatIndicator":
+            assert decoded.get(name, 0) == value
+        else:  # paho reads an empty string or binary as absent
+            assert (decoded.get(name) or None) == (value or None), name
 
 
 @given(props=publish_properties(), payload=st.binary(max_size=50), data=st.data())
@@ -122,33 +151,43 @@ def test_malformed_publishes_are_refused_with_paho_s_error(body: bytes) -> None:
         split_publish(body)
 
 
-def test_puback_codes_are_shared_and_named_as_paho_names_them() -> None:
-    assert puback_code(0x87) is puback_code(0x87)
-    assert puback_code(0x87).getName() == "Not authorized"
-    assert puback_code(0).value == 0
+def test_reason_codes_are_named_in_words() -> None:
+    assert reason_name(0x87) == "Not authorized"
+    assert reason_name(0x10) == "No matching subscribers"
+    assert reason_name(0x8E) == "Session taken over"
+    assert reason_name(0xFE) == "Reason fe"  # no such code: still a name, never an error
 
 
-@pytest.mark.parametrize("header", [0x32, 0x33, 0x3A])  # QoS 1; retained; a duplicate
-def test_a_received_message_reads_as_paho_s_own(header: int) -> None:
+@pytest.mark.parametrize(("qos", "retain"), [(1, False), (1, True), (0, False)])
+async def test_a_received_message_reads_as_sent(qos: int, retain: bool) -> None:
     props = Properties(PacketTypes.PUBLISH)
     props.ContentType = "application/json"
     props.UserProperty = [("vox-type", "command_request")]
-    body = publish_body(b"vox/a/inbox/b", 4242, props, b'{"n": 1}')
+    got: list[Received] = []
+    connection = Connection("c", keepalive=30)
+    connection.sink = lambda message: got.append(message) is None
+    packet = frame_publish("vox/a/inbox/b", b'{"n": 1}', qos, retain, 4242, props.pack())
+    connection.data_received(packet[:5])  # a packet in two reads
+    assert got == []
+    connection.data_received(packet[5:])
+    (message,) = got
+    assert (message.topic, message.payload, message.qos, message.retain) == (
+        "vox/a/inbox/b",
+        b'{"n": 1}',
+        qos,
+        retain,
+    )
+    assert message.mid == (4242 if qos else 0)
+    assert message.properties is not None
+    assert as_dict(message.properties.decode()) == as_dict(props)
 
-    def receive(lean: bool) -> mqtt.MQTTMessage:
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
-        client.manual_ack_set(True)  # no socket here to send a PUBACK on
-        got: list[mqtt.MQTTMessage] = []
-        client.on_message = lambda _client, _userdata, message: got.append(message)
-        if lean:
-            decode_lean(client)
-        client._in_packet = {"command": header, "packet": bytearray(body)}
-        client._handle_publish()
-        return got[0]
 
-    paho, ours = receive(lean=False), receive(lean=True)
-    for name in ("topic", "mid", "qos", "retain", "dup", "payload", "state"):
-        assert getattr(ours, name) == getattr(paho, name), name
-    assert isinstance(ours.properties, RawProperties)
-    assert paho.properties is not None
-    assert as_dict(ours.properties.decode()) == as_dict(paho.properties)
+def test_a_packet_is_cut_only_once_it_is_all_there() -> None:
+    packet = frame_publish("t", b"x" * 200, 1, False, 1, b"\x00")  # a two-byte length
+    assert packet[1] & 0x80
+    for cut in range(len(packet)):
+        assert split_packet(bytearray(packet[:cut])) is None
+    first, start, end = split_packet(bytearray(packet + b"\xc0\x00")) or (0, 0, 0)
+    assert (first, start, end) == (packet[0], 3, len(packet))
+    with pytest.raises(MalformedPacket):
+        split_packet(bytearray(b"\x30\xff\xff\xff\xff\x01"))  # a length of five bytes

@@ -10,6 +10,7 @@ than its sender's peers, names only its sender (docs/topics.md).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Final
 from uuid import UUID
@@ -25,6 +26,8 @@ __all__ = [
     "PackedProperties",
     "PublishProperties",
     "packed",
+    "packed_bytes",
+    "publish_properties",
     "signature_of",
     "vox_properties",
     "with_expiry",
@@ -55,6 +58,23 @@ def packed(props: PackedProperties) -> PackedProperties:
     """Serialize props now and keep the bytes: they must not be changed afterwards."""
     props.__dict__["_packed"] = Properties.pack(props)  # type: ignore[no-untyped-call]
     return props
+
+
+@functools.lru_cache(maxsize=512)
+def publish_properties(content_type: str | None, expiry: int | None) -> Properties:
+    """Return the (shared, never modified) PUBLISH properties for one kind of publish."""
+    result = PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if content_type is not None:
+        result.ContentType = content_type
+    if expiry is not None:
+        result.MessageExpiryInterval = expiry
+    return packed(result)
+
+
+def packed_bytes(props: Properties) -> bytes:
+    """Return props as they go on the wire (length first): what the connection frames."""
+    data: bytes = props.pack()  # type: ignore[no-untyped-call]
+    return data
 
 
 def vox_properties(

@@ -3,34 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
-import aiomqtt
-import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
-from paho.mqtt.reasoncodes import ReasonCode
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
 from vox_mqtt.protocol.storm import backoff_window
-from vox_mqtt.transport._mqttclient import (
-    RETAINED_END_TOPIC,
-    Client,
-    broker_error,
-    new_client,
-    publish_properties,
-    tls_context,
-)
+from vox_mqtt.transport.failures import broker_error, tls_context
 from vox_mqtt.transport.inbound import Inbound, carried
 from vox_mqtt.transport.outcome import PublishOutcome
+from vox_mqtt.transport.publishprops import packed_bytes, publish_properties
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 from vox_mqtt.transport.subscriptions import Subscribing
+from vox_mqtt.transport.wire import (
+    RETAINED_END_TOPIC,
+    Connection,
+    ConnectRefused,
+    Received,
+    connect,
+)
 
 __all__ = ["BrokerSettings", "Inbound", "PublishOutcome", "Session", "Will"]
 
@@ -52,8 +49,9 @@ class Session(Subscribing):
 
     Persistent (clean_start False on every connect, session expiry): messages published to
     its subscriptions while it is away are delivered when it is back. A PUBACK only means
-    "queued in the peer's memory" (paho acks inbound QoS 1 before any handler runs); making a
-    message durable is the VOX acknowledgement's job (docs/transport.md).
+    "queued in the peer's memory" (this session acks inbound QoS 1 once the message is in
+    its queue, before any reader takes it); making a message durable is the VOX
+    acknowledgement's job (docs/transport.md).
     """
 
     def __init__(
@@ -93,8 +91,8 @@ class Session(Subscribing):
         self._marks_end = mark_retained_end
         self._caught_up = asyncio.Event()
         self._queue: asyncio.Queue[Inbound | None] = asyncio.Queue(max(1, max_queued))
-        self._link: Client | None = None  # the connection that is up and set up
-        self._setting_up: Client | None = None  # the one on_connect is running on
+        self._link: Connection | None = None  # the connection that is up and set up
+        self._setting_up: Connection | None = None  # the one on_connect is running on
         self._ready = asyncio.Event()
         self._closing = self._abrupt = False
         self._tls: ssl.SSLContext | None = None
@@ -223,7 +221,9 @@ class Session(Subscribing):
                 while outcome is None:  # None: that connection is gone, wait for the next one
                     client = await self._live_client()
                     sent = True
-                    outcome = await client.publish_checked(topic, payload, qos, retain, props)
+                    outcome = await client.publish_checked(
+                        topic, payload, qos, retain, packed_bytes(props)
+                    )
                     sent = False
         except TimeoutError:
             if sent:
@@ -254,7 +254,8 @@ class Session(Subscribing):
             return None
         if props is None:
             props = publish_properties(content_type, None)
-        return client.publish_soon(topic, payload, 1, retain, self._signed(topic, payload, props))
+        signed = self._signed(topic, payload, props)
+        return client.publish_soon(topic, payload, 1, retain, packed_bytes(signed))
 
     def use_signing(self, signing: Signing | None) -> bool:
         """Sign and verify with these keys from now on (a rotation picked up on SIGHUP).
@@ -274,13 +275,14 @@ class Session(Subscribing):
     def _signed(self, topic: str, payload: bytes, props: Properties) -> Properties:
         return signed_properties(self.settings.signing, topic, payload, props)
 
-    def _inbound(self, topic: str, message: aiomqtt.Message | mqtt.MQTTMessage) -> Inbound:
+    def _inbound(self, message: Received) -> Inbound:
         """Wrap a received message with the verdict on its signature (docs/security.md);
         the end-of-retained marker becomes the one _RETAINED_END messages() looks for."""
+        topic = message.topic
         if topic == RETAINED_END_TOPIC:
             return _RETAINED_END
-        payload = bytes(message.payload)
-        retain = bool(message.retain)
+        payload = message.payload
+        retain = message.retain
         signing = self.settings.signing
         props = carried(message.properties)
         if signing is None or signing.mode == "off":
@@ -325,7 +327,7 @@ class Session(Subscribing):
         last = f": {self._last_error}" if self._last_error is not None else ""
         return BrokerUnavailable(f"not connected to {self.settings.address}{waited}{last}")
 
-    def _usable(self) -> Client | None:
+    def _usable(self) -> Connection | None:
         """Return the live connection or, while on_connect runs, the one being set up (on_connect's
         own publishes, the birth and the outbox's re-sends, go out on it); None without one."""
         for client in (self._link, self._setting_up):
@@ -333,7 +335,7 @@ class Session(Subscribing):
                 return client
         return None
 
-    async def _live_client(self) -> Client:
+    async def _live_client(self) -> Connection:
         """Return the connection to publish on, waiting for one while there is none."""
         while True:
             if self._closing or self._ended:
@@ -344,7 +346,7 @@ class Session(Subscribing):
                 self._mark_down(self._link)
             await self._ready.wait()
 
-    def _mark_down(self, client: Client) -> None:
+    def _mark_down(self, client: Connection) -> None:
         if self._link is client:
             self._link = None
             self._ready.clear()
@@ -361,50 +363,37 @@ class Session(Subscribing):
         if not self._queue.full():
             self._queue.put_nowait(None)
 
-    def _new_client(self) -> tuple[Client, Will | None]:
-        """Return a client for one attempt and its will as made, before it is signed."""
-        s = self.settings
+    def _next_will(self) -> Will | None:
+        """Return the will of one attempt as made, before it is signed."""
         if self._spare_will is not None:  # the last attempt never sent its CONNECT
             (will,), self._spare_will = self._spare_will, None
-        else:
-            will = self._will() if self._will is not None else None
+            return will
+        return self._will() if self._will is not None else None
+
+    async def _open(self) -> Connection:
+        """Make one connection attempt; raise BrokerUnavailable saying why it failed.
+
+        A stop during the attempt cancels it at once, whatever the broker does (a frozen
+        broker accepts the TCP connection and never sends its CONNACK): the connection it
+        opened is closed (docs/transport.md, "Closing is bounded").
+        """
+        s = self.settings
+        will = self._next_will()
         # Signed per attempt with the key of now: a key rotated while no CONNECT went out
         # (an outage) signs the will kept from before it (docs/security.md, rotation).
         signed = signed_will(s.signing, will)
-        receive = _RECEIVE_MAXIMUM if self._acknowledge else 1
-        return new_client(s, will=signed, tls=self._tls, receive_maximum=receive), will
-
-    async def _open(self) -> Client:
-        """Make one connection attempt; raise BrokerUnavailable saying why it failed."""
-        client, will = self._new_client()
-        attempt = asyncio.ensure_future(client.__aenter__())
         try:
-            await asyncio.shield(attempt)
-        except asyncio.CancelledError:
-            # Stopping does not wait for this attempt: a frozen broker never sends its CONNACK
-            # and the attempt would hold the stop for connect_timeout (docs/transport.md,
-            # "Closing is bounded"). A connection already made is closed as close() does;
-            # one still being made is closed as soon as paho's thread has made it (abandon).
-            if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
-                await client.close()
-            else:
-                attempt.cancel()
-                client.abandon()
-                await asyncio.wait({attempt})  # the cancelled wait for the CONNACK only
-                if not attempt.cancelled():
-                    attempt.exception()  # it failed meanwhile: nothing more to say
-            raise
+            # A login check takes nothing: one message in flight, never acknowledged.
+            receive = _RECEIVE_MAXIMUM if self._acknowledge else 1
+            return await connect(s, will=signed, tls=self._tls, receive_maximum=receive)
+        except (ConnectRefused, ConnectionRefusedError) as exc:
+            # The broker refused the CONNECT (e.g. a secret re-keyed before this agent was
+            # told), or no CONNECT went out: the will was never registered, so keep it and
+            # its epoch.
+            self._spare_will = (will,)
+            raise broker_error(exc, s) from None
         except Exception as exc:
-            client.abort()
-            rc = getattr(exc, "rc", None)
-            refused = isinstance(rc, ReasonCode) and rc.is_failure
-            # No CONNECT went out, or the broker refused it (e.g. a secret re-keyed before
-            # this agent was told): the will was never registered, so keep it and its epoch.
-            if client.connect_error is not None or refused:
-                self._spare_will = (will,)
-            raise broker_error(client.connect_error or exc, self.settings) from None
-        client.lost.add_done_callback(client.fail_pending)
-        return client
+            raise broker_error(exc, s) from None
 
     async def _run(self) -> None:
         """Connect, carry the connection until it drops, back off (protocol/storm.py), repeat."""
@@ -456,13 +445,13 @@ class Session(Subscribing):
         then = "; retrying" if self._retry else ""
         log.log(level, "%s%s", exc, then, exc_info=not isinstance(exc, BrokerUnavailable))
 
-    def _lost_error(self, client: Client) -> BrokerUnavailable:
+    def _lost_error(self, client: Connection) -> BrokerUnavailable:
         cause = None if client.lost.cancelled() else client.lost.exception()
         if cause is None:
             return BrokerUnavailable(f"the connection to {self.settings.address} ended")
         return broker_error(cause, self.settings)
 
-    async def _serve(self, client: Client) -> BrokerUnavailable:
+    async def _serve(self, client: Connection) -> BrokerUnavailable:
         """Subscribe, run on_connect, then carry the connection until it drops; return why."""
         assert self._tg is not None
         self.connection_count += 1
@@ -520,17 +509,16 @@ class Session(Subscribing):
         """Log in with this secret from the next connection on; the current one stays up."""
         self.settings = replace(self.settings, password=password)
 
-    def _offer(self, message: mqtt.MQTTMessage) -> bool:
-        """Queue a message straight from paho's callback if there is room (Client.sink)."""
+    def _offer(self, message: Received) -> bool:
+        """Queue a message straight from the connection's read if there is room (its sink)."""
         if self._queue.full():
             return False
-        self._queue.put_nowait(self._inbound(message.topic, message))
+        self._queue.put_nowait(self._inbound(message))
         return True
 
-    async def _pump(self, client: Client) -> None:
+    async def _pump(self, client: Connection) -> None:
         """Move the messages the sink had no room for into the session queue, then ack each."""
-        with contextlib.suppress(aiomqtt.MqttError):
-            async for message in client.messages:
-                # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
-                await self._queue.put(self._inbound(message.topic.value, message))
-                client._client.ack(message.mid, message.qos)
+        async for message in client.messages():
+            # A full queue blocks here and the PUBACK waits (see _RECEIVE_MAXIMUM).
+            await self._queue.put(self._inbound(message))
+            client.ack(message)
