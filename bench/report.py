@@ -139,7 +139,8 @@ def _details(results: dict[str, Any]) -> list[str]:
                 f"{r['vox_over_obligations']} x that floor ({_layout(r)})" for r in rows
             )
             lines.append(
-                f"  - The same raw clients acknowledging every message and committing "
+                f"  - The same raw clients acknowledging every request (never an answer) "
+                f"and committing "
                 f"(synchronous=FULL) in the groups a VOX hop commits in: p50 "
                 f"{floor['p50_ms']} ms, p99 {floor['p99_ms']} ms: "
                 f"{rows[0]['obligations_ratio']} x raw, the price of the guarantees alone. "
@@ -168,7 +169,8 @@ def _details(results: dict[str, Any]) -> list[str]:
         floor = row.get("obligations_detail")
         if floor is not None:
             lines.append(
-                f"  - The same raw clients acknowledging every message and committing "
+                f"  - The same raw clients acknowledging every request (never an answer) "
+                f"and committing "
                 f"(synchronous=FULL, grouped per turn of the loop) as a VOX hop must: "
                 f"{floor['commands_per_second']} commands/s, {floor['cpu_ms_per_command_python']}"
                 f" ms CPU per command: {row['obligations_ratio']} x raw, the price of the "
@@ -188,7 +190,7 @@ def _details(results: dict[str, Any]) -> list[str]:
         floor = row.get("obligations_detail")
         if floor is not None:
             lines.append(
-                f"  - Raw clients acknowledging and committing as a VOX hop must "
+                f"  - Raw clients acknowledging requests and committing as a VOX hop must "
                 f"(synchronous=FULL, grouped per turn of the loop): p50 {floor['p50_ms']} ms, "
                 f"{floor['requests_per_second']:,} requests/s "
                 f"({floor['requests_per_second'] / fast['requests_per_second']:.2f} x "
