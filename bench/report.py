@@ -161,7 +161,7 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{row['seconds']:g} s per side): CPU per command: VOX {where} "
             f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
             f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
-            f"CPU per VOX message (11 per command): {vox.get('cpu_ms_per_message_python')} ms, "
+            f"CPU per VOX message (8 per command): {vox.get('cpu_ms_per_message_python')} ms, "
             f"per raw message (6 per command): {raw.get('cpu_ms_per_message_python')} ms: "
             f"{vox.get('cpu_per_message_ratio')} x (target <= 1.5 x). "
             f"Specialists served {vox['served_by_specialist']}."
