@@ -79,11 +79,12 @@ _HELD_ANSWER: Final = "SELECT payload, keep_until FROM replay WHERE request_id =
 # re-sent until acknowledged, is held for replay instead (until its request's deadline, or
 # an hour from now for a request without one, plus a minute), as it is never acknowledged
 # any more (docs/ledger.md, "Answers held for replay").
-_LEGACY_ANSWERS: Final = """SELECT o.message_id, a.reply_to, o.topic, o.payload,
+_LEGACY_ANSWERS: Final = f"""SELECT o.message_id, a.reply_to, o.topic, o.payload,
     COALESCE((julianday(json_extract(r.details, '$.deadline')) - 2440587.5) * 86400.0,
              ? + 3600.0) + 60.0
-    FROM outbox AS o JOIN logs AS a ON a.message_id = o.message_id AND a.action = 'sent'
-    JOIN logs AS r ON r.message_id = a.reply_to AND r.action = 'received'
+    FROM outbox AS o JOIN logs AS a ON a.message_id = o.message_id
+      AND a.action = '{LedgerAction.SENT}'
+    JOIN logs AS r ON r.message_id = a.reply_to AND r.action = '{LedgerAction.RECEIVED}'
     WHERE a.message_type IN ('command_result', 'command_error')
       AND r.message_type = 'command_request'"""
 _MARK_TRIGGERS: Final = "INSERT INTO ledger_meta (key, value) VALUES ('triggers', '2');\n"
