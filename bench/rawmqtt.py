@@ -11,17 +11,18 @@ awaiting each PUBACK as `Session.publish` does. A request goes down the tree, a 
 comes back up; relays decode the JSON body to tell the two apart, as an application would.
 
 With a Journal, a node also does what the VOX contract obliges a hop to do, and nothing
-else: every message is acknowledged, and each step commits to a SQLite file (WAL,
-synchronous=FULL) before it publishes, in the groups docs/ledger.md gives: the request with
-its sent row; at the requester, the answer's received + its ack's sent (the answer seen
-before that commit, as VOX's caller sees it); at the answering node, received + started +
-the reply's sent + completed (the quick answer standing for its acknowledgement, as VOX's
-does for an idempotent command); at a relay, received + the ack's sent + delegated + the
-downstream sent on the way down, and the child's answer received + its ack's sent + the
-reply's sent + completed on the way up. An ack's own row waits for the next commit. A
-GroupJournal commits the steps of one turn of the loop together (figure 3, under
-concurrent load). That is the floor a VOX hop cannot go under with its guarantees,
-measured beside it.
+else: every request is acknowledged or answered, no answer is acknowledged (its requester
+re-sends the request until it has one, and the answerer replays the answer it recorded:
+docs/messages.md), and each step commits to a SQLite file (WAL, synchronous=FULL) before
+it publishes, in the groups docs/ledger.md gives: the request with its sent row; at the
+requester, the answer's received (the answer seen before that commit, as VOX's caller sees
+it); at the answering node, received + started + the reply's sent + completed (the quick
+answer standing for its acknowledgement, as VOX's does for an idempotent command); at a
+relay, received + the ack's sent + delegated + the downstream sent on the way down, and the
+child's answer received + the reply's sent + completed on the way up. An ack's own row
+waits for the next commit. A GroupJournal commits the steps of one turn of the loop
+together (figure 3, under concurrent load). That is the floor a VOX hop cannot go under
+with its guarantees, measured beside it.
 """
 
 from __future__ import annotations
@@ -283,25 +284,25 @@ class RawNode:
         if kind == "ack":
             journal.later((message_id, "acknowledged", payload))
             return
-        ack = json.dumps({"kind": "ack", "id": message_id}).encode()
         if kind == "response":
+            # An answer is never acknowledged (docs/messages.md): the request it answers
+            # leaves the requester's outbox with its received row.
             waiter = self._waiting.get(message_id)
-            rows = [(message_id, "received", payload), (message_id, "ack sent", ack)]
+            rows = [(message_id, "received", payload)]
             if waiter is not None:
                 # The caller sees the answer before its record commits, as VOX's does
-                # (docs/ledger.md); the ack still waits for that commit.
+                # (docs/ledger.md).
                 if not waiter.done():
                     waiter.set_result(body)
                 await journal.durable(*rows)
-                await self._publish_to_sender(body, ack)
                 return
             assert self.master is not None  # a relay passes it up, as its own reply
             up = {**body, "from": str(self.id)}
             rows += [(message_id, "reply sent", json.dumps(up).encode())]
             await journal.durable(*rows, (message_id, "completed", b""))
-            await self._publish_to_sender(body, ack)
             await self._send(self.master, up)
             return
+        ack = json.dumps({"kind": "ack", "id": message_id}).encode()
         source = self.master
         assert source is not None
         if self._next_child is not None:  # a relay: delegate
@@ -329,7 +330,3 @@ class RawNode:
             (message_id, "completed", b""),
         )
         await self._send(source, answer)
-
-    async def _publish_to_sender(self, body: dict[str, Any], ack: bytes) -> None:
-        """Acknowledge a response to the child that sent it."""
-        await self.client.publish(topics.inbox(UUID(body["from"]), self.id), ack, qos=1)

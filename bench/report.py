@@ -148,7 +148,8 @@ def _details(results: dict[str, Any]) -> list[str]:
                 f"{r['vox_over_obligations']} x that floor ({_layout(r)})" for r in rows
             )
             lines.append(
-                f"  - The same raw clients acknowledging every message and committing "
+                f"  - The same raw clients acknowledging every request (never an answer) "
+                f"and committing "
                 f"(synchronous=FULL) in the groups a VOX hop commits in: p50 "
                 f"{floor['p50_ms']} ms, p99 {floor['p99_ms']} ms: "
                 f"{rows[0]['obligations_ratio']} x raw, the price of the guarantees alone. "
@@ -169,7 +170,7 @@ def _details(results: dict[str, Any]) -> list[str]:
             f"{row['seconds']:g} s per side): CPU per command: VOX {where} "
             f"and {vox['cpu_ms_per_command_broker']} ms in Mosquitto; raw "
             f"{raw['cpu_ms_per_command_python']} ms and {raw['cpu_ms_per_command_broker']} ms. "
-            f"CPU per VOX message (11 per command): {vox.get('cpu_ms_per_message_python')} ms, "
+            f"CPU per VOX message (8 per command): {vox.get('cpu_ms_per_message_python')} ms, "
             f"per raw message (6 per command): {raw.get('cpu_ms_per_message_python')} ms: "
             f"{vox.get('cpu_per_message_ratio')} x (target <= 1.5 x). "
             f"Specialists served {vox['served_by_specialist']}"
@@ -178,7 +179,8 @@ def _details(results: dict[str, Any]) -> list[str]:
         floor = row.get("obligations_detail")
         if floor is not None:
             lines.append(
-                f"  - The same raw clients acknowledging every message and committing "
+                f"  - The same raw clients acknowledging every request (never an answer) "
+                f"and committing "
                 f"(synchronous=FULL, grouped per turn of the loop) as a VOX hop must: "
                 f"{floor['commands_per_second']} commands/s, {floor['cpu_ms_per_command_python']}"
                 f" ms CPU per command: {row['obligations_ratio']} x raw, the price of the "
@@ -198,7 +200,7 @@ def _details(results: dict[str, Any]) -> list[str]:
         floor = row.get("obligations_detail")
         if floor is not None:
             lines.append(
-                f"  - Raw clients acknowledging and committing as a VOX hop must "
+                f"  - Raw clients acknowledging requests and committing as a VOX hop must "
                 f"(synchronous=FULL, grouped per turn of the loop): p50 {floor['p50_ms']} ms, "
                 f"{floor['requests_per_second']:,} requests/s "
                 f"({floor['requests_per_second'] / fast['requests_per_second']:.2f} x "

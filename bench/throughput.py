@@ -34,9 +34,10 @@ from bench.rawmqtt import RAW_CLIENTS, GroupJournal, RawNode
 from bench.voxside import seed_role_specs, start_vox
 
 PARAMS = {"text": "hello"}
-# A command through three levels: three requests and three answers, each acknowledged
-# but the specialist's quick answer, which stands for its acknowledgement (docs/messages.md).
-MESSAGES_PER_COMMAND = 11
+# A command through three levels: three requests and three answers; no answer is
+# acknowledged, and the specialist's quick answer stands for its request's acknowledgement,
+# so only the two relays acknowledge their request (docs/messages.md).
+MESSAGES_PER_COMMAND = 8
 # The raw relays' command: three requests and three responses, nothing acknowledged.
 RAW_MESSAGES_PER_COMMAND = 6
 AGENTS = ["root", "coordinator", "spec_a", "spec_b"]

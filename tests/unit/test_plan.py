@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.kits.plankit import rejected
 from vox_mqtt.agent.plan import (
     Admission,
+    Answered,
     AnswerFacts,
     CommandFacts,
     Facts,
@@ -154,6 +155,42 @@ def test_a_duplicate_command_is_acknowledged_again_never_run() -> None:
     assert not plan.acts
 
 
+def test_a_resent_command_whose_answer_is_held_replays_it_and_runs_nothing() -> None:
+    facts = Facts(duplicate=True, answered=Answered.HELD)
+    plan = decide(command_from(), facts)
+    assert plan.step is Step.REPLAY
+    assert plan.acknowledge is False  # the replayed answer stands for the ack
+    assert not plan.acts
+
+
+def test_a_resent_command_not_answered_yet_is_acknowledged_again_and_runs_nothing() -> None:
+    plan = decide(command_from(), Facts(duplicate=True, answered=Answered.NOT_YET))
+    assert plan.step is Step.DUPLICATE
+    assert plan.acknowledge is True
+    assert not plan.acts
+
+
+def test_a_stray_copy_of_a_command_answered_long_ago_is_only_acknowledged() -> None:
+    plan = decide(command_from(), Facts(duplicate=True, answered=Answered.GONE))
+    assert plan.step is Step.DUPLICATE
+    assert plan.acknowledge is True
+
+
+@pytest.mark.parametrize("answered", list(Answered))
+def test_only_a_command_replays(answered: Answered) -> None:
+    job = reply_from(MSG_COMMAND_RESULT, uuid4())
+    plan = decide(job, Facts(duplicate=True, answered=answered))
+    assert plan.step is Step.DUPLICATE
+
+
+@pytest.mark.parametrize("kind", [MSG_COMMAND_RESULT, MSG_COMMAND_ERROR])
+def test_a_second_copy_of_an_answer_to_a_command_is_not_acknowledged(kind: str) -> None:
+    facts = Facts(duplicate=True, answer=AnswerFacts(waiter=Waiter.NOBODY, to_command=True))
+    plan = decide(reply_from(kind, uuid4()), facts)
+    assert plan.step is Step.DUPLICATE
+    assert plan.acknowledge is False
+
+
 # --- decide: commands ------------------------------------------------------------------------
 
 
@@ -285,6 +322,22 @@ def test_an_answer_a_caller_awaits_settles_it() -> None:
 def test_an_answer_nobody_awaits_goes_to_the_roles_as_an_event() -> None:
     facts = Facts(answer=AnswerFacts(waiter=Waiter.NOBODY))
     assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.EVENT
+
+
+@pytest.mark.parametrize("kind", [MSG_COMMAND_RESULT, MSG_COMMAND_ERROR])
+@pytest.mark.parametrize("waiter", list(Waiter))
+def test_an_answer_to_a_command_is_never_acknowledged(kind: str, waiter: Waiter) -> None:
+    facts = Facts(answer=AnswerFacts(waiter=waiter, to_command=True, ended_as="expired"))
+    plan = decide(reply_from(kind, uuid4()), facts)
+    assert plan.acknowledge is False
+    assert plan.acts
+
+
+@pytest.mark.parametrize("waiter", list(Waiter))
+def test_an_error_answering_anything_but_a_command_is_acknowledged(waiter: Waiter) -> None:
+    # A refused decision's command_error, for one: its sender re-sends it until acknowledged.
+    facts = Facts(answer=AnswerFacts(waiter=waiter, to_command=False, ended_as="expired"))
+    assert decide(reply_from(MSG_COMMAND_ERROR, uuid4()), facts).acknowledge is True
 
 
 def test_a_notification_is_an_event() -> None:

@@ -1,9 +1,11 @@
-"""The acks an agent sends: published at once, never tracked or re-sent (docs/messages.md).
+"""What an agent publishes once, never re-sent: acks, and answers to commands (docs/messages.md).
 
 An ack's rows are durable before it is published (agent/inbound.py); if it is lost, the
 sender re-sends its message until acknowledged and the duplicate gets a new ack. So an ack
 needs no outbox entry: `soon` publishes it without a task waiting for its PUBACK, and
-`flush` waits (bounded) for those still on their way before the agent leaves.
+`flush` waits (bounded) for those still on their way before the agent leaves. An answer to
+a command is the same (`once`): its "sent" row is durable first, and if it is lost, the
+requester re-sends the request and the answer held for replay goes again.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.context import TaskSet
-from vox_mqtt.agent.ports import Publisher, Settings
+from vox_mqtt.agent.ports import Publisher, Recorder, Settings
+from vox_mqtt.agent.sendrules import check_size
+from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
-from vox_mqtt.protocol.errors import DeliveryFailed, VoxError
-from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, VOXMessage, serialize
+from vox_mqtt.protocol.errors import DeliveryFailed, InvalidMessage, VoxError
+from vox_mqtt.protocol.messages import MSG_ACKNOWLEDGED, VOXMessage, parse, serialize
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.publishprops import PublishProperties
@@ -40,12 +44,14 @@ class AckSender:
         props: PublishProperties,
         metrics: AgentMetrics,
         tasks: TaskSet,
+        ledger: Recorder,
     ) -> None:
         self._settings = settings
         self._publisher = publisher
         self._props = props
         self._metrics = metrics
         self._tasks = tasks
+        self._ledger = ledger
         self._acking: set[asyncio.Future[Any]] = set()  # acks not yet PUBACKed
 
     @property
@@ -73,6 +79,49 @@ class AckSender:
             outcome.add_done_callback(functools.partial(self._acked, message.message_id))
         self._acking.add(outcome)
         outcome.add_done_callback(self._acking.discard)
+
+    def once(self, message: VOXMessage, payload: bytes) -> None:
+        """Publish a message whose rows are durable once, now, never re-sent (an answer).
+
+        A failure is only logged: its requester re-sends the request and gets it replayed.
+        flush() waits for it before the agent leaves.
+        """
+        topic = topics.inbox(message.target, self.config.id)
+        props = self._props.inbox(message.target, message.type)
+        try:
+            outcome = self._publisher.publish_soon(topic, payload, props=props)
+        except VoxError as exc:
+            log.info("%s: %s not sent: %s", self.config.name, message.message_id, exc)
+            return
+        if outcome is None:
+            # No connection up: the requester re-sends once one is, and gets it replayed.
+            log.info("%s: %s not sent: no connection", self.config.name, message.message_id)
+            return
+        self._metrics.messages_out.inc(message.type)
+        outcome.add_done_callback(functools.partial(self._acked, message.message_id))
+        self._acking.add(outcome)
+        outcome.add_done_callback(self._acking.discard)
+
+    async def record_once(self, message: VOXMessage) -> None:
+        """Record and publish a message once, never re-sent: a refusal's error.
+
+        The message it answers was refused, so never acknowledged: its sender re-sends it
+        until answered or given up, and each copy is refused and answered again (within the
+        peer's budget, docs/security.md).
+        """
+        payload = serialize(message)
+        check_size(message, payload, self.config.max_message_bytes)
+        await self._ledger.record_message(message, LedgerAction.SENT)
+        self.once(message, payload)
+
+    def replay(self, payload: bytes) -> None:
+        """Publish once more an answer held for replay, as it was recorded (same id)."""
+        try:
+            answer = parse(payload, max_bytes=self.config.max_message_bytes)
+        except InvalidMessage as exc:
+            log.warning("%s: an answer held for replay does not parse: %s", self.config.name, exc)
+            return
+        self.once(answer, payload)
 
     def _acked(self, message_id: UUID, pending: asyncio.Future[PublishOutcome]) -> None:
         if pending.cancelled():

@@ -18,6 +18,7 @@ from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
+    Answered,
     AnswerFacts,
     CommandFacts,
     Facts,
@@ -34,7 +35,7 @@ from vox_mqtt.agent.refusals import Refusals
 from vox_mqtt.agent.roles import Handler, is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
-from vox_mqtt.agent.sendrules import deadline_passed
+from vox_mqtt.agent.sendrules import awaits_answer, deadline_passed
 from vox_mqtt.agent.tracking import RequestState, RequestTracker
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
@@ -70,6 +71,9 @@ SENDER_ENDS = frozenset(
 )  # how a request this agent sent can end
 # Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
 _LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
+
+# A copy of a message recorded already: recorded `duplicate`, never acted on again.
+_COPIES = frozenset({Step.DUPLICATE, Step.REPLAY})
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -232,16 +236,21 @@ class InboundPipeline:
         plan: Plan
         staged = Staged()
         cause: UUID | None = None  # the child whose event this is, counted in its backlog
+        held: bytes | None = None  # a duplicate command's answer, held for replay
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
                 return  # the first copy failed to record; the sender will re-send
-            plan = decide(message, Facts(duplicate=True))
+            facts, held = await self._duplicate_facts(message)
+            plan = decide(message, facts)
         else:
             recording = self._in_progress[message_id] = asyncio.Event()
             try:
-                duplicate = await ledger.has_message(message_id, emitted_at=message.emitted_at)
-                facts, handler = await self._facts(message, duplicate)
+                handler = None
+                if await ledger.has_message(message_id, emitted_at=message.emitted_at):
+                    facts, held = await self._duplicate_facts(message)
+                else:
+                    facts, handler = await self._facts(message)
                 plan = decide(message, facts)  # the one decision about this message
                 if self._refusals.unknown_beyond_budget(plan, topic):
                     await self._refusals.answer_unrecorded(message)
@@ -257,13 +266,13 @@ class InboundPipeline:
                     if self._refusals.unrecorded_ack(done):
                         return  # the ack of an unrecorded report: unrecorded too
                     row = ledger.record_received_later(
-                        message, topic=inbound.topic, outbox_done=done
+                        message, topic=inbound.topic, outbox_done=self._leaves_outbox(done)
                     )
                     self.outbox.settle_ack(message)
                     self._metrics.messages_in.inc(message.type)
                     await row
                     return
-                if plan.step is not Step.DUPLICATE:
+                if plan.step not in _COPIES:
                     ack, then = self._ack_rows(message, plan)
                     staged = await self._commit(message, inbound.topic, then, plan, handler)
             except LedgerError as exc:
@@ -276,13 +285,17 @@ class InboundPipeline:
             finally:
                 del self._in_progress[message_id]
                 recording.set()
-        if plan.step is Step.DUPLICATE:
+        if plan.step in _COPIES:
             ack, then = self._ack_rows(message, plan)
             self._metrics.duplicates += 1
             await ledger.record_message(
                 message, LedgerAction.DUPLICATE, topic=inbound.topic, then=then
             )
-            if ack is not None:
+            if plan.step is Step.REPLAY and held is not None:
+                # Its requester lacks the answer: the one recorded goes again, same id, and
+                # nothing runs (docs/messages.md, "Answers need no acknowledgement").
+                self.outbox.acks.replay(held)
+            elif ack is not None:
                 await self.outbox.acks.publish(message, ack)
             return
         self._metrics.messages_in.inc(message.type)
@@ -331,10 +344,38 @@ class InboundPipeline:
         ack = acknowledge(message, message_source=self.config.message_source)
         return ack, [(ack, LedgerAction.SENT, None)]
 
-    async def _facts(self, message: VOXMessage, duplicate: bool) -> tuple[Facts, Handler | None]:
+    def _leaves_outbox(self, acknowledged: UUID) -> UUID | None:
+        """Return the sent message an ack takes out of the outbox: None for a command_request.
+
+        A command_request stays there until its answer is recorded (or it ends): a restart
+        re-sends it until answered, as the answer is never acknowledged (docs/ledger.md).
+        """
+        tracked = self._tracker.get(acknowledged)
+        if tracked is not None and awaits_answer(tracked.message):
+            return None
+        return acknowledged
+
+    async def _duplicate_facts(self, message: VOXMessage) -> tuple[Facts, bytes | None]:
+        """What deciding a copy of a recorded message reads; with a command's held answer."""
+        if message.type == MSG_COMMAND_REQUEST:
+            found = await self._ledger.held_answer(message.message_id)
+            held, until = (None, None) if found is None else found
+            return Facts(duplicate=True, answered=answered(until, time.time())), held
+        if message.type in ANSWERS and message.reply_to is not None:
+            to_command = await self._sent_command(message.reply_to)
+            answer = AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)
+            return Facts(duplicate=True, answer=answer), None
+        return Facts(duplicate=True), None
+
+    async def _sent_command(self, request_id: UUID) -> bool:
+        """Tell whether this agent sent a command_request under this id (tracker, else ledger)."""
+        tracked = self._tracker.get(request_id)
+        if tracked is not None:
+            return tracked.message.type == MSG_COMMAND_REQUEST
+        return _sent_command_in(await self._ledger.find(request_id), str(self.config.id))
+
+    async def _facts(self, message: VOXMessage) -> tuple[Facts, Handler | None]:
         """Gather what the plan of a message reads; the router is consulted here, once."""
-        if duplicate:
-            return Facts(duplicate=True), None
         if message.type == MSG_COMMAND_REQUEST:
             return self._command_facts(message, slot_free=self.runner.slot_free)
         if message.type == MSG_CANCEL_REQUEST:
@@ -381,24 +422,31 @@ class InboundPipeline:
         if tracked is None:
             # Not tracked (a restart since): the ledger holds how it ended, if it did.
             me = str(self.config.id)
+            rows = await self._ledger.find(request_id)
+            to_command = _sent_command_in(rows, me)
             ends = [
                 row["action"]
-                for row in await self._ledger.find(request_id)
+                for row in rows
                 if row["source"] == me and row["action"] in SENDER_ENDS
             ]
             if ends:
-                return AnswerFacts(waiter=Waiter.ENDED, ended_as=ends[-1])
-            return AnswerFacts(waiter=Waiter.NOBODY)
+                return AnswerFacts(waiter=Waiter.ENDED, ended_as=ends[-1], to_command=to_command)
+            return AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)
+        to_command = tracked.message.type == MSG_COMMAND_REQUEST
         if tracked.final and tracked.reply is None and tracked.state is not COMPLETED:
-            return AnswerFacts(waiter=Waiter.ENDED, ended_as=str(tracked.state))
+            return AnswerFacts(
+                waiter=Waiter.ENDED, ended_as=str(tracked.state), to_command=to_command
+            )
         if self.runner.requests.relaying(request_id) is not None:
             refused = reply.type == MSG_COMMAND_ERROR and (
                 reply.details.get("code") == ErrorCode.LEDGER_UNAVAILABLE
             )
-            return AnswerFacts(waiter=Waiter.RELAY, refused_unrecorded=refused)
+            return AnswerFacts(
+                waiter=Waiter.RELAY, refused_unrecorded=refused, to_command=to_command
+            )
         if tracked.expects_reply and not tracked.final:
-            return AnswerFacts(waiter=Waiter.CALLER)
-        return AnswerFacts(waiter=Waiter.NOBODY)
+            return AnswerFacts(waiter=Waiter.CALLER, to_command=to_command)
+        return AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)
 
     async def _commit(
         self,
@@ -442,9 +490,10 @@ class InboundPipeline:
                 topic=topic,
                 # An answer that commits here stands for the ack: no ack row, no ack.
                 then=[*([] if staged.implied else then), *staged.rows],
-                outbox=None if kept is None else (kept.topic, kept.payload),
+                outbox=None if kept is None else kept.outbox,
                 outbox_for=None if kept is None else kept.message,
                 outbox_done=answered,
+                replay_until=None if kept is None else kept.replay_until,
             )
         except BaseException:
             if lifecycle:
@@ -492,3 +541,20 @@ class InboundPipeline:
             log.exception("%s: %s handler failed", self.config.name, message.type)
         finally:
             self._done_with(child)
+
+
+def _sent_command_in(rows: list[dict[str, Any]], me: str) -> bool:
+    """Tell whether ledger rows about an id hold this agent's "sent" row of a command_request."""
+    return any(
+        row["action"] == LedgerAction.SENT
+        and row["source"] == me
+        and row["message_type"] == MSG_COMMAND_REQUEST
+        for row in rows
+    )
+
+
+def answered(held_until: float | None, now: float) -> Answered:
+    """What a duplicate command's answer is here, by until when it is held for replay."""
+    if held_until is None:
+        return Answered.NOT_YET
+    return Answered.HELD if now <= held_until else Answered.GONE

@@ -237,7 +237,9 @@ class Lifecycle:
         # cancels it: after that commit, a restart neither runs nor resumes it.
         error = CommandError(code=ErrorCode.CANCELED, error=why, command=name or None)
         try:
-            outgoing = self._outbox.prepare(request.reply(MSG_COMMAND_ERROR, error))
+            outgoing = self._outbox.prepare(
+                request.reply(MSG_COMMAND_ERROR, error), answering=request
+            )
         except VoxError:
             outgoing = None  # no longer a peer (the fleet changed): recorded, not answered
         staged.outgoing = outgoing
@@ -348,6 +350,7 @@ class Lifecycle:
                 served.request.reply(MSG_COMMAND_ERROR, error),
                 expects_reply=False,
                 then=[(served.request, LedgerAction.CANCELED, ErrorCode.CANCELED)],
+                answering=served.request,
             )
         return served
 

@@ -9,7 +9,6 @@ import logging
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -19,12 +18,16 @@ from pydantic import BaseModel
 from vox_mqtt.agent.acksender import AckSender
 from vox_mqtt.agent.childbudget import CAUSE, ChildBudgets
 from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.outgoing import Outgoing
 from vox_mqtt.agent.ports import Publisher, Recorder, Settings
 from vox_mqtt.agent.quietpeers import Delivery, QuietPeers
 from vox_mqtt.agent.sendrules import (
+    awaits_answer,
     check_size,
     deadline_passed,
+    delivered,
     expiry,
+    held_for_replay_until,
     outlived,
     request_time_left,
     resend_deadline,
@@ -62,16 +65,6 @@ log = logging.getLogger("vox_mqtt.agent")
 _ANSWERS = frozenset({MSG_COMMAND_RESULT, MSG_COMMAND_ERROR})
 
 
-@dataclass(frozen=True, kw_only=True)
-class Outgoing:
-    """A message checked and serialized for sending, its record still to commit (prepare)."""
-
-    message: VOXMessage
-    expects_reply: bool
-    topic: str
-    payload: bytes
-
-
 class Outbox:
     """Every message this agent sends but an ack is recorded, tracked and re-sent."""
 
@@ -96,7 +89,12 @@ class Outbox:
         self._props = props
         # Acks: published at once, never tracked or re-sent (agent/acksender.py).
         self.acks = AckSender(
-            settings=settings, publisher=publisher, props=props, metrics=metrics, tasks=tasks
+            settings=settings,
+            publisher=publisher,
+            props=props,
+            metrics=metrics,
+            tasks=tasks,
+            ledger=ledger,
         )
         self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
         self._deliveries: dict[UUID, Delivery] = {}  # sent, not yet acknowledged
@@ -117,22 +115,36 @@ class Outbox:
         *,
         expects_reply: bool,
         then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
+        answering: VOXMessage | None = None,
     ) -> TrackedRequest:
         """Record, publish and keep re-sending a message until it is acknowledged.
 
         `then` rows (message, action, outcome) commit in the same transaction as its "sent" row.
+        An answer to a received command_request (`answering`) is held for replay instead.
         """
-        outgoing = self.prepare(message, expects_reply=expects_reply)
+        outgoing = self.prepare(message, expects_reply=expects_reply, answering=answering)
         # Kept until acknowledged: a crash before then re-sends it on restart.
         await self._ledger.record_message(
-            message, LedgerAction.SENT, outbox=(outgoing.topic, outgoing.payload), then=then
+            message,
+            LedgerAction.SENT,
+            outbox=outgoing.outbox,
+            replay_until=outgoing.replay_until,
+            then=then,
         )
         return self.dispatch(outgoing)
 
-    def prepare(self, message: VOXMessage, *, expects_reply: bool = False) -> Outgoing:
+    def prepare(
+        self,
+        message: VOXMessage,
+        *,
+        expects_reply: bool = False,
+        answering: VOXMessage | None = None,
+    ) -> Outgoing:
         """Check and serialize a message to send; its "sent" row and outbox entry are the caller's.
 
-        Nothing is tracked or published yet: once they are durable, dispatch() it.
+        Nothing is tracked or published yet: once they are durable, dispatch() it. An answer
+        to a received command_request (`answering`) is never acknowledged: it is published
+        once and held for replay until the request's deadline (docs/messages.md).
         """
         if message.target not in self.config.peers:
             raise VoxError(
@@ -141,11 +153,24 @@ class Outbox:
         payload = serialize(message)
         check_size(message, payload, self.config.max_message_bytes)
         topic = topics.inbox(message.target, self.config.id)
-        return Outgoing(message=message, expects_reply=expects_reply, topic=topic, payload=payload)
+        until = None
+        if answering is not None and awaits_answer(answering) and message.type in _ANSWERS:
+            until = held_for_replay_until(answering, self.config.request_timeout)
+        reply = expects_reply
+        return Outgoing(
+            message=message, expects_reply=reply, topic=topic, payload=payload, replay_until=until
+        )
 
     def dispatch(self, outgoing: Outgoing) -> TrackedRequest:
-        """Track and publish a prepared message whose "sent" row is durable, until acknowledged."""
+        """Track and publish a prepared message whose "sent" row is durable, until acknowledged.
+
+        An answer held for replay is published once: its requester re-sends if it lacks it.
+        """
         tracked = self._tracker.track(outgoing.message, expects_reply=outgoing.expects_reply)
+        if outgoing.replay_until is not None:
+            self._tracker.published_once(tracked.message_id)
+            self.acks.once(outgoing.message, outgoing.payload)
+            return tracked
         self._schedule(tracked, outgoing.payload, resend=False)
         return tracked
 
@@ -161,8 +186,9 @@ class Outbox:
                 continue
             # A downstream request adopted after the restart is tracked already, its answer
             # awaited (CommandRunner.adopt); anything else nobody awaits now.
+            # A command_request is re-sent until answered, as before the stop (awaits_answer).
             tracked = self._tracker.get(message.message_id) or self._tracker.track(
-                message, expects_reply=False
+                message, expects_reply=awaits_answer(message)
             )
             if deadline_passed(message):
                 reason = "its deadline passed while this agent was stopped"
@@ -219,7 +245,11 @@ class Outbox:
         """Publish once more, unless acknowledged or given up; then wait for the next try."""
         tracked = delivery.tracked
         delivery.timer = None
-        if self._closed or tracked.final or tracked.acknowledged.is_set():
+        if (
+            self._closed
+            or tracked.final
+            or delivered(tracked.message, acknowledged=tracked.acknowledged.is_set())
+        ):
             self._forget(tracked.message_id)
             return
         metrics = self._metrics
@@ -321,7 +351,9 @@ class Outbox:
                 "%s: will re-send %s: %s", self.config.name, tracked.message_id, outcome.reason
             )
             return
-        if not tracked.final and not tracked.acknowledged.is_set():
+        if not tracked.final and not delivered(
+            tracked.message, acknowledged=tracked.acknowledged.is_set()
+        ):
             # The broker refused it (ACL): re-sending cannot help.
             self._metrics.delivery_failures += 1
             reason = f"the broker refused it: {outcome.reason}"
@@ -378,12 +410,12 @@ class Outbox:
             log.warning("%s: %s not sent: %s", self.config.name, message.type, exc)
 
     async def send_error_to(self, peer: UUID, reply_to: UUID, code: str, reason: str) -> None:
-        """Answer a message with command_error; a failure to send is only logged by delivery."""
+        """Answer a refused message with command_error, once (publish_once)."""
         message = self.addressed(
             MSG_COMMAND_ERROR, CommandError(code=code, error=reason[:1000]), peer, reply_to
         )
         with contextlib.suppress(VoxError):
-            await self.send_message(message, expects_reply=False)
+            await self.acks.record_once(message)
 
     async def await_reply(
         self,
@@ -446,11 +478,20 @@ class Outbox:
         tracked = self._tracker.acknowledged(acknowledged, by=ack.source)
         if tracked is not None and tracked.message.target != ack.source:
             return  # not from the agent it was sent to: re-sent on (docs/security.md, F24)
-        self._delivered(acknowledged)
+        if tracked is not None and awaits_answer(tracked.message) and not tracked.final:
+            self._patient(acknowledged)
+            return
+        self._forget(acknowledged)  # its peer holds it: no more re-sending
 
-    def _delivered(self, message_id: UUID) -> None:
-        """Stop re-sending a message its peer holds (acknowledged or answered)."""
-        self._forget(message_id)
+    def _patient(self, message_id: UUID) -> None:
+        """Re-send an acknowledged request at the slowest pace, only lest its answer be lost."""
+        delivery = self._deliveries.get(message_id)
+        if delivery is None or delivery.delay >= self.config.resend_max:
+            return
+        delivery.delay = self.config.resend_max
+        if delivery.timer is not None:
+            delivery.timer.cancel()
+            self._next_try(delivery, delivery.resend_until)
 
     def settle_reply(self, reply: VOXMessage) -> None:
         """Complete (or fail, for command_error) the request a reply answers."""
@@ -463,7 +504,7 @@ class Outbox:
             self._tracker.failed(reply.reply_to, error.code, error.error, reply)
         else:
             self._tracker.completed(reply.reply_to, reply)
-        self._delivered(reply.reply_to)
+        self._forget(reply.reply_to)  # answered: no more re-sending
 
     # --- the API roles and consoles use ---------------------------------------------------
 

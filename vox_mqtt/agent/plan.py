@@ -35,6 +35,7 @@ from vox_mqtt.protocol.topics import InboxTopic
 __all__ = [
     "Admission",
     "AnswerFacts",
+    "Answered",
     "CancelAction",
     "CommandFacts",
     "Facts",
@@ -56,6 +57,7 @@ class Step(StrEnum):
     RETAINED = "retained"  # a retained message in an inbox: recorded, never acted on
     UNRECORDABLE = "unrecordable"  # the ledger cannot write: refused, never acknowledged
     DUPLICATE = "duplicate"  # seen before: acknowledged again, never acted on again
+    REPLAY = "replay"  # a re-sent command answered here: its recorded answer goes again
     SETTLE_ACK = "settle_ack"  # an acknowledgement of a message this agent sent
     SERVE = "serve"  # a command a role here serves
     DELEGATE = "delegate"  # a command for a child (`child`)
@@ -92,6 +94,14 @@ class Local(StrEnum):
     IDEMPOTENT = "idempotent"  # @command(idempotent=True): it may start while its record commits
 
 
+class Answered(StrEnum):
+    """What this agent holds of its answer to a command_request it received (a duplicate's)."""
+
+    NOT_YET = "not_yet"  # no answer recorded: it waits, runs or is delegated
+    HELD = "held"  # its answer is recorded and held for replay until the request's deadline
+    GONE = "gone"  # answered, but the answer is no longer held: its deadline passed
+
+
 class Waiter(StrEnum):
     """Who waits for the request an answer names (its reply_to), as this agent sees it."""
 
@@ -124,6 +134,9 @@ class AnswerFacts:
     waiter: Waiter
     refused_unrecorded: bool = False  # a LEDGER_UNAVAILABLE error: the work goes elsewhere
     ended_as: str = ""  # with Waiter.ENDED: how the request ended here
+    # The request it names is a command_request this agent sent: its answer is never
+    # acknowledged, the request is re-sent until answered (docs/messages.md).
+    to_command: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +155,7 @@ class Facts:
     """What `decide` reads about an admitted message and the agent at that moment."""
 
     duplicate: bool = False  # the ledger already holds this message
+    answered: Answered = Answered.NOT_YET  # for a duplicate command_request: its answer here
     command: CommandFacts | None = None  # for a command_request
     answer: AnswerFacts | None = None  # for a message with reply_to
     # For a cancel_request: where the request it names stands here (a ServedState value,
@@ -169,7 +183,9 @@ class Plan:
         return self.step not in _NOT_ACTED_ON
 
 
-_NOT_ACTED_ON = frozenset({Step.REJECT, Step.RETAINED, Step.UNRECORDABLE, Step.DUPLICATE})
+_NOT_ACTED_ON = frozenset(
+    {Step.REJECT, Step.RETAINED, Step.UNRECORDABLE, Step.DUPLICATE, Step.REPLAY}
+)
 
 
 def admit(message: VOXMessage, topic: InboxTopic, facts: Admission) -> Plan | None:
@@ -197,7 +213,7 @@ def decide(
         step = Step.DUPLICATE if facts.duplicate else Step.SETTLE_ACK
         return Plan(step=step, acknowledge=False)
     if facts.duplicate:
-        return Plan(step=Step.DUPLICATE)
+        return _decide_duplicate(message, facts)
     if message.type == MSG_COMMAND_REQUEST and facts.command is not None:
         return _decide_command(facts.command, tiebreak)
     if message.type == MSG_CANCEL_REQUEST and facts.target is not None:
@@ -211,6 +227,25 @@ def decide(
     if message.reply_to is not None and facts.answer is not None:
         return _decide_answer(message, facts.answer)
     return Plan(step=Step.EVENT)
+
+
+def _decide_duplicate(message: VOXMessage, facts: Facts) -> Plan:
+    """A copy of a message already recorded here: nothing runs again (docs/messages.md)."""
+    if message.type == MSG_COMMAND_REQUEST and facts.answered is Answered.HELD:
+        # Its requester lacks the answer: the recorded one goes again, same id, and stands
+        # for the acknowledgement; the command never runs twice.
+        return Plan(step=Step.REPLAY, acknowledge=False)
+    if _answers_command(message, facts.answer):
+        # An answer is never acknowledged: a second copy of one is not either.
+        return Plan(step=Step.DUPLICATE, acknowledge=False)
+    # Still waiting, running or delegated (its ack again), or answered so long ago that its
+    # requester gave up at the deadline (a stray copy): acknowledged again, as any duplicate.
+    return Plan(step=Step.DUPLICATE)
+
+
+def _answers_command(message: VOXMessage, facts: AnswerFacts | None) -> bool:
+    """Tell whether a message is an answer to a command_request this agent sent."""
+    return message.type in ANSWERS and facts is not None and facts.to_command
 
 
 def _decide_command(facts: CommandFacts, tiebreak: Callable[[], float]) -> Plan:
@@ -237,15 +272,18 @@ def _decide_command(facts: CommandFacts, tiebreak: Callable[[], float]) -> Plan:
 
 
 def _decide_answer(message: VOXMessage, facts: AnswerFacts) -> Plan:
+    # An answer to a command is never acknowledged: its requester re-sends the request until
+    # it has one, and the answerer replays what it recorded (docs/messages.md).
+    acknowledge = not _answers_command(message, facts)
     if facts.waiter is Waiter.ENDED:
         reason = f"answers {message.reply_to}, which ended {facts.ended_as} here"
-        return Plan(step=Step.LATE, reason=reason, ended=facts.ended_as)
+        return Plan(step=Step.LATE, reason=reason, ended=facts.ended_as, acknowledge=acknowledge)
     if facts.waiter is Waiter.RELAY and message.type in ANSWERS and not facts.refused_unrecorded:
-        return Plan(step=Step.RELAY_ANSWER)
+        return Plan(step=Step.RELAY_ANSWER, acknowledge=acknowledge)
     if facts.waiter in (Waiter.CALLER, Waiter.RELAY):
         # A relay's child refused the work unrecorded: its waiter sends it to another child.
-        return Plan(step=Step.ANSWER)
-    return Plan(step=Step.EVENT)
+        return Plan(step=Step.ANSWER, acknowledge=acknowledge)
+    return Plan(step=Step.EVENT, acknowledge=acknowledge)
 
 
 _CANCEL_BY_STATE = {

@@ -35,6 +35,7 @@ class Recorder(Protocol):
         outbox: tuple[str, bytes] | None = None,
         outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
+        replay_until: float | None = None,
         then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> int:
         """Record a message under an action; see VOXAgentMemory.record_message."""

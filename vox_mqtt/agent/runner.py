@@ -206,7 +206,9 @@ class CommandRunner:
         """Check a command's answer for the outbox; None when it cannot be sent as it is."""
         kind = MSG_COMMAND_RESULT if isinstance(details, CommandResult) else MSG_COMMAND_ERROR
         try:
-            outgoing = self.outbox.prepare(served.request.reply(kind, details))
+            outgoing = self.outbox.prepare(
+                served.request.reply(kind, details), answering=served.request
+            )
         except VoxError:
             return None
         served.answer = outgoing
@@ -284,15 +286,14 @@ class CommandRunner:
                         request.reply(MSG_COMMAND_ERROR, error),
                         expects_reply=False,
                         then=[(request, LedgerAction.FAILED, None)],
+                        answering=request,
                     )
                 )
             self.requests.move(served, ServedState.FAILED)
-        # A moment for the answers to be acknowledged; unacknowledged ones stay in the
-        # outbox and go out after the next start.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(2.0):
-                for tracked in answers:
-                    await tracked.acknowledged.wait()
+        # A moment for the answers to reach the broker; one that does not is held for replay
+        # and goes out when its requester re-sends the request (docs/messages.md).
+        if answers:
+            await self.outbox.acks.flush(2.0)
 
     # --- serving --------------------------------------------------------------------------
 
@@ -349,7 +350,10 @@ class CommandRunner:
             # The "completed" or "failed" row commits in the same transaction.
             try:
                 await self.outbox.send_message(
-                    request.reply(kind, details), expects_reply=False, then=[(request, end, None)]
+                    request.reply(kind, details),
+                    expects_reply=False,
+                    then=[(request, end, None)],
+                    answering=request,
                 )
             except MessageTooLarge as exc:
                 name = str(request.details.get("command", ""))
@@ -363,6 +367,7 @@ class CommandRunner:
                     request.reply(MSG_COMMAND_ERROR, too_large),
                     expects_reply=False,
                     then=[(request, LedgerAction.FAILED, None)],
+                    answering=request,
                 )
             except LedgerError:
                 # It cannot be recorded (the disk is full): answer anyway, once.
@@ -559,6 +564,19 @@ class CommandRunner:
             adopted.add(str(request.message_id))
         return adopted
 
+    async def _report_interrupted(self, row: Mapping[str, Any]) -> None:
+        """Answer a command a restart cut HANDLER_ERROR, held for replay like any answer."""
+        why = "the agent restarted while running this command; it is not run twice"
+        request = request_from_row(row)
+        if request is None:  # a row that does not read back: answered once, unheld
+            code, source, request_id = ErrorCode.HANDLER_ERROR, row["source"], row["message_id"]
+            await self.outbox.send_error_to(UUID(source), UUID(request_id), code, why)
+            return
+        error = CommandError(code=ErrorCode.HANDLER_ERROR, error=why)
+        answer = request.reply(MSG_COMMAND_ERROR, error, message_source=self.config.message_source)
+        with contextlib.suppress(VoxError):
+            await self.outbox.send_message(answer, expects_reply=False, answering=request)
+
     async def resume(
         self,
         interrupted: Iterable[Mapping[str, Any]],
@@ -573,12 +591,7 @@ class CommandRunner:
         """
         for row in interrupted:
             self._metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
-            await self.outbox.send_error_to(
-                UUID(row["source"]),
-                UUID(row["message_id"]),
-                ErrorCode.HANDLER_ERROR,
-                "the agent restarted while running this command; it is not run twice",
-            )
+            await self._report_interrupted(row)
         for row in pending:
             request = request_from_row(row)
             if request is not None and request.source in self.config.peers:

@@ -18,14 +18,57 @@ from vox_mqtt.protocol.messages import (
 from vox_mqtt.protocol.signing import Signing, resend_until
 
 __all__ = [
+    "REPLAY_MARGIN",
+    "awaits_answer",
     "check_size",
     "deadline_passed",
+    "delivered",
     "expiry",
+    "held_for_replay_until",
     "outlived",
     "request_time_left",
     "resend_deadline",
     "time_left",
 ]
+
+# How long past its request's deadline an answer stays held for replay: the requester's last
+# re-send may leave just before its deadline and arrive a moment later, or from a host whose
+# clock runs a little behind (docs/ledger.md, "Answers held for replay").
+REPLAY_MARGIN = 60.0
+
+
+def awaits_answer(message: VOXMessage) -> bool:
+    """Tell whether a sent message is re-sent until answered, not only until acknowledged.
+
+    A command_request: its answer is never acknowledged, so the requester re-sends it until
+    the answer comes or its deadline passes, and the answerer replays the answer it recorded
+    (docs/messages.md, "Answers need no acknowledgement").
+    """
+    return message.type == MSG_COMMAND_REQUEST
+
+
+def delivered(message: VOXMessage, *, acknowledged: bool) -> bool:
+    """Tell whether a sent message needs no more re-sending: its ack came, and it awaits none.
+
+    A command_request is re-sent until answered (or its deadline): its ack only says its
+    peer holds it, and the answer, never acknowledged, may be lost on the way.
+    """
+    return acknowledged and not awaits_answer(message)
+
+
+def held_for_replay_until(
+    request: VOXMessage, default: float, *, now: float | None = None
+) -> float:
+    """Return until when (a Unix time) the answer to a received command is held for replay.
+
+    Its requester re-sends the request at most until its deadline (now + default for one
+    without): the answer is held that long, and REPLAY_MARGIN more.
+    """
+    return (
+        (time.time() if now is None else now)
+        + request_time_left(request, default, now=now)
+        + REPLAY_MARGIN
+    )
 
 
 def check_size(message: VOXMessage, payload: bytes, limit: int) -> None:
@@ -63,12 +106,12 @@ def time_left(deadline: str | None, default: float, *, now: float | None = None)
     return max(0.0, left)
 
 
-def request_time_left(message: VOXMessage, default: float) -> float:
+def request_time_left(message: VOXMessage, default: float, *, now: float | None = None) -> float:
     """Return how long a sent command_request may wait unacknowledged or unanswered."""
     deadline = message.details.get("deadline")
     if message.type != MSG_COMMAND_REQUEST or not isinstance(deadline, str):
         return default
-    return time_left(deadline, default)
+    return time_left(deadline, default, now=now)
 
 
 def expiry(message: VOXMessage) -> int | None:

@@ -140,6 +140,15 @@ class RequestTracker:
             request.acknowledged.set()
         self._move(request, RequestState.FAILED)
 
+    def published_once(self, message_id: UUID) -> None:
+        """End a message published once, never re-sent nor acknowledged (an answer to a command).
+
+        Nothing is left to wait for: its requester re-sends the request if it lacks it.
+        """
+        request = self._requests.get(message_id)
+        if request is not None and not request.final:
+            self._move(request, RequestState.COMPLETED)
+
     def expired(self, message_id: UUID, error: str) -> None:
         """Record that the sender gave up waiting: never acknowledged or never answered in time.
 

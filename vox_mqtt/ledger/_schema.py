@@ -68,6 +68,25 @@ _ENSURE_TRIGGERS: Final = "".join(
 # A received command's origin message_source, sealed, until it starts or ends (docs/ledger.md).
 _HELD: Final = """CREATE TABLE IF NOT EXISTS held (message_id TEXT PRIMARY KEY,
     source TEXT NOT NULL);"""
+# An answer to a received command_request, whole (sealed as the outbox keeps it), held until
+# its request's deadline: a re-sent request is answered with it again, never run again
+# (docs/ledger.md, "Answers held for replay"). Mutable like the outbox; the rows stay.
+_REPLAY: Final = """CREATE TABLE IF NOT EXISTS replay (request_id TEXT PRIMARY KEY,
+    topic TEXT NOT NULL, payload BLOB NOT NULL, keep_until REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS replay_until ON replay (keep_until);"""
+_HELD_ANSWER: Final = "SELECT payload, keep_until FROM replay WHERE request_id = ?"
+# A ledger from before: an answer to a received command waiting in its outbox, to be
+# re-sent until acknowledged, is held for replay instead (until its request's deadline, or
+# an hour from now for a request without one, plus a minute), as it is never acknowledged
+# any more (docs/ledger.md, "Answers held for replay").
+_LEGACY_ANSWERS: Final = f"""SELECT o.message_id, a.reply_to, o.topic, o.payload,
+    COALESCE((julianday(json_extract(r.details, '$.deadline')) - 2440587.5) * 86400.0,
+             ? + 3600.0) + 60.0
+    FROM outbox AS o JOIN logs AS a ON a.message_id = o.message_id
+      AND a.action = '{LedgerAction.SENT}'
+    JOIN logs AS r ON r.message_id = a.reply_to AND r.action = '{LedgerAction.RECEIVED}'
+    WHERE a.message_type IN ('command_result', 'command_error')
+      AND r.message_type = 'command_request'"""
 _MARK_TRIGGERS: Final = "INSERT INTO ledger_meta (key, value) VALUES ('triggers', '2');\n"
 _SCHEMA: Final = f"""
 BEGIN IMMEDIATE;
@@ -80,6 +99,7 @@ CREATE TABLE IF NOT EXISTS logs (
 CREATE TABLE IF NOT EXISTS outbox (message_id TEXT PRIMARY KEY, topic TEXT NOT NULL,
     payload BLOB NOT NULL);
 {_HELD}
+{_REPLAY}
 CREATE INDEX IF NOT EXISTS logs_message ON logs (message_id, action);
 CREATE INDEX IF NOT EXISTS logs_reply_to ON logs (reply_to);
 CREATE INDEX IF NOT EXISTS logs_action ON logs (action, message_type);

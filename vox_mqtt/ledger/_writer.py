@@ -8,15 +8,20 @@ import functools
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
+from vox_mqtt.ledger._rows import Received, Values
 from vox_mqtt.ledger._schema import (
     _ALL,
     _COLUMNS,
     _HEAD,
     _HELD,
+    _LEGACY_ANSWERS,
+    _REPLAY,
     _SCHEMA,
     _TRIGGERS_VERSION,
     _UPGRADE,
@@ -27,7 +32,33 @@ from vox_mqtt.ledger._schema import (
 from vox_mqtt.ledger.actions import DONE_ACTIONS, LedgerAction
 from vox_mqtt.protocol.errors import LedgerError
 
-__all__ = ["SYNC_MODES", "LedgerSync", "WriterThread", "open_writer", "rechain", "write_batch"]
+__all__ = [
+    "SYNC_MODES",
+    "LedgerSync",
+    "Pending",
+    "WriterThread",
+    "open_writer",
+    "rechain",
+    "write_batch",
+]
+
+
+@dataclass(slots=True)
+class Pending:
+    """Rows (none, for an outbox removal alone) that commit together, and who waits for them."""
+
+    rows: list[Values]
+    future: asyncio.Future[int]  # the first row's id (0 without rows)
+    # The outbox is the one mutable table: a sent message waits there, whole, until it is
+    # acknowledged, so a restart can re-send it. It commits with its "sent" row.
+    outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
+    outbox_done: str | None = None  # message_id to remove
+    received: list[Received] | None = None  # for the dedupe index, once committed
+    held: tuple[str, str] | None = None  # a command's sealed source, until it starts or ends
+    # An answer to a received command, whole, held for replay until its request's deadline:
+    # (request_id, topic, payload, keep_until as a Unix time).
+    replay: tuple[str, str, bytes, float] | None = None
+
 
 LedgerSync = Literal["full", "normal"]
 # What each ledger_sync value survives is in docs/ledger.md ("Durable before acknowledged").
@@ -137,6 +168,17 @@ def rechain(rows: Sequence[Row], head: Head) -> list[Row]:
     return out
 
 
+def _hold_legacy_answers(db: sqlite3.Connection) -> None:
+    """Move answers to commands from the outbox to the replay table, in one transaction."""
+    found = db.execute(_LEGACY_ANSWERS, (time.time(),)).fetchall()
+    if not found:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("INSERT OR IGNORE INTO replay VALUES (?, ?, ?, ?)", [r[1:] for r in found])
+    db.executemany("DELETE FROM outbox WHERE message_id = ?", [(r[0],) for r in found])
+    db.execute("COMMIT")
+
+
 def open_writer(
     thread: WriterThread, path: Path, synchronous: str, load: Callable[[sqlite3.Connection], T]
 ) -> tuple[Head, T]:
@@ -156,6 +198,8 @@ def open_writer(
             # from a newer file is never put back here; verify() reports it.
             db.executescript(_UPGRADE)
         db.execute(_HELD)  # a ledger from before it gets the table (empty: nothing was held)
+        db.executescript(_REPLAY)  # the same for answers held for replay
+        _hold_legacy_answers(db)
         meta = db.execute("SELECT value FROM ledger_meta WHERE key='schema'").fetchall()
     except sqlite3.Error as exc:
         raise LedgerError(f"ledger {path}: not a vox ledger: {exc}") from None
@@ -203,11 +247,14 @@ def write_batch(
     removed: list[tuple[str]],
     chained: bool,
     held: Sequence[tuple[str, str]] = (),
+    replay: Sequence[tuple[str, str, bytes, float]] = (),
 ) -> tuple[list[Row], Head | None]:
     """Append rows and change the outbox in one transaction; return the rows as written.
 
     held: received commands' sealed sources, kept until a row says the command started,
     ended or was answered (`_released`), in the same transaction as that row.
+    replay: answers held for replay (request_id, topic, payload, keep_until); those held
+    long enough go in the same transaction, so they cost no commit of their own.
 
     Rows arrive chained onto the head this writer last committed (chained=True). If another
     connection appended meanwhile, the first id collides (ids are explicit and contiguous):
@@ -233,6 +280,9 @@ def write_batch(
             db.executemany("DELETE FROM outbox WHERE message_id = ?", removed)
         if held:
             db.executemany("INSERT OR IGNORE INTO held VALUES (?, ?)", held)
+        if replay:
+            db.executemany("INSERT OR REPLACE INTO replay VALUES (?, ?, ?, ?)", replay)
+        db.execute("DELETE FROM replay WHERE keep_until < ?", (time.time(),))
         if released := _released(rows):
             db.executemany("DELETE FROM held WHERE message_id = ?", released)
         db.execute("COMMIT")

@@ -9,7 +9,6 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 from uuid import UUID
@@ -24,6 +23,7 @@ from vox_mqtt.ledger._rows import Received, Values, make_row, message_row
 from vox_mqtt.ledger._schema import (
     _ALL,
     _HEAD,
+    _HELD_ANSWER,
     _INTERRUPTED,
     _PENDING,
     _PROMOTED,
@@ -46,6 +46,7 @@ from vox_mqtt.ledger._writer import (
     SYNC_MODES,
     Head,
     LedgerSync,
+    Pending,
     WriterThread,
     open_writer,
     write_batch,
@@ -66,20 +67,6 @@ __all__ = [
 # Rows nothing waits for (an ack's "received") wait this long for a batch to join.
 _LATER = 0.02
 _RECEIVED = LedgerAction.RECEIVED  # has_message's default: the dedupe check
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Rows (none, for an outbox removal alone) that commit together, and who waits for them."""
-
-    rows: list[Values]
-    future: asyncio.Future[int]  # the first row's id (0 without rows)
-    # The outbox is the one mutable table: a sent message waits there, whole, until it is
-    # acknowledged, so a restart can re-send it. It commits with its "sent" row.
-    outbox: tuple[str, str, bytes] | None = None  # message_id, topic, payload
-    outbox_done: str | None = None  # message_id to remove
-    received: list[Received] | None = None  # for the dedupe index, once committed
-    held: tuple[str, str] | None = None  # a command's sealed source, until it starts or ends
 
 
 class VOXAgentMemory:
@@ -112,7 +99,7 @@ class VOXAgentMemory:
         self._closed = False
         self._commits = 0
         # Records wait here, on the loop, while the previous batch commits (grouping: _flush).
-        self._buffer: list[_Pending] = []
+        self._buffer: list[Pending] = []
         self._in_flight = False
         self._flush_handle: asyncio.Handle | None = None
         self._flush_later = False  # the handle is the timer of rows nothing waits for
@@ -284,15 +271,17 @@ class VOXAgentMemory:
         outbox: tuple[str, bytes] | None = None,
         outbox_for: VOXMessage | None = None,
         outbox_done: UUID | None = None,
+        replay_until: float | None = None,
         then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
         With outbox=(topic, payload), also keep the whole message (or outbox_for, one of the
         `then` messages) until outbox_done(); with outbox_done=ID, forget that sent message in
-        the same transaction. `then` rows, as (message, action, outcome), commit in that same
-        transaction after this one (what each such grouping still lets a restart prove is in
-        docs/ledger.md). Returns the first id.
+        the same transaction; with replay_until too, it is an answer held for replay until
+        then (`held_answer`) instead. `then` rows, as (message, action, outcome), commit in that
+        same transaction after this one (what each such grouping still lets a restart prove is
+        in docs/ledger.md). Returns the first id.
         """
         if self._reader is None:
             await self.init_db()  # the digest key is read when the ledger opens
@@ -302,16 +291,19 @@ class VOXAgentMemory:
             message_row(other, self.stored_source(other.message_source), what, result, None, None)
             for other, what, result in then
         ]
-        kept = held = None
+        kept = held = replay = None
         if outbox is not None:  # the origin's source sealed, for a re-send after a restart
             keep = message if outbox_for is None else outbox_for
             sealed = self._sources.seal(origin := keep.message_source, self.path)
             kept = (str(keep.message_id), outbox[0], _outbox_payload(outbox[1], origin, sealed))
+            if replay_until is not None and keep.reply_to is not None:
+                replay = (str(keep.reply_to), kept[1], kept[2], replay_until)
+                kept = None
         if message.type == MSG_COMMAND_REQUEST and action == LedgerAction.RECEIVED:
             # Kept until it starts or ends: a restart resumes (or adopts) it with its origin's.
             held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
         done = None if outbox_done is None else str(outbox_done)
-        return await self._submit(rows, outbox=kept, outbox_done=done, held=held)
+        return await self._submit(rows, outbox=kept, outbox_done=done, held=held, replay=replay)
 
     def stored_source(self, message_source: str) -> str:
         """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
@@ -331,7 +323,7 @@ class VOXAgentMemory:
         source = self.stored_source(message.message_source)
         values, received = message_row(message, source, LedgerAction.RECEIVED, None, None, topic)
         done = None if outbox_done is None else str(outbox_done)
-        pending = _Pending([values], future, None, done, None if received is None else [received])
+        pending = Pending([values], future, None, done, None if received is None else [received])
         self._enqueue(pending, urgent=False)
         return future
 
@@ -339,6 +331,12 @@ class VOXAgentMemory:
         """Forget a sent message once it is acknowledged (or given up on)."""
         if not self._closed and self._thread is not None:
             await self._submit([], outbox_done=str(message_id))
+
+    async def held_answer(self, request_id: UUID) -> tuple[bytes, float] | None:
+        """Return a received command's answer held for replay, and until when (a Unix time)."""
+        found = await self._fetch(_HELD_ANSWER, (_id_text(request_id),))
+        unseal = self._sources.unseal_payload
+        return next(((unseal(bytes(p), self.path), float(until)) for p, until in found), None)
 
     async def pending_outbox(self) -> list[tuple[str, str, bytes]]:
         """Return the sent messages never acknowledged: (message_id, topic, payload)."""
@@ -373,6 +371,7 @@ class VOXAgentMemory:
         outbox: tuple[str, str, bytes] | None = None,
         outbox_done: str | None = None,
         held: tuple[str, str] | None = None,
+        replay: tuple[str, str, bytes, float] | None = None,
     ) -> int:
         """Queue rows that commit together; return the first one's id once they are durable."""
         if self._reader is None:  # set once the writer is open too
@@ -385,10 +384,10 @@ class VOXAgentMemory:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         received = [seen for _, seen in rows if seen is not None] or None
         values = [row for row, _ in rows]
-        self._enqueue(_Pending(values, future, outbox, outbox_done, received, held))
+        self._enqueue(Pending(values, future, outbox, outbox_done, received, held, replay))
         return await future
 
-    def _enqueue(self, pending: _Pending, *, urgent: bool = True) -> None:
+    def _enqueue(self, pending: Pending, *, urgent: bool = True) -> None:
         self._buffer.append(pending)
         if self._in_flight:
             return  # _written hands the buffer over when the commit in flight ends
@@ -418,7 +417,7 @@ class VOXAgentMemory:
             return
         batch = self._buffer[: self._max_batch]
         del self._buffer[: self._max_batch]
-        rows, added, removed, held = [], [], [], []
+        rows, added, removed, held, replay = [], [], [], [], []
         last_id, prev = self.written_head or (0, GENESIS_HASH)
         for pending in batch:
             for values in pending.rows:
@@ -431,17 +430,18 @@ class VOXAgentMemory:
             if pending.outbox_done is not None:
                 removed.append((pending.outbox_done,))
             held += [pending.held] if pending.held is not None else []
+            replay += [pending.replay] if pending.replay is not None else []
         thread = self._thread
         chained = self.written_head is not None
 
         def job() -> tuple[list[tuple[Any, ...]], Head | None]:
             assert thread.db is not None
-            return write_batch(thread.db, rows, added, removed, chained, held)
+            return write_batch(thread.db, rows, added, removed, chained, held, replay)
 
         self._in_flight = True
         thread.submit(job, functools.partial(self._written, batch, time.perf_counter()))
 
-    def _written(self, batch: list[_Pending], started: float, ok: bool, outcome: Any) -> None:
+    def _written(self, batch: list[Pending], started: float, ok: bool, outcome: Any) -> None:
         """Settle a batch's callers (on the loop), then hand over what queued meanwhile."""
         self._in_flight = False
         if ok:
