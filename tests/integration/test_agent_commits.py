@@ -171,7 +171,7 @@ async def test_a_relay_commits_once_on_the_way_down_and_once_on_the_way_up(
         asked = asyncio.create_task(operator.request("hold", {}, to=root.id, timeout=20))
         # The gate stays shut until the child's ack has committed at the root, so the ack's
         # row commits alone whatever the load: a timed sleep let a slow root take the ack
-        # and the result in one turn (3 commits, not 4).
+        # and the result in one turn, and group commit rightly made them one.
         # received + ack sent + downstream sent + delegated; then the child's ack.
         await wait_for(lambda: root.memory.commit_count - before == 2)
         gate.opened.set()
