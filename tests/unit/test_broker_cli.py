@@ -12,10 +12,9 @@ import pytest
 from tests.kits.brokerkit import fleet_toml, seven_agent_fleet, tree_fleet
 from vox_mqtt.broker.credstore import CredentialStore
 from vox_mqtt.broker.passwd import Credentials, render_credentials
-from vox_mqtt.broker.render import MAX_PACKET_BYTES
 from vox_mqtt.cli import main
 from vox_mqtt.protocol.hierarchy import load_fleet
-from vox_mqtt.protocol.messages import MAX_MESSAGE_BYTES
+from vox_mqtt.protocol.messages import MAX_MESSAGE_BYTES, MAX_PACKET_BYTES
 
 
 def _creds(out: Path) -> dict[str, Credentials]:

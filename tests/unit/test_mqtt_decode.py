@@ -3,21 +3,22 @@ packet as the `mqtt5` codec does, and what the connection frames reads back as s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import struct
 from typing import Any
 
 import mqtt5
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
-from vox_mqtt.transport.packets import frame_publish, reason_name, split_packet
+from vox_mqtt.transport.packets import MalformedPacket, frame_publish, reason_name, split_packet
 from vox_mqtt.transport.wire import Connection, Received
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
@@ -146,7 +147,7 @@ def test_any_bytes_are_a_publish_or_a_malformed_packet_never_another_error(
         b"\x00\x01a\x00\x01\x10\x01",  # 16 bytes of properties announced, one there
     ],
 )
-def test_malformed_publishes_are_refused_with_paho_s_error(body: bytes) -> None:
+def test_malformed_publishes_are_refused_with_the_transport_s_error(body: bytes) -> None:
     with pytest.raises(MalformedPacket):
         split_publish(body)
 
@@ -191,3 +192,36 @@ def test_a_packet_is_cut_only_once_it_is_all_there() -> None:
     assert (first, start, end) == (packet[0], 3, len(packet))
     with pytest.raises(MalformedPacket):
         split_packet(bytearray(b"\x30\xff\xff\xff\xff\x01"))  # a length of five bytes
+
+
+def test_a_packet_longer_than_the_client_takes_is_refused_before_it_arrives() -> None:
+    header = frame_publish("t", b"x" * (MAX_PACKET_BYTES + 1), 1, False, 1, b"\x00")[:5]
+    with pytest.raises(MalformedPacket, match="above the"):
+        split_packet(bytearray(header))  # only the fixed header is there yet
+    exact = frame_publish("t", b"x" * 10, 1, False, 1, b"\x00")
+    assert split_packet(bytearray(exact), max_size=len(exact)) is not None
+    with pytest.raises(MalformedPacket):
+        split_packet(bytearray(exact), max_size=len(exact) - 1)
+
+
+@settings(max_examples=300)
+@given(chunks=st.lists(st.binary(max_size=300), max_size=12), big=st.booleans())
+def test_any_bytes_from_a_broker_end_the_connection_or_read_never_a_crash(
+    chunks: list[bytes], big: bool
+) -> None:
+    """Arbitrary bytes into a connection: nothing raises out of data_received, a protocol
+    error ends it, and what it buffers stays within one packet of the size it takes."""
+
+    async def feed() -> Connection:
+        connection = Connection("c", keepalive=0)
+        connection.sink = lambda message: True
+        if big:  # a declared length far beyond the maximum, then its bytes keep coming
+            connection.data_received(b"\x30\xff\xff\xff\x7f")
+        for chunk in chunks:
+            connection.data_received(chunk)
+            assert len(connection.buffered) <= MAX_PACKET_BYTES + len(chunk)
+        return connection
+
+    connection = asyncio.run(feed())
+    if big:
+        assert connection.buffered == b""

@@ -64,7 +64,7 @@ from vox_mqtt.broker.policy import policy_probes, rendered_acl_problems, write_p
 from vox_mqtt.broker.text import broker_file_text
 from vox_mqtt.protocol.errors import ConfigError
 from vox_mqtt.protocol.hierarchy import Fleet
-from vox_mqtt.protocol.messages import MAX_MESSAGE_BYTES
+from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
 
 __all__ = [
     "DEFAULT_USER",
@@ -76,9 +76,8 @@ __all__ = [
 Format = Literal["acl", "dynsec"]
 DEFAULT_USER: Final = "mosquitto"
 CONF_NAME: Final = "mosquitto.conf"
-# Whole-packet cap: a VOX payload of MAX_MESSAGE_BYTES plus topic and v5 properties.
-# (message_size_limit is deprecated in 2.0 and answers with a PUBACK code paho rejects.)
-MAX_PACKET_BYTES: Final = MAX_MESSAGE_BYTES + 16 * 1024
+# The whole-packet cap is protocol/messages.MAX_PACKET_BYTES (message_size_limit is
+# deprecated in 2.0 and answers with a PUBACK code a client may reject).
 _PLUGIN_GLOBS: Final = (
     "/usr/lib/*/mosquitto_dynamic_security.so",
     "/usr/lib/mosquitto_dynamic_security.so",

@@ -72,6 +72,7 @@ __all__ = [
     "MAX_EXPIRY_SECONDS",
     "MAX_HEARTBEAT_INTERVAL",
     "MAX_MESSAGE_BYTES",
+    "MAX_PACKET_BYTES",
     "MSG_ACKNOWLEDGED",
     "MSG_AGENT_STATUS",
     "MSG_CANCEL_REPORT",
@@ -120,6 +121,10 @@ MSG_COMMAND_ERROR: Final = "command_error"
 MSG_AGENT_STATUS: Final = "agent_status"
 
 MAX_MESSAGE_BYTES: Final = 256 * 1024
+# A whole MQTT packet: a payload of MAX_MESSAGE_BYTES plus its topic and v5 properties. The
+# broker accepts none larger (broker/render.py) and the transport reads none larger
+# (transport/packets.split_packet): a declared length beyond it is refused before it arrives.
+MAX_PACKET_BYTES: Final = MAX_MESSAGE_BYTES + 16 * 1024
 # The furthest a command deadline may lie ahead. MQTT's message expiry is a 32-bit count of
 # seconds (about 136 years); a deadline beyond any real job's is a mistake or an attack.
 MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600

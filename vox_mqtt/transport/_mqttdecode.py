@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import struct
 
-from paho.mqtt.exception import MalformedPacket, MQTTException
+from paho.mqtt.exception import MQTTException
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from vox_mqtt.transport.packets import MalformedPacket
 
 __all__ = ["RawProperties", "split_publish"]
 
@@ -31,14 +33,14 @@ class RawProperties:
         paho's unpack raises whatever its parsing meets in bytes that are not properties
         (KeyError for an unknown identifier, struct.error for a value cut short,
         MQTTException for a property of another packet, UnicodeDecodeError): here they are
-        one error, the one split_publish raises (tests/unit/test_mqtt_decode.py fuzzes it).
+        one error, the transport's own, which split_publish raises too
+        (tests/unit/test_mqtt_decode.py fuzzes it).
         """
         result = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         try:
             result.unpack(self.packed)  # type: ignore[no-untyped-call]
-        except MalformedPacket:
-            raise
-        except (KeyError, IndexError, ValueError, struct.error, MQTTException) as exc:
+        # MQTTException covers paho's own MalformedPacket too: ours is the only one that leaves.
+        except (MQTTException, KeyError, IndexError, ValueError, struct.error) as exc:
             raise MalformedPacket(f"PUBLISH: unreadable properties ({exc!r})"[:200]) from None
         return result
 

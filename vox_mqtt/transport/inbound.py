@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from paho.mqtt.exception import MalformedPacket
-
 from vox_mqtt.transport._mqttdecode import RawProperties
+from vox_mqtt.transport.packets import MalformedPacket
 
 __all__ = ["Carried", "Inbound", "carried"]
 

@@ -11,9 +11,23 @@ import struct
 from typing import Final
 
 import mqtt5
-from paho.mqtt.exception import MalformedPacket
 
-__all__ = ["frame_publish", "puback", "reason_name", "reason_name_connack", "split_packet"]
+from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
+
+__all__ = [
+    "MalformedPacket",
+    "frame_publish",
+    "puback",
+    "reason_name",
+    "reason_name_connack",
+    "split_packet",
+]
+
+
+class MalformedPacket(Exception):
+    """Bytes from the broker that are not a packet this client reads: the transport's one
+    protocol error (the connection ends with "protocol error"; docs/transport.md)."""
+
 
 _PUBLISH: Final = 0x30
 
@@ -67,8 +81,15 @@ def puback(mid: int) -> bytes:
     return b"\x40\x02" + struct.pack("!H", mid)
 
 
-def split_packet(buffer: bytearray | memoryview) -> tuple[int, int, int] | None:
-    """Return (first byte, body start, body end) of the packet buffer starts with, or None."""
+def split_packet(
+    buffer: bytearray | memoryview, max_size: int = MAX_PACKET_BYTES
+) -> tuple[int, int, int] | None:
+    """Return (first byte, body start, body end) of the packet buffer starts with, or None.
+
+    A packet declared longer than max_size (the Maximum Packet Size this client sends in
+    its CONNECT, MQTT v5 3.1.2.11.4) is refused as soon as its length is read, before its
+    bytes arrive: what a connection buffers stays within one packet of that size.
+    """
     size, shift, at = 0, 0, 1
     while True:
         if at >= len(buffer):
@@ -82,6 +103,8 @@ def split_packet(buffer: bytearray | memoryview) -> tuple[int, int, int] | None:
         if shift > 21:
             raise MalformedPacket("a remaining length longer than 4 bytes")
     end = at + size
+    if end > max_size:
+        raise MalformedPacket(f"a packet of {end} bytes, above the {max_size} this client takes")
     if end > len(buffer):
         return None
     return buffer[0], at, end

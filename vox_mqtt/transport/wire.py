@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import mqtt5
-from paho.mqtt.exception import MalformedPacket
 
+from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.outcome import CONNECTION_LOST, PublishOutcome, answered
 from vox_mqtt.transport.packets import (
+    MalformedPacket,
     frame_publish,
     puback,
     reason_name,
@@ -143,6 +144,11 @@ class Connection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._closed_cause: BaseException | None = None
 
+    @property
+    def buffered(self) -> bytes:
+        """Return what was read and not yet cut into packets (at most one packet's worth)."""
+        return bytes(self._inbox)
+
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -153,6 +159,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """Cut and handle the packets that arrived, at most PACKETS_PER_TURN this turn."""
         self._heard = True
+        if self._closed_cause is not None:
+            return  # a protocol error ended the connection: nothing more is read
         self._inbox += data
         if not self._draining:
             self._drain()
@@ -372,6 +380,7 @@ class Connection(asyncio.Protocol):
                 handled += 1
         except (MalformedPacket, ValueError, IndexError) as exc:
             self._protocol_error(f"malformed packet: {exc}")
+            inbox.clear()
 
     def _drain_more(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -508,6 +517,9 @@ def connect_packet(
         keep_alive=s.keepalive,
         session_expiry_interval=s.session_expiry,
         receive_max=receive_maximum,
+        # The broker drops for this client what it could not read (MQTT v5 3.1.2.11.4),
+        # and split_packet refuses a larger packet before its bytes arrive.
+        max_packet_size=MAX_PACKET_BYTES,
     )
 
 
