@@ -398,10 +398,10 @@ def _names_used(path: Path) -> set[str]:
     return found
 
 
-# The intake of statuses and war-room posts is written once, in observe/intake.py: a look
+# The intake of statuses and war-room posts is written once, in observe/statusintake.py: a look
 # (observe/observer.py) and an agent's watch of its children (agent/childwatch.py) both take
 # through it. Its parts are named nowhere else, but where each is defined.
-INTAKE = "vox_mqtt.observe.intake"
+INTAKE = "vox_mqtt.observe.statusintake"
 INTAKE_PARTS = {
     "read_status": INTAKE,
     "expiry_left": INTAKE,
@@ -424,7 +424,7 @@ def test_statuses_and_war_room_posts_have_one_intake() -> None:
         # apply_warroom judges by a WarroomOrder: its module names the type.
         and not (part == "WarroomOrder" and name == INTAKE_PARTS["apply_warroom"])
     ]
-    assert copies == [], "take statuses and posts through observe/intake.py's Intake"
+    assert copies == [], "take statuses and posts through observe/statusintake.py's StatusIntake"
     assert INTAKE in GRAPH["vox_mqtt.observe.observer"]
     assert INTAKE in GRAPH["vox_mqtt.agent.childwatch"]
 
@@ -434,7 +434,7 @@ def test_statuses_and_war_room_posts_have_one_intake() -> None:
 LIVENESS_PARTS = {
     "MSG_AGENT_STATUS": "vox_mqtt.agent.ownstatus",  # the agent's own status and presence
     "EpochCounter": "vox_mqtt.agent.ownstatus",
-    "Intake": "vox_mqtt.agent.childwatch",  # what it learns of the agents it watches
+    "StatusIntake": "vox_mqtt.agent.childwatch",  # what it learns of the agents it watches
     "HeadWitness": "vox_mqtt.agent.childwatch",
     "WarroomPoster": "vox_mqtt.agent.reconcile",  # what it keeps in the war room
 }

@@ -1,4 +1,4 @@
-"""The one intake of statuses and war-room posts (observe/intake.py): what a look and an
+"""The one intake of statuses and war-room posts (observe/statusintake.py): what a look and an
 agent's watch of its children both take through it (docs/liveness.md, docs/security.md)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
-from vox_mqtt.observe.intake import Intake, Refusal, timeliness
 from vox_mqtt.observe.status import ACTIVE, FleetView
 from vox_mqtt.observe.statusbounds import Timeliness
+from vox_mqtt.observe.statusintake import Refusal, StatusIntake, timeliness
 from vox_mqtt.observe.warroomreplay import NOT_NEWER
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.domain import MSG_SYSTEM_FAILURE, SystemFailure
@@ -47,8 +47,8 @@ def _post(source: UUID, subject: UUID, at: float) -> Inbound:
     return Inbound(topic=topic, payload=payload, retain=True)
 
 
-def _intake(**kw: object) -> tuple[Intake, list[Refusal]]:
-    intake = Intake(FleetView(), **kw)  # type: ignore[arg-type]
+def _intake(**kw: object) -> tuple[StatusIntake, list[Refusal]]:
+    intake = StatusIntake(FleetView(), **kw)  # type: ignore[arg-type]
     refused: list[Refusal] = []
     intake.on_refused = refused.append
     return intake, refused

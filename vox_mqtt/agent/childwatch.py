@@ -1,7 +1,7 @@
 """What an agent learns of the agents it watches: statuses, ledger heads, site links, posts.
 
 Statuses and war-room posts are taken through the observe package's intake
-(`observe/intake.py`), the one a look takes them through too; here is only what an agent
+(`observe/statusintake.py`), the one a look takes them through too; here is only what an agent
 adds: its children's names and master from its own config (F26, docs/security.md), a
 child's ledger head witnessed in its own ledger (docs/ledger.md, the witness), the state
 of its bridge links (docs/federation.md), and each change of a watched agent queued for the
@@ -16,8 +16,8 @@ from uuid import UUID
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.ledger.witness import HeadWitness
-from vox_mqtt.observe.intake import Intake, Refusal
 from vox_mqtt.observe.status import INACTIVE, SHUTDOWN, AgentLiveness, FleetView, FleetWord
+from vox_mqtt.observe.statusintake import Refusal, StatusIntake
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import LedgerError
@@ -90,7 +90,7 @@ class ChildrenWatch:
         # signed status older than the replay window is no sign of life (F23): the intake.
         fleet_view.fleet_word = lambda agent: fleet_word(self.config, agent)
         fleet_view.named = lambda name: named(self.config, name)
-        self.intake = Intake(
+        self.intake = StatusIntake(
             fleet_view,
             signing=lambda: self.config.broker.signing,  # a reload may change the window
             master_of=lambda agent: master_of(self.config, agent, fleet_view),

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Callable
 from uuid import UUID
 
-from vox_mqtt.observe.intake import Intake, Refusal
 from vox_mqtt.observe.status import FleetView, FleetWord
+from vox_mqtt.observe.statusintake import Refusal, StatusIntake
 from vox_mqtt.observe.warroom import Incident
 from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Inbound
@@ -28,7 +28,7 @@ def _said(refusal: Refusal) -> None:
 class FleetObserver:
     """A read-only view of what one identity may read: statuses and war-room posts.
 
-    It takes them through the one intake (intake.py) an agent's watch of its children
+    It takes them through the one intake (statusintake.py) an agent's watch of its children
     takes them through too; a look knows no master, so war-room posts are checked for size
     and rate only (docs/broker.md), and a replayed post is counted, never shown.
     """
@@ -50,7 +50,7 @@ class FleetObserver:
             self.view.fleet_word = roster.get
             owners = {w.name: agent for agent, w in roster.items() if w.name}
             self.view.named = owners.get
-        self._intake = Intake(self.view, signing=lambda: signing)
+        self._intake = StatusIntake(self.view, signing=lambda: signing)
         self._intake.on_refused = _said
 
     @property

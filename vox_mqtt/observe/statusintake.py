@@ -29,7 +29,7 @@ from vox_mqtt.protocol.messages import MSG_AGENT_STATUS, VOXMessage, parse
 from vox_mqtt.protocol.signing import Signing
 from vox_mqtt.transport.session import Inbound
 
-__all__ = ["Intake", "Refusal", "expiry_left", "read_status", "timeliness"]
+__all__ = ["Refusal", "StatusIntake", "expiry_left", "read_status", "timeliness"]
 
 log = logging.getLogger("vox_mqtt.liveness")
 
@@ -98,7 +98,7 @@ def _unsigned() -> Signing | None:
 _UNSET = object()
 
 
-class Intake:
+class StatusIntake:
     """Take status and war-room messages into a view of the fleet and a war room.
 
     view: where statuses go. signing: the reader's signing as it stands now (a reload may
