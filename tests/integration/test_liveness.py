@@ -466,7 +466,7 @@ async def test_an_incident_decided_on_an_earlier_connection_is_not_posted_on_the
                 lambda: coordinator.session.connection_count == 2 and coordinator.session.connected,
                 timeout=20,
             )
-            posts = coordinator._live().posts
+            posts = coordinator._live().warroom.posts  # the war room it keeps (reconcile.py)
             with pytest.raises(VoxError, match="offline, war-room post skipped"):
                 await posts.open_incident(
                     spec, "VM_CONNECTION_LOST", "decided before", decided_on=1

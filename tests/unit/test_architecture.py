@@ -590,3 +590,73 @@ def patch(client: mqtt.Client) -> None:
 """
     uses = private_library_uses(ast.parse(source), "m.py", library, frozenset())
     assert len(uses) == 4, uses
+
+
+def _names_used(path: Path) -> set[str]:
+    """Return every name a module imports or calls, bare (`x()`) or as an attribute (`m.x()`);
+    a call of `update` with a `presence` keyword is a status put into a FleetView."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Call):
+            called = _called(node.func)
+            if called == "update" and any(k.arg == "presence" for k in node.keywords):
+                called = "FleetView.update"
+            found.add(called)
+    return found
+
+
+# The intake of statuses and war-room posts is written once, in observe/statusintake.py: a look
+# (observe/observer.py) and an agent's watch of its children (agent/childwatch.py) both take
+# through it. Its parts are named nowhere else, but where each is defined.
+INTAKE = "vox_mqtt.observe.statusintake"
+INTAKE_PARTS = {
+    "read_status": INTAKE,
+    "expiry_left": INTAKE,
+    "apply_warroom": "vox_mqtt.observe.warroom",
+    "WarroomGuard": "vox_mqtt.observe.warroomguard",
+    "WarroomOrder": "vox_mqtt.observe.warroomreplay",
+    "FleetView.update": INTAKE,  # a status taken into a view
+}
+
+
+def test_statuses_and_war_room_posts_have_one_intake() -> None:
+    # A second copy of the intake (a forgery check, a guard, a replay order, a status read
+    # into a view) went out of step with the first: the agent's refused what a look took.
+    copies = [
+        f"{name} names {part}"
+        for name, path in MODULES.items()
+        if name != INTAKE
+        for part in sorted(_names_used(path) & set(INTAKE_PARTS))
+        if name != INTAKE_PARTS[part]
+        # apply_warroom judges by a WarroomOrder: its module names the type.
+        and not (part == "WarroomOrder" and name == INTAKE_PARTS["apply_warroom"])
+    ]
+    assert copies == [], "take statuses and posts through observe/statusintake.py's StatusIntake"
+    assert INTAKE in GRAPH["vox_mqtt.observe.observer"]
+    assert INTAKE in GRAPH["vox_mqtt.agent.childwatch"]
+
+
+# Liveness is split by concept (docs/architecture.md, "The agent core"): each part is the one
+# module of the agent runtime that names what its concept is made of; liveness.py wires them.
+LIVENESS_PARTS = {
+    "MSG_AGENT_STATUS": "vox_mqtt.agent.ownstatus",  # the agent's own status and presence
+    "EpochCounter": "vox_mqtt.agent.ownstatus",
+    "StatusIntake": "vox_mqtt.agent.childwatch",  # what it learns of the agents it watches
+    "HeadWitness": "vox_mqtt.agent.childwatch",
+    "WarroomPoster": "vox_mqtt.agent.reconcile",  # what it keeps in the war room
+}
+
+
+def test_liveness_is_split_by_concept() -> None:
+    strays = [
+        f"{name} names {part} (the part of {LIVENESS_PARTS[part]})"
+        for name, path in MODULES.items()
+        if subpackage_of(name) == "agent" and name != "vox_mqtt.agent.warroompost"
+        for part in sorted(_names_used(path) & set(LIVENESS_PARTS))
+        if name != LIVENESS_PARTS[part]
+    ]
+    assert strays == []
+    wired = {"vox_mqtt.agent.ownstatus", "vox_mqtt.agent.childwatch", "vox_mqtt.agent.reconcile"}
+    assert wired <= GRAPH["vox_mqtt.agent.liveness"]

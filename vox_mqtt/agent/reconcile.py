@@ -1,17 +1,17 @@
-"""War-room reconciliation: what the war room should hold about the children and site links.
+"""War-room reconciliation: what this agent keeps in the war room, and when it posts.
 
-One incident per lost child and one per lost bridge link this agent owns, resolved when
-back; a loss that may be the echo of our own reconnect is held for its grace (storm.py,
-docs/liveness.md). Liveness owns the connection and calls `reconcile` at every tick and
-change; the `WarroomPoster` posts what it decides.
+Its own incident (`raise_own`, `resolve_own`, its host checked at each heartbeat), one
+incident per lost child and one per lost bridge link this agent owns, resolved when back;
+a loss that may be the echo of our own reconnect is held for its grace (storm.py,
+docs/liveness.md). The liveness loop (liveness.py) calls `reconcile` at every tick and
+change; the `WarroomPoster` it holds posts what it decides.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from vox_mqtt.agent.context import AgentContext
 from vox_mqtt.agent.warroompost import WarroomPoster
@@ -20,32 +20,37 @@ from vox_mqtt.observe.warroom import CHILD_MISBEHAVING, HEARTBEAT_STALE, Severit
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.protocol.sitelinks import SITE_LINK_LOST, SiteLinkDuty
 from vox_mqtt.protocol.storm import child_silence, hold_loss
-from vox_mqtt.transport.session import Inbound
 
 __all__ = ["CATCH_UP", "Reconciler"]
-
-log = logging.getLogger("vox_mqtt.liveness")
 
 # Messages queued in our persistent session arrive within this many seconds of a reconnect.
 CATCH_UP: Final = 2.0
 
 
 class Reconciler:
-    """Open an incident per lost child or link and resolve those that are back."""
+    """Keep this agent's war-room incidents: its own, one per lost child or link.
+
+    fleet_view and links: what the children's watch has seen (childwatch.py); epoch: the
+    connection's, named in the post about itself; online: connected and publishing
+    statuses; safely: runs a post whose refusal or failure is logged, never raised.
+    """
 
     def __init__(
         self,
         ctx: AgentContext,
         *,
         fleet_view: FleetView,
-        posts: WarroomPoster,
+        links: SiteLinkDuty | None,
+        epoch: Callable[[], int],
         online: Callable[[], bool],
         safely: Callable[[Awaitable[None]], Awaitable[None]],
     ) -> None:
         self.ctx = ctx
         self.fleet_view = fleet_view
-        self.posts = posts
-        self._online = online  # connected and publishing statuses (Liveness)
+        # What this agent posts to the war room: the reconciler decides when, it posts once.
+        self.posts = WarroomPoster(ctx, epoch=epoch)
+        self.links = links  # a federated fleet: one site incident for the agents behind
+        self._online = online
         self._safely = safely  # a post refused or cut off is logged, never raised
         self.connected_at: float | None = None  # monotonic time of the latest birth
         self._resumed = False  # the broker kept our session: queued old news may follow
@@ -53,9 +58,6 @@ class Reconciler:
         # what is lost within the grace after it may be the restart's echo (storm.py).
         self._reconnected_at: float | None = None
         self._window = 0.0
-        # A federated fleet: children behind a lost bridge are one site incident, not many.
-        links = ctx.config.links
-        self.links = None if links is None else SiteLinkDuty(links)
 
     @property
     def config(self) -> AgentConfig:
@@ -70,13 +72,25 @@ class Reconciler:
         self.connected_at = time.monotonic()
         self._resumed = self.ctx.session.session_present
 
-    def on_link(self, inbound: Inbound) -> None:
-        """Take a bridge link's state (docs/federation.md); the next reconcile acts on it."""
-        change = None if self.links is None else self.links.take(inbound.topic, inbound.payload)
-        if change is not None:
-            link, up = change
-            state = "up" if up else "DOWN"
-            log.warning("%s: the bridge link of site %s is %s", self.config.name, link.site, state)
+    # --- this agent's own incident -----------------------------------------------------------
+
+    async def raise_own(
+        self, error_code: str, description: str, *, severity: Severity = "ERROR"
+    ) -> bool:
+        """Add a cause to this agent's own incident; False if that cause is already open."""
+        return await self.posts.raise_own(error_code, description, severity=severity)
+
+    async def resolve_own(self, error_code: str, description: str) -> bool:
+        """Remove a cause from this agent's own incident; False if it was not open."""
+        return await self.posts.resolve_own(error_code, description)
+
+    async def heartbeat(self, metrics: dict[str, Any]) -> None:
+        """At each heartbeat: the host's figures checked (disk, memory), and every open
+        incident re-posted within the replay window (docs/security.md)."""
+        await self._safely(self.posts.check_host(metrics))
+        await self._safely(self.posts.refresh())
+
+    # --- the children and the links ---------------------------------------------------------
 
     async def reconcile(self) -> bool:
         """Open an incident per lost child and resolve those that are back (level-triggered).
