@@ -57,6 +57,7 @@ RequestState = Literal[
     "received",
     "working",
     "delegated",
+    "canceling",
     "completed",
     "failed",
     "canceled",
@@ -69,8 +70,9 @@ PartState = Literal[RequestState, "unreachable"]
 REQUEST_STATES: Final = frozenset(RequestState.__args__)  # type: ignore[attr-defined]
 # The states after which a request does nothing more.
 FINAL_STATES: Final = frozenset({"completed", "failed", "canceled", "expired", "rejected"})
-# What a cancel_report may say the request is in after the cancel.
-CANCEL_STATES: Final = FINAL_STATES | {"unknown"}
+# What a cancel_report may say the request is in after the cancel: `canceling` while
+# something of it may still run (its handler has not ended, or its child has not confirmed).
+CANCEL_STATES: Final = FINAL_STATES | {"canceling", "unknown"}
 
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 
@@ -160,5 +162,5 @@ class CancelReport(_Part):
     """The answer to a cancel_request: the request's state after the cancel."""
 
     request_id: Uuid
-    state: Literal["completed", "failed", "canceled", "expired", "rejected", "unknown"]
+    state: Literal["completed", "failed", "canceled", "canceling", "expired", "rejected", "unknown"]
     since: IsoTimestamp | None = None
