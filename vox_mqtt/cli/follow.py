@@ -220,7 +220,9 @@ class Interruptible:
                 return _ended_again(request_id, canceling=True)
             report = canceling.result()
             if not self._args.json:
-                out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+                # What the cancel has done: `canceling` names the level not yet confirmed.
+                said = report.get("line") or report.get("state", "?")
+                out_console().print(f"cancel: {shown(str(said))}")
         if not await _unless_again(waiting, again):
             return _ended_again(request_id, canceling=choice is _Choice.YES)
         return None

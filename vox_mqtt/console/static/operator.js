@@ -427,7 +427,8 @@ window.voxOperatorPages = function (ctx) {
         postJSON("api/request/" + encodeURIComponent(r.message_id) + "/cancel", { reason: reason.value || null })
           .then(function (a) {
             cancelSaid.set(r.message_id, a.ok
-              ? { ok: "1", text: "cancel asked: " + levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ") }
+              // What the cancel has done, in one line: `canceling` names the level not yet confirmed.
+              ? { ok: "1", text: "cancel: " + (a.report.line || levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ")) }
               : { ok: "0", text: "cancel: " + (a.code ? a.code + ": " : "") + a.error });
             if (pageRequest === r.message_id) drawSaid();
             loadLevels(r.message_id);
