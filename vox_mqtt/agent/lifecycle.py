@@ -18,6 +18,7 @@ from uuid import UUID
 
 from vox_mqtt.agent.cancelconfirm import confirmed
 from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.cuthandlers import CutHandlers
 from vox_mqtt.agent.followevents import FOLLOW_END, follow_event
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import CancelAction, Plan, Step
@@ -104,8 +105,8 @@ class Lifecycle:
         self._tasks = tasks
         # Requests canceled before they came (agent/remembered.py).
         self._remembered = RememberedCancels()
-        # Handlers a cancel cut that have not ended yet: their requests are `canceling`.
-        self._cut: dict[UUID, asyncio.Task[None]] = {}
+        # Handlers a cancel cut that have not ended yet (agent/cuthandlers.py).
+        self._cut = CutHandlers()
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
@@ -296,25 +297,21 @@ class Lifecycle:
             early.cancel()
         if task is not None and task is not asyncio.current_task():
             task.cancel()  # a queued one never starts; a running handler sees it now
-            if not task.done():
-                # Until it ends, the request is `canceling` here (protocol/canceling.py).
-                request_id = served.message_id
-                self._cut[request_id] = task
-                task.add_done_callback(lambda _: self._cut.pop(request_id, None))
+        else:
+            task = None
+        # Until they end, the request is `canceling` here (protocol/canceling.py).
+        self._cut.watch(served.message_id, (task, early))
         if down is not None:
             await self._cancel_down(*down, reason)
 
     async def _handler_ended(self, served: Served) -> bool:
         """Wait, bounded, for a cut handler to end; False: it outlived its cancel."""
-        task = served.task
-        if task is None or task.done() or task is asyncio.current_task():
+        if await self._cut.ended(served.message_id, CANCEL_GRACE):
             return True
-        done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
-        if not done:
-            # Its slot stays taken until the handler ends; the report says `canceling`.
-            name = served.request.details.get("command")
-            log.warning("%s: %s outlived its cancel by %.0fs", self.config.name, name, CANCEL_GRACE)
-        return bool(done)
+        # Its slot stays taken until the handler ends; the report says `canceling`.
+        name = served.request.details.get("command")
+        log.warning("%s: %s outlived its cancel by %.0fs", self.config.name, name, CANCEL_GRACE)
+        return False
 
     async def _arrived_meanwhile(self, request_id: UUID) -> Served | None:
         """A request that came while its cancel committed: answered CANCELED, or None."""
