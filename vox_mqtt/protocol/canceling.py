@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vox_mqtt.protocol.lifecycle import FINAL_STATES, MAX_DEPTH
+from vox_mqtt.protocol.requeststates import FINAL_STATES, MAX_DEPTH
 
 __all__ = [
     "CANCELING_BELOW",
