@@ -15,10 +15,12 @@ from vox_mqtt.protocol.canceling import cancel_verdict
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import MAX_TEXT
 
-__all__ = ["CONFIRM_POLL", "confirmed"]
+__all__ = ["CONFIRM_POLL", "CONFIRM_POLL_MOST", "confirmed"]
 
-# A cancel not yet confirmed by every level: how often its child is asked again.
+# A cancel not yet confirmed by every level: how soon its child is asked again, doubled
+# after each round up to CONFIRM_POLL_MOST (each round is a query at every level below).
 CONFIRM_POLL: Final = 0.25
+CONFIRM_POLL_MOST: Final = 2.0
 # The least a status query gets, even once the cancel's own wait is spent.
 LEAST_ROUND: Final = 1.0
 
@@ -32,6 +34,7 @@ async def confirmed(ask: Ask, name: str, ends: float, *, most: float) -> dict[st
     (CommandFailed, VoxError: no report). `name` is the child's name as the master knows it;
     `ends` (time.monotonic()) when to stop asking; `most` the longest one round may take.
     """
+    pause = CONFIRM_POLL
     while True:
         within = min(max(ends - time.monotonic(), LEAST_ROUND), most)
         try:
@@ -42,4 +45,5 @@ async def confirmed(ask: Ask, name: str, ends: float, *, most: float) -> dict[st
         verdict = cancel_verdict(levels, name)
         if verdict.state != "canceling" or time.monotonic() >= ends:
             return {**verdict.as_json(), "levels": levels}
-        await asyncio.sleep(min(CONFIRM_POLL, max(0.0, ends - time.monotonic())))
+        await asyncio.sleep(min(pause, max(0.0, ends - time.monotonic())))
+        pause = min(2 * pause, CONFIRM_POLL_MOST)
