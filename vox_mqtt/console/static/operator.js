@@ -414,12 +414,15 @@ window.voxOperatorPages = function (ctx) {
       cancel.disabled = !r.in_flight;
       const said = el("p", "cancel-answer");
       said.id = "cancel-answer";
-      function drawSaid() {
+      // The page may have been redrawn while the cancel was asked (its answer came first):
+      // what it said goes to the element on the page now, not to the one drawn before.
+      function drawSaid(on) {
+        const box = on || document.getElementById("cancel-answer") || said;
         const a = cancelSaid.get(r.message_id);
-        said.hidden = !a;
-        if (a) { said.dataset.ok = a.ok; said.textContent = a.text; }
+        box.hidden = !a;
+        if (a) { box.dataset.ok = a.ok; box.textContent = a.text; }
       }
-      drawSaid();
+      drawSaid(said);
       cancel.addEventListener("click", function () {
         cancel.disabled = true;
         cancelSaid.set(r.message_id, { ok: "", text: "cancelling\u2026" });
