@@ -18,7 +18,7 @@ import pytest
 
 from tests.kits.agentkit import operator_config, start_agents, wait_for
 from tests.kits.brokerkit import tree_fleet
-from vox_mqtt.agent import lifecycle
+from vox_mqtt.agent import remembered
 from vox_mqtt.agent.budget import CANCEL_BUDGET, REFUSAL_BUDGET
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.roles import Role, command
@@ -116,6 +116,6 @@ async def test_cancels_for_requests_never_sent_cost_their_budget_and_are_all_ans
         # The window: remembered for REMEMBER_WINDOW (600 s), then not. It is read when the
         # old ones are forgotten, so it is shortened only now: a flood slowed by a loaded
         # machine had outlived a 3 s window before this check (remembered 0, not 32).
-        monkeypatch.setattr(lifecycle, "REMEMBER_WINDOW", 0.5)
+        monkeypatch.setattr(remembered, "REMEMBER_WINDOW", 0.5)
         await asyncio.sleep(1.0)
         assert root._lifecycle.remembered == 0

@@ -208,11 +208,12 @@ async def test_a_cancel_sent_to_a_frozen_specialist_is_delivered_once_it_thaws(
     specialist.signal(signal.SIGSTOP)
     try:
         # The coordinator keeps the cancel in its outbox until the specialist acknowledges it;
-        # what the root answers meanwhile (canceled, or no answer in time) is not the point.
+        # meanwhile the operator hears `canceling`, never `canceled` (docs/messages.md).
         code, out, err = await capture(
-            "cancel", str(request_id), "--wait", "2", "--config", procs.operator_config
+            "cancel", str(request_id), "--wait", "5", "--config", procs.operator_config
         )
-        assert code in (0, 1), (code, out, err)
+        assert code == 3, (code, out, err)
+        assert "level 3 has not confirmed" in out, out
         assert "Traceback" not in err
         await asyncio.sleep(0.5)
         assert event_at(events_file, "cancelled", 3) is None  # frozen: it cannot have seen it
@@ -288,9 +289,10 @@ async def test_a_request_and_its_cancel_held_for_a_frozen_specialist_never_run_o
         coordinator = procs.ledger("coordinator")
         await until(lambda: len(request_ids(coordinator, 6)) == 2, "the coordinator to delegate")
         code, out, err = await capture(
-            "cancel", str(request_id), "--wait", "2", "--config", procs.operator_config
+            "cancel", str(request_id), "--wait", "5", "--config", procs.operator_config
         )
-        assert code in (0, 1), (code, out, err)
+        assert code == 3, (code, out, err)  # canceling: the frozen specialist cannot confirm
+        assert "level 3 has not confirmed" in out, out
         assert "Traceback" not in err
         assert event_at(events_file, "started", 6) is None
     finally:

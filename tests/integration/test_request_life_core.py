@@ -25,6 +25,7 @@ from tests.kits.agentkit import (
     wait_for,
 )
 from tests.kits.brokerkit import tree_fleet
+from vox_mqtt.agent import lifecycle
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL
 from vox_mqtt.agent.roles import Role, command
@@ -67,6 +68,24 @@ class Worker(Role):
             await self.agent.progress(min(1.0, elapsed / seconds), f"report {reports}")
             await asyncio.sleep(0.001)
         return reports
+
+
+class Stubborn(Role):
+    """A handler that runs on past its cancel until the test opens its gate."""
+
+    gate: ClassVar[asyncio.Event | None] = None
+
+    @command
+    async def stubborn(self, tag: str) -> str:
+        Worker.seen.append(("started", tag, time.monotonic()))
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            Worker.seen.append(("cancelled", tag, time.monotonic()))  # and it goes on
+        assert Stubborn.gate is not None
+        await Stubborn.gate.wait()
+        Worker.seen.append(("finished", tag, time.monotonic()))
+        return tag
 
 
 def events(kind: str, tag: str) -> list[float]:
@@ -141,6 +160,53 @@ async def test_a_running_handler_is_cancelled_through_three_levels_and_nothing_r
             assert all(r["id"] < canceled["id"] for r in started)
             assert agent.in_flight == 0
         assert len(await rows(agents["specialist"], "started")) == 1
+
+
+async def test_a_handler_that_outlives_its_cancel_keeps_it_canceling_until_it_ends(
+    secure_broker_factory: Any, fleet: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "CANCEL_GRACE", 0.5)  # the cut handler's grace
+    Stubborn.gate = asyncio.Event()
+    secure = secure_broker_factory(fleet)
+    async with AsyncExitStack() as stack:
+        roles = {"specialist": [Stubborn()]}
+        _, operator = await start_tree_with_operator(
+            stack, secure, tmp_path, roles, ready="stubborn"
+        )
+        asked = asyncio.ensure_future(
+            operator.request("stubborn", {"tag": "s"}, to=fleet.root.id, timeout=60)
+        )
+        await wait_for(lambda: events("started", "s"))
+        request_id = sent_request(operator)
+        report = await operator.cancel(request_id, reason="stop", timeout=3)
+        # Its handler saw the cancel and runs on: never told canceled (docs/messages.md).
+        assert (report["state"], report["level"]) == ("canceling", 3), report
+        assert (
+            "level 3 has not confirmed (canceling: its handler has not ended yet)"
+            in (report["line"])
+        ), report
+        assert events("cancelled", "s")
+        assert not events("finished", "s")
+        with pytest.raises(CommandFailed) as failed:
+            await asyncio.wait_for(asyncio.shield(asked), 10)
+        assert failed.value.code == ErrorCode.CANCELED
+
+        Stubborn.gate.set()
+        await wait_for(lambda: events("finished", "s"))
+        again = await operator.cancel(request_id, timeout=10)
+        assert again["state"] == "canceled", again
+        assert [level["state"] for level in nested_levels(again["levels"])] == ["canceled"] * 3
+        assert "its handler had started at level 3 before the cancel came" in again["line"]
+
+
+def nested_levels(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each level's part of a nested report, the top one first."""
+    found = []
+    part: Any = report
+    while isinstance(part, dict):
+        found.append(part)
+        part = part.get("below")
+    return found
 
 
 async def wait_for_rows(agent: VOXAgent, count: int) -> None:

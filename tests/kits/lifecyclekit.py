@@ -88,6 +88,30 @@ class Lifecycle(Role):
         return "sent"
 
 
+class Analyst(Role):
+    """A quick command for the pair of specialists of `pair_fleet`, noted when it runs."""
+
+    def _note(self, line: str) -> None:
+        with open(self.settings["events_file"], "a", encoding="utf-8") as handle:
+            handle.write(f"{line} {time.time():.6f}\n")
+
+    @command
+    async def analyze(self, n: int, target: str) -> str:
+        """Analyze a target at once, noting run n in the events file (`analyzed N at`)."""
+        self._note(f"analyzed {n}")
+        return f"{target}: analyzed"
+
+
+# Two specialists under the coordinator, either of which may serve `analyze`.
+PAIR_SHAPE = {
+    "root": None,
+    "coordinator": "root",
+    "specialist_a": "coordinator",
+    "specialist_b": "coordinator",
+}
+PAIR = ("specialist_a", "specialist_b")
+
+
 def events(path: Path) -> list[tuple[str, int, float]]:
     """Return the events file's lines as (what, n, at)."""
     if not path.exists():
@@ -112,6 +136,24 @@ def lifecycle_fleet(tmp: Path) -> Iterator[tuple[FleetProcesses, Path]]:
     roles = {"specialist": ["tests.kits.lifecyclekit:Lifecycle"]}
     settings = {"specialist": {"events_file": str(events_file)}}
     with run_fleet(tmp, fleet_text(SHAPE, roles=roles, settings=settings)) as procs:
+        yield procs, events_file
+
+
+@contextlib.contextmanager
+def pair_fleet(
+    tmp: Path, *, heartbeat: float, keepalive: int
+) -> Iterator[tuple[FleetProcesses, Path]]:
+    """Run root, coordinator and two `Analyst` specialists; yield them and the events file.
+
+    A specialist frozen for less than three `heartbeat` intervals is still a healthy child
+    (docs/liveness.md), and for less than 1.5 `keepalive` still connected: a request is
+    still delegated to it, and waits in its socket.
+    """
+    events_file = tmp / "events.txt"
+    roles = {name: ["tests.kits.lifecyclekit:Analyst"] for name in PAIR}
+    settings = {name: {"events_file": str(events_file)} for name in PAIR}
+    text = fleet_text(PAIR_SHAPE, roles=roles, settings=settings, heartbeat=heartbeat)
+    with run_fleet(tmp, text, keepalive=keepalive) as procs:
         yield procs, events_file
 
 

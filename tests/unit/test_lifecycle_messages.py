@@ -97,5 +97,5 @@ def test_a_report_built_from_models_round_trips() -> None:
 
 def test_state_sets() -> None:
     assert FINAL_STATES < REQUEST_STATES
-    assert FINAL_STATES | {"unknown"} == CANCEL_STATES
+    assert FINAL_STATES | {"canceling", "unknown"} == CANCEL_STATES
     assert ErrorCode.CANCELED == "CANCELED"

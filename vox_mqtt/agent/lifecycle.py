@@ -13,22 +13,26 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
+from vox_mqtt.agent.cancelconfirm import confirmed
 from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.cuthandlers import CutHandlers
+from vox_mqtt.agent.followevents import FOLLOW_END, follow_event
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import CancelAction, Plan, Step
 from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
+from vox_mqtt.agent.remembered import REMEMBERED_CANCELS, RememberedCancels
 from vox_mqtt.agent.requests import Requests, Served, ServedState
 from vox_mqtt.agent.standing import history_of, part_of
 from vox_mqtt.agent.tracking import RequestState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
+from vox_mqtt.protocol.canceling import cancel_verdict, level_state
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import (
     FINAL_STATES,
@@ -73,23 +77,7 @@ STATUS_WAIT: Final = 5.0
 STATUS_SHARE: Final = 0.6
 # Status queries answered at once; more are answered BUSY at once (a flood stays bounded).
 MAX_STATUS_QUERIES: Final = 8
-# How many cancels of requests not yet received a restart remembers (the newest).
-REMEMBERED_CANCELS: Final = 10_000
-# How long such a cancel is remembered. It waits for a request that raced it (another
-# intake worker, a restart between the two): over one session the request comes first,
-# so ten minutes is long; what it costs is bounded (docs/security.md, "Costs of a peer's
-# messages"): its sender's budget (agent/budget.py) times this window.
-REMEMBER_WINDOW: Final = 600.0
 LIFECYCLE_STEPS: Final = frozenset({Step.CANCEL, Step.CANCELED_BEFORE, Step.STATUS, Step.PROGRESS})
-# A sent request's states, as follow() names them.
-_FOLLOW_STATES: Final = {
-    RequestState.QUEUED: "sent",
-    RequestState.ACKNOWLEDGED: "acknowledged",
-    RequestState.COMPLETED: "completed",
-    RequestState.FAILED: "failed",
-    RequestState.EXPIRED: "expired",
-}
-_FOLLOW_END: Final = frozenset({"completed", "failed", "canceled", "expired"})
 
 
 class Lifecycle:
@@ -115,9 +103,10 @@ class Lifecycle:
         self._requests = requests
         self._metrics = metrics
         self._tasks = tasks
-        # Requests canceled before they came, oldest first, with when (time.monotonic()):
-        # kept REMEMBER_WINDOW seconds and REMEMBERED_CANCELS at most.
-        self._remembered: dict[UUID, float] = {}
+        # Requests canceled before they came (agent/remembered.py).
+        self._remembered = RememberedCancels()
+        # Handlers a cancel cut that have not ended yet (agent/cuthandlers.py).
+        self._cut = CutHandlers()
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
@@ -142,29 +131,11 @@ class Lifecycle:
         Each is remembered for a window from now: the restart may have come between a
         cancel and the request it raced.
         """
-        for text in reversed(await self._ledger.remembered_cancels(REMEMBERED_CANCELS)):
-            with contextlib.suppress(ValueError):
-                self._remember(UUID(text))
-
-    def _remember(self, request_id: UUID) -> None:
-        now = time.monotonic()
-        self._remembered.pop(request_id, None)  # a cancel again: remembered from now
-        self._remembered[request_id] = now
-        self._forget(now)
-
-    def _forget(self, now: float) -> None:
-        """Drop the cancels older than the window, and the oldest beyond the count."""
-        remembered = self._remembered
-        while remembered:
-            oldest, at = next(iter(remembered.items()))
-            if now - at <= REMEMBER_WINDOW and len(remembered) <= REMEMBERED_CANCELS:
-                return
-            del remembered[oldest]
+        self._remembered.load(await self._ledger.remembered_cancels(REMEMBERED_CANCELS))
 
     @property
     def remembered(self) -> int:
         """How many cancels of requests not received are remembered now."""
-        self._forget(time.monotonic())
         return len(self._remembered)
 
     async def answer_unrecorded(self, message: VOXMessage) -> VOXMessage:
@@ -191,8 +162,7 @@ class Lifecycle:
 
     def canceled_before(self, request_id: UUID) -> bool:
         """Tell whether this request's cancel came before it, within the window."""
-        at = self._remembered.get(request_id)
-        return at is not None and time.monotonic() - at <= REMEMBER_WINDOW
+        return request_id in self._remembered
 
     async def cancel_target(self, request_id: UUID) -> str:
         """Where the request a cancel names stands here (plan.Facts.target)."""
@@ -216,7 +186,7 @@ class Lifecycle:
         staged = Staged()
         if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
             # From now: the request, if it comes while this commits, never starts.
-            self._remember(message.payload_as(CancelRequest).request_id)
+            self._remembered.remember(message.payload_as(CancelRequest).request_id)
         if plan.step is Step.CANCELED_BEFORE:
             name = message.payload_as(CommandRequest).command
             self._stage_answer(staged, message, name, "canceled by its master before it came")
@@ -252,7 +222,7 @@ class Lifecycle:
         if staged.canceled is not None:
             staged.canceled.answering = False
         if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
-            self._remembered.pop(message.payload_as(CancelRequest).request_id, None)
+            self._remembered.drop(message.payload_as(CancelRequest).request_id)
 
     def execute(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         """Carry out a lifecycle plan whose message (and staged rows) committed."""
@@ -285,28 +255,39 @@ class Lifecycle:
     async def _cancel_and_report(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         cancel = message.payload_as(CancelRequest)
         request_id = cancel.request_id
-        served = staged.canceled
+        served, down = staged.canceled, staged.canceled_down
         state, since = "unknown", now_iso()
         if served is not None:
-            state = "canceled"
             if staged.outgoing is not None:
                 self._outbox.dispatch(staged.outgoing)
-            await self._stop(served, staged.canceled_down, cancel.reason)
+            await self._stop(served, down, cancel.reason)
         elif plan.cancel is CancelAction.REMEMBER:
             # Remembered since its stage; the request may have come while the cancel
             # committed (another intake worker): it is stopped now, never left to run.
             served = await self._arrived_meanwhile(request_id)
             if served is not None:
-                state = "canceled"
-                await self._stop(served, _down(served), cancel.reason)
+                down = _down(served)
+                await self._stop(served, down, cancel.reason)
         else:
             state, since = await self._final_state(request_id, plan)
+            if state == "canceled":
+                # Canceled before: its child is not asked here (a frozen one would hold the
+                # report); with a child, or a cut handler not ended, it is `canceling`, and
+                # the master's status rounds tell when it is confirmed (docs/messages.md).
+                _, sent_down, _ = await self._ledger.request_rows(request_id)
+                below = "unknown" if sent_down else None
+                state, _ = level_state(state, below=below, handler_running=request_id in self._cut)
+        if served is not None:
+            # "canceled" only once nothing of it can run any more (docs/messages.md): its
+            # handler ended, and no child holds it; a child's confirmation comes later, and
+            # `request_status` tells it (protocol/canceling.py).
+            ended = await self._handler_ended(served)
+            below = None if down is None else "unknown"  # the child has not confirmed yet
+            state, _ = level_state("canceled", below=below, handler_running=not ended)
         report = CancelReport.model_validate(
             {"request_id": request_id, "state": state, "since": since}
         )
         await self._reply(message, (MSG_CANCEL_REPORT, report))
-        if served is not None and served.task is not None:
-            await self._outlived(served.task, served)
 
     async def _stop(
         self, served: Served, down: tuple[UUID, UUID] | None, reason: str | None
@@ -318,8 +299,21 @@ class Lifecycle:
             early.cancel()
         if task is not None and task is not asyncio.current_task():
             task.cancel()  # a queued one never starts; a running handler sees it now
+        else:
+            task = None
+        # Until they end, the request is `canceling` here (protocol/canceling.py).
+        self._cut.watch(served.message_id, (task, early))
         if down is not None:
             await self._cancel_down(*down, reason)
+
+    async def _handler_ended(self, served: Served) -> bool:
+        """Wait, bounded, for a cut handler to end; False: it outlived its cancel."""
+        if await self._cut.ended(served.message_id, CANCEL_GRACE):
+            return True
+        # Its slot stays taken until the handler ends; the report says `canceling`.
+        name = served.request.details.get("command")
+        log.warning("%s: %s outlived its cancel by %.0fs", self.config.name, name, CANCEL_GRACE)
+        return False
 
     async def _arrived_meanwhile(self, request_id: UUID) -> Served | None:
         """A request that came while its cancel committed: answered CANCELED, or None."""
@@ -368,13 +362,6 @@ class Lifecycle:
             return (str(served.state) if served.final else served.answer_end), now_iso()
         return "unknown", now_iso()
 
-    async def _outlived(self, task: asyncio.Task[None], served: Served) -> None:
-        done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
-        if not done:
-            # Answered CANCELED already; its slot stays taken until the handler ends.
-            name = served.request.details.get("command")
-            log.warning("%s: %s outlived its cancel by %.0fs", self.config.name, name, CANCEL_GRACE)
-
     async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
         """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
         with contextlib.suppress(VoxError):
@@ -402,12 +389,20 @@ class Lifecycle:
         """This level's part of a status report, from its ledger; its child's part below."""
         own, down, cancels = await self._ledger.request_rows(request_id)
         part = part_of(own, cancels, str(self.config.id))
+        below: str | None = None
         if down and part["state"] != "unknown":
             # The child is named only to ask it; nothing of it goes into the report.
             last = down[-1]
             part["below"] = await self._ask_child(
                 UUID(last["target"]), UUID(last["message_id"]), wait
             )
+            below = str(part["below"].get("state"))
+        # Canceled here, and still able to run here or below: `canceling` (docs/messages.md).
+        state, why = level_state(
+            part["state"], below=below, handler_running=request_id in self._cut
+        )
+        if state != part["state"]:
+            part["state"], part["why"] = state, why
         return part
 
     async def _ask_child(self, child: UUID, request_id: UUID, wait: float) -> dict[str, Any]:
@@ -480,8 +475,14 @@ class Lifecycle:
     async def cancel(
         self, request_id: UUID, *, reason: str | None = None, timeout: float | None = None
     ) -> dict[str, Any]:
-        """Cancel a request this agent sent; return the child's cancel_report details.
+        """Cancel a request this agent sent; return what the cancel has done.
 
+        The child's cancel_report details, whose `state` is `canceled` only once every level
+        that held the request confirmed it cannot run there (docs/messages.md, "A request's
+        life"): a report of `canceled` or `canceling` is checked by status queries until
+        every level confirmed or `timeout` is spent. Added (protocol/canceling.py): `line`
+        (one line for people), `level` (the first level, 1 = the child, that has not
+        confirmed, or where it ended anyway) and `levels` (the last nested status report).
         The cancel_request is durable: kept in the outbox and re-sent until the child
         acknowledges it, so a child that is away gets it when it is back. CommandFailed
         (TIMEOUT) when no report came in time: the cancel itself still stands.
@@ -491,6 +492,7 @@ class Lifecycle:
             child, request_id, reason and reason[:MAX_TEXT], expects_reply=True
         )
         limit = self.config.request_timeout if timeout is None else timeout
+        ends = time.monotonic() + limit
         try:
             async with asyncio.timeout(limit):
                 await tracked.done.wait()
@@ -503,7 +505,17 @@ class Lifecycle:
         reply = tracked.reply
         if tracked.state is not RequestState.COMPLETED or reply is None:
             raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
-        return reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
+        report = reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
+        name = self.config.children.get(child, str(child))
+        if report["state"] not in ("canceled", "canceling"):
+            verdict = cancel_verdict(report, name)
+            return {**report, "line": verdict.line, "level": verdict.level}
+
+        async def ask(within: float) -> dict[str, Any]:
+            part = await self._query(child, request_id, within)
+            return part.model_dump(mode="json", exclude_none=True, exclude={"request_id"})
+
+        return {**report, **await confirmed(ask, name, ends, most=STATUS_WAIT)}
 
     async def _sent_to(self, request_id: UUID) -> UUID:
         """The child this agent sent a request to (its tracker, else its ledger).
@@ -537,15 +549,15 @@ class Lifecycle:
         try:
             now_wall, now_mono = time.time(), time.monotonic()
             for state, at in list(tracked.history):
-                event = _follow_event(tracked, state, now_wall - (now_mono - at))
+                event = follow_event(tracked, state, now_wall - (now_mono - at))
                 if event is not None:
                     yield event
-                    if event["state"] in _FOLLOW_END:
+                    if event["state"] in FOLLOW_END:
                         return
             while True:
                 event = await queue.get()
                 yield event
-                if event["state"] in _FOLLOW_END:
+                if event["state"] in FOLLOW_END:
                     return
         finally:
             queues = self._followers.get(request_id, [])
@@ -557,7 +569,7 @@ class Lifecycle:
     def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
         """The tracker's hook: a request this agent sent moved; its followers hear of it."""
         if tracked.message_id in self._followers:
-            event = _follow_event(tracked, new, time.time())
+            event = follow_event(tracked, new, time.time())
             if event is not None:
                 self._tell(tracked.message_id, event)
 
@@ -581,19 +593,3 @@ def _busy(why: str) -> tuple[str, CommandError]:
 
 def _unavailable(exc: VoxError) -> tuple[str, CommandError]:
     return MSG_COMMAND_ERROR, CommandError(code=ErrorCode.LEDGER_UNAVAILABLE, error=str(exc))
-
-
-def _follow_event(tracked: TrackedRequest, state: RequestState, at: float) -> dict[str, Any] | None:
-    """A sent request's state as follow() tells it (dispatched is no transition of its own)."""
-    name = _FOLLOW_STATES.get(state)
-    if name is None:
-        return None
-    details: dict[str, Any] = {}
-    if state is RequestState.FAILED or state is RequestState.EXPIRED:
-        details = {"code": tracked.error_code, "error": tracked.error}
-        if tracked.error_code == ErrorCode.CANCELED:
-            name = "canceled"
-    elif state is RequestState.COMPLETED and tracked.reply is not None:
-        details = {"type": tracked.reply.type}
-    when = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-    return {"state": name, "at": when, "details": details}

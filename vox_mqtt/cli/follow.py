@@ -171,6 +171,9 @@ def _ended_again(request_id: UUID, canceling: bool) -> int:
 
 
 INTERRUPT_REASON = "interrupted by the operator"
+# How long a Ctrl-C's cancel waits for every level to confirm, as `vox cancel` and the
+# console's /v1/cancel do by default (a frozen level would otherwise hold it longer).
+_CANCEL_WAIT = 10.0
 
 
 class Interruptible:
@@ -220,7 +223,9 @@ class Interruptible:
                 return _ended_again(request_id, canceling=True)
             report = canceling.result()
             if not self._args.json:
-                out_console().print(f"cancel: {shown(str(report.get('state', '?')))}")
+                # What the cancel has done: `canceling` names the level not yet confirmed.
+                said = report.get("line") or report.get("state", "?")
+                out_console().print(f"cancel: {shown(str(said))}")
         if not await _unless_again(waiting, again):
             return _ended_again(request_id, canceling=choice is _Choice.YES)
         return None
@@ -250,7 +255,7 @@ async def follow_command(
     interrupting = Interruptible(args, request_id)
 
     async def cancel() -> dict[str, Any]:
-        return await console.cancel(request_id, reason=INTERRUPT_REASON)
+        return await console.cancel(request_id, reason=INTERRUPT_REASON, wait=_CANCEL_WAIT)
 
     try:
         ended = await interrupting.wait(answer, cancel)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from vox_mqtt.console.safetext import shown
+from vox_mqtt.protocol.canceling import cancel_verdict
 
 from ._common import (
     EXIT_RUNTIME,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from vox_mqtt.console.operator import OperatorConsole
 
 __all__ = [
+    "EXIT_CANCELING",
     "EXIT_FINISHED",
     "level_lines",
     "parse_request_id",
@@ -41,8 +43,12 @@ __all__ = [
     "resolve_request_id",
 ]
 
-# `vox cancel`: 0 canceled, 1 it had already finished, 2 unknown to the root (or bad input).
+# `vox cancel`: 0 canceled, 1 it ended otherwise (already finished, or finished below
+# before its cancel came), 2 unknown to the root (or bad input), 3 still canceling: a level
+# has not confirmed within --wait (docs/operations.md, "Find and cancel a stuck command").
 EXIT_FINISHED = EXIT_RUNTIME
+EXIT_CANCELING = 3
+_CANCEL_EXIT = {"canceled": 0, "canceling": EXIT_CANCELING, "unknown": EXIT_USAGE}
 _WAIT = 10.0  # seconds the root (and each level below it) has to answer
 
 
@@ -62,8 +68,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_config_option(cancel, agent_too=False)
     cancel.add_argument("request_id", metavar="ID", help="the request's id, or its first 4+ digits")
     cancel.add_argument("--reason", default=None, help="why (at most 200 characters)")
-    cancel.add_argument("--json", action="store_true", help="the root's cancel report as JSON")
-    cancel.add_argument("--wait", type=float, default=_WAIT, help=f"seconds (default {_WAIT:g})")
+    cancel.add_argument("--json", action="store_true", help="what the cancel has done, as JSON")
+    cancel.add_argument(
+        "--wait",
+        type=float,
+        default=_WAIT,
+        help=f"seconds for every level to confirm (default {_WAIT:g})",
+    )
     add_one_shot_option(cancel)
     cancel.set_defaults(func=cmd_cancel)
 
@@ -268,21 +279,27 @@ def cmd_request_show(args: argparse.Namespace) -> int:
     if report.get("state") == "unknown":
         fail(f"request {request_id}: unknown to the root ({root_name})")
         return EXIT_USAGE
+    # A canceled request: what the cancel has done, which level has not confirmed (if one).
+    canceled = report.get("state") in ("canceled", "canceling")
+    verdict = cancel_verdict(report, root_name) if canceled else None
     if args.json:
-        print_json({**report, **doors})
+        extra = {} if verdict is None else {"cancel": verdict.as_json()}
+        print_json({**report, **doors, **extra})
         return 0
     out = out_console()
     out.print(f"[bold]request {request_id}[/]")
     through = door_line(doors)
     if through is not None:
         out.print(shown(through, 400))
+    if verdict is not None:
+        out.print(shown(verdict.line, 400))
     for line in level_lines(report, root_name, datetime.now(UTC)):
         out.print(shown(line, 400))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    """Cancel a request; exit 0 canceled, 1 already finished, 2 unknown to the root."""
+    """Cancel a request: exit 0 canceled, 1 not canceled (it ended), 2 unknown, 3 canceling."""
     from vox_mqtt.protocol.lifecycle import MAX_TEXT
 
     if args.reason is not None and len(args.reason) > MAX_TEXT:
@@ -293,19 +310,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return asked
     request_id, report, root_name, _ = asked
     state = str(report.get("state", "unknown"))
-    code = 0 if state == "canceled" else EXIT_USAGE if state == "unknown" else EXIT_FINISHED
+    code = _CANCEL_EXIT.get(state, EXIT_FINISHED)
     if args.json:
         print_json(report)
         return code
     if state == "unknown":
         fail(f"request {request_id}: unknown to the root ({root_name}), nothing canceled")
         return code
-    since = report.get("since")
-    when = f" since {since}" if since else ""
-    if state == "canceled":
-        out_console().print(shown(f"request {request_id}: canceled{when}"))
-    else:
-        out_console().print(
-            f"request {request_id}: not canceled, already {shown(state)}{shown(when)}"
-        )
+    # One line, what the cancel has done (protocol/canceling.py): `canceling` names the
+    # level that has not confirmed; never `canceled` while a level may still run it.
+    line = report.get("line") or state
+    out_console().print(f"request {request_id}: {shown(str(line), 400)}")
     return code

@@ -143,7 +143,11 @@ class OperatorConsole:
     async def cancel(
         self, request_id: UUID, *, reason: str | None = None, wait: float | None = None
     ) -> dict[str, Any]:
-        """Cancel a request this operator sent; return the root's cancel_report details."""
+        """Cancel a request this operator sent; return what the cancel has done.
+
+        `state` is `canceled` only once every level confirmed; `canceling` names in `line`
+        and `level` the first that has not (VOXAgent.cancel, protocol/canceling.py).
+        """
         report: dict[str, Any] = await self.agent.cancel(request_id, reason=reason, timeout=wait)
         return report
 

@@ -13,6 +13,14 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from vox_mqtt.protocol._fields import IsoTimestamp, Uuid
+from vox_mqtt.protocol.requeststates import (
+    CANCEL_STATES,
+    FINAL_STATES,
+    MAX_DEPTH,
+    REQUEST_STATES,
+    PartState,
+    RequestState,
+)
 
 __all__ = [
     "CANCEL_STATES",
@@ -45,32 +53,10 @@ MSG_CANCEL_REPORT: Final = "cancel_report"
 
 # The longest free text a level may attach (a progress note, a cancel's reason, a why).
 MAX_TEXT: Final = 200
-# How many levels a nested report may hold: deeper than any real tree, and it keeps a
-# hostile child from sending a report that is all nesting.
-MAX_DEPTH: Final = 16
 # The longest a status_query may ask its receiver to take (seconds).
 MAX_STATUS_WAIT: Final = 60.0
 # The transitions a status report lists for one level at most (the newest kept).
 MAX_HISTORY: Final = 32
-
-RequestState = Literal[
-    "received",
-    "working",
-    "delegated",
-    "completed",
-    "failed",
-    "canceled",
-    "expired",
-    "rejected",
-    "unknown",
-]
-# A level's part may also say the level below did not answer in time.
-PartState = Literal[RequestState, "unreachable"]
-REQUEST_STATES: Final = frozenset(RequestState.__args__)  # type: ignore[attr-defined]
-# The states after which a request does nothing more.
-FINAL_STATES: Final = frozenset({"completed", "failed", "canceled", "expired", "rejected"})
-# What a cancel_report may say the request is in after the cancel.
-CANCEL_STATES: Final = FINAL_STATES | {"unknown"}
 
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 
@@ -160,5 +146,5 @@ class CancelReport(_Part):
     """The answer to a cancel_request: the request's state after the cancel."""
 
     request_id: Uuid
-    state: Literal["completed", "failed", "canceled", "expired", "rejected", "unknown"]
+    state: Literal["completed", "failed", "canceled", "canceling", "expired", "rejected", "unknown"]
     since: IsoTimestamp | None = None

@@ -414,12 +414,15 @@ window.voxOperatorPages = function (ctx) {
       cancel.disabled = !r.in_flight;
       const said = el("p", "cancel-answer");
       said.id = "cancel-answer";
-      function drawSaid() {
+      // The page may have been redrawn while the cancel was asked (its answer came first):
+      // what it said goes to the element on the page now, not to the one drawn before.
+      function drawSaid(on) {
+        const box = on || document.getElementById("cancel-answer") || said;
         const a = cancelSaid.get(r.message_id);
-        said.hidden = !a;
-        if (a) { said.dataset.ok = a.ok; said.textContent = a.text; }
+        box.hidden = !a;
+        if (a) { box.dataset.ok = a.ok; box.textContent = a.text; }
       }
-      drawSaid();
+      drawSaid(said);
       cancel.addEventListener("click", function () {
         cancel.disabled = true;
         cancelSaid.set(r.message_id, { ok: "", text: "cancelling\u2026" });
@@ -427,7 +430,8 @@ window.voxOperatorPages = function (ctx) {
         postJSON("api/request/" + encodeURIComponent(r.message_id) + "/cancel", { reason: reason.value || null })
           .then(function (a) {
             cancelSaid.set(r.message_id, a.ok
-              ? { ok: "1", text: "cancel asked: " + levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ") }
+              // What the cancel has done, in one line: `canceling` names the level not yet confirmed.
+              ? { ok: "1", text: "cancel: " + (a.report.line || levelLines(a.report, named(r.target, r.target_name)).map(function (l) { return l.text; }).join("; ")) }
               : { ok: "0", text: "cancel: " + (a.code ? a.code + ": " : "") + a.error });
             if (pageRequest === r.message_id) drawSaid();
             loadLevels(r.message_id);

@@ -1,0 +1,133 @@
+"""What a cancel has done: one level's state, and the operator's verdict (protocol/canceling.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vox_mqtt.protocol.canceling import (
+    CANCELING_BELOW,
+    CANCELING_HANDLER,
+    cancel_verdict,
+    level_state,
+)
+
+T0 = "2026-12-07T04:27:48.619+00:00"
+T1 = "2026-12-07T04:27:57.102+00:00"
+
+
+def nested(*parts: dict[str, Any]) -> dict[str, Any]:
+    """The root's part first, each next one as `below` of the one before."""
+    report: dict[str, Any] = {}
+    for part in reversed(parts):
+        report = {**part, "below": report} if report else dict(part)
+    return report
+
+
+@pytest.mark.parametrize("own", ["received", "working", "delegated", "completed", "unknown"])
+def test_a_level_not_canceled_here_says_its_own_state(own: str) -> None:
+    assert level_state(own, below="working", handler_running=True) == (own, None)
+
+
+def test_a_canceled_level_whose_handler_still_runs_is_canceling() -> None:
+    assert level_state("canceled", below=None, handler_running=True) == (
+        "canceling",
+        CANCELING_HANDLER,
+    )
+
+
+@pytest.mark.parametrize(
+    "below", ["received", "working", "delegated", "canceling", "unknown", "unreachable"]
+)
+def test_a_canceled_level_whose_child_has_not_confirmed_is_canceling(below: str) -> None:
+    # `unknown`: the request may still be on its way; `unreachable`: a frozen child may run it.
+    assert level_state("canceled", below=below, handler_running=False) == (
+        "canceling",
+        CANCELING_BELOW,
+    )
+
+
+@pytest.mark.parametrize("below", [None, "canceled", "completed", "failed", "expired", "rejected"])
+def test_a_canceled_level_is_canceled_once_nothing_can_run(below: str | None) -> None:
+    assert level_state("canceled", below=below, handler_running=False) == ("canceled", None)
+
+
+def test_every_level_canceled_is_canceled() -> None:
+    report = nested(
+        {"state": "canceled", "since": T0}, {"state": "canceled"}, {"state": "canceled"}
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level, verdict.since) == ("canceled", None, T0)
+    assert verdict.line == f"canceled since {T0}"
+
+
+def test_a_frozen_level_names_itself_as_not_confirmed() -> None:
+    report = nested(
+        {"state": "canceling", "since": T0, "why": CANCELING_BELOW},
+        {"state": "canceling", "why": CANCELING_BELOW},
+        {"state": "unreachable", "why": "no status_report within 3.0s"},
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceling", 3)
+    assert verdict.line == (
+        f"canceling since {T0}: level 3 has not confirmed (unreachable: no status_report within"
+        " 3.0s)"
+    )
+    assert "canceled" not in verdict.line
+
+
+def test_a_handler_outliving_its_cancel_keeps_it_canceling() -> None:
+    report = nested({"state": "canceling", "since": T0, "why": CANCELING_HANDLER})
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceling", 1)
+    assert "root has not confirmed" in verdict.line
+
+
+def test_a_level_that_ran_before_its_cancel_came_is_told_as_such() -> None:
+    report = nested(
+        {"state": "canceled", "since": T0},
+        {"state": "canceled", "since": T0},
+        {"state": "completed", "since": T1},
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("completed", 3)
+    assert verdict.line == (
+        f"canceled at root, level 2, but level 3 had completed since {T1}:"
+        " the cancel reached it after it ran"
+    )
+
+
+def test_a_request_finished_at_the_root_was_not_canceled() -> None:
+    verdict = cancel_verdict({"state": "completed", "since": T1}, "root")
+    assert (verdict.state, verdict.level) == ("completed", 1)
+    assert verdict.line == f"not canceled, already completed since {T1}"
+
+
+def test_a_request_the_root_never_received_is_unknown() -> None:
+    verdict = cancel_verdict({"state": "unknown"}, "root")
+    assert (verdict.state, verdict.level) == ("unknown", None)
+    assert verdict.as_json()["line"] == "unknown to the root (root)"
+
+
+def test_a_root_still_delegating_has_not_confirmed() -> None:
+    verdict = cancel_verdict(nested({"state": "delegated"}, {"state": "working"}), "root")
+    assert (verdict.state, verdict.level) == ("canceling", 1)
+
+
+def test_a_handler_started_before_its_cancel_came_is_told() -> None:
+    started = {
+        "state": "canceled",
+        "since": T1,
+        "history": [
+            {"state": "received", "at": T1},
+            {"state": "working", "at": T1},
+            {"state": "canceled", "at": T1},
+        ],
+    }
+    report = nested({"state": "canceled", "since": T0}, {"state": "canceled"}, started)
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceled", None)
+    assert verdict.line == (
+        f"canceled since {T0}; its handler had started at level 3 before the cancel came"
+    )

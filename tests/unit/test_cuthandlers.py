@@ -1,0 +1,38 @@
+"""Handlers a cancel cut, kept until they end (agent/cuthandlers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import uuid4
+
+from vox_mqtt.agent.cuthandlers import CutHandlers
+
+
+async def test_a_cut_handler_that_runs_on_is_kept_until_it_ends() -> None:
+    cut, request_id, gate = CutHandlers(), uuid4(), asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await gate.wait()  # it runs on past its cancel
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)  # it runs up to its sleep
+    task.cancel()
+    cut.watch(request_id, (task, None))
+    assert request_id in cut
+    assert not await cut.ended(request_id, 0.05)
+    gate.set()
+    assert await cut.ended(request_id, 5.0)
+    await asyncio.sleep(0)  # the done callback runs
+    assert request_id not in cut
+
+
+async def test_tasks_already_ended_are_not_kept() -> None:
+    cut, request_id = CutHandlers(), uuid4()
+    task = asyncio.create_task(asyncio.sleep(0))
+    await task
+    cut.watch(request_id, (task, None))
+    assert request_id not in cut
+    assert await cut.ended(request_id, 0.0)
