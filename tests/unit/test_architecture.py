@@ -13,6 +13,7 @@ what several share lives in a kit module.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -22,6 +23,24 @@ from vox_mqtt.ledger.actions import LedgerAction
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
 TESTS = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Return a source file's tree, parsed once for all the guards of this module."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+_WALKED: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+
+
+def walked(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Return every node of a tree, listed once per tree (the tree is kept with its list)."""
+    known = _WALKED.get(id(tree))
+    if known is None or known[0] is not tree:
+        known = _WALKED[id(tree)] = (tree, tuple(ast.walk(tree)))
+    return known[1]
+
 
 # Subpackages bottom to top; keep in step with the layer table of docs/architecture.md.
 # A module imports only its own subpackage or one of a lower layer; subpackages of one layer
@@ -82,7 +101,7 @@ def layer_of(name: str) -> int:
 def imports_of(name: str) -> set[str]:
     """Return the package modules a module imports, wherever the import statement sits."""
     path = MODULES[name]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -182,7 +201,7 @@ def test_no_mixins() -> None:
     mixins = [
         f"{name}.{node.name}"
         for name, path in MODULES.items()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin")
     ]
     assert mixins == []
@@ -227,7 +246,7 @@ def test_only_the_transport_imports_an_mqtt_library() -> None:
         name: imported
         for name, path in MODULES.items()
         if name != TRANSPORT and not name.startswith(TRANSPORT + ".")
-        if (imported := mqtt_imports(ast.parse(path.read_text(encoding="utf-8"))))
+        if (imported := mqtt_imports(parsed(path)))
     }
     assert outside == {}, "go through vox_mqtt.transport (Session, BlockingSession, Inbound)"
 
@@ -387,7 +406,7 @@ def test_the_agent_s_config_lives_in_one_cell() -> None:
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
         for path in sorted(agent.glob("*.py"))
         if path.name != "context.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.Assign | ast.AnnAssign)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Attribute) and target.attr in ("config", "_config")
@@ -416,7 +435,7 @@ def imported_test_modules(path: Path) -> set[str]:
     """Return the test modules (tests/unit, tests/integration) a file imports, wherever it sits."""
     package = name_of_test_file(path).split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -470,16 +489,20 @@ def _library_private_names() -> frozenset[str]:
         "zmqtt",
         "zmqtt.client",
     ]
+    files: set[str] = set()
     for module_path in modules:
         module = importlib.import_module(module_path)
         found = [module, *(v for v in vars(module).values() if inspect.isclass(v))]
         for item in found:
             names.update(n for n in dir(item) if n.startswith("_") and not n.startswith("__"))
             try:
-                source = inspect.getsource(item)
-            except (OSError, TypeError):
-                continue
-            names.update(re.findall(r"self\.(_[a-z]\w*)\s*[:=]", source))
+                files.add(inspect.getsourcefile(item) or "")
+            except TypeError:
+                continue  # a built-in or compiled class: dir() above is all there is
+    # What the classes assign to themselves, read once per file that defines them.
+    for name in files - {""}:
+        source = Path(name).read_text(encoding="utf-8")
+        names.update(re.findall(r"self\.(_[a-z]\w*)\s*[:=]", source))
     return frozenset(names)
 
 
@@ -487,7 +510,7 @@ def _own_private_names(trees: list[ast.Module]) -> frozenset[str]:
     """The single-underscore names the project itself defines: its own, whatever a library has."""
     names: set[str] = set()
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in walked(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 names.add(node.name)
             elif (
@@ -507,7 +530,7 @@ def _own_private_names(trees: list[ast.Module]) -> frozenset[str]:
 def _library_aliases(tree: ast.Module) -> set[str]:
     """Names a module binds to an MQTT library or something imported from one."""
     aliases: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walked(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in MQTT_LIBRARIES:
@@ -527,7 +550,7 @@ def private_library_uses(
     """Return each use of a library's private name in one module."""
     aliases = _library_aliases(tree)
     found = []
-    for node in ast.walk(tree):
+    for node in walked(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             parts = [*node.module.split("."), *(a.name for a in node.names)]
             if parts[0] in MQTT_LIBRARIES and any(p.startswith("_") for p in parts):
@@ -562,7 +585,7 @@ def test_no_private_name_of_an_mqtt_library_is_used() -> None:
         if (PROJECT / d).is_dir()
         for p in sorted((PROJECT / d).rglob("*.py"))
     ]
-    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in paths}
+    trees = {p: parsed(p) for p in paths}
     own = _own_private_names(list(trees.values()))
     library = _library_private_names()
     found = [
@@ -596,7 +619,7 @@ def _names_used(path: Path) -> set[str]:
     """Return every name a module imports or calls, bare (`x()`) or as an attribute (`m.x()`);
     a call of `update` with a `presence` keyword is a status put into a FleetView."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.Call):
