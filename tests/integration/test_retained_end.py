@@ -88,10 +88,19 @@ async def test_a_look_takes_every_retained_message_through_a_stall_and_ends_at_t
 async def test_an_unsized_queue_drops_retained_messages_and_the_look_is_not_caught_up(
     broker_factory: Factory,
 ) -> None:
-    # The control: the same burst against Mosquitto's default queue, which the rendered
-    # config had before it was sized to the fleet.
+    # The control: the same burst and the same stall against Mosquitto's default queue,
+    # which the rendered config had before it was sized to the fleet. Without the stall it
+    # depended on the look reading slower than the broker sends, which a fast reader on a
+    # quiet core does not: 20,000 of 20,000 taken once. While the relay holds, the broker
+    # can hand nothing on, so past its socket's buffers it queues, and drops beyond 1,000.
     broker = broker_factory(conf("allow_anonymous true", "max_queued_messages 1000"))
     await asyncio.to_thread(retain_all, broker.port)
-    caught_up, taken = await look_through(broker.port, wait=5)
+    proxy = TcpProxy(broker.port)
+    try:
+        proxy.stall_downstream(after_bytes=400_000, seconds=3)
+        caught_up, taken = await look_through(proxy.port, wait=8)
+    finally:
+        proxy.close()
     print(f"caught up: {caught_up}, {taken} of {RETAINED} taken")
+    assert proxy.stalls == 1
     assert taken < RETAINED
