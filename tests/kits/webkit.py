@@ -20,7 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    ElementNotInteractableException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -124,7 +128,10 @@ def wait(driver: WebDriver, predicate: Callable[[WebDriver], T], timeout: float,
             driver,
             timeout,
             poll_frequency=0.05,
-            ignored_exceptions=[StaleElementReferenceException],
+            # The live pages redraw from each poll (console/static/*.js): an element found
+            # a moment ago may be gone (stale) or, drawn anew, not yet laid out to type into
+            # or click (not interactable). Both are tried again, as a person would.
+            ignored_exceptions=[StaleElementReferenceException, ElementNotInteractableException],
         ).until(predicate)
     except TimeoutException:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
