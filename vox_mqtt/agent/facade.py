@@ -174,7 +174,7 @@ class VOXAgent:
 
     def _peer_back(self, entry: AgentLiveness, old: str, new: str) -> None:
         if new == ACTIVE and old != ACTIVE:
-            self._outbox.heard_from(entry.id)
+            self._outbox.heard_from(entry.id, back=True)
 
     def _count_commit(self, records: int, seconds: float) -> None:
         self.metrics.ledger_records += records

@@ -310,15 +310,16 @@ class Outbox:
         delivery.timer = loop.call_later(delay, self._attempt, delivery)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
 
-    def heard_from(self, peer: UUID) -> None:
-        """A message came from a peer: it is there; what was held back for it goes now."""
-        for message_id in self._quiet.heard(peer):
-            delivery = self._deliveries.get(message_id)
-            if delivery is not None:
-                if delivery.timer is not None:
-                    delivery.timer.cancel()
-                delivery.delay = self.config.resend_initial
-                self._attempt(delivery)
+    def heard_from(self, peer: UUID, *, back: bool = False) -> None:
+        """What was held back for a peer goes now; back (ACTIVE again): all it is owed goes now."""
+        held = self._quiet.heard(peer)
+        if back:  # an acknowledged request would wait resend_max after a restart (docs/messages.md)
+            held |= {k for k, d in self._deliveries.items() if d.tracked.message.target == peer}
+        for delivery in filter(None, map(self._deliveries.get, held)):
+            if delivery.timer is not None:
+                delivery.timer.cancel()
+            delivery.delay = self.config.resend_initial
+            self._attempt(delivery)
 
     def _forget(self, message_id: UUID) -> Delivery | None:
         """Stop tracking a delivery: acknowledged, answered or ended; its child's work is done."""
