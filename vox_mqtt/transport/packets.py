@@ -21,6 +21,8 @@ __all__ = [
     "reason_name",
     "reason_name_connack",
     "split_packet",
+    "utf8",
+    "varint",
 ]
 
 
@@ -50,7 +52,8 @@ def reason_name(code: int) -> str:
 _NAMES: dict[int, str] = {0x80: "Unspecified error"}
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """Return value as an MQTT variable byte integer (MQTT v5 1.5.5)."""
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -59,7 +62,8 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _utf8(text: str) -> bytes:
+def utf8(text: str) -> bytes:
+    """Return text as an MQTT UTF-8 string: its length in two bytes, then the bytes."""
     encoded = text.encode()
     return struct.pack("!H", len(encoded)) + encoded
 
@@ -68,12 +72,12 @@ def frame_publish(
     topic: str, payload: bytes, qos: int, retain: bool, mid: int, packed_properties: bytes
 ) -> bytes:
     """Return one MQTT v5 PUBLISH packet (3.3) with properties already packed (length first)."""
-    head = _utf8(topic)
+    head = utf8(topic)
     if qos:
         head += struct.pack("!H", mid)
     size = len(head) + len(packed_properties) + len(payload)
     first = _PUBLISH | (qos << 1) | (1 if retain else 0)
-    return b"".join((bytes((first,)), _varint(size), head, packed_properties, payload))
+    return b"".join((bytes((first,)), varint(size), head, packed_properties, payload))
 
 
 def puback(mid: int) -> bytes:

@@ -18,6 +18,8 @@ from uuid import UUID
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from vox_mqtt.transport.packets import utf8, varint
+
 __all__ = [
     "CONTENT_TYPE",
     "FROM_KEY",
@@ -137,26 +139,12 @@ class PublishProperties:
         return ((TYPE_KEY, type), (FROM_KEY, self.name))
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _skip_varint(data: bytes) -> int:
     """Return the offset after the variable byte integer data starts with."""
     at = 0
     while data[at] & 0x80:
         at += 1
     return at + 1
-
-
-def _utf8(text: str) -> bytes:
-    encoded = text.encode()
-    return len(encoded).to_bytes(2, "big") + encoded
 
 
 def with_user_property(props: Properties, key: str, value: str) -> Properties:
@@ -172,9 +160,9 @@ def with_user_property(props: Properties, key: str, value: str) -> Properties:
     head = None if heads is None else heads.get((key, len(encoded)))
     if head is None:
         packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
-        body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY]) + _utf8(key)
+        body = packed_old[_skip_varint(packed_old) :] + bytes([_USER_PROPERTY]) + utf8(key)
         body += len(encoded).to_bytes(2, "big")
-        head = _varint(len(body) + len(encoded)) + body
+        head = varint(len(body) + len(encoded)) + body
         if "_packed" in props.__dict__:  # packed once, never changed after: kept with them
             props.__dict__.setdefault("_heads", {})[(key, len(encoded))] = head
     return _Appended(head + encoded)
@@ -199,7 +187,7 @@ def with_expiry(props: Properties, expiry: int) -> Properties:
     """Return props with a message expiry interval, packed at once (props is not changed)."""
     packed_old: bytes = props.pack()  # type: ignore[no-untyped-call]
     body = bytes([_EXPIRY]) + expiry.to_bytes(4, "big") + packed_old[_skip_varint(packed_old) :]
-    return _Appended(_varint(len(body)) + body)
+    return _Appended(varint(len(body)) + body)
 
 
 _markers: dict[str, bytes] = {}  # a user property's key as packed, per key
@@ -213,7 +201,7 @@ def signature_of(packed_props: bytes, key: str) -> str | None:
     """
     marker = _markers.get(key)
     if marker is None:
-        marker = _markers[key] = bytes([_USER_PROPERTY]) + _utf8(key)
+        marker = _markers[key] = bytes([_USER_PROPERTY]) + utf8(key)
     at = packed_props.rfind(marker)
     if at < 0:
         return None
