@@ -16,9 +16,12 @@ from collections.abc import Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from vox_mqtt.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vox_mqtt.protocol.settings import BrokerSettings
 
 __all__ = [
     "ITERATIONS",
@@ -312,6 +315,25 @@ class Credentials:
     def tls(self) -> bool:
         """Return whether this identity connects over TLS with a client certificate."""
         return self.ca_file is not None
+
+    def broker_settings(self, **rest: Any) -> BrokerSettings:
+        """Return how a session logs in as this identity; rest sets the others (client id,
+        timeouts, session expiry) as BrokerSettings names them."""
+        # Imported here: the settings bring pydantic, which the quick verbs that read
+        # credentials never load (tests/integration/test_cli_quick.py).
+        from vox_mqtt.protocol.settings import BrokerSettings
+
+        login: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+            "client_id": self.client_id,
+            "ca_file": self.ca_file,
+            "cert_file": self.cert_file,
+            "key_file": self.key_file,
+        }
+        return BrokerSettings(**(login | rest))
 
     def look(self, purpose: str) -> LookLogin | None:
         """Return the login for one kind of look, if these credentials carry it."""

@@ -59,15 +59,7 @@ def pid_alive(pid: int) -> bool:
 
 def one_shot_settings(creds: Credentials, timeout: float) -> BrokerSettings:
     """Return how a tool on the broker host logs in as creds: one attempt, no session kept."""
-    return BrokerSettings(
-        host=creds.host,
-        port=creds.port,
-        username=creds.username,
-        password=creds.password,
-        client_id=creds.client_id,
-        ca_file=creds.ca_file,
-        cert_file=creds.cert_file,
-        key_file=creds.key_file,
+    return creds.broker_settings(
         keepalive=10,
         session_expiry=0,  # nothing is left on the broker when it leaves
         connect_timeout=timeout,

@@ -115,15 +115,8 @@ def retire_refusal(fleet: Fleet, name: str, record: FleetRecord | None, where: s
 
 def _settings(creds: Credentials, client_id: str) -> BrokerSettings:
     # No session is left behind, and an unreachable broker is said quickly.
-    return BrokerSettings(
-        host=creds.host,
-        port=creds.port,
-        username=creds.username,
-        password=creds.password,
+    return creds.broker_settings(
         client_id=client_id,
-        ca_file=creds.ca_file,
-        cert_file=creds.cert_file,
-        key_file=creds.key_file,
         session_expiry=0,
         connect_timeout=_CONNECT_TIMEOUT,
         reconnect_max=5.0,
