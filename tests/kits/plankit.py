@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from vox_mqtt.agent.plan import Admission, Plan, Step, admit
+from vox_mqtt.agent.plan import Admission, Reject, admit
 from vox_mqtt.protocol.messages import VOXMessage
 from vox_mqtt.protocol.topics import InboxTopic
 
 
-def rejected(sent: VOXMessage, admission: Admission, topic: InboxTopic | None = None) -> Plan:
+def rejected(sent: VOXMessage, admission: Admission, topic: InboxTopic | None = None) -> Reject:
     """Return admit()'s plan for a message it must refuse (REJECT), its reason to be checked.
 
     The topic is the sender's own inbox topic at this agent unless another is given.
@@ -15,5 +15,5 @@ def rejected(sent: VOXMessage, admission: Admission, topic: InboxTopic | None = 
     where = topic or InboxTopic(target=admission.me, source=sent.source)
     plan = admit(sent, where, admission)
     assert plan is not None, f"{sent.type} from {sent.source} was admitted"
-    assert plan.step is Step.REJECT, plan
+    assert isinstance(plan, Reject), plan
     return plan

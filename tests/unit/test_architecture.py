@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from vox_mqtt.agent.executors import PLAN_TYPES
 from vox_mqtt.ledger.actions import LedgerAction
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
@@ -396,6 +397,90 @@ if row["state"] == "failed": pass  # a state, not a row's action: fine
         "bare ledger action 'expired' in SQL",
     ], found
     assert found[0].startswith("x.py:2: ")
+
+
+# --- the plan is carried out, not decided again (docs/architecture.md, the pipeline) -----------
+
+PLAN_NAMES = frozenset(t.__name__ for t in PLAN_TYPES)
+# The only modules that tell one plan type from another: the decision and the table.
+STEP_DECIDERS = {PACKAGE / "agent" / "plan.py", PACKAGE / "agent" / "executors.py"}
+
+
+def _names_a_plan(node: ast.AST) -> bool:
+    if isinstance(node, ast.Tuple | ast.Set | ast.List):
+        return any(_names_a_plan(n) for n in node.elts)
+    if isinstance(node, ast.BinOp):  # A | B
+        return _names_a_plan(node.left) or _names_a_plan(node.right)
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return name in PLAN_NAMES
+
+
+def _is_a_plan(node: ast.AST) -> bool:
+    """A value named as a plan: `plan`, `served.plan`, `first_plan` (the demo's `self.step` is not)."""
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return name.endswith("plan")
+
+
+def step_branches(source: str, filename: str) -> list[str]:
+    """Where a module tells plan types apart: isinstance, type(x) is, a match, a `.step`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        why = None
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+            "isinstance",
+            "issubclass",
+        ):
+            if len(node.args) == 2 and _names_a_plan(node.args[1]):
+                why = "isinstance() against a plan type"
+        elif isinstance(node, ast.Compare) and (
+            (isinstance(node.left, ast.Call) and getattr(node.left.func, "id", None) == "type")
+        ):
+            if any(_names_a_plan(c) for c in node.comparators):
+                why = "type() compared with a plan type"
+        elif isinstance(node, ast.MatchClass) and _names_a_plan(node.cls):
+            why = "a match case on a plan type"
+        elif isinstance(node, ast.Attribute) and node.attr == "step" and _is_a_plan(node.value):
+            why = "a plan's `.step`"
+        if why is not None:
+            found.append(f"{filename}:{getattr(node, 'lineno', 0)}: {why}")
+    return found
+
+
+def test_no_step_branches_outside_the_plan_and_the_executor_table() -> None:
+    found = [
+        problem
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in STEP_DECIDERS
+        for problem in step_branches(
+            path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
+        )
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_step_guard_sees_each_way_of_branching() -> None:
+    source = """
+if isinstance(plan, Serve): pass
+if isinstance(plan, (Delegate, Unroutable)): pass
+if isinstance(plan, plans.Expired | plans.Stopping): pass
+if type(plan) is CancelInFlight: pass
+if type(plan) in {Late, Event}: pass
+match plan:
+    case Answer(): pass
+if plan.step is Step.SERVE: pass
+table = {Serve: serve}  # naming one as a key is the table's business: fine
+if isinstance(outcome, Redecide): pass  # not a plan: fine
+"""
+    found = step_branches(source, "x.py")
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "isinstance() against a plan type",
+        "isinstance() against a plan type",
+        "isinstance() against a plan type",
+        "type() compared with a plan type",
+        "type() compared with a plan type",
+        "a match case on a plan type",
+        "a plan's `.step`",
+    ], found
 
 
 def test_the_agent_s_config_lives_in_one_cell() -> None:

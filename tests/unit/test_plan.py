@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -12,16 +13,31 @@ from hypothesis import strategies as st
 from tests.kits.plankit import rejected
 from vox_mqtt.agent.plan import (
     Admission,
+    Answer,
     Answered,
     AnswerFacts,
     CommandFacts,
+    Delegate,
+    Duplicate,
+    Event,
+    Expired,
     Facts,
+    Late,
     Local,
-    Plan,
-    Step,
+    RelayAnswer,
+    Replay,
+    Retained,
+    Serve,
+    SettleAck,
+    Stopping,
+    Unrecordable,
+    Unroutable,
     Waiter,
+    acts,
     admit,
     decide,
+    decide_command,
+    shown,
 )
 from vox_mqtt.observe.status import ACTIVE, INACTIVE, AgentLiveness
 from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
@@ -62,6 +78,10 @@ def inbox_of(message: VOXMessage) -> InboxTopic:
     return InboxTopic(target=ME, source=message.source)
 
 
+async def analyze(message: VOXMessage) -> None:
+    """The role's handler the command facts name."""
+
+
 def facts_for_command(**changes: object) -> Facts:
     values: dict[str, object] = {
         "command": "analyze",
@@ -69,6 +89,7 @@ def facts_for_command(**changes: object) -> Facts:
         "stopping": False,
         "slot_free": True,
         "local": Local.PLAIN,
+        "handler": analyze,
     }
     values.update(changes)
     return Facts(command=CommandFacts(**values))  # type: ignore[arg-type]
@@ -107,8 +128,8 @@ def test_a_retained_copy_is_never_acted_on() -> None:
     admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, retained=True)
     plan = admit(message, inbox_of(message), admission)
     assert plan is not None
-    assert plan.step is Step.RETAINED
-    assert not plan.acts
+    assert isinstance(plan, Retained)
+    assert not acts(plan)
 
 
 def test_a_rejection_comes_before_the_retained_check() -> None:
@@ -120,7 +141,8 @@ def test_nothing_is_admitted_when_the_ledger_cannot_record() -> None:
     message = command_from()
     admission = Admission(me=ME, master_id=MASTER, peers=ADMISSION.peers, write_failure="disk full")
     plan = admit(message, inbox_of(message), admission)
-    assert plan == Plan(step=Step.UNRECORDABLE, reason="disk full", acknowledge=False)
+    assert plan == Unrecordable(reason="disk full")
+    assert plan.acknowledge is False
 
 
 # --- decide: acks and duplicates ----------------------------------------------------------------
@@ -138,41 +160,41 @@ def ack_of(message_id: UUID) -> VOXMessage:
 
 def test_an_ack_settles_and_is_never_acknowledged() -> None:
     plan = decide(ack_of(uuid4()), Facts())
-    assert plan.step is Step.SETTLE_ACK
+    assert isinstance(plan, SettleAck)
     assert plan.acknowledge is False
 
 
 def test_a_second_copy_of_an_ack_is_a_duplicate_and_still_not_acknowledged() -> None:
     plan = decide(ack_of(uuid4()), Facts(duplicate=True))
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
     assert plan.acknowledge is False
 
 
 def test_a_duplicate_command_is_acknowledged_again_never_run() -> None:
     plan = decide(command_from(), Facts(duplicate=True, command=facts_for_command().command))
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
     assert plan.acknowledge is True
-    assert not plan.acts
+    assert not acts(plan)
 
 
 def test_a_resent_command_whose_answer_is_held_replays_it_and_runs_nothing() -> None:
-    facts = Facts(duplicate=True, answered=Answered.HELD)
+    facts = Facts(duplicate=True, answered=Answered.HELD, held=b'{"type": "command_result"}')
     plan = decide(command_from(), facts)
-    assert plan.step is Step.REPLAY
+    assert plan == Replay(answer=b'{"type": "command_result"}')
     assert plan.acknowledge is False  # the replayed answer stands for the ack
-    assert not plan.acts
+    assert not acts(plan)
 
 
 def test_a_resent_command_not_answered_yet_is_acknowledged_again_and_runs_nothing() -> None:
     plan = decide(command_from(), Facts(duplicate=True, answered=Answered.NOT_YET))
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
     assert plan.acknowledge is True
-    assert not plan.acts
+    assert not acts(plan)
 
 
 def test_a_stray_copy_of_a_command_answered_long_ago_is_only_acknowledged() -> None:
     plan = decide(command_from(), Facts(duplicate=True, answered=Answered.GONE))
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
     assert plan.acknowledge is True
 
 
@@ -180,14 +202,14 @@ def test_a_stray_copy_of_a_command_answered_long_ago_is_only_acknowledged() -> N
 def test_only_a_command_replays(answered: Answered) -> None:
     job = reply_from(MSG_COMMAND_RESULT, uuid4())
     plan = decide(job, Facts(duplicate=True, answered=answered))
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
 
 
 @pytest.mark.parametrize("kind", [MSG_COMMAND_RESULT, MSG_COMMAND_ERROR])
 def test_a_second_copy_of_an_answer_to_a_command_is_not_acknowledged(kind: str) -> None:
     facts = Facts(duplicate=True, answer=AnswerFacts(waiter=Waiter.NOBODY, to_command=True))
     plan = decide(reply_from(kind, uuid4()), facts)
-    assert plan.step is Step.DUPLICATE
+    assert isinstance(plan, Duplicate)
     assert plan.acknowledge is False
 
 
@@ -196,59 +218,59 @@ def test_a_second_copy_of_an_answer_to_a_command_is_not_acknowledged(kind: str) 
 
 def test_a_command_served_here_starts_at_once_when_a_slot_is_free() -> None:
     plan = decide(command_from(), facts_for_command())
-    assert plan == Plan(step=Step.SERVE, start_now=True)
+    assert plan == Serve(handler=analyze, start_now=True)
 
 
 def test_a_command_served_here_waits_for_a_slot_when_none_is_free() -> None:
     plan = decide(command_from(), facts_for_command(slot_free=False))
-    assert plan == Plan(step=Step.SERVE, start_now=False)
+    assert plan == Serve(handler=analyze, start_now=False)
 
 
 def test_only_an_idempotent_command_runs_before_its_record_commits() -> None:
     plan = decide(command_from(), facts_for_command(local=Local.IDEMPOTENT))
-    assert plan == Plan(step=Step.SERVE, start_now=True, run_early=True)
+    assert plan == Serve(handler=analyze, start_now=True, run_early=True)
     busy = decide(command_from(), facts_for_command(local=Local.IDEMPOTENT, slot_free=False))
-    assert busy.run_early is False
+    assert busy == Serve(handler=analyze, start_now=False, run_early=False)
 
 
 def test_a_command_while_stopping_is_answered_shutting_down() -> None:
     plan = decide(command_from(), facts_for_command(stopping=True))
-    assert plan.step is Step.STOPPING
+    assert isinstance(plan, Stopping)
 
 
 def test_a_command_past_its_deadline_is_never_started() -> None:
     past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
     plan = decide(command_from(deadline=past), facts_for_command(deadline_passed=True))
-    assert plan.step is Step.EXPIRED
+    assert isinstance(plan, Expired)
     assert "not started" in plan.reason
 
 
 def test_stopping_wins_over_an_expired_deadline() -> None:
     plan = decide(command_from(), facts_for_command(stopping=True, deadline_passed=True))
-    assert plan.step is Step.STOPPING
+    assert isinstance(plan, Stopping)
 
 
 def test_a_command_no_role_serves_goes_to_the_healthy_child_that_advertises_it() -> None:
     facts = facts_for_command(
         local=Local.NONE, children=(child(OTHER, status=INACTIVE), child(CHILD))
     )
-    assert decide(command_from(), facts) == Plan(step=Step.DELEGATE, child=CHILD)
+    assert decide(command_from(), facts) == Delegate(child=CHILD)
 
 
 def test_a_command_nobody_advertises_is_unroutable() -> None:
     facts = facts_for_command(local=Local.NONE, children=(child(CHILD, commands=("other",)),))
     plan = decide(command_from(), facts)
-    assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.NO_ROUTE)
+    assert plan == Unroutable(code=ErrorCode.NO_ROUTE)
 
 
 def test_a_command_only_unhealthy_children_advertise_is_target_inactive() -> None:
     facts = facts_for_command(local=Local.NONE, children=(child(CHILD, status=INACTIVE), None))
     plan = decide(command_from(), facts)
-    assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.TARGET_INACTIVE)
+    assert plan == Unroutable(code=ErrorCode.TARGET_INACTIVE)
 
 
 def test_a_command_with_an_invalid_payload_is_left_to_the_runner_to_answer() -> None:
-    assert decide(command_from(), facts_for_command(command=None)).step is Step.SERVE
+    assert isinstance(decide(command_from(), facts_for_command(command=None)), Serve)
 
 
 ids = st.integers(min_value=10, max_value=40).map(lambda n: UUID(int=n))
@@ -277,7 +299,7 @@ def test_routing_rules_hold_for_any_children(
     healthy = [c for c in advertising if c.healthy]
     if healthy:
         # Never an unhealthy child, never one that does not advertise it; the least busy.
-        assert plan.step is Step.DELEGATE
+        assert isinstance(plan, Delegate)
         chosen = next(c for c in children if c.id == plan.child)
         assert chosen in healthy
         assert load.get(chosen.id, 0) == min(load.get(c.id, 0) for c in healthy)
@@ -286,9 +308,9 @@ def test_routing_rules_hold_for_any_children(
         for c in children
     ):
         # Served below, by agents that are down: offline, not unknown (REQ-001-US-002-008).
-        assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.TARGET_INACTIVE)
+        assert plan == Unroutable(code=ErrorCode.TARGET_INACTIVE)
     else:
-        assert plan == Plan(step=Step.UNROUTABLE, code=ErrorCode.NO_ROUTE)
+        assert plan == Unroutable(code=ErrorCode.NO_ROUTE)
 
 
 # --- decide: answers and events ----------------------------------------------------------------
@@ -299,29 +321,29 @@ def test_an_answer_to_a_request_that_ended_here_is_late(kind: str) -> None:
     request = uuid4()
     facts = Facts(answer=AnswerFacts(waiter=Waiter.ENDED, ended_as="expired"))
     plan = decide(reply_from(kind, request), facts)
-    assert plan.step is Step.LATE
+    assert isinstance(plan, Late)
     assert plan.ended == "expired"
     assert str(request) in plan.reason
 
 
 def test_a_childs_answer_to_a_delegated_command_is_relayed() -> None:
     facts = Facts(answer=AnswerFacts(waiter=Waiter.RELAY))
-    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.RELAY_ANSWER
+    assert isinstance(decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts), RelayAnswer)
 
 
 def test_a_childs_unrecorded_refusal_goes_to_its_waiter_to_try_another_child() -> None:
     facts = Facts(answer=AnswerFacts(waiter=Waiter.RELAY, refused_unrecorded=True))
-    assert decide(reply_from(MSG_COMMAND_ERROR, uuid4()), facts).step is Step.ANSWER
+    assert isinstance(decide(reply_from(MSG_COMMAND_ERROR, uuid4()), facts), Answer)
 
 
 def test_an_answer_a_caller_awaits_settles_it() -> None:
     facts = Facts(answer=AnswerFacts(waiter=Waiter.CALLER))
-    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.ANSWER
+    assert isinstance(decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts), Answer)
 
 
 def test_an_answer_nobody_awaits_goes_to_the_roles_as_an_event() -> None:
     facts = Facts(answer=AnswerFacts(waiter=Waiter.NOBODY))
-    assert decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts).step is Step.EVENT
+    assert isinstance(decide(reply_from(MSG_COMMAND_RESULT, uuid4()), facts), Event)
 
 
 @pytest.mark.parametrize("kind", [MSG_COMMAND_RESULT, MSG_COMMAND_ERROR])
@@ -330,7 +352,7 @@ def test_an_answer_to_a_command_is_never_acknowledged(kind: str, waiter: Waiter)
     facts = Facts(answer=AnswerFacts(waiter=waiter, to_command=True, ended_as="expired"))
     plan = decide(reply_from(kind, uuid4()), facts)
     assert plan.acknowledge is False
-    assert plan.acts
+    assert acts(plan)
 
 
 @pytest.mark.parametrize("waiter", list(Waiter))
@@ -349,6 +371,39 @@ def test_a_notification_is_an_event() -> None:
     }
     job = new_message(MSG_JOB_DETECTED, source=CHILD, target=ME, details=details)
     plan = decide(job, Facts())
-    assert plan.step is Step.EVENT
-    assert plan.acts
+    assert isinstance(plan, Event)
+    assert acts(plan)
     assert plan.acknowledge
+
+
+# --- decide again: what an executor learned comes back as a fact --------------------------------
+
+
+def test_a_child_that_refused_the_work_unrecorded_is_never_chosen_again() -> None:
+    facts = facts_for_command(local=Local.NONE, children=(child(CHILD), child(OTHER)))
+    command = facts.command
+    assert command is not None
+    again = decide_command(replace(command, refused_by=frozenset({CHILD})))
+    assert again == Delegate(child=OTHER)
+
+
+def test_when_every_child_refused_it_unrecorded_the_command_is_unroutable() -> None:
+    facts = facts_for_command(local=Local.NONE, children=(child(CHILD), child(OTHER)))
+    command = facts.command
+    assert command is not None
+    again = decide_command(replace(command, refused_by=frozenset({CHILD, OTHER})))
+    assert isinstance(again, Unroutable)
+
+
+def test_a_command_that_waited_for_a_slot_while_the_agent_began_stopping_is_refused() -> None:
+    command = facts_for_command(slot_free=False).command
+    assert command is not None
+    assert isinstance(decide_command(replace(command, stopping=True)), Stopping)
+
+
+def test_listeners_never_see_acks_copies_refusals_or_late_answers() -> None:
+    late = Late(reason="x", ended="expired")
+    for plan in (SettleAck(), Duplicate(), Replay(answer=b"{}"), Unrecordable(reason="x"), late):
+        assert not shown(plan)
+    for plan in (Event(), Answer(), RelayAnswer()):
+        assert shown(plan)

@@ -9,11 +9,20 @@ import pytest
 from tests.kits.plankit import rejected
 from vox_mqtt.agent.plan import (
     Admission,
-    CancelAction,
+    CanceledBefore,
+    CancelFacts,
+    CancelFinished,
+    CancelFinishing,
+    CancelInFlight,
+    CancelUnknown,
     CommandFacts,
+    Duplicate,
+    Event,
     Facts,
     Local,
-    Step,
+    Progress,
+    Status,
+    acts,
     admit,
     decide,
 )
@@ -51,32 +60,39 @@ def inbox_of(sent: VOXMessage) -> InboxTopic:
 
 
 @pytest.mark.parametrize(
-    ("target", "action"),
+    ("target", "kind"),
     [
-        ("received", CancelAction.NEVER_START),
-        ("started", CancelAction.STOP),
-        ("delegated", CancelAction.PASS_DOWN),
-        ("answering", CancelAction.FINISHING),
-        ("unknown", CancelAction.REMEMBER),
+        ("received", CancelInFlight),
+        ("started", CancelInFlight),
+        ("delegated", CancelInFlight),
+        ("answering", CancelFinishing),
+        ("unknown", CancelUnknown),
     ],
 )
-def test_a_cancel_does_what_the_request_state_calls_for(target: str, action: CancelAction) -> None:
-    plan = decide(cancel_from(), Facts(target=target))
-    assert plan.step is Step.CANCEL
-    assert plan.cancel is action
-    assert plan.acts
+def test_a_cancel_does_what_the_request_state_calls_for(target: str, kind: type) -> None:
+    plan = decide(cancel_from(), Facts(cancel=CancelFacts(target=target)))
+    assert type(plan) is kind
+    assert acts(plan)
     assert plan.acknowledge
 
 
 @pytest.mark.parametrize("final", ["completed", "failed", "expired", "canceled", "rejected"])
 def test_a_cancel_of_a_finished_request_reports_its_end(final: str) -> None:
-    plan = decide(cancel_from(), Facts(target=final))
-    assert (plan.step, plan.cancel, plan.ended) == (Step.CANCEL, CancelAction.FINAL, final)
+    plan = decide(cancel_from(), Facts(cancel=CancelFacts(target=final)))
+    assert isinstance(plan, CancelFinished)
+    assert plan.ended == final
     assert final in plan.reason
 
 
+def test_a_cancel_of_a_request_never_received_beyond_its_senders_budget_is_not_remembered() -> None:
+    facts = Facts(cancel=CancelFacts(target="unknown", within_budget=False))
+    assert decide(cancel_from(), facts) == CancelUnknown(beyond_budget=True)
+    assert decide(cancel_from(), Facts(cancel=CancelFacts(target="unknown"))) == CancelUnknown()
+
+
 def test_a_second_copy_of_a_cancel_changes_nothing() -> None:
-    assert decide(cancel_from(), Facts(duplicate=True, target="started")).step is Step.DUPLICATE
+    facts = Facts(duplicate=True, cancel=CancelFacts(target="started"))
+    assert isinstance(decide(cancel_from(), facts), Duplicate)
 
 
 @pytest.mark.parametrize("build", [cancel_from, query_from])
@@ -101,12 +117,12 @@ def test_progress_comes_only_from_a_child() -> None:
 
 def test_a_status_query_is_answered_not_acknowledged() -> None:
     plan = decide(query_from(), Facts())
-    assert (plan.step, plan.acknowledge, plan.acts) == (Step.STATUS, False, True)
+    assert (type(plan), plan.acknowledge, acts(plan)) == (Status, False, True)
 
 
 def test_progress_is_recorded_never_acknowledged() -> None:
     plan = decide(progress_from(), Facts())
-    assert (plan.step, plan.acknowledge, plan.acts) == (Step.PROGRESS, False, True)
+    assert (type(plan), plan.acknowledge, acts(plan)) == (Progress, False, True)
 
 
 def test_a_cancel_report_is_an_answer_like_any_other() -> None:
@@ -116,7 +132,7 @@ def test_a_cancel_report_is_an_answer_like_any_other() -> None:
         {"request_id": str(uuid4()), "state": "canceled"},
         reply_to=uuid4(),
     )
-    assert decide(report, Facts()).step is Step.EVENT
+    assert isinstance(decide(report, Facts()), Event)
 
 
 @pytest.mark.parametrize("stopping", [False, True])
@@ -134,7 +150,5 @@ def test_a_command_canceled_before_it_came_never_starts(
         canceled_before=True,
     )
     plan = decide(sent, Facts(command=facts))
-    assert plan.step is Step.CANCELED_BEFORE
-    assert not plan.start_now
-    assert not plan.run_early
+    assert isinstance(plan, CanceledBefore)  # never Serve: nothing starts, early or late
     assert "not started" in plan.reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from uuid import UUID, uuid4
 
-from vox_mqtt.agent.plan import Plan, Step
+from vox_mqtt.agent.plan import Delegate, Serve
 from vox_mqtt.agent.requests import Requests, ServedState
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
@@ -25,7 +25,7 @@ def owner() -> Requests:
 
 def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    served = requests.open(command(), Serve(handler=print))
     assert requests.get(served.message_id) is served
     assert requests.in_flight == 1
     requests.move(served, ServedState.WORKING)
@@ -42,7 +42,7 @@ def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> No
 
 def test_a_final_state_is_final() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    served = requests.open(command(), Serve(handler=print))
     requests.move(served, ServedState.EXPIRED)
     requests.move(served, ServedState.COMPLETED)
     assert served.state is ServedState.EXPIRED
@@ -51,7 +51,7 @@ def test_a_final_state_is_final() -> None:
 
 def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
     requests.delegate(served, CHILD, downstream)
     assert served.state is ServedState.DELEGATED
@@ -64,7 +64,7 @@ def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
 
 def test_a_second_child_replaces_the_first_and_load_follows() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     first = requests.sent.track(command(ME, CHILD), expects_reply=True)
     requests.delegate(served, CHILD, first)
     second = requests.sent.track(command(ME, OTHER), expects_reply=True)
@@ -76,7 +76,7 @@ def test_a_second_child_replaces_the_first_and_load_follows() -> None:
 
 def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
     requests.delegate(served, CHILD, downstream)
     requests.sent.expired(downstream.message_id, "no answer")
@@ -85,7 +85,7 @@ def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
 
 def test_finishing_a_delegated_command_frees_its_child() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     requests.delegate(served, CHILD, requests.sent.track(command(ME, CHILD), expects_reply=True))
     requests.move(served, ServedState.FAILED)
     assert dict(requests.load) == {}
@@ -93,7 +93,7 @@ def test_finishing_a_delegated_command_frees_its_child() -> None:
 
 def test_only_one_answer_is_claimed() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.SERVE), None)
+    served = requests.open(command(), Serve(handler=print))
     assert requests.claim_answer(served)
     assert not requests.claim_answer(served)
     assert requests.unanswered() == []
@@ -101,7 +101,7 @@ def test_only_one_answer_is_claimed() -> None:
 
 def test_a_dropped_command_was_never_accepted() -> None:
     requests = owner()
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     requests.drop(served)
     assert requests.get(served.message_id) is None
     assert requests.in_flight == 0
@@ -110,7 +110,7 @@ def test_a_dropped_command_was_never_accepted() -> None:
 def test_idle_is_awaitable_once_nothing_is_served() -> None:
     async def scenario() -> bool:
         requests = owner()
-        served = requests.open(command(), Plan(step=Step.SERVE), None)
+        served = requests.open(command(), Serve(handler=print))
         waiting = asyncio.ensure_future(requests.wait_idle())
         await asyncio.sleep(0)
         busy = not waiting.done()

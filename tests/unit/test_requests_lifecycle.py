@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID, uuid4
 
-from vox_mqtt.agent.plan import Plan, Step
+from vox_mqtt.agent.plan import Delegate, Serve
 from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
@@ -20,7 +20,7 @@ def command(source: UUID = MASTER, target: UUID = ME) -> VOXMessage:
 
 def test_canceled_is_final_and_frees_the_childs_load() -> None:
     requests = Requests(RequestTracker())
-    served = requests.open(command(), Plan(step=Step.DELEGATE, child=CHILD), None)
+    served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
     requests.delegate(served, CHILD, downstream)
     assert requests.claim_answer(served)  # the cancel takes the right to answer
@@ -37,8 +37,8 @@ def test_each_move_is_told_to_the_hook_and_counted_by_state() -> None:
     requests = Requests(RequestTracker())
     told: list[tuple[Served, ServedState]] = []
     requests.on_move = lambda served, state: told.append((served, state))
-    first = requests.open(command(), Plan(step=Step.SERVE), None)
-    second = requests.open(command(), Plan(step=Step.SERVE), None)
+    first = requests.open(command(), Serve(handler=print))
+    second = requests.open(command(), Serve(handler=print))
     requests.move(first, ServedState.WORKING)
     assert requests.count(ServedState.WORKING) == 1
     assert requests.count(ServedState.RECEIVED) == 1

@@ -508,7 +508,7 @@ class VOXAgent:
         await session.wait_connected(None)
         self._outbox.redeliver(unsent)
         await self._lifecycle.resume()
-        await self._runner.resume(interrupted, pending, self._inbound.plan_resumed)
+        await self._runner.resume(interrupted, pending)
 
     def _count_unsigned(self) -> None:
         self.metrics.unsigned += 1  # "accept": let through, and counted (docs/security.md)

@@ -11,28 +11,34 @@ from typing import Any
 from uuid import UUID
 
 from vox_mqtt.agent.answerguard import AnswerGuard
-from vox_mqtt.agent.childbudget import CAUSE, FLOODING, ChildBudgets
+from vox_mqtt.agent.childbudget import ChildBudgets
 from vox_mqtt.agent.context import TaskSet
-from vox_mqtt.agent.lifecycle import LIFECYCLE_STEPS, Lifecycle
+from vox_mqtt.agent.executors import executor_table
+from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import (
     ANSWERS,
     Admission,
     Answered,
     AnswerFacts,
+    CancelFacts,
     CommandFacts,
+    CommandPlan,
     Facts,
     Local,
     Plan,
-    Step,
     Waiter,
+    acts,
     admit,
     decide,
+    decide_command,
+    shown,
 )
 from vox_mqtt.agent.ports import Settings
-from vox_mqtt.agent.prepared import Row, Staged
+from vox_mqtt.agent.prepared import Staged, Taken
 from vox_mqtt.agent.refusals import Refusals
-from vox_mqtt.agent.roles import Handler, is_idempotent
+from vox_mqtt.agent.replies import RoleHandoff
+from vox_mqtt.agent.roles import is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.sendrules import awaits_answer, deadline_passed
@@ -54,7 +60,6 @@ from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
     CommandRequest,
     ErrorCode,
-    MessageAcknowledged,
     VOXMessage,
     parse,
 )
@@ -71,9 +76,6 @@ SENDER_ENDS = frozenset(
 )  # how a request this agent sent can end
 # Their plan needs no answer facts (a progress names its request in reply_to, as answers do).
 _LIFECYCLE_TYPES = frozenset({MSG_COMMAND_PROGRESS, MSG_STATUS_QUERY})
-
-# A copy of a message recorded already: recorded `duplicate`, never acted on again.
-_COPIES = frozenset({Step.DUPLICATE, Step.REPLAY})
 
 Listener = Callable[[VOXMessage], Awaitable[None] | None]
 Observed = Callable[[Inbound, topics.StatusTopic | topics.WarroomTopic], Awaitable[None]]
@@ -117,8 +119,24 @@ class InboundPipeline:
         self._refusals = Refusals(
             settings=settings, ledger=ledger, metrics=metrics, outbox=outbox, lifecycle=lifecycle
         )
-        self._budgets = budgets  # each child's event rate and backlog (docs/security.md, F25)
-        self.flooding = flooding  # told of a child over its limits (a war-room incident)
+        # Each child's event rate and backlog (docs/security.md, F25); a child over its
+        # limits is told to `flooding` (a war-room incident).
+        roles = RoleHandoff(
+            settings=settings, router=router, outbox=outbox, tasks=tasks, budgets=budgets
+        )
+        roles.flooding = flooding
+        self._executors = executor_table(
+            settings=settings,
+            ledger=ledger,
+            metrics=metrics,
+            outbox=outbox,
+            runner=runner,
+            lifecycle=lifecycle,
+            refusals=self._refusals,
+            roles=roles,
+            leaves_outbox=self._leaves_outbox,
+        )
+        runner.planner = self.plan_command
         # Inbox messages wait here for one of max_intake workers: no task per message. The
         # workers start as messages need them (an idle agent holds one, not max_intake).
         self._intake_queue: asyncio.Queue[tuple[Inbound, topics.InboxTopic]] = asyncio.Queue(
@@ -200,149 +218,156 @@ class InboundPipeline:
                 await self._taken_in.wait()
 
     async def _process(self, inbound: Inbound, topic: topics.InboxTopic) -> None:
-        ledger = self._ledger
-        if inbound.forgery is not None:  # the session's verdict, before parse (docs/security.md)
-            await self._refusals.forged(inbound, topic, inbound.forgery)
+        """Parse, admit, decide, stage, commit, execute: one inbox message."""
+        message = await self._parsed(inbound, topic)
+        if message is None:
             return
-        try:
-            message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
-        except InvalidMessage as exc:
-            await self._refusals.unparsable(inbound, topic, exc)
-            return
-        if await self._refusals.stale(inbound, message):
-            return
+        taken = Taken(message, inbound, topic)
         config = self.config
         admission = Admission(
             me=config.id,
             master_id=config.master_id,
             peers=config.peers,
             retained=inbound.retain,
-            write_failure=ledger.write_failure,
+            write_failure=self._ledger.write_failure,
         )
         refusal = admit(message, topic, admission)
         if refusal is not None:
-            await self._refusals.refuse(message, inbound, topic, refusal)
+            await self._carry_out(taken, refusal)
             return
         # Only the agent a request went to may answer, acknowledge or report on it (F24).
         if await self._answers.refused(message, inbound.topic, inbound.payload):
             return
         self.outbox.heard_from(message.source)  # it is there: what was held for it goes (F25)
+        await self._decide_and_carry_out(taken)
+
+    async def _parsed(self, inbound: Inbound, topic: topics.InboxTopic) -> VOXMessage | None:
+        """The message, parsed; None when refused before (forged, unparsable, stale)."""
+        if inbound.forgery is not None:  # the session's verdict, before parse (docs/security.md)
+            await self._refusals.forged(inbound, topic, inbound.forgery)
+            return None
+        try:
+            message = parse(inbound.payload, max_bytes=self.config.max_message_bytes)
+        except InvalidMessage as exc:
+            await self._refusals.unparsable(inbound, topic, exc)
+            return None
+        if await self._refusals.stale(inbound, message):
+            return None
+        return message
+
+    async def _decide_and_carry_out(self, taken: Taken) -> None:
+        """Dedupe, decide and carry out an admitted message; a peer's is durable before its ack.
+
+        QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
+        in-progress map is checked and filled with no await between, so two copies arriving
+        together cannot both pass the ledger check; a copy of a message still being recorded
+        waits for that record, so no ack ever precedes durability.
+        """
+        ledger, message = self._ledger, taken.message
         message_id = message.message_id
-        # QoS 1 and our own re-sends deliver duplicates: re-ack, never re-execute. The
-        # in-progress map is checked and filled with no await between, so two copies
-        # arriving together cannot both pass the ledger check; a copy of a message still
-        # being recorded waits for that record, so no ack ever precedes durability.
         recording = self._in_progress.get(message_id)
-        plan: Plan
-        staged = Staged()
-        cause: UUID | None = None  # the child whose event this is, counted in its backlog
-        held: bytes | None = None  # a duplicate command's answer, held for replay
         if recording is not None:
             await recording.wait()
             if not await ledger.has_message(message_id, emitted_at=message.emitted_at):
                 return  # the first copy failed to record; the sender will re-send
-            facts, held = await self._duplicate_facts(message)
-            plan = decide(message, facts)
-        else:
-            recording = self._in_progress[message_id] = asyncio.Event()
-            try:
-                handler = None
-                if await ledger.has_message(message_id, emitted_at=message.emitted_at):
-                    facts, held = await self._duplicate_facts(message)
-                else:
-                    facts, handler = await self._facts(message)
-                plan = decide(message, facts)  # the one decision about this message
-                if self._refusals.unknown_beyond_budget(plan, topic):
-                    await self._refusals.answer_unrecorded(message)
-                    return
-                if plan.step is Step.EVENT and message.source in config.children:
-                    if self._over_budget(message.source):
-                        return  # unacknowledged: its sender keeps it and re-sends it later
-                    cause = message.source
-                if plan.step is Step.SETTLE_ACK:
-                    # Nothing waits for an ack's row: it stops the re-sending at once and its
-                    # row (with the outbox removal) joins the next commit.
-                    done = message.payload_as(MessageAcknowledged).in_response_to
-                    if self._refusals.unrecorded_ack(done):
-                        return  # the ack of an unrecorded report: unrecorded too
-                    row = ledger.record_received_later(
-                        message, topic=inbound.topic, outbox_done=self._leaves_outbox(done)
-                    )
-                    self.outbox.settle_ack(message)
-                    self._metrics.messages_in.inc(message.type)
-                    await row
-                    return
-                if plan.step not in _COPIES:
-                    ack, then = self._ack_rows(message, plan)
-                    staged = await self._commit(message, inbound.topic, then, plan, handler)
-            except LedgerError as exc:
-                self._done_with(cause)
-                await self._refusals.unrecordable(message, str(exc))
-                return
-            except BaseException:
-                self._done_with(cause)
-                raise
-            finally:
-                del self._in_progress[message_id]
-                recording.set()
-        if plan.step in _COPIES:
-            ack, then = self._ack_rows(message, plan)
-            self._metrics.duplicates += 1
-            await ledger.record_message(
-                message, LedgerAction.DUPLICATE, topic=inbound.topic, then=then
-            )
-            if plan.step is Step.REPLAY and held is not None:
-                # Its requester lacks the answer: the one recorded goes again, same id, and
-                # nothing runs (docs/messages.md, "Answers need no acknowledgement").
-                self.outbox.acks.replay(held)
-            elif ack is not None:
-                await self.outbox.acks.publish(message, ack)
+            await self._carry_out(taken, decide(message, await self._duplicate_facts(message)))
             return
-        self._metrics.messages_in.inc(message.type)
-        if ack is not None and not staged.implied:
-            # The record is durable, so the ack may go; routing need not wait for its PUBACK.
-            self.outbox.acks.soon(message, ack)
+        recording = self._in_progress[message_id] = asyncio.Event()
         try:
-            await self._hand_on(message, plan, staged)
+            if await ledger.has_message(message_id, emitted_at=message.emitted_at):
+                facts = await self._duplicate_facts(message)
+            else:
+                facts = await self._facts(taken)
+            plan = decide(message, facts)  # the one decision about this message
+            staged = await self._stage_and_commit(taken, plan)
         finally:
-            self._done_with(cause)
+            del self._in_progress[message_id]
+            recording.set()
+        if staged is not None:
+            await self._execute(taken, plan, staged)
 
-    def _over_budget(self, child: UUID) -> bool:
-        """Tell whether a child's event is over its rate or backlog: refused, counted, posted.
+    async def _carry_out(self, taken: Taken, plan: Plan) -> None:
+        staged = await self._stage_and_commit(taken, plan)
+        if staged is not None:
+            await self._execute(taken, plan, staged)
 
-        Within them, it counts in the child's backlog until handled (docs/security.md, F25).
+    async def _stage_and_commit(self, taken: Taken, plan: Plan) -> Staged | None:
+        """Stage a plan with its executor and commit what it staged; None: the commit failed.
+
+        One commit per inbound message: its row, the "sent" row of its ack, and the rows its
+        plan adds; docs/ledger.md says what a restart proves of each group.
         """
-        if self._budgets is None:
-            return False
-        config = self.config
-        problem, report = self._budgets.admit(
-            child, now=time.monotonic(), rate=config.child_rate, backlog=config.child_backlog
+        executor = self._executors.of(plan)
+        staged = await executor.stage(taken, plan)
+        if not staged.commits:
+            return staged
+        message = taken.message
+        ack = None
+        if plan.acknowledge and not staged.implied:
+            ack = acknowledge(message, message_source=self.config.message_source)
+        try:
+            await self._commit(taken, staged, ack)
+        except LedgerError as exc:
+            executor.drop(taken, plan, staged)
+            await self._refusals.unrecordable(message, str(exc))
+            return None
+        except BaseException:
+            executor.drop(taken, plan, staged)
+            raise
+        staged.ack = ack
+        return staged
+
+    async def _commit(self, taken: Taken, staged: Staged, ack: VOXMessage | None) -> None:
+        message, ledger = taken.message, self._ledger
+        if staged.later:
+            # Nothing waits for its row: it joins the next commit.
+            row = ledger.record_received_later(
+                message, topic=taken.topic, outbox_done=staged.outbox_done
+            )
+            if staged.beside is not None:
+                staged.beside()
+            await row
+            return
+        done = staged.outbox_done
+        if done is None and staged.action is LedgerAction.RECEIVED and message.type in ANSWERS:
+            # A reply proves its request arrived: the request leaves the outbox with this
+            # commit even when no acknowledgement of it came (an answer that stands for one).
+            done = message.reply_to
+        kept = staged.outgoing
+        recording = ledger.record_message(
+            message,
+            staged.action,
+            outcome=staged.outcome,
+            reason=staged.reason,
+            topic=taken.topic,
+            then=[*([] if ack is None else [(ack, LedgerAction.SENT, None)]), *staged.rows],
+            outbox=None if kept is None else kept.outbox,
+            outbox_for=None if kept is None else kept.message,
+            outbox_done=done,
+            replay_until=None if kept is None else kept.replay_until,
         )
-        if problem is None:
-            self._budgets.started(child)
-            return False
-        self._metrics.rejected.inc(FLOODING)
-        if report:
-            name = config.children.get(child, str(child))
-            log.warning("%s: refusing events of %s for now: %s", config.name, name, problem)
-            if self.flooding is not None:
-                self.flooding(child, problem)
-        return True
+        if staged.beside is None:
+            await recording
+            return
+        # What may happen before the commit is durable happens beside it (docs/ledger.md).
+        queued = asyncio.ensure_future(recording)
+        staged.beside()
+        await queued
 
-    def _done_with(self, cause: UUID | None) -> None:
-        if cause is not None and self._budgets is not None:
-            self._budgets.finished(cause)
-
-    def _ack_rows(self, message: VOXMessage, plan: Plan) -> tuple[VOXMessage | None, list[Row]]:
-        """The ack the plan owes a message, and its "sent" row for the message's commit.
-
-        One commit per inbound message: its "received" row, the "sent" row of its ack, and
-        the rows its plan adds; docs/ledger.md says what a restart proves of each group.
-        """
-        if not plan.acknowledge:
-            return None, []
-        ack = acknowledge(message, message_source=self.config.message_source)
-        return ack, [(ack, LedgerAction.SENT, None)]
+    async def _execute(self, taken: Taken, plan: Plan, staged: Staged) -> None:
+        """Carry out a plan whose commit is durable: its ack, the listeners, its executor."""
+        message = taken.message
+        if staged.commits and acts(plan):
+            self._metrics.messages_in.inc(message.type)
+        if staged.ack is not None:
+            # The record is durable, so the ack may go; routing need not wait for its PUBACK.
+            self.outbox.acks.soon(message, staged.ack)
+        if staged.commits and shown(plan):
+            for listener in self.listeners:
+                outcome = listener(message)
+                if outcome is not None:
+                    await outcome
+        await self._executors.of(plan).execute(taken, plan, staged)
 
     def _leaves_outbox(self, acknowledged: UUID) -> UUID | None:
         """Return the sent message an ack takes out of the outbox: None for a command_request.
@@ -355,17 +380,17 @@ class InboundPipeline:
             return None
         return acknowledged
 
-    async def _duplicate_facts(self, message: VOXMessage) -> tuple[Facts, bytes | None]:
+    async def _duplicate_facts(self, message: VOXMessage) -> Facts:
         """What deciding a copy of a recorded message reads; with a command's held answer."""
         if message.type == MSG_COMMAND_REQUEST:
             found = await self._ledger.held_answer(message.message_id)
             held, until = (None, None) if found is None else found
-            return Facts(duplicate=True, answered=answered(until, time.time())), held
+            return Facts(duplicate=True, answered=answered(until, time.time()), held=held)
         if message.type in ANSWERS and message.reply_to is not None:
             to_command = await self._sent_command(message.reply_to)
             answer = AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)
-            return Facts(duplicate=True, answer=answer), None
-        return Facts(duplicate=True), None
+            return Facts(duplicate=True, answer=answer)
+        return Facts(duplicate=True)
 
     async def _sent_command(self, request_id: UUID) -> bool:
         """Tell whether this agent sent a command_request under this id (tracker, else ledger)."""
@@ -374,20 +399,26 @@ class InboundPipeline:
             return tracked.message.type == MSG_COMMAND_REQUEST
         return _sent_command_in(await self._ledger.find(request_id), str(self.config.id))
 
-    async def _facts(self, message: VOXMessage) -> tuple[Facts, Handler | None]:
+    async def _facts(self, taken: Taken) -> Facts:
         """Gather what the plan of a message reads; the router is consulted here, once."""
+        message = taken.message
         if message.type == MSG_COMMAND_REQUEST:
-            return self._command_facts(message, slot_free=self.runner.slot_free)
+            return Facts(command=self._command_facts(message, slot_free=self.runner.slot_free))
         if message.type == MSG_CANCEL_REQUEST:
             named = message.payload_as(CancelRequest).request_id
-            return Facts(target=await self.lifecycle.cancel_target(named)), None
+            target = await self.lifecycle.cancel_target(named)
+            # Remembering a cancel of a request never received costs its sender's budget.
+            allowed = target != "unknown" or self._refusals.unknown_cancel_allowed(
+                taken.inbox.source
+            )
+            return Facts(cancel=CancelFacts(target=target, within_budget=allowed))
         if message.type in _LIFECYCLE_TYPES or message.reply_to is None:
-            return Facts(), None
-        return Facts(answer=await self._answer_facts(message.reply_to, message)), None
+            return Facts()
+        return Facts(answer=await self._answer_facts(message.reply_to, message))
 
     def _command_facts(
-        self, message: VOXMessage, *, slot_free: bool
-    ) -> tuple[Facts, Handler | None]:
+        self, message: VOXMessage, *, slot_free: bool, refused_by: frozenset[UUID] = frozenset()
+    ) -> CommandFacts:
         """What deciding a command reads: the router, consulted once, and the runner's state."""
         runner = self.runner
         name = message.payload_as(CommandRequest).command
@@ -395,26 +426,28 @@ class InboundPipeline:
         local = Local.NONE
         if handler is not None:
             local = Local.IDEMPOTENT if is_idempotent(handler) else Local.PLAIN
-        command = CommandFacts(
+        return CommandFacts(
             command=name,
             deadline_passed=deadline_passed(message),
             stopping=runner.stopping,
             slot_free=slot_free,
             local=local,
+            handler=handler,
             children=runner.children() if handler is None else (),
             load=runner.load,
             canceled_before=self.lifecycle.canceled_before(message.message_id),
+            refused_by=refused_by,
         )
-        return Facts(command=command), handler
 
-    def plan_resumed(self, message: VOXMessage) -> tuple[Plan, Handler | None]:
-        """Plan a command read back from the ledger at a restart (CommandRunner.resume).
+    def plan_command(self, message: VOXMessage, refused_by: frozenset[UUID]) -> CommandPlan:
+        """Decide a recorded command again (CommandRunner.decided): after a restart, or on a
+        new fact (the agent began stopping, children refused it unrecorded).
 
-        Its record committed before the restart, so nothing starts with it: no slot is
-        taken at once and nothing runs early.
+        Its record committed already, so nothing starts with it: no slot is taken at once
+        and nothing runs early.
         """
-        facts, handler = self._command_facts(message, slot_free=False)
-        return decide(message, facts), handler
+        facts = self._command_facts(message, slot_free=False, refused_by=refused_by)
+        return decide_command(facts)
 
     async def _answer_facts(self, request_id: UUID, reply: VOXMessage) -> AnswerFacts:
         """Who waits for the request an answer names, as the tracker or the ledger tells."""
@@ -447,100 +480,6 @@ class InboundPipeline:
         if tracked.expects_reply and not tracked.final:
             return AnswerFacts(waiter=Waiter.CALLER, to_command=to_command)
         return AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)
-
-    async def _commit(
-        self,
-        message: VOXMessage,
-        topic: str,
-        then: list[Row],
-        plan: Plan,
-        handler: Handler | None,
-    ) -> Staged:
-        """Commit a new message's rows with what its plan stages; return the staged plan.
-
-        One commit, then one hand-off: the runner stages the plan's rows before it and
-        executes the staged plan after it (_hand_on), or drops it when the commit fails.
-        """
-        # A reply proves its request arrived: the request leaves the outbox with this commit
-        # even when no acknowledgement of it came (an answer that stands for one).
-        answered = message.reply_to if message.type in ANSWERS else None
-        if plan.step is Step.ANSWER:
-            # The caller sees its answer now, beside the commit of its "received" row; the
-            # ack waits for that commit, so the answerer re-sends until the answer is durable
-            # here (docs/ledger.md, rows that commit together). The ledger keeps the order:
-            # whatever the caller records next commits after this row.
-            recording = asyncio.ensure_future(
-                self._ledger.record_message(
-                    message, LedgerAction.RECEIVED, topic=topic, then=then, outbox_done=answered
-                )
-            )
-            self.outbox.settle_reply(message)
-            await recording
-            return Staged()
-        lifecycle = plan.step in LIFECYCLE_STEPS
-        if lifecycle:
-            staged = await self.lifecycle.stage(message, plan)
-        else:
-            staged = await self.runner.stage(message, plan, handler)
-        kept = staged.outgoing
-        try:
-            await self._ledger.record_message(
-                message,
-                LedgerAction.RECEIVED,
-                topic=topic,
-                # An answer that commits here stands for the ack: no ack row, no ack.
-                then=[*([] if staged.implied else then), *staged.rows],
-                outbox=None if kept is None else kept.outbox,
-                outbox_for=None if kept is None else kept.message,
-                outbox_done=answered,
-                replay_until=None if kept is None else kept.replay_until,
-            )
-        except BaseException:
-            if lifecycle:
-                self.lifecycle.drop(message, plan, staged)
-            else:
-                self.runner.drop(staged)
-            raise
-        return staged
-
-    async def _hand_on(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
-        """Give a committed message to whoever carries out its plan."""
-        if plan.step is Step.LATE:
-            # Recorded and acknowledged; never the request's outcome nor a role's to handle.
-            log.info("%s: a late %s: %s", self.config.name, message.type, plan.reason)
-            await self._ledger.record_message(
-                message, LedgerAction.LATE, outcome=plan.ended, reason=plan.reason
-            )
-            return
-        for listener in self.listeners:
-            outcome = listener(message)
-            if outcome is not None:
-                await outcome
-        if plan.step in LIFECYCLE_STEPS:
-            self.lifecycle.execute(message, plan, staged)
-            return
-        self.runner.execute(staged)
-        if message.type == MSG_COMMAND_REQUEST:
-            return
-        if message.reply_to is not None:
-            self.outbox.settle_reply(message)  # settled already for Step.ANSWER: a no-op
-        child = message.source if message.source in self.config.children else None
-        for event_handler in self.router.event_handlers(message.type):
-            if child is not None and self._budgets is not None:
-                self._budgets.started(child)  # in its backlog until the handler returns
-            self._tasks.spawn(
-                self._run_event(event_handler, message, child), f"event-{message.type}"
-            )
-
-    async def _run_event(self, handler: Handler, message: VOXMessage, child: UUID | None) -> Any:
-        # What the handler sends counts in the child's backlog until acknowledged (outbox).
-        CAUSE.set(child)
-        try:
-            await handler(message)
-        except Exception:
-            log.exception("%s: %s handler failed", self.config.name, message.type)
-        finally:
-            self._done_with(child)
 
 
 def _sent_command_in(rows: list[dict[str, Any]], me: str) -> bool:

@@ -1,8 +1,9 @@
 """A request's life over the wire: cancel it, ask where it stands, report and follow progress.
 
-The part that carries out the lifecycle plans of agent/plan.py (CANCEL, CANCELED_BEFORE,
-STATUS, PROGRESS) around the pipeline's one commit of the message, and the master's side of
-the same contract (`request_status`, `cancel`, `follow`, and a handler's `progress`).
+What carries out the lifecycle plans of agent/plan.py (a cancel, a status query, a child's
+progress; their executors are agent/lifecyclesteps.py) around the pipeline's one commit of
+the message, and the master's side of the same contract (`request_status`, `cancel`,
+`follow`, and a handler's `progress`).
 docs/messages.md ("A request's life") is the contract; docs/ledger.md what each row proves.
 """
 
@@ -21,7 +22,6 @@ from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.cuthandlers import CutHandlers
 from vox_mqtt.agent.followevents import FOLLOW_END, follow_event
 from vox_mqtt.agent.outbox import Outbox
-from vox_mqtt.agent.plan import CancelAction, Plan, Step
 from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
@@ -50,7 +50,6 @@ from vox_mqtt.protocol.lifecycle import (
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
     CommandError,
-    CommandRequest,
     ErrorCode,
     VOXMessage,
     now_iso,
@@ -60,7 +59,6 @@ from vox_mqtt.transport.publishprops import PublishProperties
 
 __all__ = [
     "CANCEL_GRACE",
-    "LIFECYCLE_STEPS",
     "MAX_STATUS_QUERIES",
     "PROGRESS_INTERVAL",
     "STATUS_WAIT",
@@ -77,7 +75,6 @@ STATUS_WAIT: Final = 5.0
 STATUS_SHARE: Final = 0.6
 # Status queries answered at once; more are answered BUSY at once (a flood stays bounded).
 MAX_STATUS_QUERIES: Final = 8
-LIFECYCLE_STEPS: Final = frozenset({Step.CANCEL, Step.CANCELED_BEFORE, Step.STATUS, Step.PROGRESS})
 
 
 class Lifecycle:
@@ -179,27 +176,19 @@ class Lifecycle:
         own, _, _ = await self._ledger.request_rows(request_id)
         return [(h["state"], h["at"]) for h in history_of(own, str(self.config.id))]
 
-    # --- one commit: stage, then execute or drop ------------------------------------------
+    # --- one commit: what the executors stage, execute and drop (agent/lifecyclesteps.py) --
 
-    async def stage(self, message: VOXMessage, plan: Plan) -> Staged:
-        """Stage what a lifecycle plan adds to its message's commit (docs/ledger.md)."""
+    def stage_cancel(self, message: VOXMessage) -> Staged:
+        """Stage the cancel of a request in flight here: its CANCELED answer, if it can be."""
         staged = Staged()
-        if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
-            # From now: the request, if it comes while this commits, never starts.
-            self._remembered.remember(message.payload_as(CancelRequest).request_id)
-        if plan.step is Step.CANCELED_BEFORE:
-            name = message.payload_as(CommandRequest).command
-            self._stage_answer(staged, message, name, "canceled by its master before it came")
-            staged.implied = staged.outgoing is not None
-        elif plan.step is Step.CANCEL and plan.cancel in _STOPPING:
-            cancel = message.payload_as(CancelRequest)
-            served = self._requests.get(cancel.request_id)
-            if served is not None and self._requests.claim_answer(served):
-                name = str(served.request.details.get("command", ""))
-                why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
-                self._stage_answer(staged, served.request, name, why)
-                staged.canceled = served
-                staged.canceled_down = _down(served)
+        cancel = message.payload_as(CancelRequest)
+        served = self._requests.get(cancel.request_id)
+        if served is not None and self._requests.claim_answer(served):
+            name = str(served.request.details.get("command", ""))
+            why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
+            self._stage_answer(staged, served.request, name, why)
+            staged.canceled = served
+            staged.canceled_down = _down(served)
         return staged
 
     def _stage_answer(self, staged: Staged, request: VOXMessage, name: str, why: str) -> None:
@@ -217,42 +206,54 @@ class Lifecycle:
             staged.rows.append((outgoing.message, LedgerAction.SENT, None))
         staged.rows.append((request, LedgerAction.CANCELED, ErrorCode.CANCELED))
 
-    def drop(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
-        """Undo a staged plan whose commit failed: the request goes on as if never canceled."""
+    def unstage_cancel(self, staged: Staged) -> None:
+        """Undo a staged cancel whose commit failed: the request goes on as if never canceled."""
         if staged.canceled is not None:
             staged.canceled.answering = False
-        if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
-            self._remembered.drop(message.payload_as(CancelRequest).request_id)
 
-    def execute(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
-        """Carry out a lifecycle plan whose message (and staged rows) committed."""
-        if plan.step is Step.CANCELED_BEFORE:
-            self._metrics.requests_ended.inc("canceled")
-            if staged.outgoing is not None:
-                self._outbox.dispatch(staged.outgoing)
-        elif plan.step is Step.CANCEL:
-            self._metrics.cancels_received += 1
-            self._tasks.spawn(self._cancel(message, plan, staged), "cancel")
-        elif plan.step is Step.STATUS:
-            self._metrics.status_queries += 1
-            if self._answering_status >= MAX_STATUS_QUERIES:
-                busy = f"{self.config.name} answers {MAX_STATUS_QUERIES} status queries at once"
-                self._tasks.spawn(self._reply(message, _busy(busy)), "status-busy")
-            else:
-                self._answering_status += 1
-                self._tasks.spawn(self._answer_status(message), "status")
-        elif plan.step is Step.PROGRESS:
-            self._progress_in(message)
+    def remember(self, message: VOXMessage) -> None:
+        """From now: the request a cancel names, if it comes while this commits, never starts."""
+        self._remembered.remember(message.payload_as(CancelRequest).request_id)
+
+    def forget(self, message: VOXMessage) -> None:
+        """A remembered cancel whose commit failed: forgotten."""
+        self._remembered.drop(message.payload_as(CancelRequest).request_id)
+
+    def cancel_in_task(
+        self, message: VOXMessage, staged: Staged, *, unknown: bool, wait: bool
+    ) -> None:
+        """Carry out a committed cancel and report, in a task (unknown: not received here;
+        wait: its answer is being sent, and the report waits for its end)."""
+        self._metrics.cancels_received += 1
+        self._tasks.spawn(self._cancel(message, staged, unknown=unknown, wait=wait), "cancel")
+
+    def status(self, message: VOXMessage) -> None:
+        """Answer a committed status_query, in a task (BUSY beyond MAX_STATUS_QUERIES)."""
+        self._metrics.status_queries += 1
+        if self._answering_status >= MAX_STATUS_QUERIES:
+            busy = f"{self.config.name} answers {MAX_STATUS_QUERIES} status queries at once"
+            self._tasks.spawn(self._reply(message, _busy(busy)), "status-busy")
+        else:
+            self._answering_status += 1
+            self._tasks.spawn(self._answer_status(message), "status")
+
+    def progress(self, message: VOXMessage) -> None:
+        """Take a child's committed command_progress (passed up, told to followers)."""
+        self._progress_in(message)
 
     # --- cancel, at the agent that serves the request --------------------------------------
 
-    async def _cancel(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+    async def _cancel(
+        self, message: VOXMessage, staged: Staged, *, unknown: bool, wait: bool
+    ) -> None:
         try:
-            await self._cancel_and_report(message, plan, staged)
+            await self._cancel_and_report(message, staged, unknown=unknown, wait=wait)
         except VoxError as exc:  # the ledger could not be read: the master hears why
             await self._reply(message, _unavailable(exc))
 
-    async def _cancel_and_report(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
+    async def _cancel_and_report(
+        self, message: VOXMessage, staged: Staged, *, unknown: bool, wait: bool
+    ) -> None:
         cancel = message.payload_as(CancelRequest)
         request_id = cancel.request_id
         served, down = staged.canceled, staged.canceled_down
@@ -261,7 +262,7 @@ class Lifecycle:
             if staged.outgoing is not None:
                 self._outbox.dispatch(staged.outgoing)
             await self._stop(served, down, cancel.reason)
-        elif plan.cancel is CancelAction.REMEMBER:
+        elif unknown:
             # Remembered since its stage; the request may have come while the cancel
             # committed (another intake worker): it is stopped now, never left to run.
             served = await self._arrived_meanwhile(request_id)
@@ -269,7 +270,7 @@ class Lifecycle:
                 down = _down(served)
                 await self._stop(served, down, cancel.reason)
         else:
-            state, since = await self._final_state(request_id, plan)
+            state, since = await self._final_state(request_id, wait=wait)
             if state == "canceled":
                 # Canceled before: its child is not asked here (a frozen one would hold the
                 # report); with a child, or a cut handler not ended, it is `canceling`, and
@@ -348,10 +349,10 @@ class Lifecycle:
             )
         return served
 
-    async def _final_state(self, request_id: UUID, plan: Plan) -> tuple[str, str]:
+    async def _final_state(self, request_id: UUID, *, wait: bool) -> tuple[str, str]:
         """The state a request ended in here (waiting, bounded, for one being answered)."""
         served = self._requests.get(request_id)
-        if plan.cancel is CancelAction.FINISHING and served is not None and served.task:
+        if wait and served is not None and served.task:
             await asyncio.wait({served.task}, timeout=CANCEL_GRACE)  # it sends its answer
         history = await self._history(request_id)
         ended = [(s, at) for s, at in history if s in FINAL_STATES]
@@ -576,9 +577,6 @@ class Lifecycle:
     def _tell(self, request_id: UUID, event: dict[str, Any]) -> None:
         for queue in self._followers.get(request_id, ()):
             queue.put_nowait(event)
-
-
-_STOPPING: Final = frozenset({CancelAction.NEVER_START, CancelAction.STOP, CancelAction.PASS_DOWN})
 
 
 def _down(served: Served) -> tuple[UUID, UUID] | None:

@@ -18,8 +18,9 @@ from uuid import UUID
 from vox_mqtt.agent.budget import CANCEL_BUDGET, REFUSAL_BUDGET, PeerBudgets
 from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.outbox import Outbox
-from vox_mqtt.agent.plan import CancelAction, Plan, Step
+from vox_mqtt.agent.plan import Reject, Retained, Unrecordable
 from vox_mqtt.agent.ports import Settings
+from vox_mqtt.agent.prepared import Staged, Taken, nothing_recorded
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -38,7 +39,14 @@ from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.protocol.signing import STALE, SignedTopic, replay_problem
 from vox_mqtt.transport.session import Inbound
 
-__all__ = ["RETAINED_HELP", "UNKNOWN_CANCEL", "Refusals"]
+__all__ = [
+    "RETAINED_HELP",
+    "UNKNOWN_CANCEL",
+    "Refusals",
+    "RejectStep",
+    "RetainedStep",
+    "UnrecordableStep",
+]
 
 log = logging.getLogger("vox_mqtt.agent")
 
@@ -61,8 +69,8 @@ class Refusals:
     ) -> None:
         self._settings = settings
         self._ledger = ledger
-        self._metrics = metrics
-        self._outbox = outbox
+        self.metrics = metrics
+        self.outbox = outbox
         self._lifecycle = lifecycle
         self._peers = PeerBudgets(REFUSAL_BUDGET)
         self._unknown_cancels = PeerBudgets(CANCEL_BUDGET)
@@ -75,8 +83,8 @@ class Refusals:
     async def forged(self, inbound: Inbound, topic: topics.InboxTopic, forgery: str) -> None:
         """Refuse what the session judged forged before parsing it (docs/security.md)."""
         reason = forgery.partition(":")[0]
-        self._metrics.rejected.inc(reason)
-        if not self._recordable(topic.source, reason):
+        self.metrics.rejected.inc(reason)
+        if not self.recordable(topic.source, reason):
             return
         await self._ledger.record_rejected(
             inbound.payload, forgery, topic=inbound.topic, source=None, message_id=None
@@ -89,17 +97,6 @@ class Refusals:
             return True
         return False
 
-    async def refuse(
-        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, plan: Plan
-    ) -> None:
-        """Carry out a plan that does not admit a message."""
-        if plan.step is Step.REJECT:
-            await self._reject(message, inbound, topic, plan.reason)
-        elif plan.step is Step.RETAINED:
-            await self._reject_retained(message, inbound)
-        else:
-            await self.unrecordable(message, plan.reason)
-
     async def unrecordable(self, message: VOXMessage, failure: str) -> None:
         """Accept nothing that cannot be recorded: no ack, and a command gets a clear error."""
         log.warning(
@@ -110,14 +107,14 @@ class Refusals:
             failure,
         )
         if message.type == MSG_ACKNOWLEDGED:
-            self._outbox.settle_ack(message)  # our own message arrived: stop re-sending it
+            self.outbox.settle_ack(message)  # our own message arrived: stop re-sending it
         elif message.type == MSG_COMMAND_REQUEST:
             error = CommandError(
                 code=ErrorCode.LEDGER_UNAVAILABLE,
                 error=f"{self.config.name} cannot record, so it accepts no work: {failure}"[:1000],
                 command=str(message.details.get("command", "")) or None,
             )
-            await self._outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
+            await self.outbox.publish_unrecorded(message.reply(MSG_COMMAND_ERROR, error))
         # Anything else is not acknowledged: its sender re-sends it (up to its timeout).
 
     async def stale(self, inbound: Inbound, message: VOXMessage) -> bool:
@@ -135,8 +132,8 @@ class Refusals:
         )
         if stale is None:
             return False
-        self._metrics.rejected.inc(STALE)
-        if not self._recordable(message.source, STALE):
+        self.metrics.rejected.inc(STALE)
+        if not self.recordable(message.source, STALE):
             return True
         log.info("%s: refused %s: %s", self.config.name, message.message_id, stale)
         await self._ledger.record_rejected(
@@ -148,49 +145,11 @@ class Refusals:
         )
         return True
 
-    async def _reject(
-        self, message: VOXMessage, inbound: Inbound, topic: topics.InboxTopic, problem: str
-    ) -> None:
-        self._metrics.rejected.inc(ErrorCode.UNAUTHORIZED_SOURCE)
-        if not self._recordable(topic.source, ErrorCode.UNAUTHORIZED_SOURCE):
-            return  # neither recorded nor answered: the peer spent its budget
-        log.warning(
-            "%s: rejected %s from %s: %s", self.config.name, message.type, topic.source, problem
-        )
-        await self._ledger.record_message(
-            message,
-            LedgerAction.REJECTED,
-            outcome=ErrorCode.UNAUTHORIZED_SOURCE,
-            reason=problem,
-            topic=inbound.topic,
-        )
-        if topic.source in self.config.peers and message.type != MSG_ACKNOWLEDGED:
-            await self._outbox.send_error_to(
-                topic.source, message.message_id, ErrorCode.UNAUTHORIZED_SOURCE, problem
-            )
-
-    async def _reject_retained(self, message: VOXMessage, inbound: Inbound) -> None:
-        # The broker re-delivers a retained message on every new subscription: it is
-        # recorded each time and never executed, acked or answered (docs/broker.md).
-        reason = f"retained message in an inbox: never executed ({RETAINED_HELP})"
-        if not self._recordable(message.source, ErrorCode.INVALID_MESSAGE):
-            return
-        log.warning(
-            "%s: rejected %s on %s: %s", self.config.name, message.type, inbound.topic, reason
-        )
-        await self._ledger.record_message(
-            message,
-            LedgerAction.REJECTED,
-            outcome=ErrorCode.INVALID_MESSAGE,
-            reason=reason,
-            topic=inbound.topic,
-        )
-
     async def unparsable(
         self, inbound: Inbound, topic: topics.InboxTopic, exc: InvalidMessage
     ) -> None:
-        self._metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
-        if not self._recordable(topic.source, ErrorCode.INVALID_MESSAGE):
+        self.metrics.rejected.inc(ErrorCode.INVALID_MESSAGE)
+        if not self.recordable(topic.source, ErrorCode.INVALID_MESSAGE):
             return
         log.warning(
             "%s: rejected a message from %s: %s", self.config.name, topic.source, exc.reason
@@ -204,11 +163,11 @@ class Refusals:
         )
         # The sender is known from the topic (the broker lets it write only there).
         if topic.source in self.config.peers and exc.message_id is not None:
-            await self._outbox.send_error_to(
+            await self.outbox.send_error_to(
                 topic.source, exc.message_id, ErrorCode.INVALID_MESSAGE, exc.reason
             )
 
-    def _recordable(self, peer: object, reason: str) -> bool:
+    def recordable(self, peer: object, reason: str) -> bool:
         """Within the peer's budget a refusal is recorded (and answered); beyond, counted.
 
         Each recorded refusal costs the ledger about 3.3 KB, and an error to a peer is
@@ -216,17 +175,15 @@ class Refusals:
         """
         if self._peers.allow(str(peer)):
             return True
-        self._metrics.unrecorded.inc(reason)
+        self.metrics.unrecorded.inc(reason)
         return False
 
-    def unknown_beyond_budget(self, plan: Plan, topic: topics.InboxTopic) -> bool:
-        """Tell whether a cancel names a request never received, beyond its sender's budget."""
-        if plan.step is not Step.CANCEL or plan.cancel is not CancelAction.REMEMBER:
-            return False
-        if self._unknown_cancels.allow(str(topic.source)):
-            return False
-        self._metrics.unrecorded.inc(UNKNOWN_CANCEL)
-        return True
+    def unknown_cancel_allowed(self, peer: object) -> bool:
+        """Spend a peer's budget for a cancel naming a request never received; False: spent."""
+        if self._unknown_cancels.allow(str(peer)):
+            return True
+        self.metrics.unrecorded.inc(UNKNOWN_CANCEL)
+        return False
 
     async def answer_unrecorded(self, message: VOXMessage) -> None:
         """Ack a cancel beyond the budget and report "unknown": no row, nothing remembered."""
@@ -237,4 +194,76 @@ class Refusals:
             del replies[next(iter(replies))]
         # The report proves receipt; the ack stops the sender's re-sends at once anyway.
         ack = acknowledge(message, message_source=self.config.message_source)
-        await self._outbox.acks.publish(message, ack)
+        await self.outbox.acks.publish(message, ack)
+
+
+class RejectStep:
+    """Refuse a message from a peer that may not send it there: recorded, answered if a peer's."""
+
+    def __init__(self, refusals: Refusals) -> None:
+        self._refusals = refusals
+
+    async def stage(self, taken: Taken, plan: Reject) -> Staged:
+        refusals = self._refusals
+        refusals.metrics.rejected.inc(plan.code)
+        if not refusals.recordable(taken.inbox.source, plan.code):
+            return nothing_recorded()  # neither recorded nor answered: the peer spent its budget
+        return Staged(action=LedgerAction.REJECTED, outcome=plan.code, reason=plan.reason)
+
+    async def execute(self, taken: Taken, plan: Reject, staged: Staged) -> None:
+        if not staged.commits:
+            return
+        message, source = taken.message, taken.inbox.source
+        config = self._refusals.config
+        log.warning("%s: rejected %s from %s: %s", config.name, message.type, source, plan.reason)
+        if source in config.peers and message.type != MSG_ACKNOWLEDGED:
+            await self._refusals.outbox.send_error_to(
+                source, message.message_id, plan.code, plan.reason
+            )
+
+    def drop(self, taken: Taken, plan: Reject, staged: Staged) -> None:
+        """Nothing was taken for it."""
+
+
+class RetainedStep:
+    """A retained message in an inbox: recorded each time, never executed, acked or answered.
+
+    The broker re-delivers a retained message on every new subscription (docs/broker.md).
+    """
+
+    def __init__(self, refusals: Refusals) -> None:
+        self._refusals = refusals
+
+    async def stage(self, taken: Taken, plan: Retained) -> Staged:
+        if not self._refusals.recordable(taken.message.source, ErrorCode.INVALID_MESSAGE):
+            return nothing_recorded()
+        reason = f"{plan.reason} ({RETAINED_HELP})"
+        return Staged(
+            action=LedgerAction.REJECTED, outcome=ErrorCode.INVALID_MESSAGE, reason=reason
+        )
+
+    async def execute(self, taken: Taken, plan: Retained, staged: Staged) -> None:
+        if staged.commits:
+            name = self._refusals.config.name
+            log.warning(
+                "%s: rejected %s on %s: %s", name, taken.message.type, taken.topic, staged.reason
+            )
+
+    def drop(self, taken: Taken, plan: Retained, staged: Staged) -> None:
+        """Nothing was taken for it."""
+
+
+class UnrecordableStep:
+    """Accept nothing that cannot be recorded: no row, no ack; a command hears why."""
+
+    def __init__(self, refusals: Refusals) -> None:
+        self._refusals = refusals
+
+    async def stage(self, taken: Taken, plan: Unrecordable) -> Staged:
+        return nothing_recorded()
+
+    async def execute(self, taken: Taken, plan: Unrecordable, staged: Staged) -> None:
+        await self._refusals.unrecordable(taken.message, plan.reason)
+
+    def drop(self, taken: Taken, plan: Unrecordable, staged: Staged) -> None:
+        """Nothing was taken for it."""

@@ -20,14 +20,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from vox_mqtt.agent.plan import Plan
+from vox_mqtt.agent.plan import CommandPlan
 from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.protocol.messages import CommandError, CommandResult, VOXMessage
 
 if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
-    from vox_mqtt.agent.roles import Handler
 
 __all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState"]
 
@@ -55,8 +54,8 @@ class Served:
     """One command this agent serves, from its commit to its answer."""
 
     request: VOXMessage
-    plan: Plan
-    handler: Handler | None = None  # the role's, for a SERVE plan (the router, asked once)
+    plan: CommandPlan  # decided at its arrival, or again on a new fact (replan)
+    refusal: CommandError | None = None  # a child's unrecorded refusal, the last one
     state: ServedState = ServedState.RECEIVED
     history: list[tuple[ServedState, float]] = field(default_factory=list)
     slot: bool = False  # holds a handler slot (taken before its commit: Plan.start_now)
@@ -101,9 +100,9 @@ class Requests:
 
     # --- served commands ------------------------------------------------------------------
 
-    def open(self, request: VOXMessage, plan: Plan, handler: Handler | None) -> Served:
+    def open(self, request: VOXMessage, plan: CommandPlan) -> Served:
         """Start serving a recorded (or about to be recorded) command_request."""
-        served = Served(request=request, plan=plan, handler=handler)
+        served = Served(request=request, plan=plan)
         served.history.append((served.state, time.monotonic()))
         self._served[request.message_id] = served
         self._idle.clear()
@@ -131,6 +130,10 @@ class Requests:
                 del self._served[served.message_id]
             if not self._served:
                 self._idle.set()
+
+    def replan(self, served: Served, plan: CommandPlan) -> None:
+        """Carry a command on by the plan decided again for it (CommandRunner.serve)."""
+        served.plan = plan
 
     def delegate(self, served: Served, child: UUID, downstream: TrackedRequest) -> None:
         """Record that a command went to a child as this downstream request."""

@@ -1,26 +1,33 @@
-"""The command runner: serve commands here or delegate them down; drain on stop; resume.
+"""The command runner: answer each command as its plan's executor says; drain on stop; resume.
 
 Every command it serves is a `Served` record of the request owner (agent/requests.py); the
-runner holds only what executing needs: the handler slots and `stopping`.
+runner holds only what executing needs: the handler slots, `stopping`, and the executors of
+a command's plans (agent/commandsteps.py), which `serve` asks for the command's answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.commandsteps import (
+    CommandStep,
+    DelegateStep,
+    Redecide,
+    ServeStep,
+    answered_at_once,
+)
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.handlers import call_handler
 from vox_mqtt.agent.outbox import Outbox, Outgoing
-from vox_mqtt.agent.plan import Plan, Step
+from vox_mqtt.agent.plan import CommandPlan, Delegate, Serve
 from vox_mqtt.agent.ports import Recorder, Settings
-from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded, relayed_details
+from vox_mqtt.agent.prepared import NotStarted, Staged
 from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
@@ -44,13 +51,11 @@ from vox_mqtt.protocol.messages import (
 )
 from vox_mqtt.protocol.settings import AgentConfig
 
-__all__ = ["QUICK_ANSWER_WINDOW", "CommandRunner"]
+__all__ = ["CommandRunner", "Planner"]
 
 log = logging.getLogger("vox_mqtt.agent")
-# How long an idempotent command may take for its answer to commit with its record and stand
-# for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
-# as usual once its record commits; the wait delays nothing else.
-QUICK_ANSWER_WINDOW = 0.005
+# Decides a recorded command again, with the children that refused it unrecorded.
+Planner = Callable[[VOXMessage, frozenset[UUID]], CommandPlan]
 _END = {MSG_COMMAND_RESULT: ServedState.COMPLETED, MSG_COMMAND_ERROR: ServedState.FAILED}
 
 
@@ -79,6 +84,14 @@ class CommandRunner:
         self.requests = requests
         self.stopping = False  # new commands are answered SHUTTING_DOWN
         self._handler_slots = asyncio.Semaphore(settings().max_concurrency)
+        self.planner: Planner | None = None  # the pipeline's (InboundPipeline.plan_command)
+        # The executor of each of a command's plans (agent/commandsteps.py); the pipeline's
+        # executor table holds them too.
+        self.steps: dict[type, CommandStep[Any]] = {
+            Serve: ServeStep(self),
+            Delegate: DelegateStep(self),
+            **answered_at_once(self),
+        }
         metrics.gauge("inflight_commands", lambda: self.requests.in_flight)
 
     @property
@@ -105,102 +118,30 @@ class CommandRunner:
         """Return this agent's children as the fleet view has them now."""
         return [self.fleet_view.get(c) for c in self.config.children]
 
-    def choose_child(
-        self, command: str, *, avoid: Iterable[UUID] = ()
-    ) -> tuple[UUID | None, ErrorCode | None]:
+    def choose_child(self, command: str) -> tuple[UUID | None, ErrorCode | None]:
         """Pick a child for a command: healthy first, then least busy; else an error code."""
-        skip = set(avoid)
-        entries = (self.fleet_view.get(c) for c in self.config.children if c not in skip)
-        return choose_child(command, entries, load=self.requests.load)
+        return choose_child(command, self.children(), load=self.requests.load)
 
-    # --- one commit: stage, then execute or drop --------------------------------------------
+    # --- the executors' shared steps ---------------------------------------------------------
 
-    async def stage(self, message: VOXMessage, plan: Plan, handler: Handler | None) -> Staged:
-        """Stage what a plan adds to an inbound message's commit (docs/ledger.md).
+    def decided(
+        self, request: VOXMessage, refused_by: frozenset[UUID] = frozenset()
+    ) -> CommandPlan:
+        """Decide a recorded command again with what is true now (plan.decide_command)."""
+        assert self.planner is not None, "the pipeline gives the runner its planner"
+        return self.planner(request, refused_by)
 
-        Once that commit is durable, execute() the staged plan; if it fails, drop() it.
-        """
-        if message.type == MSG_COMMAND_REQUEST:
-            served = self.requests.open(message, plan, handler)
-            staged = Staged(served=served)
-            if plan.step is Step.SERVE and plan.start_now:
-                await self._stage_start(staged)
-            elif plan.step is Step.DELEGATE:
-                self._stage_delegation(staged)
-            return staged
-        if plan.step is Step.RELAY_ANSWER:
-            return self._stage_relayed_answer(message)
-        return Staged()
-
-    async def _stage_start(self, staged: Staged) -> None:
-        # The slot is free, as the plan found: taking it returns at once, and the command's
-        # "started" row commits with its "received" one.
-        served = staged.served
-        assert served is not None
+    async def take_slot(self, served: Served) -> None:
+        """Take a handler slot for a command (at once when the plan found one free)."""
         await self._handler_slots.acquire()
         served.slot = True
-        staged.rows.append((served.request, LedgerAction.STARTED, None))
-        if not served.plan.run_early:
-            return
-        assert served.handler is not None  # a SERVE plan names its handler
-        # Idempotent: its handler runs while its record commits; answered within the window,
-        # one commit holds its record, start, answer (whole in the outbox) and end, and the
-        # answer, sent once that is durable, is its acknowledgement (docs/messages.md).
-        payload = served.request.payload_as(CommandRequest)
-        context = contextvars.copy_context()  # the handler's progress() finds its command
-        context.run(CURRENT_REQUEST.set, served)
-        running = asyncio.get_running_loop().create_task(
-            self._run(served.handler, payload.command, payload, self._timeout_of(payload)),
-            context=context,
-        )
-        served.early = running
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
-        if not running.done() or running.cancelled() or running.exception() is not None:
-            return  # slower: its record commits now, and its answer later, as usual
-        outgoing = self._prepared_answer(served, running.result())
-        if outgoing is not None:
-            staged.outgoing, staged.implied = outgoing, True
-            staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-            staged.rows.append((served.request, LedgerAction(served.answer_end), None))
 
-    def _stage_delegation(self, staged: Staged) -> None:
-        # Its downstream request and "delegated" row commit with its "received" row: one
-        # commit on the way down instead of two (docs/ledger.md).
-        served = staged.served
-        assert served is not None
-        assert served.plan.child is not None
-        child = served.plan.child
-        try:
-            outgoing = self.outbox.prepare(
-                self._downstream(served.request, child), expects_reply=True
-            )
-        except VoxError:
-            return  # too large to send: the ordinary path says why
-        staged.outgoing = outgoing
-        staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-        staged.rows.append((served.request, LedgerAction.DELEGATED, str(child)))
+    async def record_start(self, served: Served) -> None:
+        """Record that a command's handler starts now (it waited for a slot)."""
+        await self._ledger.record_message(served.request, LedgerAction.STARTED)
+        self.requests.move(served, ServedState.WORKING)
 
-    def _stage_relayed_answer(self, reply: VOXMessage) -> Staged:
-        # A child's answer: this agent's answer upstream commits with it, one commit on the
-        # way up instead of two (docs/ledger.md).
-        assert reply.reply_to is not None
-        served = self.requests.relaying(reply.reply_to)
-        if served is None or not self.requests.claim_answer(served):
-            return Staged()  # no longer awaited here: the ordinary path answers
-        name = str(served.request.details.get("command", ""))
-        details = relayed_details(reply, name, handled_by=self.config.id)
-        outgoing = None if details is None else self._prepared_answer(served, details)
-        if outgoing is None:
-            served.answering = False  # the ordinary path answers it (too large, malformed)
-            return Staged()
-        served.answer_durable = asyncio.get_running_loop().create_future()
-        staged = Staged(relayed=served, outgoing=outgoing)
-        staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-        staged.rows.append((served.request, LedgerAction(served.answer_end), None))
-        return staged
-
-    def _prepared_answer(
+    def prepared_answer(
         self, served: Served, details: CommandResult | CommandError
     ) -> Outgoing | None:
         """Check a command's answer for the outbox; None when it cannot be sent as it is."""
@@ -216,25 +157,22 @@ class CommandRunner:
         served.answer_code = details.code if isinstance(details, CommandError) else None
         return outgoing
 
-    def drop(self, staged: Staged) -> None:
-        """Undo a staged plan whose commit failed: nothing of it was recorded or sent."""
+    def ended_at_once(self, end: LedgerAction, code: str | None) -> None:
+        """Count a command answered in the commit that recorded it (commandsteps.AnsweredAtOnce)."""
+        if code is not None:
+            self._metrics.commands_failed.inc(code)
+        self._metrics.requests_ended.inc(str(end))
+
+    def forget(self, staged: Staged) -> None:
+        """Undo a staged command whose commit failed: nothing of it was recorded or sent."""
         if (served := staged.served) is not None:
             if served.early is not None:
                 served.early.cancel()  # idempotent: the sender re-sends, and it runs again then
             self._release(served)
             self.requests.drop(served)
-        if (relayed := staged.relayed) is not None:
-            relayed.answer = None
-            relayed.answering = False
-            if relayed.answer_durable is not None and not relayed.answer_durable.done():
-                relayed.answer_durable.set_result(False)
 
-    def execute(self, staged: Staged) -> None:
-        """Carry out a staged plan whose commit is durable."""
-        if (relayed := staged.relayed) is not None:
-            assert relayed.answer_durable is not None
-            if not relayed.answer_durable.done():
-                relayed.answer_durable.set_result(True)
+    def begin(self, staged: Staged) -> None:
+        """Carry out a staged command whose commit is durable: answer it, in a task of its own."""
         served = staged.served
         if served is None:
             return
@@ -244,11 +182,7 @@ class CommandRunner:
             self._release(served)
             self._finish(served, staged.outgoing)
             return
-        served.task = self._tasks.spawn(self._serve(served, staged.outgoing), "command")
-
-    def begin(self, request: VOXMessage, plan: Plan, handler: Handler | None = None) -> None:
-        """Start answering a command_request recorded earlier (a restart) as its plan says."""
-        self.execute(Staged(served=self.requests.open(request, plan, handler)))
+        served.task = self._tasks.spawn(self.serve(served, staged.outgoing), "command")
 
     def _release(self, served: Served) -> None:
         if served.slot:
@@ -297,7 +231,8 @@ class CommandRunner:
 
     # --- serving --------------------------------------------------------------------------
 
-    async def _serve(self, served: Served, committed: Outgoing | None) -> None:
+    async def serve(self, served: Served, committed: Outgoing | None) -> None:
+        """Answer a command whose record committed, as its plan's executor carries it out."""
         if served.final:
             return  # canceled before its task ran (agent/lifecycle.py): it never starts
         CURRENT_REQUEST.set(served)  # this task's own context: the handler's progress()
@@ -326,6 +261,22 @@ class CommandRunner:
                 self.requests.move(served, ServedState.COMPLETED)
             else:
                 self.requests.move(served, ServedState.FAILED)
+
+    async def _answer(
+        self, served: Served, committed: Outgoing | None
+    ) -> CommandResult | CommandError:
+        """The command's answer, as its plan's executor finds it; decided again on a new fact."""
+        refused: set[UUID] = set()
+        while True:
+            step = self.steps[type(served.plan)]
+            outcome = await step.answer(served, served.plan, committed)
+            if not isinstance(outcome, Redecide):
+                return outcome
+            committed = None  # what the first plan committed is spent
+            if outcome.refused_by is not None:
+                refused.add(outcome.refused_by)
+                served.refusal = outcome.refusal
+            self.requests.replan(served, self.decided(served.request, frozenset(refused)))
 
     def _finish(self, served: Served, answer: Outgoing) -> None:
         """Publish an answer whose "sent" row committed already, and close the command."""
@@ -373,65 +324,7 @@ class CommandRunner:
                 # It cannot be recorded (the disk is full): answer anyway, once.
                 await self.outbox.publish_unrecorded(request.reply(kind, details))
 
-    async def _answer(
-        self, served: Served, committed: Outgoing | None
-    ) -> CommandResult | CommandError:
-        request, plan, handler = served.request, served.plan, served.handler
-        payload = request.payload_as(CommandRequest)
-        name = payload.command
-        step = plan.step
-        if step is Step.EXPIRED:
-            # Its master gave up at that deadline: running it now would be work nobody
-            # awaits (a re-delivery, a queue that held it, a restart in between).
-            return NotStarted(
-                code=ErrorCode.TIMEOUT,
-                error=f"{name!r} reached {self.config.name} after its deadline: not started",
-                command=name,
-            )
-        if step is Step.UNROUTABLE:
-            return self._unroutable(name, plan.code or ErrorCode.NO_ROUTE)
-        if served.downstream is not None and served.child is not None:
-            # Adopted after a restart (adopt): its child's answer is still due.
-            child, timeout = served.child, self._timeout_of(payload)
-            outcome = await self._delegation_outcome(served, timeout, started=time.perf_counter())
-            if refused_unrecorded(outcome):
-                return await self._delegate(
-                    served, payload, timeout, refused={child}, outcome=outcome
-                )
-            return outcome
-        if step is Step.DELEGATE and committed is not None and plan.child is not None:
-            # Its downstream request committed with its "received" row: send it now.
-            tracked = self.outbox.dispatch(committed)
-            self.requests.delegate(served, plan.child, tracked)
-            timeout = self._timeout_of(payload)
-            outcome = await self._delegation_outcome(served, timeout, started=time.perf_counter())
-            if refused_unrecorded(outcome):
-                return await self._delegate(
-                    served, payload, timeout, refused={plan.child}, outcome=outcome
-                )
-            return outcome
-        if served.early is not None:
-            return await served.early  # idempotent: its handler started while it committed
-        if served.slot:
-            # Its "started" row committed with its "received" one, its slot taken then.
-            assert handler is not None  # a SERVE plan that starts at once names it
-            return await self._run(handler, name, payload, self._timeout_of(payload))
-        if step is Step.STOPPING or self.stopping:
-            return CommandError(
-                code=ErrorCode.SHUTTING_DOWN, error="agent is stopping", command=name
-            )
-        timeout = self._timeout_of(payload)
-        if handler is not None:
-            await self._handler_slots.acquire()
-            served.slot = True
-            if served.answering:  # canceled while it waited (agent/lifecycle.py): not started
-                return CommandError(code=ErrorCode.CANCELED, error="canceled", command=name)
-            await self._ledger.record_message(request, LedgerAction.STARTED)
-            self.requests.move(served, ServedState.WORKING)
-            return await self._run(handler, name, payload, timeout)
-        return await self._delegate(served, payload, timeout)
-
-    async def _run(
+    async def run(
         self, handler: Handler, name: str, payload: CommandRequest, timeout: float
     ) -> CommandResult | CommandError:
         metrics = self._metrics
@@ -449,46 +342,11 @@ class CommandRunner:
         finally:
             metrics.command_handler_seconds.time_since(started)
 
-    def _timeout_of(self, payload: CommandRequest) -> float:
+    def timeout_of(self, payload: CommandRequest) -> float:
         # The caller's deadline, however far; request_timeout only for a request without one.
         return time_left(payload.deadline, self.config.request_timeout)
 
-    async def _delegate(
-        self,
-        served: Served,
-        payload: CommandRequest,
-        timeout: float,
-        *,
-        refused: set[UUID] | None = None,
-        outcome: CommandResult | CommandError | None = None,
-    ) -> CommandResult | CommandError:
-        """Delegate to one child after another while they refuse it unrecorded.
-
-        refused: the children that already did, outcome: the last one's refusal.
-        """
-        name = payload.command
-        refused = set() if refused is None else refused
-        while True:
-            child, code = self.choose_child(name, avoid=refused)
-            if child is None and outcome is not None:
-                return outcome  # every child that could have served it refused it unrecorded
-            if child is None:
-                return self._unroutable(name, code or ErrorCode.NO_ROUTE)
-            started = time.perf_counter()
-            # The "delegated" row commits with the downstream request's "sent" row.
-            tracked = await self.outbox.send_message(
-                self._downstream(served.request, child),
-                expects_reply=True,
-                then=[(served.request, LedgerAction.DELEGATED, str(child))],
-            )
-            self.requests.delegate(served, child, tracked)
-            outcome = await self._delegation_outcome(served, timeout, started=started)
-            if not refused_unrecorded(outcome):
-                return outcome
-            # That child cannot record and did nothing: the work goes to another, if any.
-            refused.add(child)
-
-    def _unroutable(self, name: str, code: ErrorCode) -> CommandError:
+    def unroutable(self, name: str, code: ErrorCode) -> CommandError:
         """Answer a command neither a role here nor a healthy child serves."""
         if code == ErrorCode.TARGET_INACTIVE:
             # Offline, not unknown (REQ-001-US-002-008): say at which level they are down.
@@ -505,7 +363,8 @@ class CommandRunner:
             )
         return CommandError(code=code, error=reason, command=name)
 
-    def _downstream(self, request: VOXMessage, child: UUID) -> VOXMessage:
+    def downstream(self, request: VOXMessage, child: UUID) -> VOXMessage:
+        """The command_request that sends a command on to a child, as this agent."""
         return new_message(
             MSG_COMMAND_REQUEST,
             source=self.config.id,
@@ -517,7 +376,7 @@ class CommandRunner:
             message_source=request.message_source,
         )
 
-    async def _delegation_outcome(
+    async def delegation_outcome(
         self, served: Served, timeout: float, *, started: float
     ) -> CommandResult | CommandError:
         """Wait for the downstream request's reply and answer for it as this agent."""
@@ -558,9 +417,9 @@ class CommandRunner:
             if child not in self.config.children:
                 continue  # no longer a child (the fleet changed): reported interrupted
             tracked = self.requests.sent.track(downstream, expects_reply=True)
-            served = self.requests.open(request, Plan(step=Step.DELEGATE, child=child), None)
+            served = self.requests.open(request, Delegate(child=child))
             self.requests.delegate(served, child, tracked)
-            served.task = self._tasks.spawn(self._serve(served, None), "adopted")
+            served.task = self._tasks.spawn(self.serve(served, None), "adopted")
             adopted.add(str(request.message_id))
         return adopted
 
@@ -578,16 +437,13 @@ class CommandRunner:
             await self.outbox.send_message(answer, expects_reply=False, answering=request)
 
     async def resume(
-        self,
-        interrupted: Iterable[Mapping[str, Any]],
-        pending: Iterable[Mapping[str, Any]],
-        plan: Callable[[VOXMessage], tuple[Plan, Handler | None]],
+        self, interrupted: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str, Any]]
     ) -> None:
         """After a restart: report interrupted commands, run acknowledged but unstarted ones.
 
-        plan: what the pipeline decides for a command read back from the ledger (its
-        `received` row committed long ago, so nothing starts at once: it takes a slot and
-        records `started` as any command that waited for one).
+        Each pending one is decided again (`decided`): its `received` row committed long
+        ago, so nothing starts at once: it takes a slot and records `started` as any
+        command that waited for one.
         """
         for row in interrupted:
             self._metrics.commands_failed.inc(ErrorCode.HANDLER_ERROR)
@@ -595,4 +451,5 @@ class CommandRunner:
         for row in pending:
             request = request_from_row(row)
             if request is not None and request.source in self.config.peers:
-                self.begin(request, *plan(request))
+                served = self.requests.open(request, self.decided(request))
+                served.task = self._tasks.spawn(self.serve(served, None), "resumed")
