@@ -416,7 +416,7 @@ def _names_a_plan(node: ast.AST) -> bool:
 
 
 def _is_a_plan(node: ast.AST) -> bool:
-    """A value named as a plan: `plan`, `served.plan`, `first_plan` (the demo's `self.step` is not)."""
+    """A value named as a plan: `plan`, `served.plan` (the demo's `self.step` is not)."""
     name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
     return name.endswith("plan")
 
@@ -433,7 +433,7 @@ def step_branches(source: str, filename: str) -> list[str]:
             if len(node.args) == 2 and _names_a_plan(node.args[1]):
                 why = "isinstance() against a plan type"
         elif isinstance(node, ast.Compare) and (
-            (isinstance(node.left, ast.Call) and getattr(node.left.func, "id", None) == "type")
+            isinstance(node.left, ast.Call) and getattr(node.left.func, "id", None) == "type"
         ):
             if any(_names_a_plan(c) for c in node.comparators):
                 why = "type() compared with a plan type"
