@@ -13,6 +13,7 @@ what several share lives in a kit module.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from vox_mqtt.agent.executors import PLAN_TYPES
+from vox_mqtt.agent.requests import Served
 from vox_mqtt.ledger.actions import LedgerAction
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
@@ -481,6 +483,65 @@ if isinstance(outcome, Redecide): pass  # not a plan: fine
         "a match case on a plan type",
         "a plan's `.step`",
     ], found
+
+
+# --- a request's record has one writer: its owner (agent/requests.py) ------------------------
+
+SERVED_FIELDS = frozenset(f.name for f in dataclasses.fields(Served))
+# The owners: the request owner, and the tracker it holds for the requests this agent sent.
+RECORD_OWNERS = {PACKAGE / "agent" / "requests.py", PACKAGE / "agent" / "tracking.py"}
+
+
+def record_writes(source: str, filename: str) -> list[str]:
+    """Where a module assigns a field of a request's record (anything but its own `self`)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target):
+                if (
+                    isinstance(part, ast.Attribute)
+                    and isinstance(part.ctx, ast.Store)
+                    and part.attr in SERVED_FIELDS
+                    and not (isinstance(part.value, ast.Name) and part.value.id == "self")
+                ):
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(part)} assigned")
+    return found
+
+
+def test_no_assignment_to_a_request_record_outside_its_owner() -> None:
+    found = [
+        problem
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in RECORD_OWNERS
+        for problem in record_writes(
+            path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
+        )
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_record_guard_sees_each_way_of_writing_one() -> None:
+    source = """
+served.slot = True
+staged.served.answering = False
+relayed.answer, relayed.answer_end = outgoing, "completed"
+served.history += [("started", 1.0)]
+x: bool = served.answering  # a read: fine
+self.task = task  # a part's own field: fine
+"""
+    assert [line.split(": ", 1)[1] for line in record_writes(source, "x.py")] == [
+        "served.slot assigned",
+        "staged.served.answering assigned",
+        "relayed.answer assigned",
+        "relayed.answer_end assigned",
+        "served.history assigned",
+    ]
 
 
 def test_the_agent_s_config_lives_in_one_cell() -> None:

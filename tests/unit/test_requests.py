@@ -23,7 +23,7 @@ def owner() -> Requests:
     return Requests(RequestTracker())
 
 
-def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> None:
+async def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> None:
     requests = owner()
     served = requests.open(command(), Serve(handler=print))
     assert requests.get(served.message_id) is served
@@ -40,7 +40,7 @@ def test_a_served_command_moves_through_its_states_and_leaves_once_final() -> No
     ]
 
 
-def test_a_final_state_is_final() -> None:
+async def test_a_final_state_is_final() -> None:
     requests = owner()
     served = requests.open(command(), Serve(handler=print))
     requests.move(served, ServedState.EXPIRED)
@@ -49,7 +49,7 @@ def test_a_final_state_is_final() -> None:
     assert not requests.claim_answer(served)
 
 
-def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
+async def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
@@ -62,7 +62,7 @@ def test_delegation_counts_the_childs_load_until_its_part_is_over() -> None:
     assert requests.relaying(downstream.message_id) is None
 
 
-def test_a_second_child_replaces_the_first_and_load_follows() -> None:
+async def test_a_second_child_replaces_the_first_and_load_follows() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     first = requests.sent.track(command(ME, CHILD), expects_reply=True)
@@ -74,7 +74,7 @@ def test_a_second_child_replaces_the_first_and_load_follows() -> None:
     assert requests.relaying(second.message_id) is served
 
 
-def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
+async def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
@@ -83,7 +83,7 @@ def test_a_downstream_request_that_ended_is_no_longer_relayed() -> None:
     assert requests.relaying(downstream.message_id) is None
 
 
-def test_finishing_a_delegated_command_frees_its_child() -> None:
+async def test_finishing_a_delegated_command_frees_its_child() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     requests.delegate(served, CHILD, requests.sent.track(command(ME, CHILD), expects_reply=True))
@@ -91,7 +91,7 @@ def test_finishing_a_delegated_command_frees_its_child() -> None:
     assert dict(requests.load) == {}
 
 
-def test_only_one_answer_is_claimed() -> None:
+async def test_only_one_answer_is_claimed() -> None:
     requests = owner()
     served = requests.open(command(), Serve(handler=print))
     assert requests.claim_answer(served)
@@ -99,12 +99,25 @@ def test_only_one_answer_is_claimed() -> None:
     assert requests.unanswered() == []
 
 
-def test_a_dropped_command_was_never_accepted() -> None:
+async def test_a_dropped_command_was_never_accepted() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     requests.drop(served)
     assert requests.get(served.message_id) is None
     assert requests.in_flight == 0
+    assert await served.recorded is False  # a cancel waiting for its commit learns it failed
+
+
+async def test_whether_a_record_committed_is_awaited_never_polled() -> None:
+    requests = owner()
+    served = requests.open(command(), Serve(handler=print))
+    assert not served.recorded.done()  # staged, its commit under way
+    requests.committed(served)
+    assert await served.recorded is True
+    requests.drop(served)  # a later drop changes nothing of what was told
+    assert await served.recorded is True
+    resumed = requests.open(command(), Serve(handler=print), recorded=True)
+    assert await resumed.recorded is True
 
 
 def test_idle_is_awaitable_once_nothing_is_served() -> None:

@@ -18,7 +18,7 @@ def command(source: UUID = MASTER, target: UUID = ME) -> VOXMessage:
     )
 
 
-def test_canceled_is_final_and_frees_the_childs_load() -> None:
+async def test_canceled_is_final_and_frees_the_childs_load() -> None:
     requests = Requests(RequestTracker())
     served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
@@ -33,7 +33,7 @@ def test_canceled_is_final_and_frees_the_childs_load() -> None:
     assert served.state is ServedState.CANCELED
 
 
-def test_each_move_is_told_to_the_hook_and_counted_by_state() -> None:
+async def test_each_move_is_told_to_the_hook_and_counted_by_state() -> None:
     requests = Requests(RequestTracker())
     told: list[tuple[Served, ServedState]] = []
     requests.on_move = lambda served, state: told.append((served, state))

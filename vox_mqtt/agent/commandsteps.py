@@ -159,7 +159,7 @@ class ServeStep:
             runner.run(plan.handler, payload.command, payload, runner.timeout_of(payload)),
             context=context,
         )
-        served.early = running
+        runner.requests.started_early(served, running)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(running), QUICK_ANSWER_WINDOW)
         if not running.done() or running.cancelled() or running.exception() is not None:

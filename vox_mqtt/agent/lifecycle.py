@@ -209,7 +209,7 @@ class Lifecycle:
     def unstage_cancel(self, staged: Staged) -> None:
         """Undo a staged cancel whose commit failed: the request goes on as if never canceled."""
         if staged.canceled is not None:
-            staged.canceled.answering = False
+            self._requests.release_answer(staged.canceled)
 
     def remember(self, message: VOXMessage) -> None:
         """From now: the request a cancel names, if it comes while this commits, never starts."""
@@ -322,15 +322,14 @@ class Lifecycle:
         if served is None or not self._requests.claim_answer(served):
             return None
         # Its own record first, so its "canceled" row follows its "received" one.
-        emitted_at = served.request.emitted_at
-        try:
+        recorded = False
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CANCEL_GRACE):
-                while not await self._ledger.has_message(request_id, emitted_at=emitted_at):  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)
-        except TimeoutError:
+                recorded = await asyncio.shield(served.recorded)
+        if not recorded:
             # Its commit failed or stalls: let its own path go on (a failed one is dropped,
             # and a re-delivery meets the remembered cancel); never leave it claimed.
-            served.answering = False
+            self._requests.release_answer(served)
             log.warning(
                 "%s: %s did not commit within %.0fs of its cancel; the cancel stays remembered",
                 self.config.name,

@@ -8,7 +8,6 @@ F25).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -195,27 +194,22 @@ class RelayAnswerStep:
         details = relayed_details(reply, name, handled_by=runner.config.id)
         outgoing = None if details is None else runner.prepared_answer(served, details)
         if outgoing is None:
-            served.answering = False  # the runner's task answers it (too large, malformed)
+            runner.requests.release_answer(served)  # the runner's task answers it (too large)
             return Staged()
-        served.answer_durable = asyncio.get_running_loop().create_future()
+        runner.requests.relaying_answer(served)
         staged = Staged(relayed=served, outgoing=outgoing)
         staged.rows.append((outgoing.message, LedgerAction.SENT, None))
         staged.rows.append((served.request, LedgerAction(served.answer_end), None))
         return staged
 
     async def execute(self, taken: Taken, plan: RelayAnswer, staged: Staged) -> None:
-        relayed = staged.relayed
-        durable = None if relayed is None else relayed.answer_durable
-        if durable is not None and not durable.done():
-            durable.set_result(True)
+        if staged.relayed is not None:
+            self._runner.requests.answer_committed(staged.relayed, True)
         self._roles.hand_on(taken.message)
 
     def drop(self, taken: Taken, plan: RelayAnswer, staged: Staged) -> None:
         if (relayed := staged.relayed) is not None:
-            relayed.answer = None
-            relayed.answering = False
-            if relayed.answer_durable is not None and not relayed.answer_durable.done():
-                relayed.answer_durable.set_result(False)
+            self._runner.requests.answer_unprepared(relayed)
 
 
 class LateStep:

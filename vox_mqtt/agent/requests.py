@@ -70,6 +70,11 @@ class Served:
     downstream: TrackedRequest | None = None  # DELEGATED: the request sent to that child
     answering: bool = False  # its answer is being sent (by its task, or by a stop)
     task: asyncio.Task[None] | None = None  # the task serving it, cancelled by a cancel
+    # Whether its record committed (True) or its commit failed (False): awaited, never
+    # polled, by a cancel that came while it committed (agent/lifecycle.py).
+    recorded: asyncio.Future[bool] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
     @property
     def message_id(self) -> UUID:
@@ -100,16 +105,25 @@ class Requests:
 
     # --- served commands ------------------------------------------------------------------
 
-    def open(self, request: VOXMessage, plan: CommandPlan) -> Served:
-        """Start serving a recorded (or about to be recorded) command_request."""
+    def open(self, request: VOXMessage, plan: CommandPlan, *, recorded: bool = False) -> Served:
+        """Start serving a command_request about to be recorded (or recorded already)."""
         served = Served(request=request, plan=plan)
+        if recorded:
+            served.recorded.set_result(True)
         served.history.append((served.state, time.monotonic()))
         self._served[request.message_id] = served
         self._idle.clear()
         return served
 
+    def committed(self, served: Served) -> None:
+        """Its record is durable: it is accepted here."""
+        if not served.recorded.done():
+            served.recorded.set_result(True)
+
     def drop(self, served: Served) -> None:
         """Forget a command whose record never committed: it was never accepted here."""
+        if not served.recorded.done():
+            served.recorded.set_result(False)
         if self._served.get(served.message_id) is served:
             del self._served[served.message_id]
         self._unlink(served)
@@ -172,6 +186,53 @@ class Requests:
             return False
         served.answering = True
         return True
+
+    # --- transitions of a served command's record (its only writer; guarded in
+    # tests/unit/test_architecture.py) ---------------------------------------------------------
+
+    def release_answer(self, served: Served) -> None:
+        """Give the right to answer back (its staged answer was not committed): it goes on."""
+        served.answering = False
+
+    def took_slot(self, served: Served, taken: bool = True) -> None:
+        """Record that a command holds a handler slot (or gave it back)."""
+        served.slot = taken
+
+    def started_early(
+        self, served: Served, task: asyncio.Task[CommandResult | CommandError]
+    ) -> None:
+        """Record the task of an idempotent handler started while its record commits."""
+        served.early = task
+
+    def serving(self, served: Served, task: asyncio.Task[None]) -> None:
+        """Record the task that answers a command (a cancel cancels it)."""
+        served.task = task
+
+    def answer_prepared(
+        self, served: Served, answer: Outgoing, end: ServedState, code: str | None
+    ) -> None:
+        """Record the answer that commits with the command's record or its child's answer."""
+        served.answer, served.answer_end, served.answer_code = answer, str(end), code
+
+    def answer_unprepared(self, served: Served) -> None:
+        """Its prepared answer's commit failed: nothing of it was recorded; it goes on."""
+        served.answer = None
+        served.answering = False
+        self.answer_committed(served, False)
+
+    def answer_committed(self, served: Served, durable: bool) -> None:
+        """Tell the command's task whether the answer relayed with its child's committed."""
+        if served.answer_durable is not None and not served.answer_durable.done():
+            served.answer_durable.set_result(durable)
+
+    def relaying_answer(self, served: Served) -> asyncio.Future[bool]:
+        """The child's answer commits with this agent's: the future says if it did."""
+        served.answer_durable = asyncio.get_running_loop().create_future()
+        return served.answer_durable
+
+    def refused_by_child(self, served: Served, refusal: CommandError) -> None:
+        """A child refused it unrecorded: the answer if no other child can take it."""
+        served.refusal = refusal
 
     def get(self, request_id: UUID) -> Served | None:
         """Return the command being served with this id, if any."""

@@ -134,7 +134,7 @@ class CommandRunner:
     async def take_slot(self, served: Served) -> None:
         """Take a handler slot for a command (at once when the plan found one free)."""
         await self._handler_slots.acquire()
-        served.slot = True
+        self.requests.took_slot(served)
 
     async def record_start(self, served: Served) -> None:
         """Record that a command's handler starts now (it waited for a slot)."""
@@ -152,9 +152,8 @@ class CommandRunner:
             )
         except VoxError:
             return None
-        served.answer = outgoing
-        served.answer_end = str(_END[kind])
-        served.answer_code = details.code if isinstance(details, CommandError) else None
+        code = details.code if isinstance(details, CommandError) else None
+        self.requests.answer_prepared(served, outgoing, _END[kind], code)
         return outgoing
 
     def ended_at_once(self, end: LedgerAction, code: str | None) -> None:
@@ -176,17 +175,20 @@ class CommandRunner:
         served = staged.served
         if served is None:
             return
+        self.requests.committed(served)
         if staged.implied and staged.outgoing is not None:
             # Answered and recorded with its "received" row: only the publish is left, and
             # it needs no task of its own.
             self._release(served)
             self._finish(served, staged.outgoing)
             return
-        served.task = self._tasks.spawn(self.serve(served, staged.outgoing), "command")
+        self.requests.serving(
+            served, self._tasks.spawn(self.serve(served, staged.outgoing), "command")
+        )
 
     def _release(self, served: Served) -> None:
         if served.slot:
-            served.slot = False
+            self.requests.took_slot(served, False)
             self._handler_slots.release()
 
     # --- stopping -------------------------------------------------------------------------
@@ -275,7 +277,8 @@ class CommandRunner:
             committed = None  # what the first plan committed is spent
             if outcome.refused_by is not None:
                 refused.add(outcome.refused_by)
-                served.refusal = outcome.refusal
+                if outcome.refusal is not None:
+                    self.requests.refused_by_child(served, outcome.refusal)
             self.requests.replan(served, self.decided(served.request, frozenset(refused)))
 
     def _finish(self, served: Served, answer: Outgoing) -> None:
@@ -417,9 +420,9 @@ class CommandRunner:
             if child not in self.config.children:
                 continue  # no longer a child (the fleet changed): reported interrupted
             tracked = self.requests.sent.track(downstream, expects_reply=True)
-            served = self.requests.open(request, Delegate(child=child))
+            served = self.requests.open(request, Delegate(child=child), recorded=True)
             self.requests.delegate(served, child, tracked)
-            served.task = self._tasks.spawn(self.serve(served, None), "adopted")
+            self.requests.serving(served, self._tasks.spawn(self.serve(served, None), "adopted"))
             adopted.add(str(request.message_id))
         return adopted
 
@@ -451,5 +454,6 @@ class CommandRunner:
         for row in pending:
             request = request_from_row(row)
             if request is not None and request.source in self.config.peers:
-                served = self.requests.open(request, self.decided(request))
-                served.task = self._tasks.spawn(self.serve(served, None), "resumed")
+                served = self.requests.open(request, self.decided(request), recorded=True)
+                task = self._tasks.spawn(self.serve(served, None), "resumed")
+                self.requests.serving(served, task)
