@@ -13,6 +13,7 @@ each agent in its own `vox-agent` daemon (process per agent, bench/deployed.py).
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -28,6 +29,7 @@ from bench.common import (
     run_alone,
 )
 from bench.deployed import start_deployed
+from bench.profiling import summarize
 from bench.rawmqtt import RAW_CLIENTS, Journal, RawNode
 from bench.voxside import seed_role_specs, start_vox
 
@@ -36,6 +38,7 @@ PARAMS = {"text": "hello"}
 ALL_IN_ONE = "all-in-one"
 PER_PROCESS = "process per agent"
 LAYOUTS = (ALL_IN_ONE, PER_PROCESS)
+TURNS_SAMPLE = 100  # round trips profiled to count the event loop's turns (all-in-one)
 
 
 def sizes(quick: bool) -> tuple[int, int]:
@@ -95,10 +98,14 @@ async def vox_round_trips(
     warmup: int,
     *,
     layout: str = ALL_IN_ONE,
+    turns: list[float] | None = None,
 ) -> list[float]:
     """Time sequential VOX command round trips from the operator to the root.
 
     layout: ALL_IN_ONE (the agents in this process) or PER_PROCESS (a daemon each).
+    turns: with ALL_IN_ONE, given the turns of the event loop per round trip (every agent's,
+    they share the loop), counted by cProfile over TURNS_SAMPLE more round trips after the
+    timed ones (the profiler's cost is not in the times).
     """
     root = bench.id("root")
     async with AsyncExitStack() as stack:
@@ -114,6 +121,14 @@ async def vox_round_trips(
             reply = await operator.request(command, PARAMS, to=root)
             times.append((time.perf_counter() - started) * 1000)
         assert reply.details["result"] == PARAMS, reply.details
+        if turns is not None and layout == ALL_IN_ONE:
+            sample = min(TURNS_SAMPLE, count)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(sample):
+                await operator.request(command, PARAMS, to=root)
+            profiler.disable()
+            turns.append(round(summarize(profiler)["loop_turns"] / sample, 1))
     return times
 
 
@@ -149,9 +164,12 @@ async def compare_chain(
         floor = latency_summary(
             await raw_round_trips(bench, chain, count, warmup, durable=True, client=fastest)
         )
+        turns: list[float] = []
         measured = {
             layout: latency_summary(
-                await vox_round_trips(bench, chain[1:], command, count, warmup, layout=layout)
+                await vox_round_trips(
+                    bench, chain[1:], command, count, warmup, layout=layout, turns=turns
+                )
             )
             for layout in layouts
         }
@@ -178,6 +196,11 @@ async def compare_chain(
                 obligations_detail=floor,
                 obligations_ratio=round(floor["p50_ms"] / raw["p50_ms"], 2),
                 vox_over_obligations=round(vox["p50_ms"] / floor["p50_ms"], 2),
+                **(
+                    {"loop_turns_per_round_trip": turns[0]}
+                    if layout == ALL_IN_ONE and turns
+                    else {}
+                ),
             )
         )
     return rows

@@ -334,7 +334,7 @@ class InboundPipeline:
             # commit even when no acknowledgement of it came (an answer that stands for one).
             done = message.reply_to
         kept = staged.outgoing
-        recording = ledger.record_message(
+        await ledger.record_message(
             message,
             staged.action,
             outcome=staged.outcome,
@@ -345,14 +345,10 @@ class InboundPipeline:
             outbox_for=None if kept is None else kept.message,
             outbox_done=done,
             replay_until=None if kept is None else kept.replay_until,
+            # What may happen before the commit is durable happens beside it, once its rows
+            # are queued (docs/ledger.md): no task of its own.
+            queued=staged.beside,
         )
-        if staged.beside is None:
-            await recording
-            return
-        # What may happen before the commit is durable happens beside it (docs/ledger.md).
-        queued = asyncio.ensure_future(recording)
-        staged.beside()
-        await queued
 
     async def _execute(self, taken: Taken, plan: Plan, staged: Staged) -> None:
         """Carry out a plan whose commit is durable: its ack, the listeners, its executor."""

@@ -8,7 +8,7 @@ import functools
 import hashlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self
 from uuid import UUID
@@ -16,6 +16,7 @@ from uuid import UUID
 import aiosqlite
 
 from vox_mqtt.ledger import _lifecycle, _queries
+from vox_mqtt.ledger._errors import ledger_error, sqlite_errors
 from vox_mqtt.ledger._index import ReceivedIndex
 from vox_mqtt.ledger._queries import VerifyReport, trace_chain, verify_chain
 from vox_mqtt.ledger._resume import delegated_commands
@@ -30,7 +31,6 @@ from vox_mqtt.ledger._schema import (
     _SCHEMA,
     _TRIGGERS_VERSION,
     _UPGRADE,
-    APPEND_ONLY,
     GENESIS_HASH,
     SCHEMA_VERSION,
     WITNESS_ACTION,
@@ -142,7 +142,7 @@ class VOXAgentMemory:
         # one); unlike mode=ro it lets the last connection fold the WAL back on close.
         if self.read_only:
             where = self.path.resolve().as_uri() + "?mode=rw"
-            with self._errors("cannot open"):
+            with sqlite_errors(self.path, "cannot open"):
                 db = await aiosqlite.connect(where, uri=True, isolation_level=None)
                 self._reader = db
                 await db.execute("PRAGMA busy_timeout = 10000")
@@ -160,7 +160,7 @@ class VOXAgentMemory:
         self._thread = WriterThread(f"ledger {self.path.name}")
         self._thread.start()
         thread = self._thread
-        with self._errors("cannot open"):
+        with sqlite_errors(self.path, "cannot open"):
             self.written_head, received = await thread.call(
                 lambda: open_writer(thread, self.path, SYNC_MODES[self.sync], self._received.load)
             )
@@ -182,7 +182,7 @@ class VOXAgentMemory:
             raise
 
     async def _check_schema(self, db: aiosqlite.Connection, *, create: bool) -> None:
-        with self._errors("not a vox ledger"):
+        with sqlite_errors(self.path, "not a vox ledger"):
             found = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
             tables = {row[0] for row in found}
             if not {"logs", "ledger_meta"} <= tables:
@@ -230,7 +230,7 @@ class VOXAgentMemory:
             await thread.close()
         reader, self._reader = self._reader, None
         if reader is not None:
-            with self._errors("cannot close"):
+            with sqlite_errors(self.path, "cannot close"):
                 await reader.close()
 
     async def __aenter__(self) -> Self:
@@ -273,6 +273,7 @@ class VOXAgentMemory:
         outbox_done: UUID | None = None,
         replay_until: float | None = None,
         then: Iterable[tuple[VOXMessage, LedgerAction, str | None]] = (),
+        queued: Callable[[], None] | None = None,
     ) -> int:
         """Record a message's metadata (never its free text) under an action such as received.
 
@@ -281,7 +282,8 @@ class VOXAgentMemory:
         the same transaction; with replay_until too, it is an answer held for replay until
         then (`held_answer`) instead. `then` rows, as (message, action, outcome), commit in that
         same transaction after this one (what each such grouping still lets a restart prove is
-        in docs/ledger.md). Returns the first id.
+        in docs/ledger.md). `queued` is called once the rows are queued, before they are
+        durable, in the same turn of the loop. Returns the first id.
         """
         if self._reader is None:
             await self.init_db()  # the digest key is read when the ledger opens
@@ -303,7 +305,9 @@ class VOXAgentMemory:
             # Kept until it starts or ends: a restart resumes (or adopts) it with its origin's.
             held = (str(message.message_id), self._sources.seal(message.message_source, self.path))
         done = None if outbox_done is None else str(outbox_done)
-        return await self._submit(rows, outbox=kept, outbox_done=done, held=held, replay=replay)
+        return await self._submit(
+            rows, outbox=kept, outbox_done=done, held=held, replay=replay, queued=queued
+        )
 
     def stored_source(self, message_source: str) -> str:
         """Return message_source as this ledger stores it: a keyed digest, or clear if asked."""
@@ -342,7 +346,7 @@ class VOXAgentMemory:
         """Return the sent messages never acknowledged: (message_id, topic, payload)."""
         await self.init_db()
         assert self._reader is not None
-        with self._errors("cannot read"):
+        with sqlite_errors(self.path, "cannot read"):
             rows = await self._reader.execute_fetchall(
                 "SELECT message_id, topic, payload FROM outbox ORDER BY rowid"
             )
@@ -372,6 +376,7 @@ class VOXAgentMemory:
         outbox_done: str | None = None,
         held: tuple[str, str] | None = None,
         replay: tuple[str, str, bytes, float] | None = None,
+        queued: Callable[[], None] | None = None,
     ) -> int:
         """Queue rows that commit together; return the first one's id once they are durable."""
         if self._reader is None:  # set once the writer is open too
@@ -385,6 +390,8 @@ class VOXAgentMemory:
         received = [seen for _, seen in rows if seen is not None] or None
         values = [row for row, _ in rows]
         self._enqueue(Pending(values, future, outbox, outbox_done, received, held, replay))
+        if queued is not None:
+            queued()
         return await future
 
     def _enqueue(self, pending: Pending, *, urgent: bool = True) -> None:
@@ -462,7 +469,7 @@ class VOXAgentMemory:
                     pending.future.set_result(row_id)
         else:
             self.written_head = None  # re-read inside the next transaction
-            error = self._error(outcome, "cannot write")
+            error = ledger_error(self.path, outcome, "cannot write")
             if isinstance(outcome, sqlite3.OperationalError | OSError):
                 self.write_failure = str(error)  # the file cannot take writes (disk full ...)
             for pending in batch:
@@ -478,7 +485,7 @@ class VOXAgentMemory:
     async def _fetch(self, sql: str, params: Iterable[Any] = ()) -> Iterable[Any]:
         await self.init_db()
         assert self._reader is not None
-        with self._errors("cannot read"):
+        with sqlite_errors(self.path, "cannot read"):
             return await self._reader.execute_fetchall(sql, tuple(params))
 
     async def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
@@ -546,7 +553,7 @@ class VOXAgentMemory:
         """Return the stored hash of each of these rows that exists."""
         await self.init_db()
         assert self._reader is not None
-        with self._errors("cannot read"):
+        with sqlite_errors(self.path, "cannot read"):
             return await _queries.row_hashes(self._reader, ids)
 
     async def request_rows(self, request_id: UUID) -> _lifecycle.RequestRows:
@@ -579,20 +586,5 @@ class VOXAgentMemory:
         """Recompute the hash chain and report the first row that does not match."""
         await self.init_db()
         assert self._reader is not None
-        with self._errors("cannot verify"):
+        with sqlite_errors(self.path, "cannot verify"):
             return await verify_chain(self._reader)
-
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        """Turn sqlite's errors into LedgerError naming the file."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise self._error(exc, doing) from None
-
-    def _error(self, exc: BaseException, doing: str) -> LedgerError:
-        if isinstance(exc, LedgerError):
-            return exc
-        if APPEND_ONLY in str(exc):
-            return LedgerError(f"ledger {self.path} is append-only: {exc}")
-        return LedgerError(f"ledger {self.path}: {doing}: {exc}")
