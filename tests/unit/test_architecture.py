@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -363,15 +364,20 @@ def bare_ledger_actions(source: str, where: str) -> list[str]:
     return [problem for *_, problem in sorted(found)]
 
 
-def test_ledger_actions_are_named_by_the_enum_only() -> None:
-    found = [
+def problems_in_package(finder: Callable[[str, str], list[str]], *, but: set[Path]) -> list[str]:
+    """Run a source finder over every module of the package but some; return its findings."""
+    return [
         problem
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != ACTIONS_MODULE
-        for problem in bare_ledger_actions(
+        if path not in but
+        for problem in finder(
             path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
         )
     ]
+
+
+def test_ledger_actions_are_named_by_the_enum_only() -> None:
+    found = problems_in_package(bare_ledger_actions, but={ACTIONS_MODULE})
     assert found == [], "\n".join(found)
 
 
@@ -449,14 +455,7 @@ def step_branches(source: str, filename: str) -> list[str]:
 
 
 def test_no_step_branches_outside_the_plan_and_the_executor_table() -> None:
-    found = [
-        problem
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path not in STEP_DECIDERS
-        for problem in step_branches(
-            path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
-        )
-    ]
+    found = problems_in_package(step_branches, but=STEP_DECIDERS)
     assert found == [], "\n".join(found)
 
 
@@ -515,14 +514,7 @@ def record_writes(source: str, filename: str) -> list[str]:
 
 
 def test_no_assignment_to_a_request_record_outside_its_owner() -> None:
-    found = [
-        problem
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path not in RECORD_OWNERS
-        for problem in record_writes(
-            path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent))
-        )
-    ]
+    found = problems_in_package(record_writes, but=RECORD_OWNERS)
     assert found == [], "\n".join(found)
 
 
