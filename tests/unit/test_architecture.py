@@ -272,7 +272,7 @@ from . import mqttish_but_relative
         "asyncio_mqtt",
     ]
     # The transport itself does import one: the guard would see it there.
-    assert mqtt_imports(ast.parse(MODULES["vox_mqtt.transport.session"].read_text("utf-8")))
+    assert mqtt_imports(ast.parse(MODULES["vox_mqtt.transport.wire"].read_text("utf-8")))
 
 
 # The framework's ledger vocabulary is LedgerAction (vox_mqtt/ledger/actions.py): outside that
