@@ -255,6 +255,17 @@ def test_only_the_transport_imports_an_mqtt_library() -> None:
     assert outside == {}, "go through vox_mqtt.transport (Session, BlockingSession, Inbound)"
 
 
+def test_paho_is_no_runtime_dependency() -> None:
+    """The package packs and reads PUBLISH properties itself (transport/publishprops.py):
+    paho-mqtt is a test and bench dependency only (pyproject.toml, docs/transport.md)."""
+    importing = {
+        name: imported
+        for name, path in MODULES.items()
+        if (imported := [m for m in mqtt_imports(parsed(path)) if m.split(".")[0] == "paho"])
+    }
+    assert importing == {}
+
+
 def test_the_mqtt_guard_sees_each_way_of_importing_a_library() -> None:
     source = """
 import paho.mqtt.client as mqtt
@@ -276,7 +287,7 @@ from . import mqttish_but_relative
         "asyncio_mqtt",
     ]
     # The transport itself does import one: the guard would see it there.
-    assert mqtt_imports(ast.parse(MODULES["vox_mqtt.transport.session"].read_text("utf-8")))
+    assert mqtt_imports(ast.parse(MODULES["vox_mqtt.transport.wire"].read_text("utf-8")))
 
 
 # The framework's ledger vocabulary is LedgerAction (vox_mqtt/ledger/actions.py): outside that

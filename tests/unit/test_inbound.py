@@ -1,28 +1,23 @@
-"""Inbound's properties are the transport's own values, however the message was decoded."""
+"""Inbound's properties are the transport's own values, packed as received or decoded."""
 
 from __future__ import annotations
 
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
 from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.inbound import Inbound, carried
+from vox_mqtt.transport.publishprops import MessageProperties
 
-
-def paho_properties() -> Properties:
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    props.ContentType = "application/json"
-    props.MessageExpiryInterval = 30
-    props.UserProperty = [("vox-type", "status"), ("vox-sig", "old"), ("vox-sig", "new")]
-    return props
+PROPS = MessageProperties(
+    content_type="application/json",
+    message_expiry_interval=30,
+    user_properties=(("vox-type", "status"), ("vox-sig", "old"), ("vox-sig", "new")),
+)
 
 
 def test_packed_and_decoded_properties_read_the_same() -> None:
-    props = paho_properties()
-    packed = carried(RawProperties(props.pack()))  # type: ignore[no-untyped-call]
-    decoded = carried(props)
+    packed = carried(RawProperties(PROPS.pack()))
+    decoded = carried(PROPS)
     assert isinstance(packed, bytes)  # left packed: decoded only when read
-    assert isinstance(decoded, dict)  # paho's object left behind, its values kept
+    assert isinstance(decoded, dict)  # plain values under Inbound's keys
     for wire in (packed, decoded):
         inbound = Inbound(topic="t", payload=b"", retain=False, wire_properties=wire)
         assert inbound.properties == {
@@ -39,5 +34,12 @@ def test_a_message_without_properties_has_none() -> None:
     inbound = Inbound(topic="t", payload=b"", retain=False)
     assert inbound.properties == {}
     assert inbound.user_property("vox-sig") is None
-    empty = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    assert carried(empty) == {}
+    assert carried(MessageProperties()) == {}
+    assert Inbound(topic="t", payload=b"", retain=False, wire_properties=b"\x00").properties == {}
+
+
+def test_properties_that_do_not_parse_read_as_none() -> None:
+    for broken in (b"", b"\x05\x26\x00\x01", b"\x03\x23\x00\x01", b"\x02\x01\x07"):
+        inbound = Inbound(topic="t", payload=b"", retain=False, wire_properties=broken)
+        assert inbound.properties == {}
+        assert inbound.user_property("vox-sig") is None

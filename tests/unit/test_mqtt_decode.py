@@ -6,19 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from typing import Any
 
 import mqtt5
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
 from vox_mqtt.transport.packets import MalformedPacket, frame_publish, reason_name, split_packet
+from vox_mqtt.transport.publishprops import MessageProperties
 from vox_mqtt.transport.wire import Connection, Received
 
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
@@ -26,43 +24,35 @@ QOS1 = 0x32  # PUBLISH, QoS 1
 
 
 @st.composite
-def publish_properties(draw: st.DrawFn) -> Properties:
-    props = Properties(PacketTypes.PUBLISH)
-    if draw(st.booleans()):
-        props.PayloadFormatIndicator = draw(st.sampled_from([0, 1]))
-    if draw(st.booleans()):
-        props.MessageExpiryInterval = draw(st.integers(0, 2**32 - 1))
-    if draw(st.booleans()):
-        props.ContentType = draw(text)
-    if draw(st.booleans()):
-        props.ResponseTopic = draw(text.filter(bool))
-    if draw(st.booleans()):
-        props.CorrelationData = draw(st.binary(max_size=40))
-    pairs = draw(st.lists(st.tuples(text, text), max_size=5))
-    if pairs:
-        props.UserProperty = pairs
-    return props
+def publish_properties(draw: st.DrawFn) -> MessageProperties:
+    def maybe() -> bool:
+        return draw(st.booleans())
+
+    return MessageProperties(
+        payload_format_indicator=draw(st.sampled_from([0, 1])) if maybe() else None,
+        message_expiry_interval=draw(st.integers(0, 2**32 - 1)) if maybe() else None,
+        content_type=draw(text) if maybe() else None,
+        response_topic=draw(text.filter(lambda t: t and not {"+", "#"} & set(t)))
+        if maybe()
+        else None,
+        correlation_data=draw(st.binary(max_size=40)) if maybe() else None,
+        user_properties=tuple(draw(st.lists(st.tuples(text, text), max_size=5))),
+    )
 
 
-def publish_body(topic: bytes, mid: int, props: Properties, payload: bytes) -> bytes:
+def publish_body(topic: bytes, mid: int, props: MessageProperties, payload: bytes) -> bytes:
     return struct.pack("!H", len(topic)) + topic + struct.pack("!H", mid) + props.pack() + payload
 
 
-def as_dict(props: Properties) -> dict[str, Any]:
-    # paho's table of names spells them with spaces; its attributes have none.
-    attributes = (name.replace(" ", "") for name in props.names)
-    return {name: getattr(props, name) for name in attributes if hasattr(props, name)}
-
-
-# What mqtt5 calls each property paho decodes.
-_MQTT5_NAMES = {
-    "PayloadFormatIndicator": "payload_format_indicator",
-    "MessageExpiryInterval": "message_expiry_interval",
-    "ContentType": "content_type",
-    "ResponseTopic": "response_topic",
-    "CorrelationData": "correlation_data",
-    "UserProperty": "user_properties",
-}
+# What mqtt5 calls each property (the same names as ours).
+_MQTT5_NAMES = (
+    "payload_format_indicator",
+    "message_expiry_interval",
+    "content_type",
+    "response_topic",
+    "correlation_data",
+    "user_properties",
+)
 topics = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00+#"), min_size=1)
 
 
@@ -73,7 +63,7 @@ topics = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\
     payload=st.binary(max_size=300),
 )
 def test_a_publish_splits_as_mqtt5_reads_it(
-    topic: str, mid: int, props: Properties, payload: bytes
+    topic: str, mid: int, props: MessageProperties, payload: bytes
 ) -> None:
     packet = frame_publish(topic, payload, 1, False, mid, props.pack())
     theirs, size = mqtt5.read(memoryview(packet))
@@ -86,20 +76,21 @@ def test_a_publish_splits_as_mqtt5_reads_it(
         theirs.packet_id,
         theirs.payload,
     )
-    decoded = as_dict(RawProperties(packed).decode())
-    for name, theirs_name in _MQTT5_NAMES.items():
-        value = getattr(theirs, theirs_name)
-        if name == "UserProperty":
-            assert decoded.get(name, []) == value
-        elif name == "PayloadFormatIndicator":
-            assert decoded.get(name, 0) == value
-        else:  # paho reads an empty string or binary as absent
-            assert (decoded.get(name) or None) == (value or None), name
+    decoded = RawProperties(packed).decode()
+    for name in _MQTT5_NAMES:
+        value = getattr(theirs, name)
+        ours = getattr(decoded, name)
+        if name == "user_properties":
+            assert list(ours) == value
+        elif name == "payload_format_indicator":
+            assert (ours or 0) == value
+        else:  # mqtt5 reads an absent string or binary as empty
+            assert (ours or None) == (value or None), name
 
 
 @given(props=publish_properties(), payload=st.binary(max_size=50), data=st.data())
 def test_a_cut_publish_is_a_malformed_packet_never_another_error(
-    props: Properties, payload: bytes, data: st.DataObject
+    props: MessageProperties, payload: bytes, data: st.DataObject
 ) -> None:
     body = publish_body(b"vox/a/inbox/b", 7, props, payload)
     cut = data.draw(st.integers(0, len(body)))
@@ -161,9 +152,9 @@ def test_reason_codes_are_named_in_words() -> None:
 
 @pytest.mark.parametrize(("qos", "retain"), [(1, False), (1, True), (0, False)])
 async def test_a_received_message_reads_as_sent(qos: int, retain: bool) -> None:
-    props = Properties(PacketTypes.PUBLISH)
-    props.ContentType = "application/json"
-    props.UserProperty = [("vox-type", "command_request")]
+    props = MessageProperties(
+        content_type="application/json", user_properties=(("vox-type", "command_request"),)
+    )
     got: list[Received] = []
     connection = Connection("c", keepalive=30)
     connection.sink = lambda message: got.append(message) is None
@@ -180,7 +171,7 @@ async def test_a_received_message_reads_as_sent(qos: int, retain: bool) -> None:
     )
     assert message.mid == (4242 if qos else 0)
     assert message.properties is not None
-    assert as_dict(message.properties.decode()) == as_dict(props)
+    assert message.properties.decode() == props
 
 
 def test_a_packet_is_cut_only_once_it_is_all_there() -> None:

@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import FleetError
@@ -32,7 +30,12 @@ from vox_mqtt.protocol.signing import (
     verify_digest,
 )
 from vox_mqtt.transport.inbound import carried
-from vox_mqtt.transport.publishprops import signature_of, vox_properties, with_user_property
+from vox_mqtt.transport.publishprops import (
+    decode,
+    signature_of,
+    vox_properties,
+    with_user_property,
+)
 from vox_mqtt.transport.signing import judge, own_key_renewed, received_signature, signed_will
 
 SENDER, TARGET, OTHER = uuid4(), uuid4(), uuid4()
@@ -153,15 +156,14 @@ def test_the_signature_is_appended_as_the_last_user_property() -> None:
     props = vox_properties(type="command_request", sender="a", target="b", expiry=30)
     value = sign(TOPIC, PAYLOAD, KEY)
     signed = with_user_property(props, "vox-sig", value)
-    decoded = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    decoded.unpack(signed.pack())  # type: ignore[no-untyped-call]
-    assert decoded.UserProperty[-1] == ("vox-sig", value)
-    assert decoded.MessageExpiryInterval == 30
-    assert signature_of(signed.pack(), "vox-sig") == value
-    # As Inbound carries them: packed as received, or decoded by paho under our names.
-    assert received_signature(signed.pack()) == value
+    decoded = decode(signed.packed)
+    assert decoded.user_properties[-1] == ("vox-sig", value)
+    assert decoded.message_expiry_interval == 30
+    assert signature_of(signed.packed, "vox-sig") == value
+    # As Inbound carries them: packed as received, or decoded, under our names.
+    assert received_signature(signed.packed) == value
     assert received_signature(carried(decoded)) == value
-    assert signature_of(props.pack(), "vox-sig") is None
+    assert signature_of(props.packed, "vox-sig") is None
 
 
 def test_the_modes() -> None:
@@ -173,9 +175,7 @@ def test_the_modes() -> None:
     props = with_user_property(
         vox_properties(type="t", sender="a"), "vox-sig", sign(TOPIC, b"x", KEY)
     )
-    decoded = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    decoded.unpack(props.pack())  # type: ignore[no-untyped-call]
-    for received in (props.pack(), carried(decoded)):
+    for received in (props.packed, carried(decode(props.packed))):
         bad = judge(Signing(mode="accept", keyring=RING), TOPIC, PAYLOAD, received)
         assert reason(bad.forgery) == "BAD_SIGNATURE"  # "accept" verifies what is signed
 

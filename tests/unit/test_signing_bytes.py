@@ -5,6 +5,7 @@ afresh."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 from uuid import uuid4
 
 from paho.mqtt.packettypes import PacketTypes
@@ -12,9 +13,11 @@ from paho.mqtt.properties import Properties
 
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.signing import Keyring, SigningKey, check, sign
-from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.publishprops import (
+    MessageProperties,
+    PackedProperties,
     PublishProperties,
+    decode,
     signature_of,
     vox_properties,
     with_user_property,
@@ -47,16 +50,20 @@ def test_a_signature_in_another_alphabet_or_not_ascii_is_malformed_or_bad() -> N
         assert problem.split(":")[0] in {"MALFORMED_SIGNATURE", "BAD_SIGNATURE"}
 
 
-def decoded(packed: bytes) -> dict[str, object]:
-    """Return what paho reads in packed properties."""
-    return dict(RawProperties(packed).decode().json())  # type: ignore[no-untyped-call]
+def fresh(props: PackedProperties, key: str, value: str) -> bytes:
+    """Return props plus one user property, last, decoded and packed afresh."""
+    made = decode(props.packed)
+    pairs = (*made.user_properties, (key, value))
+    return dataclasses.replace(made, user_properties=pairs).pack()
 
 
-def fresh(props: Properties, key: str, value: str) -> dict[str, object]:
-    """Return what props plus one user property read as, made the slow way (paho's own)."""
-    made = decoded(props.pack())  # type: ignore[no-untyped-call]
-    made["UserProperty"] = [*made.get("UserProperty", []), (key, value)]  # type: ignore[misc]
-    return made
+def paho_appended(props: PackedProperties, key: str, value: str) -> bytes:
+    """Return props plus one user property as paho reads and packs them: the witness."""
+    theirs = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    theirs.unpack(props.packed)  # type: ignore[no-untyped-call]
+    theirs.UserProperty = (key, value)  # paho appends it to those it read
+    packed: bytes = theirs.pack()  # type: ignore[no-untyped-call]
+    return packed
 
 
 def test_the_appended_property_kept_per_kind_is_the_one_packed_afresh() -> None:
@@ -64,20 +71,64 @@ def test_the_appended_property_kept_per_kind_is_the_one_packed_afresh() -> None:
     props = kinds.inbox(TARGET, "command_request")
     values = [sign(TOPIC, b'{"n":%d}' % n, KEY) for n in range(3)] + ["short", "é" * 3]
     for value in values * 2:  # the second time from what was kept
-        made = with_user_property(props, "vox-sig", value).pack()  # type: ignore[no-untyped-call]
-        assert decoded(made) == fresh(props, "vox-sig", value)
+        made = with_user_property(props, "vox-sig", value).packed
+        # The bytes a signed publish carries, unchanged: as packed afresh, ours and paho's.
+        assert made == fresh(props, "vox-sig", value) == paho_appended(props, "vox-sig", value)
         assert signature_of(made, "vox-sig") == value
-    assert props.pack() == kinds.inbox(TARGET, "command_request").pack()  # type: ignore[no-untyped-call]
+    assert props.packed == kinds.inbox(TARGET, "command_request").packed
 
 
-def test_properties_never_packed_keep_nothing_and_follow_their_changes() -> None:
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    props.UserProperty = [("vox-type", "command_request")]
-    first = with_user_property(props, "vox-sig", "x" * 10).pack()  # type: ignore[no-untyped-call]
-    props.UserProperty = [("vox-type", "command_result")]
-    second = with_user_property(props, "vox-sig", "x" * 10).pack()  # type: ignore[no-untyped-call]
+def test_each_kind_keeps_its_own_and_an_expiry_spliced_in_is_signed_too() -> None:
+    request = vox_properties(type="command_request", sender="alpha")
+    result = vox_properties(type="command_result", sender="alpha")
+    first = with_user_property(request, "vox-sig", "x" * 10).packed
+    second = with_user_property(result, "vox-sig", "x" * 10).packed  # same key, same length
     assert first != second
-    assert decoded(second) == fresh(props, "vox-sig", "x" * 10)
+    assert (
+        second == fresh(result, "vox-sig", "x" * 10) == paho_appended(result, "vox-sig", "x" * 10)
+    )
     expiring = vox_properties(type="status", sender="alpha", expiry=30)
-    made = with_user_property(expiring, "vox-sig", "v").pack()  # type: ignore[no-untyped-call]
-    assert decoded(made) == fresh(expiring, "vox-sig", "v")
+    made = with_user_property(expiring, "vox-sig", "v").packed
+    assert made == fresh(expiring, "vox-sig", "v") == paho_appended(expiring, "vox-sig", "v")
+    kinds = PublishProperties("alpha", {TARGET: "beta"})
+    spliced = with_user_property(kinds.inbox(TARGET, "command_request", expiry=30), "vox-sig", "v")
+    assert decode(spliced.packed) == MessageProperties(
+        payload_format_indicator=1,
+        message_expiry_interval=30,
+        content_type="application/json",
+        user_properties=(
+            ("vox-type", "command_request"),
+            ("vox-from", "alpha"),
+            ("vox-to", "beta"),
+            ("vox-sig", "v"),
+        ),
+    )
+
+
+# Packed by the tree before the properties were vox-owned (paho's Properties then): a
+# signed publish's properties must stay these bytes.
+PINNED = {
+    "inbox": b"\x64\x01\x01\x03\x00\x10application/json"
+    b"\x26\x00\x08vox-type\x00\x0fcommand_request\x26\x00\x08vox-from\x00\x05alpha"
+    b"\x26\x00\x06vox-to\x00\x04beta\x26\x00\x07vox-sig\x00\x06k1.AbC",
+    "inbox, an expiry spliced in": b"\x64\x02\x00\x00\x00\x1e\x01\x01\x03\x00\x10application/json"
+    b"\x26\x00\x08vox-type\x00\x0fcommand_request\x26\x00\x08vox-from\x00\x05alpha"
+    b"\x26\x00\x06vox-to\x00\x04beta\x26\x00\x07vox-sig\x00\x01k",
+    "own, with its expiry": b"\x52\x01\x01\x02\x00\x00\x00\x3c\x03\x00\x10application/json"
+    b"\x26\x00\x08vox-type\x00\x0cagent_status\x26\x00\x08vox-from\x00\x05alpha"
+    b"\x26\x00\x07vox-sig\x00\x01k",
+}
+
+
+def test_the_packed_bytes_of_a_signed_publish_are_the_ones_they_were() -> None:
+    kinds = PublishProperties("alpha", {TARGET: "beta"})
+    made = {
+        "inbox": with_user_property(kinds.inbox(TARGET, "command_request"), "vox-sig", "k1.AbC"),
+        "inbox, an expiry spliced in": with_user_property(
+            kinds.inbox(TARGET, "command_request", expiry=30), "vox-sig", "k"
+        ),
+        "own, with its expiry": with_user_property(
+            kinds.own("agent_status", expiry=60), "vox-sig", "k"
+        ),
+    }
+    assert {kind: props.packed for kind, props in made.items()} == PINNED

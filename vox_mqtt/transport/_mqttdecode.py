@@ -2,7 +2,7 @@
 
 Unpacking every PUBLISH's properties (the content type, expiry and three user properties
 each VOX message carries) costs more than the rest of the packet, and no agent reads them:
-they stay packed (RawProperties) and are decoded, with paho's public Properties, on demand.
+they stay packed (RawProperties) and are decoded, by publishprops.decode, on demand.
 The connection (transport/wire.py) cuts each PUBLISH with split_publish.
 """
 
@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from paho.mqtt.exception import MQTTException
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
 from vox_mqtt.transport.packets import MalformedPacket
+from vox_mqtt.transport.publishprops import MessageProperties, decode
 
 __all__ = ["RawProperties", "split_publish"]
 
@@ -27,22 +24,10 @@ class RawProperties:
     def __init__(self, packed: bytes) -> None:
         self.packed = packed
 
-    def decode(self) -> Properties:
-        """Return the properties as paho's object; MalformedPacket if they do not parse.
-
-        paho's unpack raises whatever its parsing meets in bytes that are not properties
-        (KeyError for an unknown identifier, struct.error for a value cut short,
-        MQTTException for a property of another packet, UnicodeDecodeError): here they are
-        one error, the transport's own, which split_publish raises too
-        (tests/unit/test_mqtt_decode.py fuzzes it).
-        """
-        result = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        try:
-            result.unpack(self.packed)  # type: ignore[no-untyped-call]
-        # MQTTException covers paho's own MalformedPacket too: ours is the only one that leaves.
-        except (MQTTException, KeyError, IndexError, ValueError, struct.error) as exc:
-            raise MalformedPacket(f"PUBLISH: unreadable properties ({exc!r})"[:200]) from None
-        return result
+    def decode(self) -> MessageProperties:
+        """Return the properties' values; MalformedPacket if they do not parse, the error
+        split_publish raises too (tests/unit/test_mqtt_decode.py fuzzes both)."""
+        return decode(self.packed)
 
 
 def split_publish(

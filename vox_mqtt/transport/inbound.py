@@ -1,8 +1,8 @@
 """One message as a subscription delivers it, with the verdict on its signature.
 
 Its MQTT v5 properties are the transport's own plain values: the packed bytes as received,
-or the few an MQTT library had already decoded, under our names. No object of the MQTT
-library leaves vox_mqtt/transport/ (tests/unit/test_architecture.py).
+or the few already decoded (publishprops.MessageProperties), under our names. No object of
+an MQTT library leaves vox_mqtt/transport/ (tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -14,25 +14,20 @@ from typing import Any
 
 from vox_mqtt.transport._mqttdecode import RawProperties
 from vox_mqtt.transport.packets import MalformedPacket
+from vox_mqtt.transport.publishprops import MessageProperties, decode
 
 __all__ = ["Carried", "Inbound", "carried"]
 
-_INBOUND = {  # paho property name -> Inbound.properties key
-    "ContentType": "content_type",
-    "MessageExpiryInterval": "message_expiry_interval",
-    "UserProperty": "user_properties",
-}
-
 # What a message carries of its properties: packed as received (length first, decoded only
-# on demand), or already decoded by the MQTT library, under Inbound.properties' keys.
+# on demand), or already decoded, under Inbound.properties' keys.
 Carried = bytes | Mapping[str, Any] | None
 
 
-def carried(received: object) -> Carried:
+def carried(received: RawProperties | MessageProperties | None) -> Carried:
     """Return the properties of a received message as Inbound carries them.
 
-    A PUBLISH decoded the lean way (_mqttdecode.py) keeps them packed; one the library
-    decoded itself (QoS 0, a look's retained messages) gives its few values under our keys.
+    A PUBLISH the connection cut (_mqttdecode.py) keeps them packed; decoded ones give
+    their few values under our keys.
     """
     if received is None:
         return None
@@ -41,8 +36,15 @@ def carried(received: object) -> Carried:
     return _named(received)
 
 
-def _named(decoded: object) -> dict[str, Any]:
-    return {k: getattr(decoded, n) for n, k in _INBOUND.items() if hasattr(decoded, n)}
+def _named(decoded: MessageProperties) -> dict[str, Any]:
+    named: dict[str, Any] = {}
+    if decoded.content_type is not None:
+        named["content_type"] = decoded.content_type
+    if decoded.message_expiry_interval is not None:
+        named["message_expiry_interval"] = decoded.message_expiry_interval
+    if decoded.user_properties:
+        named["user_properties"] = list(decoded.user_properties)
+    return named
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +72,7 @@ class Inbound:
         if not isinstance(raw, bytes):
             return dict(raw)
         try:
-            decoded = RawProperties(raw).decode()
+            decoded = decode(raw)
         except MalformedPacket:
             # Properties that do not parse tell nothing: read as a message without any
             # (the broker checks them first; this guards a broker that does not).

@@ -9,8 +9,6 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from paho.mqtt.properties import Properties
-
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
 from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
@@ -18,7 +16,7 @@ from vox_mqtt.protocol.storm import backoff_window
 from vox_mqtt.transport.failures import broker_error, tls_context
 from vox_mqtt.transport.inbound import Inbound, carried
 from vox_mqtt.transport.outcome import PublishOutcome
-from vox_mqtt.transport.publishprops import packed_bytes, publish_properties
+from vox_mqtt.transport.publishprops import PackedProperties, packed_bytes, publish_properties
 from vox_mqtt.transport.signing import judge, own_key_renewed, signed_properties, signed_will
 from vox_mqtt.transport.subscriptions import Subscribing
 from vox_mqtt.transport.wire import (
@@ -200,7 +198,7 @@ class Session(Subscribing):
         qos: int = 1,
         expiry: int | None = None,
         content_type: str | None = "application/json",
-        props: Properties | None = None,
+        props: PackedProperties | None = None,
     ) -> None:
         """Return once the broker accepted the message; raise DeliveryFailed otherwise.
 
@@ -241,7 +239,7 @@ class Session(Subscribing):
         *,
         retain: bool = False,
         content_type: str | None = "application/json",
-        props: Properties | None = None,
+        props: PackedProperties | None = None,
     ) -> asyncio.Future[PublishOutcome] | None:
         """Publish at QoS 1 on the live connection only; return the future of its outcome
         (accepted, refused, or lost if that connection drops first: never an exception), or
@@ -272,7 +270,7 @@ class Session(Subscribing):
         self._link.disconnect_soon()
         return True
 
-    def _signed(self, topic: str, payload: bytes, props: Properties) -> Properties:
+    def _signed(self, topic: str, payload: bytes, props: PackedProperties) -> PackedProperties:
         return signed_properties(self.settings.signing, topic, payload, props)
 
     def _inbound(self, message: Received) -> Inbound:

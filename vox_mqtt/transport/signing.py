@@ -1,19 +1,17 @@
 """What the session does with signatures: sign each publish and will, judge each delivery.
 
 The decisions are protocol/signing.py's; this module only finds the `vox-sig` property in
-what paho received and adds it to what paho sends (docs/security.md).
+the properties received and appends it to the packed properties sent (docs/security.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paho.mqtt.properties import Properties
-
 from vox_mqtt.protocol.settings import Will
 from vox_mqtt.protocol.signing import SIG_KEY, Signing, check, payload_digest, sign
 from vox_mqtt.transport.inbound import Carried
-from vox_mqtt.transport.publishprops import signature_of, with_user_property
+from vox_mqtt.transport.publishprops import PackedProperties, signature_of, with_user_property
 
 __all__ = ["Verdict", "judge", "own_key_renewed", "signed_properties", "signed_will"]
 
@@ -31,8 +29,8 @@ class Verdict:
 
 
 def signed_properties(
-    signing: Signing | None, topic: str, payload: bytes, props: Properties
-) -> Properties:
+    signing: Signing | None, topic: str, payload: bytes, props: PackedProperties
+) -> PackedProperties:
     """Return props with this identity's signature of (topic, payload), when it signs."""
     if signing is None or signing.key is None or signing.mode == "off":
         return props
