@@ -19,7 +19,7 @@ from uuid import UUID
 from vox_mqtt.agent.cancelconfirm import confirmed
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.cuthandlers import CutHandlers
-from vox_mqtt.agent.followevents import FOLLOW_END, follow_event
+from vox_mqtt.agent.followevents import Followers
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.plan import CancelAction, Plan, Step
 from vox_mqtt.agent.ports import Publisher, Settings
@@ -32,7 +32,12 @@ from vox_mqtt.agent.tracking import RequestState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
-from vox_mqtt.protocol.canceling import cancel_verdict, level_state
+from vox_mqtt.protocol.canceling import (
+    AFTER_CANCEL_WHY,
+    answered_after_cancel,
+    cancel_verdict,
+    level_state,
+)
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import (
     FINAL_STATES,
@@ -110,7 +115,7 @@ class Lifecycle:
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
-        self._followers: dict[UUID, list[asyncio.Queue[dict[str, Any]]]] = {}
+        self._followers = Followers()
         self._answering_status = 0
         requests.on_move = self._moved
         for state, gauge in (
@@ -194,7 +199,18 @@ class Lifecycle:
         elif plan.step is Step.CANCEL and plan.cancel in _STOPPING:
             cancel = message.payload_as(CancelRequest)
             served = self._requests.get(cancel.request_id)
-            if served is not None and self._requests.claim_answer(served):
+            down = None if served is None else _down(served)
+            if served is None or served.canceling:
+                pass  # its cancel passed down already: its child's answer is still due
+            elif (
+                plan.cancel is CancelAction.PASS_DOWN and down is not None and not served.answering
+            ):
+                # Delegated: the cancel passes down, no answer commits here. The child's answer,
+                # relayed up as this level's (RELAY_ANSWER), confirms it (docs/messages.md).
+                served.canceling = True
+                staged.rows.append((served.request, LedgerAction.CANCELING, ErrorCode.CANCELED))
+                staged.canceled, staged.canceled_down = served, down
+            elif self._requests.claim_answer(served):
                 name = str(served.request.details.get("command", ""))
                 why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
                 self._stage_answer(staged, served.request, name, why)
@@ -219,7 +235,9 @@ class Lifecycle:
 
     def drop(self, message: VOXMessage, plan: Plan, staged: Staged) -> None:
         """Undo a staged plan whose commit failed: the request goes on as if never canceled."""
-        if staged.canceled is not None:
+        if staged.canceled is not None and staged.canceled.canceling:
+            staged.canceled.canceling = False  # not passed down: its child was never told
+        elif staged.canceled is not None:
             staged.canceled.answering = False
         if plan.step is Step.CANCEL and plan.cancel is CancelAction.REMEMBER:
             self._remembered.drop(message.payload_as(CancelRequest).request_id)
@@ -257,10 +275,19 @@ class Lifecycle:
         request_id = cancel.request_id
         served, down = staged.canceled, staged.canceled_down
         state, since = "unknown", now_iso()
-        if served is not None:
-            if staged.outgoing is not None:
-                self._outbox.dispatch(staged.outgoing)
+        held = self._requests.get(request_id) if served is None else served
+        if held is not None and held.canceling:
+            # Passed down (now or by an earlier cancel): canceling until its child's answer
+            # comes up, which its own task relays as this level's answer (docs/messages.md).
+            if served is not None and down is not None:
+                await self._cancel_down(*down, cancel.reason)
+            state, served = "canceling", None
+        elif served is not None:
             await self._stop(served, down, cancel.reason)
+            if (answer := staged.outgoing) is not None:
+                # Its CANCELED answer, recorded with the cancel, leaves once its cut handler
+                # ended: never while the handler still runs (docs/messages.md).
+                self._cut.then(served.message_id, lambda: self._outbox.dispatch(answer))
         elif plan.cancel is CancelAction.REMEMBER:
             # Remembered since its stage; the request may have come while the cancel
             # committed (another intake worker): it is stopped now, never left to run.
@@ -403,6 +430,8 @@ class Lifecycle:
         )
         if state != part["state"]:
             part["state"], part["why"] = state, why
+        elif answered_after_cancel(part):
+            part["why"] = AFTER_CANCEL_WHY  # its end came up from below after its cancel
         return part
 
     async def _ask_child(self, child: UUID, request_id: UUID, wait: float) -> dict[str, Any]:
@@ -454,7 +483,7 @@ class Lifecycle:
         details = progress.model_dump(mode="json", exclude_none=True, exclude={"seq"})
         # A bare state is a transition (working, delegated); anything more is progress.
         state = progress.state if details.keys() == {"state"} else "progress"
-        self._tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
+        self._followers.tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
 
     # --- the master's side: status, cancel and follow of a request it sent -------------------
 
@@ -544,38 +573,12 @@ class Lifecycle:
         tracked = self._requests.sent.get(request_id)
         if tracked is None:
             raise VoxError(f"{request_id} is not a request {self.config.name} follows")
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._followers.setdefault(request_id, []).append(queue)
-        try:
-            now_wall, now_mono = time.time(), time.monotonic()
-            for state, at in list(tracked.history):
-                event = follow_event(tracked, state, now_wall - (now_mono - at))
-                if event is not None:
-                    yield event
-                    if event["state"] in FOLLOW_END:
-                        return
-            while True:
-                event = await queue.get()
-                yield event
-                if event["state"] in FOLLOW_END:
-                    return
-        finally:
-            queues = self._followers.get(request_id, [])
-            if queue in queues:
-                queues.remove(queue)
-            if not queues:
-                self._followers.pop(request_id, None)
+        async for event in self._followers.follow(tracked):
+            yield event
 
     def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
         """The tracker's hook: a request this agent sent moved; its followers hear of it."""
-        if tracked.message_id in self._followers:
-            event = follow_event(tracked, new, time.time())
-            if event is not None:
-                self._tell(tracked.message_id, event)
-
-    def _tell(self, request_id: UUID, event: dict[str, Any]) -> None:
-        for queue in self._followers.get(request_id, ()):
-            queue.put_nowait(event)
+        self._followers.moved(tracked, new)
 
 
 _STOPPING: Final = frozenset({CancelAction.NEVER_START, CancelAction.STOP, CancelAction.PASS_DOWN})

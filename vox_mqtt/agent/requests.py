@@ -22,14 +22,14 @@ from uuid import UUID
 
 from vox_mqtt.agent.plan import Plan
 from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
-from vox_mqtt.ledger.actions import LedgerAction
-from vox_mqtt.protocol.messages import CommandError, CommandResult, VOXMessage
+from vox_mqtt.ledger.actions import AFTER_CANCEL, LedgerAction
+from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
 
 if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
     from vox_mqtt.agent.roles import Handler
 
-__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState"]
+__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState", "ended_by"]
 
 
 class ServedState(StrEnum):
@@ -71,6 +71,9 @@ class Served:
     downstream: TrackedRequest | None = None  # DELEGATED: the request sent to that child
     answering: bool = False  # its answer is being sent (by its task, or by a stop)
     task: asyncio.Task[None] | None = None  # the task serving it, cancelled by a cancel
+    # Delegated, and its master's cancel passed down (its `canceling` row committed): it
+    # waits for its child's answer, the confirmation it relays up (docs/messages.md).
+    canceling: bool = False
 
     @property
     def message_id(self) -> UUID:
@@ -81,6 +84,24 @@ class Served:
     def final(self) -> bool:
         """Return whether it has been answered (completed, failed, expired or canceled)."""
         return self.state in FINAL
+
+    def outcome_of(self, end: str) -> str | None:
+        """The `outcome` of its end row: `after_cancel` for an end other than `canceled` that
+        came after its cancel passed down, CANCELED for `canceled` (docs/ledger.md)."""
+        if end == ServedState.CANCELED:
+            return str(ErrorCode.CANCELED)
+        return AFTER_CANCEL if self.canceling else None
+
+
+def ended_by(details: CommandResult | CommandError) -> ServedState:
+    """The end row an answer commits with: a `CANCELED` error ends a command `canceled`.
+
+    A level that passed its cancel down relays its child's `CANCELED` answer, the child's
+    confirmation that nothing of it runs there or below (docs/messages.md).
+    """
+    if isinstance(details, CommandResult):
+        return ServedState.COMPLETED
+    return ServedState.CANCELED if details.code == ErrorCode.CANCELED else ServedState.FAILED
 
 
 CURRENT_REQUEST: ContextVar[Served | None] = ContextVar("vox_current_request", default=None)

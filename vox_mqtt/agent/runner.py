@@ -21,7 +21,7 @@ from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import Plan, Step
 from vox_mqtt.agent.ports import Recorder, Settings
 from vox_mqtt.agent.prepared import NotStarted, Staged, refused_unrecorded, relayed_details
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState, ended_by
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
@@ -51,7 +51,6 @@ log = logging.getLogger("vox_mqtt.agent")
 # for its acknowledgement (docs/messages.md, acknowledgements). A slower one is acknowledged
 # as usual once its record commits; the wait delays nothing else.
 QUICK_ANSWER_WINDOW = 0.005
-_END = {MSG_COMMAND_RESULT: ServedState.COMPLETED, MSG_COMMAND_ERROR: ServedState.FAILED}
 
 
 class CommandRunner:
@@ -197,7 +196,8 @@ class CommandRunner:
         served.answer_durable = asyncio.get_running_loop().create_future()
         staged = Staged(relayed=served, outgoing=outgoing)
         staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-        staged.rows.append((served.request, LedgerAction(served.answer_end), None))
+        end = served.answer_end
+        staged.rows.append((served.request, LedgerAction(end), served.outcome_of(end)))
         return staged
 
     def _prepared_answer(
@@ -212,7 +212,7 @@ class CommandRunner:
         except VoxError:
             return None
         served.answer = outgoing
-        served.answer_end = str(_END[kind])
+        served.answer_end = str(ended_by(details))
         served.answer_code = details.code if isinstance(details, CommandError) else None
         return outgoing
 
@@ -341,7 +341,7 @@ class CommandRunner:
         else:
             kind = MSG_COMMAND_ERROR
             self._metrics.commands_failed.inc(details.code)
-        end = LedgerAction(_END[kind])
+        end = LedgerAction(ended_by(details))
         if isinstance(details, NotStarted):
             end = LedgerAction.EXPIRED
         with contextlib.suppress(VoxError):
@@ -352,7 +352,7 @@ class CommandRunner:
                 await self.outbox.send_message(
                     request.reply(kind, details),
                     expects_reply=False,
-                    then=[(request, end, None)],
+                    then=[(request, end, served.outcome_of(end))],
                     answering=request,
                 )
             except MessageTooLarge as exc:
@@ -560,6 +560,7 @@ class CommandRunner:
             tracked = self.requests.sent.track(downstream, expects_reply=True)
             served = self.requests.open(request, Plan(step=Step.DELEGATE, child=child), None)
             self.requests.delegate(served, child, tracked)
+            served.canceling = bool(row.get("canceling"))  # its cancel passed down already
             served.task = self._tasks.spawn(self._serve(served, None), "adopted")
             adopted.add(str(request.message_id))
         return adopted
