@@ -293,8 +293,10 @@ class InboundPipeline:
             )
             if plan.step is Step.REPLAY and held is not None:
                 # Its requester lacks the answer: the one recorded goes again, same id, and
-                # nothing runs (docs/messages.md, "Answers need no acknowledgement").
-                self.outbox.acks.replay(held)
+                # nothing runs (docs/messages.md, "Answers need no acknowledgement"); a
+                # CANCELED one once its cut handler ended (agent/lifecycle.py).
+                if not self.lifecycle.cut_running(message.message_id):
+                    self.outbox.acks.replay(held)
             elif ack is not None:
                 await self.outbox.acks.publish(message, ack)
             return

@@ -165,6 +165,10 @@ class Lifecycle:
 
     # --- the facts the pipeline's plan reads -----------------------------------------------
 
+    def cut_running(self, request_id: UUID) -> bool:
+        """Tell whether a handler a cancel cut runs on: its CANCELED answer waits for it."""
+        return request_id in self._cut
+
     def canceled_before(self, request_id: UUID) -> bool:
         """Tell whether this request's cancel came before it, within the window."""
         return request_id in self._remembered
@@ -199,7 +203,7 @@ class Lifecycle:
         elif plan.step is Step.CANCEL and plan.cancel in _STOPPING:
             cancel = message.payload_as(CancelRequest)
             served = self._requests.get(cancel.request_id)
-            down = None if served is None else _down(served)
+            down = None if served is None else served.down
             if served is None or served.canceling:
                 pass  # its cancel passed down already: its child's answer is still due
             elif (
@@ -215,7 +219,7 @@ class Lifecycle:
                 why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
                 self._stage_answer(staged, served.request, name, why)
                 staged.canceled = served
-                staged.canceled_down = _down(served)
+                staged.canceled_down = served.down
         return staged
 
     def _stage_answer(self, staged: Staged, request: VOXMessage, name: str, why: str) -> None:
@@ -293,7 +297,7 @@ class Lifecycle:
             # committed (another intake worker): it is stopped now, never left to run.
             served = await self._arrived_meanwhile(request_id)
             if served is not None:
-                down = _down(served)
+                down = served.down
                 await self._stop(served, down, cancel.reason)
         else:
             state, since = await self._final_state(request_id, plan)
@@ -582,12 +586,6 @@ class Lifecycle:
 
 
 _STOPPING: Final = frozenset({CancelAction.NEVER_START, CancelAction.STOP, CancelAction.PASS_DOWN})
-
-
-def _down(served: Served) -> tuple[UUID, UUID] | None:
-    if served.child is None or served.downstream is None:
-        return None
-    return served.child, served.downstream.message_id
 
 
 def _busy(why: str) -> tuple[str, CommandError]:

@@ -85,6 +85,13 @@ class Served:
         """Return whether it has been answered (completed, failed, expired or canceled)."""
         return self.state in FINAL
 
+    @property
+    def down(self) -> tuple[UUID, UUID] | None:
+        """Return (child, downstream request id) while its child's answer is due, else None."""
+        if self.child is None or self.downstream is None:
+            return None
+        return self.child, self.downstream.message_id
+
     def outcome_of(self, end: str) -> str | None:
         """The `outcome` of its end row: `after_cancel` for an end other than `canceled` that
         came after its cancel passed down, CANCELED for `canceled` (docs/ledger.md)."""
