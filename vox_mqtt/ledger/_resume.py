@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
-from vox_mqtt.ledger._schema import _DOWNSTREAM, _INTERRUPTED
+from vox_mqtt.ledger._schema import _ALL, _DOWNSTREAM, _INTERRUPTED
 from vox_mqtt.ledger.actions import LedgerAction
 
 __all__ = ["delegated_commands"]
@@ -13,7 +13,7 @@ __all__ = ["delegated_commands"]
 Read = Callable[[str, Iterable[Any]], Awaitable[list[dict[str, Any]]]]
 # Whether a command's cancel passed down here (its `canceling` row): its child's answer is
 # then the confirmation it waits for (docs/ledger.md, "Canceled").
-_CANCELING: Final = f"""SELECT id FROM logs WHERE message_id = ?
+_CANCELING: Final = f"""SELECT {_ALL} FROM logs WHERE message_id = ?
     AND action = '{LedgerAction.CANCELING}' AND message_type = 'command_request' LIMIT 1"""
 
 
