@@ -6,7 +6,9 @@ real broker (tests/kits/lifecyclekit.py, `pair_fleet`). Both specialists are fro
 frozen process's socket; the operator works only with `vox`: `send --detach`, `cancel`,
 `request show` (docs/operations.md, "Find and cancel a stuck command"). After SIGCONT the
 specialist may still run it: the operator must never have heard `canceled` before that,
-and the final report says what happened (protocol/canceling.py).
+neither from `vox cancel` and `vox request show` nor as the answer to its request (the root
+answers only with its child's confirmation, docs/messages.md "A cancel tells the truth"),
+and the final report and answer say what happened (protocol/canceling.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from tests.kits.lifecyclekit import (
     route_up,
     until,
 )
+from vox_mqtt.ledger.actions import AFTER_CANCEL
+from vox_mqtt.protocol.canceling import AFTER_CANCEL_WHY
 
 __all__ = ["capture"]  # the fixture this module borrows
 
@@ -56,6 +60,21 @@ def downstream_of(path: Path, n: int) -> dict[str, Any] | None:
             continue
         details = json.loads(row["details"] or "{}")
         if isinstance(details, dict) and details.get("params", {}).get("n") == n:
+            return row
+    return None
+
+
+# A request's rows at one level that say how its cancel went (re-sent copies aside).
+ENDS = ("canceling", "canceled", "completed", "failed")
+
+
+def answer_of(path: Path, request_id: str) -> dict[str, Any] | None:
+    """The `sent` row of an agent's answer to a request it received, or None."""
+    answers = ("command_result", "command_error")
+    for row in ledger_rows(path):
+        if (row["action"], row["reply_to"]) == ("sent", request_id) and (
+            row["message_type"] in answers
+        ):
             return row
     return None
 
@@ -115,6 +134,11 @@ async def test_a_cancel_held_by_frozen_specialists_is_canceling_until_they_thaw(
         assert "level 3 has not confirmed" in out, out
         assert "the level below has not confirmed the cancel" in out, out
         assert event_at(events_file, "analyzed", 1) is None  # frozen: it cannot have run
+        # Nor has anyone answered the request: the root and the coordinator wait for the
+        # frozen level's confirmation, so the operator's `vox send` (or console) hears no
+        # CANCELED while a level has not confirmed.
+        assert answer_of(procs.ledger("root"), str(request_id)) is None
+        assert answer_of(coordinator, str(sent["reply_to"])) is None
     finally:
         for agent in frozen:
             agent.signal(signal.SIGCONT)
@@ -136,6 +160,11 @@ async def test_a_cancel_held_by_frozen_specialists_is_canceling_until_they_thaw(
 
     final = await settled()
     ran = event_at(events_file, "analyzed", 1)
+    # The root's answer, relayed from the level that confirmed or ran it.
+    answer = await until(
+        lambda: answer_of(procs.ledger("root"), str(request_id)), "the root's answer", 60
+    )
+    answered = json.loads(answer["details"] or "{}")
     code, out, err = await capture("cancel", str(request_id), "--config", config)
     said_line = out.strip().removeprefix(f"request {request_id}: ")
     assert said_line == final["cancel"]["line"], (out, final)
@@ -143,19 +172,27 @@ async def test_a_cancel_held_by_frozen_specialists_is_canceling_until_they_thaw(
         # It never ran, or the cancel reached it while it ran: its answer was CANCELED, and
         # the report says whether its handler had started.
         assert (code, final["cancel"]["state"]) == (0, "canceled"), (code, out, final)
+        assert answer["message_type"] == "command_error", answer
+        assert answered["code"] == "CANCELED", answer
         if ran is not None:  # (a handler cut before its first line started, and never ran)
             assert "its handler had started at level 3 before the cancel came" in said_line
         return
-    # It ran to its end before the cancel reached it: the final report says so, and the
-    # coordinator recorded the result that came after its cancel.
+    # It ran to its end before the cancel reached it: the final report says so, the result
+    # is the root's answer, and the levels above recorded it as a result after their cancel.
     assert ran is not None, final
-    assert levels(final) == ["canceled", "canceled", "completed"], final
+    assert levels(final) == ["completed"] * 3, final
+    assert final["why"] == final["below"]["why"] == AFTER_CANCEL_WHY, final
+    assert answer["message_type"] == "command_result", answer
     assert (final["cancel"]["state"], final["cancel"]["level"]) == ("completed", 3), final
     assert code == 1, (code, out, err)
     assert "but level 3 had completed since" in said_line, said_line
-    rows = ledger_rows(procs.ledger("coordinator"))
-    canceled_at = min(
-        r["id"] for r in rows if r["action"] == "canceled" and r["message_id"] == str(request_id)
+    for name, request in (("root", str(request_id)), ("coordinator", sent["reply_to"])):
+        rows = [r for r in ledger_rows(procs.ledger(name)) if r["message_id"] == request]
+        ends = [(r["action"], r["outcome"]) for r in rows if r["action"] in ENDS]
+        assert ends == [("canceling", "CANCELED"), ("completed", AFTER_CANCEL)], rows
+    rows = ledger_rows(coordinator)
+    passed_down = next(
+        r["id"] for r in rows if r["action"] == "canceling" and r["message_id"] == sent["reply_to"]
     )
     late = [
         r
@@ -165,4 +202,58 @@ async def test_a_cancel_held_by_frozen_specialists_is_canceling_until_they_thaw(
         and r["action"] == "received"
     ]
     assert late, "the result that came after the cancel is not in the coordinator's ledger"
-    assert late[0]["id"] > canceled_at, late
+    assert late[0]["id"] > passed_down, late
+
+
+async def test_a_result_that_comes_after_the_cancel_is_relayed_and_recorded_as_such(
+    fleet: tuple[FleetProcesses, Path], capture: Any
+) -> None:
+    # A specialist's `grind` holds its event loop: the cancel that reaches it meanwhile is
+    # read only after its result is claimed, so the result comes up after the levels above
+    # passed their cancel down, and is the truth the operator is told.
+    procs, events_file = fleet
+    config = procs.operator_config
+    await route_up(procs, "grind")
+    code, out, err = await capture(
+        "send", "--config", config, "grind", "n=2", "seconds=4", "--detach", "--json",
+        "--timeout", "120",
+    )  # fmt: skip
+    assert (code, err) == (0, ""), err
+    request_id = str(json.loads(out)["request_id"])
+    await until(lambda: event_at(events_file, "grinding", 2), "the specialist to start", 30)
+    code, out, err = await capture("cancel", request_id, "--wait", "1", "--config", config)
+    assert (code, err) == (3, ""), (code, out, err)  # it grinds on: nothing confirmed yet
+    assert "canceled" not in out, out
+    answer = await until(
+        lambda: answer_of(procs.ledger("root"), request_id), "the root's answer", 60
+    )
+    assert answer["message_type"] == "command_result", answer
+    assert event_at(events_file, "ground", 2) is not None
+
+    code, out, err = await capture("request", "show", request_id, "--json", "--config", config)
+    assert (code, err) == (0, ""), err
+    report = json.loads(out)
+    assert levels(report) == ["completed"] * 3, report
+    assert report["why"] == report["below"]["why"] == AFTER_CANCEL_WHY, report
+    assert (report["cancel"]["state"], report["cancel"]["level"]) == ("completed", 3), report
+    assert "but level 3 had completed since" in report["cancel"]["line"], report
+    code, out, err = await capture("request", "show", request_id, "--config", config)
+    assert AFTER_CANCEL_WHY in out, out
+    # Each level above recorded its cancel passed down, then the result after it.
+    coordinator = procs.ledger("coordinator")
+    sent = downstream_of_command(coordinator, "grind")
+    assert sent is not None
+    for name, request in (("root", request_id), ("coordinator", sent["reply_to"])):
+        rows = [r for r in ledger_rows(procs.ledger(name)) if r["message_id"] == request]
+        ends = [(r["action"], r["outcome"]) for r in rows if r["action"] in ENDS]
+        assert ends == [("canceling", "CANCELED"), ("completed", AFTER_CANCEL)], rows
+
+
+def downstream_of_command(path: Path, command: str) -> dict[str, Any] | None:
+    """The coordinator's `sent` row of the request it delegated for a command, or None."""
+    for row in ledger_rows(path):
+        if (row["message_type"], row["action"]) != ("command_request", "sent"):
+            continue
+        if json.loads(row["details"] or "{}").get("command") == command:
+            return row
+    return None

@@ -8,6 +8,7 @@ import pytest
 
 from vox_mqtt.protocol.canceling import (
     AFTER_CANCEL_WHY,
+    CANCELING_ANSWER,
     CANCELING_BELOW,
     CANCELING_HANDLER,
     answered_after_cancel,
@@ -149,9 +150,24 @@ def test_a_level_that_passed_its_cancel_down_waits_for_its_child(below: str) -> 
 
 
 @pytest.mark.parametrize("below", ["canceled", "completed", "failed"])
-def test_a_level_that_passed_its_cancel_down_is_confirmed_by_its_childs_end(below: str) -> None:
-    # Its child's final part: nothing runs below; its answer is on its way up.
-    assert level_state("canceling", below=below, handler_running=False) == ("canceled", None)
+def test_a_level_that_passed_its_cancel_down_is_canceling_until_its_answer_went_up(
+    below: str,
+) -> None:
+    # Its child's final part: nothing runs below; `canceled` once its own row says so.
+    assert level_state("canceling", below=below, handler_running=False) == (
+        "canceling",
+        CANCELING_ANSWER,
+    )
+
+
+def test_a_level_whose_answer_is_on_its_way_up_has_not_confirmed_yet() -> None:
+    report = nested(
+        {"state": "canceling", "since": T0, "why": CANCELING_BELOW},
+        {"state": "canceling", "why": CANCELING_ANSWER},
+        {"state": "canceled"},
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceling", 2)
 
 
 def after_cancel(state: str, since: str = T1) -> dict[str, Any]:

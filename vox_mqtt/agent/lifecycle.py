@@ -432,8 +432,9 @@ class Lifecycle:
         state, why = level_state(
             part["state"], below=below, handler_running=request_id in self._cut
         )
-        if state != part["state"]:
-            part["state"], part["why"] = state, why
+        part["state"] = state
+        if why is not None:
+            part["why"] = why
         elif answered_after_cancel(part):
             part["why"] = AFTER_CANCEL_WHY  # its end came up from below after its cancel
         return part

@@ -23,6 +23,7 @@ from vox_mqtt.protocol.requeststates import FINAL_STATES, MAX_DEPTH
 
 __all__ = [
     "AFTER_CANCEL_WHY",
+    "CANCELING_ANSWER",
     "CANCELING_BELOW",
     "CANCELING_HANDLER",
     "CancelVerdict",
@@ -35,6 +36,7 @@ __all__ = [
 # The `why` of a level that is `canceling` (docs/messages.md): what it waits for.
 CANCELING_HANDLER: Final = "its handler has not ended yet"
 CANCELING_BELOW: Final = "the level below has not confirmed the cancel"
+CANCELING_ANSWER: Final = "the level below confirmed; its answer is on its way up"
 # The `why` of a level that ended after it passed its cancel down: its answer came from below.
 AFTER_CANCEL_WHY: Final = "its answer came up from below after its cancel"
 # The states of a level's own rows that say it took a cancel: `canceling` is the row of a
@@ -51,8 +53,9 @@ def level_state(own: str, *, below: str | None, handler_running: bool) -> tuple[
     can run any more, here or below: its handler ended, and its child's part is final. A
     child's `unknown` is no confirmation (the request may still be on its way to it), nor is
     `unreachable` (a frozen or cut-off child may run it when it is back). `own` is
-    `canceling` at a level that passed the cancel down and waits for its child's answer: the
-    same rule holds (its child's final part confirms it, its answer is on its way up).
+    `canceling` at a level that passed the cancel down and waits for its child's answer:
+    it stays `canceling` until that answer is relayed up and its own end is recorded, so
+    `canceled` is told only where the answer upward says so too.
     """
     if own not in _CANCELED_HERE:
         return own, None
@@ -60,6 +63,8 @@ def level_state(own: str, *, below: str | None, handler_running: bool) -> tuple[
         return "canceling", CANCELING_HANDLER
     if below is not None and below not in FINAL_STATES:
         return "canceling", CANCELING_BELOW
+    if own == "canceling":
+        return "canceling", CANCELING_ANSWER
     return "canceled", None
 
 
@@ -143,7 +148,8 @@ def cancel_verdict(report: Mapping[str, Any], root_name: str) -> CancelVerdict:
         state = str(part.get("state", "unknown"))
         name = level_name(depth, root_name)
         last = depth == len(levels) - 1
-        passed = state == "canceling" or answered_after_cancel(part)
+        waits = state == "canceling" and part.get("why") != CANCELING_ANSWER
+        passed = waits or answered_after_cancel(part)
         if state == "canceled" or (passed and not last):
             canceled.append(name)
             continue
