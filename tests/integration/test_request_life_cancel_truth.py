@@ -25,7 +25,8 @@ from uuid import UUID
 import pytest
 
 from tests.kits.clikit import capture
-from tests.kits.fleetproc import FleetProcesses
+from tests.kits.fleetproc import FleetProcesses, wait_for_route
+from tests.kits.killfleet import asked
 from tests.kits.lifecyclekit import (
     PAIR,
     event_at,
@@ -34,8 +35,12 @@ from tests.kits.lifecyclekit import (
     route_up,
     until,
 )
+from vox_mqtt.console.operator import OperatorConsole
 from vox_mqtt.ledger.actions import AFTER_CANCEL
-from vox_mqtt.protocol.canceling import AFTER_CANCEL_WHY
+from vox_mqtt.protocol.canceling import AFTER_CANCEL_WHY, cancel_verdict
+from vox_mqtt.protocol.errors import CommandFailed
+from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, ErrorCode
+from vox_mqtt.protocol.topics import STATUS_FILTER
 
 __all__ = ["capture"]  # the fixture this module borrows
 
@@ -45,6 +50,8 @@ pytestmark = pytest.mark.slow
 # (three heartbeats, 1.5 keepalives): the request is delegated to it and waits in its socket.
 HEARTBEAT = 15.0
 KEEPALIVE = 60
+# The deadline of a request whose cancel a frozen level never confirms.
+DEADLINE = 8.0
 
 
 @pytest.fixture
@@ -257,3 +264,41 @@ def downstream_of_command(path: Path, command: str) -> dict[str, Any] | None:
         if json.loads(row["details"] or "{}").get("command") == command:
             return row
     return None
+
+
+async def test_a_deadline_ends_the_wait_for_a_frozen_level_and_never_says_canceled(
+    fleet: tuple[FleetProcesses, Path],
+) -> None:
+    # The cancel passed down to a frozen level bounds nothing: the request's deadline does.
+    # Each level above answers as a delegation that timed out does, and says no `canceled`.
+    procs, _ = fleet
+    frozen = [procs.agents[name] for name in PAIR]
+    async with OperatorConsole(procs.operator_config, observe=[STATUS_FILTER]) as console:
+        await wait_for_route(console, "analyze", timeout=60)
+        for agent in frozen:
+            agent.signal(signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            answer = asked(console, "analyze", {"n": 3, "target": "late"}, DEADLINE)
+            coordinator = procs.ledger("coordinator")
+            sent = await until(lambda: downstream_of(coordinator, 3), "the coordinator to delegate")
+            (tracked,) = [
+                t for t in console.agent.tracker.pending() if t.message.type == MSG_COMMAND_REQUEST
+            ]
+            said = await console.agent.cancel(tracked.message_id, timeout=2)
+            assert said["state"] == "canceling", said
+            outcome = await asyncio.wait_for(answer, DEADLINE + 10)
+            assert isinstance(outcome, CommandFailed), outcome
+            assert outcome.code == ErrorCode.TIMEOUT, outcome
+            assert "cancel" not in outcome.error.lower(), outcome
+            assert time.monotonic() - began >= DEADLINE - 1
+            report = await console.agent.request_status(tracked.message_id, timeout=5)
+            verdict = cancel_verdict(report, "root")
+            assert (verdict.state, verdict.level) == ("canceling", 3), verdict
+        finally:
+            for agent in frozen:
+                agent.signal(signal.SIGCONT)
+    for name, request in (("root", str(tracked.message_id)), ("coordinator", sent["reply_to"])):
+        rows = [r for r in ledger_rows(procs.ledger(name)) if r["message_id"] == request]
+        ends = [(r["action"], r["outcome"]) for r in rows if r["action"] in ENDS]
+        assert ends[:2] == [("canceling", "CANCELED"), ("failed", AFTER_CANCEL)], rows
