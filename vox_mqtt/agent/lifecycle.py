@@ -181,7 +181,8 @@ class Lifecycle:
             decided = served.answering or served.final or served.answer is not None
             return "answering" if decided else str(served.state)
         history = await self._history(request_id)
-        return history[-1][0] if history else "unknown"
+        state = history[-1][0] if history else "unknown"
+        return "delegated" if state == "canceling" else state  # its child's answer is due
 
     async def _history(self, request_id: UUID) -> list[tuple[str, str]]:
         """The states a request served here went through, as (state, at), from the ledger."""
@@ -391,7 +392,7 @@ class Lifecycle:
         if served is not None and (served.final or served.answer_end):
             # Answered, its end row still on its way to the ledger.
             return (str(served.state) if served.final else served.answer_end), now_iso()
-        return "unknown", now_iso()
+        return history[-1] if history and history[-1][0] == "canceling" else ("unknown", now_iso())
 
     async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
         """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
