@@ -246,6 +246,11 @@ async def test_a_result_that_comes_after_the_cancel_is_relayed_and_recorded_as_s
     assert "but level 3 had completed since" in report["cancel"]["line"], report
     code, out, err = await capture("request", "show", request_id, "--config", config)
     assert AFTER_CANCEL_WHY in out, out
+    # A cancel now: the root's report says it ended after its cancel, and the levels say
+    # where it ran (exit 1: not canceled).
+    code, out, err = await capture("cancel", request_id, "--config", config)
+    assert (code, err) == (1, ""), (code, out, err)
+    assert out.strip() == f"request {request_id}: {report['cancel']['line']}", out
     # Each level above recorded its cancel passed down, then the result after it.
     coordinator = procs.ledger("coordinator")
     sent = downstream_of_command(coordinator, "grind")

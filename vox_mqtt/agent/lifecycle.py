@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 from uuid import UUID
 
-from vox_mqtt.agent.cancelconfirm import confirmed
+from vox_mqtt.agent.cancelconfirm import reported
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.cuthandlers import CutHandlers
 from vox_mqtt.agent.followevents import Followers
@@ -35,7 +35,6 @@ from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.canceling import (
     AFTER_CANCEL_WHY,
     answered_after_cancel,
-    cancel_verdict,
     level_state,
 )
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
@@ -279,7 +278,7 @@ class Lifecycle:
         cancel = message.payload_as(CancelRequest)
         request_id = cancel.request_id
         served, down = staged.canceled, staged.canceled_down
-        state, since = "unknown", now_iso()
+        state, since, why = "unknown", now_iso(), None
         held = self._requests.get(request_id) if served is None else served
         if held is not None and held.canceling:
             # Passed down (now or by an earlier cancel): canceling until its child's answer
@@ -301,7 +300,7 @@ class Lifecycle:
                 down = served.down
                 await self._stop(served, down, cancel.reason)
         else:
-            state, since = await self._final_state(request_id, plan)
+            state, since, why = await self._final_state(request_id, plan)
             if state == "canceled":
                 # Canceled before: its child is not asked here (a frozen one would hold the
                 # report); with a child, or a cut handler not ended, it is `canceling`, and
@@ -317,7 +316,7 @@ class Lifecycle:
             below = None if down is None else "unknown"  # the child has not confirmed yet
             state, _ = level_state("canceled", below=below, handler_running=not ended)
         report = CancelReport.model_validate(
-            {"request_id": request_id, "state": state, "since": since}
+            {"request_id": request_id, "state": state, "since": since, "why": why}
         )
         await self._reply(message, (MSG_CANCEL_REPORT, report))
 
@@ -380,19 +379,22 @@ class Lifecycle:
             )
         return served
 
-    async def _final_state(self, request_id: UUID, plan: Plan) -> tuple[str, str]:
-        """The state a request ended in here (waiting, bounded, for one being answered)."""
+    async def _final_state(self, request_id: UUID, plan: Plan) -> tuple[str, str, str | None]:
+        """The state a request ended in here (waiting, bounded, for one being answered), and
+        AFTER_CANCEL_WHY for an end that came up from below after its cancel passed down."""
         served = self._requests.get(request_id)
         if plan.cancel is CancelAction.FINISHING and served is not None and served.task:
             await asyncio.wait({served.task}, timeout=CANCEL_GRACE)  # it sends its answer
         history = await self._history(request_id)
         ended = [(s, at) for s, at in history if s in FINAL_STATES]
-        if ended:
-            return ended[-1]
+        if ended:  # after a `canceling` row, and not `canceled`: it came up after the cancel
+            after = ended[-1][0] != "canceled" and any(s == "canceling" for s, _ in history)
+            return *ended[-1], AFTER_CANCEL_WHY if after else None
         if served is not None and (served.final or served.answer_end):
             # Answered, its end row still on its way to the ledger.
-            return (str(served.state) if served.final else served.answer_end), now_iso()
-        return history[-1] if history and history[-1][0] == "canceling" else ("unknown", now_iso())
+            return (str(served.state) if served.final else served.answer_end), now_iso(), None
+        last = history[-1] if history and history[-1][0] == "canceling" else None
+        return (*last, None) if last else ("unknown", now_iso(), None)
 
     async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
         """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
@@ -540,17 +542,14 @@ class Lifecycle:
         reply = tracked.reply
         if tracked.state is not RequestState.COMPLETED or reply is None:
             raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
-        report = reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
-        name = self.config.children.get(child, str(child))
-        if report["state"] not in ("canceled", "canceling"):
-            verdict = cancel_verdict(report, name)
-            return {**report, "line": verdict.line, "level": verdict.level}
 
         async def ask(within: float) -> dict[str, Any]:
             part = await self._query(child, request_id, within)
             return part.model_dump(mode="json", exclude_none=True, exclude={"request_id"})
 
-        return {**report, **await confirmed(ask, name, ends, most=STATUS_WAIT)}
+        report = reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
+        name = self.config.children.get(child, str(child))
+        return await reported(report, ask, name, ends, most=STATUS_WAIT)
 
     async def _sent_to(self, request_id: UUID) -> UUID:
         """The child this agent sent a request to (its tracker, else its ledger).
