@@ -39,6 +39,7 @@ from vox_mqtt.protocol.messages import (
     new_message,
     serialize,
 )
+from vox_mqtt.protocol.settings import AgentConfig
 
 THREE = {"root": None, "coordinator": "root", "specialist": "coordinator"}
 
@@ -187,16 +188,24 @@ async def test_a_handler_that_outlives_its_cancel_keeps_it_canceling_until_it_en
         ), report
         assert events("cancelled", "s")
         assert not events("finished", "s")
+        # Nor is the operator answered CANCELED while it runs: not by the specialist's
+        # answer, relayed up, nor by a replay of it to a re-sent request (one re-send at
+        # least: RESEND_MAX apart once acknowledged).
+        await asyncio.sleep(RESEND_MAX + 1.0)
+        assert not asked.done()
+
+        Stubborn.gate.set()
         with pytest.raises(CommandFailed) as failed:
             await asyncio.wait_for(asyncio.shield(asked), 10)
         assert failed.value.code == ErrorCode.CANCELED
-
-        Stubborn.gate.set()
         await wait_for(lambda: events("finished", "s"))
         again = await operator.cancel(request_id, timeout=10)
         assert again["state"] == "canceled", again
         assert [level["state"] for level in nested_levels(again["levels"])] == ["canceled"] * 3
         assert "its handler had started at level 3 before the cancel came" in again["line"]
+
+
+RESEND_MAX = AgentConfig.resend_max  # its default: the test trees keep it
 
 
 def nested_levels(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -46,6 +46,48 @@ async def test_a_crash_between_the_cancel_and_its_cancel_down_is_found_at_start(
         assert "reason" not in rows[0]["details"]
 
 
+async def test_a_cancel_passed_down_keeps_its_command_delegated_until_its_child_answers(
+    tmp_path: Path,
+) -> None:
+    # The `canceling` row is no end: a restart adopts the command again, knowing its cancel
+    # passed down, and tells the child when the crash came before its cancel_request.
+    request = new_message(MSG_COMMAND_REQUEST, source=MASTER, target=ME, details={"command": "x"})
+    down = new_message(
+        MSG_COMMAND_REQUEST,
+        source=ME,
+        target=CHILD,
+        details={"command": "x"},
+        reply_to=request.message_id,
+    )
+    async with VOXAgentMemory(tmp_path / "logs.db") as memory:
+        await memory.record_message(
+            request, "received", then=[(down, "sent", None), (request, "delegated", str(CHILD))]
+        )
+        (adopted,) = await memory.delegated_commands()
+        assert adopted["canceling"] is False
+        await memory.record_message(request, "canceling", outcome="CANCELED")
+        (adopted,) = await memory.delegated_commands()
+        assert adopted["canceling"] is True
+        assert adopted["downstream"]["message_id"] == str(down.message_id)
+        assert await memory.untold_children() == [(str(CHILD), str(down.message_id))]
+        assert [r["message_id"] for r in await memory.interrupted_commands()] == [
+            str(request.message_id)
+        ]
+        assert await memory.pending_commands() == []
+        # Its child's CANCELED, relayed up: the command ends `canceled`, nothing is adopted.
+        answer = new_message(
+            MSG_COMMAND_ERROR,
+            source=CHILD,
+            target=ME,
+            details={"code": "CANCELED", "error": "x"},
+            reply_to=down.message_id,
+        )
+        await memory.record_message(answer, "received")
+        await memory.record_message(request, "canceled", outcome="CANCELED")
+        assert await memory.delegated_commands() == []
+        assert await memory.untold_children() == []
+
+
 async def test_a_child_that_answered_needs_no_cancel(tmp_path: Path) -> None:
     request = new_message(MSG_COMMAND_REQUEST, source=MASTER, target=ME, details={"command": "x"})
     down = new_message(

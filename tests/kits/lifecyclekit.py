@@ -101,6 +101,16 @@ class Analyst(Role):
         self._note(f"analyzed {n}")
         return f"{target}: analyzed"
 
+    @command
+    async def grind(self, n: int, seconds: float) -> str:
+        """Work `seconds` holding the event loop (nothing else is read meanwhile, a cancel
+        neither), noting `grinding N` and `ground N`: its result is claimed before any
+        cancel that came meanwhile is read, so it ends completed whatever came."""
+        self._note(f"grinding {n}")
+        time.sleep(seconds)  # noqa: ASYNC251 - held on purpose
+        self._note(f"ground {n}")
+        return f"ground {n}"
+
 
 # Two specialists under the coordinator, either of which may serve `analyze`.
 PAIR_SHAPE = {

@@ -7,8 +7,11 @@ from typing import Any
 import pytest
 
 from vox_mqtt.protocol.canceling import (
+    AFTER_CANCEL_WHY,
+    CANCELING_ANSWER,
     CANCELING_BELOW,
     CANCELING_HANDLER,
+    answered_after_cancel,
     cancel_verdict,
     level_state,
 )
@@ -130,4 +133,90 @@ def test_a_handler_started_before_its_cancel_came_is_told() -> None:
     assert (verdict.state, verdict.level) == ("canceled", None)
     assert verdict.line == (
         f"canceled since {T0}; its handler had started at level 3 before the cancel came"
+    )
+
+
+# --- a level that passed its cancel down (its `canceling` row, docs/ledger.md) -------------
+
+
+@pytest.mark.parametrize(
+    "below", ["received", "working", "delegated", "canceling", "unknown", "unreachable"]
+)
+def test_a_level_that_passed_its_cancel_down_waits_for_its_child(below: str) -> None:
+    assert level_state("canceling", below=below, handler_running=False) == (
+        "canceling",
+        CANCELING_BELOW,
+    )
+
+
+@pytest.mark.parametrize("below", ["canceled", "completed", "failed"])
+def test_a_level_that_passed_its_cancel_down_is_canceling_until_its_answer_went_up(
+    below: str,
+) -> None:
+    # Its child's final part: nothing runs below; `canceled` once its own row says so.
+    assert level_state("canceling", below=below, handler_running=False) == (
+        "canceling",
+        CANCELING_ANSWER,
+    )
+
+
+def test_a_level_whose_answer_is_on_its_way_up_has_not_confirmed_yet() -> None:
+    report = nested(
+        {"state": "canceling", "since": T0, "why": CANCELING_BELOW},
+        {"state": "canceling", "why": CANCELING_ANSWER},
+        {"state": "canceled"},
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceling", 2)
+
+
+def after_cancel(state: str, since: str = T1) -> dict[str, Any]:
+    """A level that passed its cancel down, then relayed the end that came up anyway."""
+    history = [
+        {"state": "received", "at": T0},
+        {"state": "delegated", "at": T0},
+        {"state": "canceling", "at": T0},
+        {"state": state, "at": since},
+    ]
+    return {"state": state, "since": since, "history": history, "why": AFTER_CANCEL_WHY}
+
+
+def test_an_end_after_a_cancel_passed_down_is_told_apart() -> None:
+    assert answered_after_cancel(after_cancel("completed"))
+    assert answered_after_cancel(after_cancel("failed"))
+    assert not answered_after_cancel(after_cancel("canceled"))  # that is the confirmation
+    assert not answered_after_cancel({"state": "completed", "since": T1})
+    assert not answered_after_cancel({"state": "canceling", "history": [{"state": "canceling"}]})
+
+
+def test_a_result_relayed_after_the_cancel_names_the_level_that_ran_it() -> None:
+    report = nested(
+        after_cancel("completed"), after_cancel("completed"), {"state": "completed", "since": T1}
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("completed", 3)
+    assert verdict.line == (
+        f"canceled at root, level 2, but level 3 had completed since {T1}:"
+        " the cancel reached it after it ran"
+    )
+
+
+def test_a_timeout_relayed_while_a_level_never_confirmed_is_still_canceling() -> None:
+    # The deadline ended the wait at the upper levels: the frozen level never confirmed.
+    report = nested(
+        after_cancel("failed"),
+        after_cancel("failed"),
+        {"state": "unreachable", "why": "no status_report within 3.0s"},
+    )
+    verdict = cancel_verdict(report, "root")
+    assert (verdict.state, verdict.level) == ("canceling", 3)
+    assert "canceled" not in verdict.line
+
+
+def test_a_root_ended_after_its_cancel_with_nothing_below_says_not_canceled() -> None:
+    verdict = cancel_verdict(after_cancel("completed"), "root")
+    assert (verdict.state, verdict.level) == ("completed", 1)
+    assert (
+        verdict.line
+        == f"not canceled: root had completed since {T1}: the cancel reached it after it ran"
     )

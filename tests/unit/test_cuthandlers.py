@@ -36,3 +36,33 @@ async def test_tasks_already_ended_are_not_kept() -> None:
     cut.watch(request_id, (task, None))
     assert request_id not in cut
     assert await cut.ended(request_id, 0.0)
+
+
+async def test_a_canceled_answer_waits_until_every_cut_task_ended() -> None:
+    cut, request_id, gate = CutHandlers(), uuid4(), asyncio.Event()
+    sent: list[str] = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await gate.wait()
+
+    tasks = [asyncio.create_task(stubborn()) for _ in range(2)]
+    await asyncio.sleep(0)
+    for task in tasks:
+        task.cancel()
+    cut.watch(request_id, tasks)
+    cut.then(request_id, lambda: sent.append("CANCELED"))
+    await asyncio.sleep(0.05)
+    assert sent == []  # the handlers run on: no answer yet
+    gate.set()
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(0)  # the done callbacks run
+    assert sent == ["CANCELED"]  # once, after both ended
+
+
+async def test_an_answer_with_no_cut_task_goes_at_once() -> None:
+    sent: list[str] = []
+    CutHandlers().then(uuid4(), lambda: sent.append("CANCELED"))
+    assert sent == ["CANCELED"]

@@ -407,3 +407,8 @@ def test_listeners_never_see_acks_copies_refusals_or_late_answers() -> None:
         assert not shown(plan)
     for plan in (Event(), Answer(), RelayAnswer()):
         assert shown(plan)
+
+
+def test_a_canceled_answer_is_not_replayed_while_the_handler_it_cut_still_runs() -> None:
+    facts = Facts(duplicate=True, answered=Answered.HELD, held=b"{}", withheld=True)
+    assert decide(command_from(), facts) == Duplicate(acknowledge=False)

@@ -6,9 +6,17 @@ import asyncio
 from uuid import UUID, uuid4
 
 from vox_mqtt.agent.plan import Delegate, Serve
-from vox_mqtt.agent.requests import Requests, ServedState
+from vox_mqtt.agent.requests import Requests, ServedState, ended_by
 from vox_mqtt.agent.tracking import RequestTracker
-from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
+from vox_mqtt.ledger.actions import AFTER_CANCEL
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_REQUEST,
+    CommandError,
+    CommandResult,
+    ErrorCode,
+    VOXMessage,
+    new_message,
+)
 
 MASTER, ME, CHILD, OTHER = uuid4(), uuid4(), uuid4(), uuid4()
 
@@ -132,3 +140,22 @@ def test_idle_is_awaitable_once_nothing_is_served() -> None:
         return busy
 
     assert asyncio.run(scenario())
+
+
+def test_an_answer_ends_its_command_canceled_only_when_it_is_canceled() -> None:
+    assert ended_by(CommandResult(command="analyze", result={})) is ServedState.COMPLETED
+    canceled = CommandError(code=ErrorCode.CANCELED, error="canceled by its master")
+    assert ended_by(canceled) is ServedState.CANCELED
+    timeout = CommandError(code=ErrorCode.TIMEOUT, error="no answer within 3.0s")
+    assert ended_by(timeout) is ServedState.FAILED
+
+
+async def test_an_end_after_a_cancel_passed_down_is_recorded_as_such() -> None:
+    requests = owner()
+    served = requests.open(command(), Delegate(child=CHILD))
+    assert served.outcome_of(ServedState.COMPLETED) is None
+    assert served.outcome_of(ServedState.CANCELED) == ErrorCode.CANCELED
+    requests.passing_cancel_down(served)  # its `canceling` row committed: the child confirms
+    assert served.outcome_of(ServedState.COMPLETED) == AFTER_CANCEL
+    assert served.outcome_of(ServedState.FAILED) == AFTER_CANCEL
+    assert served.outcome_of(ServedState.CANCELED) == ErrorCode.CANCELED

@@ -15,7 +15,7 @@ from vox_mqtt.protocol.canceling import cancel_verdict
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import MAX_TEXT
 
-__all__ = ["CONFIRM_POLL", "CONFIRM_POLL_MOST", "confirmed"]
+__all__ = ["CONFIRM_POLL", "CONFIRM_POLL_MOST", "confirmed", "reported"]
 
 # A cancel not yet confirmed by every level: how soon its child is asked again, doubled
 # after each round up to CONFIRM_POLL_MOST (each round is a query at every level below).
@@ -25,6 +25,21 @@ CONFIRM_POLL_MOST: Final = 2.0
 LEAST_ROUND: Final = 1.0
 
 Ask = Callable[[float], Awaitable[dict[str, Any]]]
+
+
+async def reported(
+    report: dict[str, Any], ask: Ask, name: str, ends: float, *, most: float
+) -> dict[str, Any]:
+    """What a cancel has done, from the child's cancel_report and, when needed, its levels.
+
+    `canceled` and `canceling` are checked by status rounds (`confirmed`); so is an end that
+    came up from below after an earlier cancel (its `why`): the levels say where it ran.
+    Any other state (`unknown`, an end reached before the cancel) is told as it is.
+    """
+    if report["state"] not in ("canceled", "canceling") and not report.get("why"):
+        verdict = cancel_verdict(report, name)
+        return {**report, "line": verdict.line, "level": verdict.level}
+    return {**report, **await confirmed(ask, name, ends, most=most)}
 
 
 async def confirmed(ask: Ask, name: str, ends: float, *, most: float) -> dict[str, Any]:

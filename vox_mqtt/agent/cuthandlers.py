@@ -9,7 +9,7 @@ ends every handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from uuid import UUID
 
@@ -49,3 +49,21 @@ class CutHandlers:
             return True
         _, pending = await asyncio.wait(set(left), timeout=timeout)
         return not pending
+
+    def then(self, request_id: UUID, act: Callable[[], object]) -> None:
+        """Do `act` once every cut task of a request ended: at once when none runs.
+
+        A canceled request's CANCELED answer leaves then, never while its handler runs on.
+        """
+        pending = set(self._running.get(request_id, ()))
+        if not pending:
+            act()
+            return
+
+        def one_ended(task: asyncio.Task[Any]) -> None:
+            pending.discard(task)
+            if not pending:
+                act()
+
+        for task in list(pending):
+            task.add_done_callback(one_ended)

@@ -381,7 +381,11 @@ class InboundPipeline:
         if message.type == MSG_COMMAND_REQUEST:
             found = await self._ledger.held_answer(message.message_id)
             held, until = (None, None) if found is None else found
-            return Facts(duplicate=True, answered=answered(until, time.time()), held=held)
+            # A CANCELED answer goes once the handler its cancel cut has ended, never before
+            # (agent/lifecycle.py): until then a copy of the request gets nothing.
+            withheld = self.lifecycle.cut_running(message.message_id)
+            state = answered(until, time.time())
+            return Facts(duplicate=True, answered=state, held=held, withheld=withheld)
         if message.type in ANSWERS and message.reply_to is not None:
             to_command = await self._sent_command(message.reply_to)
             answer = AnswerFacts(waiter=Waiter.NOBODY, to_command=to_command)

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 from uuid import UUID
 
-from vox_mqtt.agent.cancelconfirm import confirmed
+from vox_mqtt.agent.cancelconfirm import reported
 from vox_mqtt.agent.context import TaskSet
 from vox_mqtt.agent.cuthandlers import CutHandlers
-from vox_mqtt.agent.followevents import FOLLOW_END, follow_event
+from vox_mqtt.agent.followevents import Followers
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
@@ -32,7 +32,11 @@ from vox_mqtt.agent.tracking import RequestState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
-from vox_mqtt.protocol.canceling import cancel_verdict, level_state
+from vox_mqtt.protocol.canceling import (
+    AFTER_CANCEL_WHY,
+    answered_after_cancel,
+    level_state,
+)
 from vox_mqtt.protocol.errors import CommandFailed, VoxError
 from vox_mqtt.protocol.lifecycle import (
     FINAL_STATES,
@@ -107,7 +111,7 @@ class Lifecycle:
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
-        self._followers: dict[UUID, list[asyncio.Queue[dict[str, Any]]]] = {}
+        self._followers = Followers()
         self._answering_status = 0
         requests.on_move = self._moved
         for state, gauge in (
@@ -157,6 +161,10 @@ class Lifecycle:
 
     # --- the facts the pipeline's plan reads -----------------------------------------------
 
+    def cut_running(self, request_id: UUID) -> bool:
+        """Tell whether a handler a cancel cut runs on: its CANCELED answer waits for it."""
+        return request_id in self._cut
+
     def canceled_before(self, request_id: UUID) -> bool:
         """Tell whether this request's cancel came before it, within the window."""
         return request_id in self._remembered
@@ -169,7 +177,8 @@ class Lifecycle:
             decided = served.answering or served.final or served.answer is not None
             return "answering" if decided else str(served.state)
         history = await self._history(request_id)
-        return history[-1][0] if history else "unknown"
+        state = history[-1][0] if history else "unknown"
+        return "delegated" if state == "canceling" else state  # its child's answer is due
 
     async def _history(self, request_id: UUID) -> list[tuple[str, str]]:
         """The states a request served here went through, as (state, at), from the ledger."""
@@ -183,12 +192,21 @@ class Lifecycle:
         staged = Staged()
         cancel = message.payload_as(CancelRequest)
         served = self._requests.get(cancel.request_id)
-        if served is not None and self._requests.claim_answer(served):
+        down = None if served is None else served.down
+        if served is None or served.canceling:
+            pass  # its cancel passed down already: its child's answer is still due
+        elif down is not None and not served.answering:
+            # Delegated: the cancel passes down, no answer commits here. The child's answer,
+            # relayed up as this level's (RelayAnswer), confirms it (docs/messages.md).
+            self._requests.passing_cancel_down(served)
+            staged.rows.append((served.request, LedgerAction.CANCELING, ErrorCode.CANCELED))
+            staged.canceled, staged.canceled_down = served, down
+        elif self._requests.claim_answer(served):
             name = str(served.request.details.get("command", ""))
             why = "canceled by its master" + (f": {cancel.reason}" if cancel.reason else "")
             self._stage_answer(staged, served.request, name, why)
             staged.canceled = served
-            staged.canceled_down = _down(served)
+            staged.canceled_down = served.down
         return staged
 
     def _stage_answer(self, staged: Staged, request: VOXMessage, name: str, why: str) -> None:
@@ -208,7 +226,10 @@ class Lifecycle:
 
     def unstage_cancel(self, staged: Staged) -> None:
         """Undo a staged cancel whose commit failed: the request goes on as if never canceled."""
-        if staged.canceled is not None:
+        if staged.canceled is not None and staged.canceled.canceling:
+            # Not passed down: its child was never told.
+            self._requests.passing_cancel_down(staged.canceled, False)
+        elif staged.canceled is not None:
             self._requests.release_answer(staged.canceled)
 
     def remember(self, message: VOXMessage) -> None:
@@ -257,20 +278,29 @@ class Lifecycle:
         cancel = message.payload_as(CancelRequest)
         request_id = cancel.request_id
         served, down = staged.canceled, staged.canceled_down
-        state, since = "unknown", now_iso()
-        if served is not None:
-            if staged.outgoing is not None:
-                self._outbox.dispatch(staged.outgoing)
+        state, since, why = "unknown", now_iso(), None
+        held = self._requests.get(request_id) if served is None else served
+        if held is not None and held.canceling:
+            # Passed down (now or by an earlier cancel): canceling until its child's answer
+            # comes up, which its own task relays as this level's answer (docs/messages.md).
+            if served is not None and down is not None:
+                await self._cancel_down(*down, cancel.reason)
+            state, served = "canceling", None
+        elif served is not None:
             await self._stop(served, down, cancel.reason)
+            if (answer := staged.outgoing) is not None:
+                # Its CANCELED answer, recorded with the cancel, leaves once its cut handler
+                # ended: never while the handler still runs (docs/messages.md).
+                self._cut.then(served.message_id, lambda: self._outbox.dispatch(answer))
         elif unknown:
             # Remembered since its stage; the request may have come while the cancel
             # committed (another intake worker): it is stopped now, never left to run.
             served = await self._arrived_meanwhile(request_id)
             if served is not None:
-                down = _down(served)
+                down = served.down
                 await self._stop(served, down, cancel.reason)
         else:
-            state, since = await self._final_state(request_id, wait=wait)
+            state, since, why = await self._final_state(request_id, wait=wait)
             if state == "canceled":
                 # Canceled before: its child is not asked here (a frozen one would hold the
                 # report); with a child, or a cut handler not ended, it is `canceling`, and
@@ -286,7 +316,7 @@ class Lifecycle:
             below = None if down is None else "unknown"  # the child has not confirmed yet
             state, _ = level_state("canceled", below=below, handler_running=not ended)
         report = CancelReport.model_validate(
-            {"request_id": request_id, "state": state, "since": since}
+            {"request_id": request_id, "state": state, "since": since, "why": why}
         )
         await self._reply(message, (MSG_CANCEL_REPORT, report))
 
@@ -348,19 +378,22 @@ class Lifecycle:
             )
         return served
 
-    async def _final_state(self, request_id: UUID, *, wait: bool) -> tuple[str, str]:
-        """The state a request ended in here (waiting, bounded, for one being answered)."""
+    async def _final_state(self, request_id: UUID, *, wait: bool) -> tuple[str, str, str | None]:
+        """The state a request ended in here (waiting, bounded, for one being answered), and
+        AFTER_CANCEL_WHY for an end that came up from below after its cancel passed down."""
         served = self._requests.get(request_id)
         if wait and served is not None and served.task:
             await asyncio.wait({served.task}, timeout=CANCEL_GRACE)  # it sends its answer
         history = await self._history(request_id)
         ended = [(s, at) for s, at in history if s in FINAL_STATES]
-        if ended:
-            return ended[-1]
+        if ended:  # after a `canceling` row, and not `canceled`: it came up after the cancel
+            after = ended[-1][0] != "canceled" and any(s == "canceling" for s, _ in history)
+            return *ended[-1], AFTER_CANCEL_WHY if after else None
         if served is not None and (served.final or served.answer_end):
             # Answered, its end row still on its way to the ledger.
-            return (str(served.state) if served.final else served.answer_end), now_iso()
-        return "unknown", now_iso()
+            return (str(served.state) if served.final else served.answer_end), now_iso(), None
+        last = history[-1] if history and history[-1][0] == "canceling" else None
+        return (*last, None) if last else ("unknown", now_iso(), None)
 
     async def _cancel_down(self, child: UUID, downstream: UUID, reason: str | None) -> None:
         """Tell a child to cancel the request sent to it (durable: re-sent until acknowledged)."""
@@ -401,8 +434,11 @@ class Lifecycle:
         state, why = level_state(
             part["state"], below=below, handler_running=request_id in self._cut
         )
-        if state != part["state"]:
-            part["state"], part["why"] = state, why
+        part["state"] = state
+        if why is not None:
+            part["why"] = why
+        elif answered_after_cancel(part):
+            part["why"] = AFTER_CANCEL_WHY  # its end came up from below after its cancel
         return part
 
     async def _ask_child(self, child: UUID, request_id: UUID, wait: float) -> dict[str, Any]:
@@ -454,7 +490,7 @@ class Lifecycle:
         details = progress.model_dump(mode="json", exclude_none=True, exclude={"seq"})
         # A bare state is a transition (working, delegated); anything more is progress.
         state = progress.state if details.keys() == {"state"} else "progress"
-        self._tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
+        self._followers.tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
 
     # --- the master's side: status, cancel and follow of a request it sent -------------------
 
@@ -505,17 +541,14 @@ class Lifecycle:
         reply = tracked.reply
         if tracked.state is not RequestState.COMPLETED or reply is None:
             raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
-        report = reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
-        name = self.config.children.get(child, str(child))
-        if report["state"] not in ("canceled", "canceling"):
-            verdict = cancel_verdict(report, name)
-            return {**report, "line": verdict.line, "level": verdict.level}
 
         async def ask(within: float) -> dict[str, Any]:
             part = await self._query(child, request_id, within)
             return part.model_dump(mode="json", exclude_none=True, exclude={"request_id"})
 
-        return {**report, **await confirmed(ask, name, ends, most=STATUS_WAIT)}
+        report = reply.payload_as(CancelReport).model_dump(mode="json", exclude_none=True)
+        name = self.config.children.get(child, str(child))
+        return await reported(report, ask, name, ends, most=STATUS_WAIT)
 
     async def _sent_to(self, request_id: UUID) -> UUID:
         """The child this agent sent a request to (its tracker, else its ledger).
@@ -544,44 +577,12 @@ class Lifecycle:
         tracked = self._requests.sent.get(request_id)
         if tracked is None:
             raise VoxError(f"{request_id} is not a request {self.config.name} follows")
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._followers.setdefault(request_id, []).append(queue)
-        try:
-            now_wall, now_mono = time.time(), time.monotonic()
-            for state, at in list(tracked.history):
-                event = follow_event(tracked, state, now_wall - (now_mono - at))
-                if event is not None:
-                    yield event
-                    if event["state"] in FOLLOW_END:
-                        return
-            while True:
-                event = await queue.get()
-                yield event
-                if event["state"] in FOLLOW_END:
-                    return
-        finally:
-            queues = self._followers.get(request_id, [])
-            if queue in queues:
-                queues.remove(queue)
-            if not queues:
-                self._followers.pop(request_id, None)
+        async for event in self._followers.follow(tracked):
+            yield event
 
     def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
         """The tracker's hook: a request this agent sent moved; its followers hear of it."""
-        if tracked.message_id in self._followers:
-            event = follow_event(tracked, new, time.time())
-            if event is not None:
-                self._tell(tracked.message_id, event)
-
-    def _tell(self, request_id: UUID, event: dict[str, Any]) -> None:
-        for queue in self._followers.get(request_id, ()):
-            queue.put_nowait(event)
-
-
-def _down(served: Served) -> tuple[UUID, UUID] | None:
-    if served.child is None or served.downstream is None:
-        return None
-    return served.child, served.downstream.message_id
+        self._followers.moved(tracked, new)
 
 
 def _busy(why: str) -> tuple[str, CommandError]:

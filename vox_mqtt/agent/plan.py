@@ -402,6 +402,7 @@ class Facts:
     duplicate: bool = False  # the ledger already holds this message
     answered: Answered = Answered.NOT_YET  # for a duplicate command_request: its answer here
     held: bytes | None = None  # with Answered.HELD: the answer held for replay
+    withheld: bool = False  # that answer waits: the handler its cancel cut still runs
     command: CommandFacts | None = None  # for a command_request
     answer: AnswerFacts | None = None  # for a message with reply_to
     cancel: CancelFacts | None = None  # for a cancel_request
@@ -456,6 +457,10 @@ def _decide_duplicate(message: VOXMessage, facts: Facts) -> Plan:
     """A copy of a message already recorded here: nothing runs again (docs/messages.md)."""
     held = facts.held if facts.answered is Answered.HELD else None
     if message.type == MSG_COMMAND_REQUEST and held is not None:
+        if facts.withheld:
+            # A CANCELED answer whose cut handler still runs: nothing goes, not even an ack;
+            # the requester re-sends, and gets the answer once the handler ended.
+            return Duplicate(acknowledge=False)
         # Its requester lacks the answer: the recorded one goes again, same id, and stands
         # for the acknowledgement; the command never runs twice.
         return Replay(answer=held)

@@ -199,7 +199,8 @@ class RelayAnswerStep:
         runner.requests.relaying_answer(served)
         staged = Staged(relayed=served, outgoing=outgoing)
         staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-        staged.rows.append((served.request, LedgerAction(served.answer_end), None))
+        end = served.answer_end
+        staged.rows.append((served.request, LedgerAction(end), served.outcome_of(end)))
         return staged
 
     async def execute(self, taken: Taken, plan: RelayAnswer, staged: Staged) -> None:

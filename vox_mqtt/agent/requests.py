@@ -22,13 +22,13 @@ from uuid import UUID
 
 from vox_mqtt.agent.plan import CommandPlan
 from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
-from vox_mqtt.ledger.actions import LedgerAction
-from vox_mqtt.protocol.messages import CommandError, CommandResult, VOXMessage
+from vox_mqtt.ledger.actions import AFTER_CANCEL, LedgerAction
+from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
 
 if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
 
-__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState"]
+__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState", "ended_by"]
 
 
 class ServedState(StrEnum):
@@ -75,6 +75,9 @@ class Served:
     recorded: asyncio.Future[bool] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Delegated, and its master's cancel passed down (its `canceling` row committed): it
+    # waits for its child's answer, the confirmation it relays up (docs/messages.md).
+    canceling: bool = False
 
     @property
     def message_id(self) -> UUID:
@@ -85,6 +88,31 @@ class Served:
     def final(self) -> bool:
         """Return whether it has been answered (completed, failed, expired or canceled)."""
         return self.state in FINAL
+
+    @property
+    def down(self) -> tuple[UUID, UUID] | None:
+        """Return (child, downstream request id) while its child's answer is due, else None."""
+        if self.child is None or self.downstream is None:
+            return None
+        return self.child, self.downstream.message_id
+
+    def outcome_of(self, end: str) -> str | None:
+        """The `outcome` of its end row: `after_cancel` for an end other than `canceled` that
+        came after its cancel passed down, CANCELED for `canceled` (docs/ledger.md)."""
+        if end == ServedState.CANCELED:
+            return str(ErrorCode.CANCELED)
+        return AFTER_CANCEL if self.canceling else None
+
+
+def ended_by(details: CommandResult | CommandError) -> ServedState:
+    """The end row an answer commits with: a `CANCELED` error ends a command `canceled`.
+
+    A level that passed its cancel down relays its child's `CANCELED` answer, the child's
+    confirmation that nothing of it runs there or below (docs/messages.md).
+    """
+    if isinstance(details, CommandResult):
+        return ServedState.COMPLETED
+    return ServedState.CANCELED if details.code == ErrorCode.CANCELED else ServedState.FAILED
 
 
 CURRENT_REQUEST: ContextVar[Served | None] = ContextVar("vox_current_request", default=None)
@@ -229,6 +257,10 @@ class Requests:
         """The child's answer commits with this agent's: the future says if it did."""
         served.answer_durable = asyncio.get_running_loop().create_future()
         return served.answer_durable
+
+    def passing_cancel_down(self, served: Served, passing: bool = True) -> None:
+        """Its master's cancel passes down (or, its commit failed, does not after all)."""
+        served.canceling = passing
 
     def refused_by_child(self, served: Served, refusal: CommandError) -> None:
         """A child refused it unrecorded: the answer if no other child can take it."""

@@ -28,7 +28,7 @@ from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import CommandPlan, Delegate, Serve
 from vox_mqtt.agent.ports import Recorder, Settings
 from vox_mqtt.agent.prepared import NotStarted, Staged
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState, ended_by
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
@@ -56,7 +56,6 @@ __all__ = ["CommandRunner", "Planner"]
 log = logging.getLogger("vox_mqtt.agent")
 # Decides a recorded command again, with the children that refused it unrecorded.
 Planner = Callable[[VOXMessage, frozenset[UUID]], CommandPlan]
-_END = {MSG_COMMAND_RESULT: ServedState.COMPLETED, MSG_COMMAND_ERROR: ServedState.FAILED}
 
 
 class CommandRunner:
@@ -153,7 +152,7 @@ class CommandRunner:
         except VoxError:
             return None
         code = details.code if isinstance(details, CommandError) else None
-        self.requests.answer_prepared(served, outgoing, _END[kind], code)
+        self.requests.answer_prepared(served, outgoing, ended_by(details), code)
         return outgoing
 
     def ended_at_once(self, end: LedgerAction, code: str | None) -> None:
@@ -295,7 +294,7 @@ class CommandRunner:
         else:
             kind = MSG_COMMAND_ERROR
             self._metrics.commands_failed.inc(details.code)
-        end = LedgerAction(_END[kind])
+        end = LedgerAction(ended_by(details))
         if isinstance(details, NotStarted):
             end = LedgerAction.EXPIRED
         with contextlib.suppress(VoxError):
@@ -306,7 +305,7 @@ class CommandRunner:
                 await self.outbox.send_message(
                     request.reply(kind, details),
                     expects_reply=False,
-                    then=[(request, end, None)],
+                    then=[(request, end, served.outcome_of(end))],
                     answering=request,
                 )
             except MessageTooLarge as exc:
@@ -422,6 +421,8 @@ class CommandRunner:
             tracked = self.requests.sent.track(downstream, expects_reply=True)
             served = self.requests.open(request, Delegate(child=child), recorded=True)
             self.requests.delegate(served, child, tracked)
+            if row.get("canceling"):
+                self.requests.passing_cancel_down(served)  # its cancel passed down already
             self.requests.serving(served, self._tasks.spawn(self.serve(served, None), "adopted"))
             adopted.add(str(request.message_id))
         return adopted

@@ -23,6 +23,7 @@ ROW_STATES: Final = {
     LedgerAction.FAILED: "failed",
     LedgerAction.EXPIRED: "expired",
     LedgerAction.CANCELED: "canceled",
+    LedgerAction.CANCELING: "canceling",  # the cancel passed down: the child's answer is due
     LedgerAction.REJECTED: "rejected",
 }
 

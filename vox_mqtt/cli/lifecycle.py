@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from vox_mqtt.console.safetext import shown
-from vox_mqtt.protocol.canceling import cancel_verdict
+from vox_mqtt.protocol.canceling import answered_after_cancel, cancel_verdict
 
 from ._common import (
     EXIT_RUNTIME,
@@ -279,8 +279,9 @@ def cmd_request_show(args: argparse.Namespace) -> int:
     if report.get("state") == "unknown":
         fail(f"request {request_id}: unknown to the root ({root_name})")
         return EXIT_USAGE
-    # A canceled request: what the cancel has done, which level has not confirmed (if one).
-    canceled = report.get("state") in ("canceled", "canceling")
+    # A canceled request: what the cancel has done, which level has not confirmed (if one);
+    # also one that ended after its cancel, with the answer that came up from below anyway.
+    canceled = report.get("state") in ("canceled", "canceling") or answered_after_cancel(report)
     verdict = cancel_verdict(report, root_name) if canceled else None
     if args.json:
         extra = {} if verdict is None else {"cancel": verdict.as_json()}

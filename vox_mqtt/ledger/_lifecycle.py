@@ -45,12 +45,14 @@ async def remembered_cancels(fetch: Fetch, limit: int) -> list[str]:
     return [str(r[0]) for r in await fetch(_CANCELS, (limit,)) if r[0]]
 
 
-# Requests canceled here whose downstream request's child was never sent its cancel (a
-# crash between the two commits, docs/ledger.md) and never answered: (child, downstream).
+# Requests canceled here (`canceling`: the cancel passes down; `canceled`, in ledgers written
+# before that row) whose downstream request's child was never sent its cancel (a crash
+# between the two commits, docs/ledger.md) and never answered: (child, downstream).
 _UNTOLD: Final = f"""SELECT d.target, d.message_id FROM logs AS c
     JOIN logs AS d ON d.reply_to = c.message_id AND d.action = '{LedgerAction.SENT}'
         AND d.message_type = 'command_request'
-    WHERE c.action = '{LedgerAction.CANCELED}' AND c.message_type = 'command_request' AND c.id > ?
+    WHERE c.action IN ('{LedgerAction.CANCELING}', '{LedgerAction.CANCELED}')
+      AND c.message_type = 'command_request' AND c.id > ?
       AND NOT EXISTS (SELECT 1 FROM logs AS x WHERE x.message_type = 'cancel_request'
           AND x.action = '{LedgerAction.SENT}'
           AND json_extract(x.details, '$.request_id') = d.message_id)

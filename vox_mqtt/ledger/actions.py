@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-__all__ = ["DONE_ACTIONS", "STARTED_ACTIONS", "LedgerAction", "sql_list"]
+__all__ = ["AFTER_CANCEL", "DONE_ACTIONS", "STARTED_ACTIONS", "LedgerAction", "sql_list"]
 
 
 class LedgerAction(StrEnum):
@@ -27,6 +27,9 @@ class LedgerAction(StrEnum):
     FAILED = "failed"
     EXPIRED = "expired"  # past its deadline: never started, or given up on by its sender
     CANCELED = "canceled"
+    # A cancel passed down for a delegated command: canceled here, its child's answer (its
+    # confirmation, docs/messages.md "A cancel tells the truth") still due; no end.
+    CANCELING = "canceling"
     VIA = "via"  # a door row: which door (cli, web, mcp, a2a) a request came through
     LEDGER_HEAD = "ledger_head"  # a child's ledger head, witnessed by its master
     LEDGER_PROBE = "ledger_probe"  # a health row: the ledger still takes writes
@@ -38,6 +41,11 @@ DONE_ACTIONS: Final = (
     *(LedgerAction.COMPLETED, LedgerAction.FAILED),
     *(LedgerAction.EXPIRED, LedgerAction.CANCELED),
 )
+
+
+# The outcome of a command's end row (`completed`, `failed`) after its `canceling` row: the
+# answer came up from below after the cancel, and was relayed as it is (docs/ledger.md).
+AFTER_CANCEL: Final = "after_cancel"
 
 
 def sql_list(actions: tuple[LedgerAction, ...]) -> str:

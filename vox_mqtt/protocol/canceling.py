@@ -2,10 +2,12 @@
 
 A cancel is told as done only when every level that held the request has confirmed that it
 cannot run there any more (docs/messages.md, "A request's life"). Until then the request is
-`canceling`, and the first level that has not confirmed is named. Two decisions:
+`canceling`, and the first level that has not confirmed is named. Three decisions:
 
 - `level_state`: the state one level reports for its part, from its own ledger row, whether
   its handler still runs, and its child's part;
+- `answered_after_cancel`: whether a level's end came up from below after it passed its
+  cancel down (a result that ran before the cancel reached the level below);
 - `cancel_verdict`: what the operator is told, from the root's nested status report.
 
 tests/unit/test_canceling.py covers both.
@@ -20,9 +22,12 @@ from typing import Any, Final
 from vox_mqtt.protocol.requeststates import FINAL_STATES, MAX_DEPTH
 
 __all__ = [
+    "AFTER_CANCEL_WHY",
+    "CANCELING_ANSWER",
     "CANCELING_BELOW",
     "CANCELING_HANDLER",
     "CancelVerdict",
+    "answered_after_cancel",
     "cancel_verdict",
     "level_name",
     "level_state",
@@ -31,6 +36,12 @@ __all__ = [
 # The `why` of a level that is `canceling` (docs/messages.md): what it waits for.
 CANCELING_HANDLER: Final = "its handler has not ended yet"
 CANCELING_BELOW: Final = "the level below has not confirmed the cancel"
+CANCELING_ANSWER: Final = "the level below confirmed; its answer is on its way up"
+# The `why` of a level that ended after it passed its cancel down: its answer came from below.
+AFTER_CANCEL_WHY: Final = "its answer came up from below after its cancel"
+# The states of a level's own rows that say it took a cancel: `canceling` is the row of a
+# level that passed it down and waits for its child's answer (docs/ledger.md).
+_CANCELED_HERE: Final = frozenset({"canceled", "canceling"})
 
 
 def level_state(own: str, *, below: str | None, handler_running: bool) -> tuple[str, str | None]:
@@ -41,15 +52,33 @@ def level_state(own: str, *, below: str | None, handler_running: bool) -> tuple[
     has not ended yet. A level canceled here is `canceled` only when nothing of the request
     can run any more, here or below: its handler ended, and its child's part is final. A
     child's `unknown` is no confirmation (the request may still be on its way to it), nor is
-    `unreachable` (a frozen or cut-off child may run it when it is back).
+    `unreachable` (a frozen or cut-off child may run it when it is back). `own` is
+    `canceling` at a level that passed the cancel down and waits for its child's answer:
+    it stays `canceling` until that answer is relayed up and its own end is recorded, so
+    `canceled` is told only where the answer upward says so too.
     """
-    if own != "canceled":
+    if own not in _CANCELED_HERE:
         return own, None
     if handler_running:
         return "canceling", CANCELING_HANDLER
     if below is not None and below not in FINAL_STATES:
         return "canceling", CANCELING_BELOW
+    if own == "canceling":
+        return "canceling", CANCELING_ANSWER
     return "canceled", None
+
+
+def answered_after_cancel(part: Mapping[str, Any]) -> bool:
+    """Tell whether a level ended (not `canceled`) after it passed its cancel down.
+
+    Its history holds `canceling` (its row when the cancel passed down), then its end: the
+    answer that came up from below after the cancel (a result the level below had produced
+    before its cancel reached it, or a timeout while it never confirmed), relayed as it is.
+    """
+    state = str(part.get("state", ""))
+    if state not in FINAL_STATES or state == "canceled":
+        return False
+    return any(isinstance(h, Mapping) and h.get("state") == "canceling" for h in _history(part))
 
 
 def level_name(depth: int, root_name: str) -> str:
@@ -98,6 +127,8 @@ def cancel_verdict(report: Mapping[str, Any], root_name: str) -> CancelVerdict:
     handler (when nothing is below it) or for the level below; a level still `received`,
     `working`, `delegated`, `unknown` or `unreachable` under a canceled one has not
     confirmed; a level that ended on its own (`completed`, ...) ran before its cancel came.
+    A level that passed the cancel down and then relayed the answer that came up anyway
+    (`answered_after_cancel`) is passed through: the level below says what happened.
     """
     levels = _levels(report)
     root = levels[0] if levels else {}
@@ -108,7 +139,7 @@ def cancel_verdict(report: Mapping[str, Any], root_name: str) -> CancelVerdict:
         return CancelVerdict(
             state="unknown", level=None, since=None, line=f"unknown to the root ({root_name})"
         )
-    if first in FINAL_STATES and first != "canceled":
+    if first in FINAL_STATES and first != "canceled" and not answered_after_cancel(root):
         return CancelVerdict(
             state=first, level=1, since=since, line=f"not canceled, already {first}{_at(root)}"
         )
@@ -117,14 +148,14 @@ def cancel_verdict(report: Mapping[str, Any], root_name: str) -> CancelVerdict:
         state = str(part.get("state", "unknown"))
         name = level_name(depth, root_name)
         last = depth == len(levels) - 1
-        if state == "canceled" or (state == "canceling" and not last):
+        waits = state == "canceling" and part.get("why") != CANCELING_ANSWER
+        passed = waits or answered_after_cancel(part)
+        if state == "canceled" or (passed and not last):
             canceled.append(name)
             continue
         if state in FINAL_STATES:
-            line = (
-                f"canceled at {', '.join(canceled)}, but {name} had {state}{_at(part)}:"
-                " the cancel reached it after it ran"
-            )
+            where = f"canceled at {', '.join(canceled)}, but" if canceled else "not canceled:"
+            line = f"{where} {name} had {state}{_at(part)}: the cancel reached it after it ran"
             return CancelVerdict(state=state, level=depth + 1, since=since, line=line)
         why = part.get("why")
         line = f"canceling{_at(root)}: {name} has not confirmed ({state}"

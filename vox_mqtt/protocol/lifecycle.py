@@ -148,3 +148,6 @@ class CancelReport(_Part):
     request_id: Uuid
     state: Literal["completed", "failed", "canceled", "canceling", "expired", "rejected", "unknown"]
     since: IsoTimestamp | None = None
+    # With an end that came up from below after an earlier cancel passed down (the state a
+    # level below reached anyway): the master asks for the levels (protocol/canceling.py).
+    why: Text | None = None
