@@ -266,6 +266,9 @@ async def test_a_leaf_advertising_256_names_cannot_push_out_its_siblings_command
         assert "analyze" in root.advertised_commands()
 
 
+CHUNK = 500  # statuses published at once: well within the broker's queue for the master
+
+
 async def test_a_flood_of_ledger_heads_grows_the_masters_ledger_by_a_bounded_amount(
     secure: SecureBroker, tmp_path: Path
 ) -> None:
@@ -280,29 +283,45 @@ async def test_a_flood_of_ledger_heads_grows_the_masters_ledger_by_a_bounded_amo
             leaf_status(secure, ledger_head={"row": n + 1, "hash": secrets.token_hex(32)})
             for n in range(5000)
         ]
-        leaf = Client(secure.creds("spec_a"), timeout=60)
-        started = time.monotonic()
-        try:
-            assert await asyncio.to_thread(leaf.connect) == 0
-            items = [(topics.status(spec.id), p) for p in flood]
-            # From another thread: the master's event loop keeps reading meanwhile.
-            codes = await asyncio.to_thread(leaf.publish_many, items, retain=True)
-        finally:
-            await asyncio.to_thread(leaf.close)
-        print(f"5000 statuses published in {time.monotonic() - started:.1f}s")
-        assert set(codes) <= {0x00, 0x10}
-        entry = coordinator.fleet_view.get(spec.id)
-        assert entry is not None
-        await wait_for(lambda: entry.ledger_head is not None and entry.ledger_head[0] == 5000, 30)
+        metrics = coordinator.metrics
 
         async def recorded() -> int:
             return len(await coordinator.memory.witnessed_heads(spec.id)) - before
 
-        metrics = coordinator.metrics
-        deadline = time.monotonic() + 30
-        while await recorded() + metrics.witness_skipped < 5000:
-            assert time.monotonic() < deadline, (await recorded(), metrics.witness_skipped)
-            await asyncio.sleep(0.1)
+        async def accounted(sent: int) -> None:
+            # Each head that reached the master is recorded or counted skipped.
+            deadline = time.monotonic() + 30  # the master's reading of one chunk, loaded
+            while await recorded() + metrics.witness_skipped < sent:
+                assert time.monotonic() < deadline, (
+                    sent,
+                    await recorded(),
+                    metrics.witness_skipped,
+                )
+                await asyncio.sleep(0.1)
+
+        # In chunks the broker can queue for the master: mosquitto keeps at most
+        # max_queued_messages (1,000 + 4 per agent, broker/render.py) for a client beyond
+        # what its socket took, and drops the rest (docs/broker.md). 5,000 at once to a
+        # master slowed by a loaded machine had lost 46 that way ("Outgoing messages are
+        # being dropped" in the broker's log): heads it never received, neither recorded nor
+        # skipped. Each chunk is still far faster than the witness's rate.
+        leaf = Client(secure.creds("spec_a"), timeout=60)
+        started = time.monotonic()
+        try:
+            assert await asyncio.to_thread(leaf.connect) == 0
+            for at in range(0, len(flood), CHUNK):
+                items = [(topics.status(spec.id), p) for p in flood[at : at + CHUNK]]
+                # From another thread: the master's event loop keeps reading meanwhile.
+                codes = await asyncio.to_thread(leaf.publish_many, items, retain=True)
+                assert set(codes) <= {0x00, 0x10}
+                await accounted(at + len(items))
+        finally:
+            await asyncio.to_thread(leaf.close)
+        print(f"5000 statuses published in {time.monotonic() - started:.1f}s")
+        entry = coordinator.fleet_view.get(spec.id)
+        assert entry is not None
+        assert entry.ledger_head is not None
+        assert entry.ledger_head[0] == 5000  # the last one is in the view
         elapsed = time.monotonic() - started
         rows = await recorded()
         print(f"5000 heads in {elapsed:.1f}s: {rows} recorded, {metrics.witness_skipped} skipped")

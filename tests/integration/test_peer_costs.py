@@ -105,13 +105,30 @@ async def test_cancels_for_requests_never_sent_cost_their_budget_and_are_all_ans
             batch = [operator.cancel(uuid4(), timeout=20) for _ in range(20)]
             reports += await asyncio.gather(*batch)
         assert [r["state"] for r in reports] == ["unknown"] * FLOOD  # every one answered
+        # The operator re-sends a cancel not answered within its first re-send (0.3 s in
+        # agentkit): on a loaded machine some are, and each copy is taken again, as any
+        # peer's copy would be. A copy of a recorded cancel is a `duplicate` row; a copy of an
+        # unrecorded one is counted again (or, the budget refilled meanwhile, recorded). So
+        # the counts are of distinct cancels, bounded by the copies the operator sent.
         cancels = await rows(root, action="received", message_type=MSG_CANCEL_REQUEST)
+        recorded = {r["message_id"] for r in cancels}
+        assert len(recorded) == len(cancels)  # a cancel is recorded once, copies or not
         assert CANCEL_BUDGET.burst <= len(cancels) <= CANCEL_BUDGET.burst + SLACK
-        assert root.metrics.unrecorded.values["unknown_cancel"] == FLOOD - len(cancels)
+        copies = operator.metrics.resends
+        unrecorded = root.metrics.unrecorded.values["unknown_cancel"]
+        assert FLOOD - len(cancels) <= unrecorded <= FLOOD - len(cancels) + copies
         await asyncio.sleep(1.0)  # the operator's acks of the reports have come back
         every = await root.memory.get_recent(10_000)
         for_cancels = [r for r in every if r["message_type"] in ("cancel_request", "cancel_report")]
-        assert len(for_cancels) == 2 * len(cancels)  # nothing for the unrecorded ones
+        # Nothing for the unrecorded ones: every row names a recorded cancel, as itself (its
+        # `received` row, a copy's `duplicate` row) or as what it answers (its report).
+        duplicates = [r for r in for_cancels if r["action"] == "duplicate"]
+        assert {r["message_id"] for r in duplicates} <= recorded
+        assert len(duplicates) <= copies
+        reports_sent = [r for r in for_cancels if r["message_type"] == "cancel_report"]
+        assert sorted(r["reply_to"] for r in reports_sent) == sorted(recorded)  # one each
+        assert all(r["action"] == "sent" for r in reports_sent)
+        assert len(for_cancels) == 2 * len(cancels) + len(duplicates)
         assert root._lifecycle.remembered == len(cancels)
         # The window: remembered for REMEMBER_WINDOW (600 s), then not. It is read when the
         # old ones are forgotten, so it is shortened only now: a flood slowed by a loaded

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.kits.cancelkit import T0, T1, nested
 from vox_mqtt.protocol.canceling import (
     AFTER_CANCEL_WHY,
     CANCELING_ANSWER,
@@ -15,17 +16,6 @@ from vox_mqtt.protocol.canceling import (
     cancel_verdict,
     level_state,
 )
-
-T0 = "2026-12-07T04:27:48.619+00:00"
-T1 = "2026-12-07T04:27:57.102+00:00"
-
-
-def nested(*parts: dict[str, Any]) -> dict[str, Any]:
-    """The root's part first, each next one as `below` of the one before."""
-    report: dict[str, Any] = {}
-    for part in reversed(parts):
-        report = {**part, "below": report} if report else dict(part)
-    return report
 
 
 @pytest.mark.parametrize("own", ["received", "working", "delegated", "completed", "unknown"])

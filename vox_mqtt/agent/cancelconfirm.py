@@ -2,6 +2,12 @@
 
 What the cancel has done is decided by protocol/canceling.py from the child's nested status
 report; this asks for that report again, bounded, until no level is left unconfirmed.
+
+A round that got no answer in time does not undo what an earlier round showed: a level's
+confirmation is its own ledger's `canceled` row (docs/messages.md, "A cancel tells the
+truth"), which no later round takes back, so a level that did not answer a later, shorter
+round (`unreachable`: a loaded machine, a frozen agent) is no less confirmed for it. What
+is told is the round that went furthest down.
 """
 
 from __future__ import annotations
@@ -42,23 +48,53 @@ async def reported(
     return {**report, **await confirmed(ask, name, ends, most=most)}
 
 
-async def confirmed(ask: Ask, name: str, ends: float, *, most: float) -> dict[str, Any]:
-    """Return the verdict (`state`, `level`, `since`, `line`) and the last report (`levels`).
+async def confirmed(
+    ask: Ask, name: str, ends: float, *, most: float, clock: Callable[[], float] = time.monotonic
+) -> dict[str, Any]:
+    """Return the verdict (`state`, `level`, `since`, `line`) and the report it is from (`levels`).
 
     `ask(within)` returns the child's nested status report, asked within that many seconds
     (CommandFailed, VoxError: no report). `name` is the child's name as the master knows it;
-    `ends` (time.monotonic()) when to stop asking; `most` the longest one round may take.
+    `ends` (by `clock`, time.monotonic) when to stop asking; `most` the longest one round may
+    take. Still `canceling` at `ends`: the round that went furthest down is told, a later one
+    only if it went as far and the level it names answered (`_further`).
     """
     pause = CONFIRM_POLL
+    told: dict[str, Any] | None = None
     while True:
-        within = min(max(ends - time.monotonic(), LEAST_ROUND), most)
+        within = min(max(ends - clock(), LEAST_ROUND), most)
         try:
             levels = await ask(within)
         except (CommandFailed, VoxError) as exc:
             why = exc.error if isinstance(exc, CommandFailed) else str(exc)
             levels = {"state": "unreachable", "why": why[:MAX_TEXT]}
         verdict = cancel_verdict(levels, name)
-        if verdict.state != "canceling" or time.monotonic() >= ends:
-            return {**verdict.as_json(), "levels": levels}
-        await asyncio.sleep(min(pause, max(0.0, ends - time.monotonic())))
+        found = {**verdict.as_json(), "levels": levels}
+        if verdict.state != "canceling":
+            return found
+        if told is None or _further(found, told):
+            told = found
+        if clock() >= ends:
+            return told
+        await asyncio.sleep(min(pause, max(0.0, ends - clock())))
         pause = min(2 * pause, CONFIRM_POLL_MOST)
+
+
+def _further(found: dict[str, Any], told: dict[str, Any]) -> bool:
+    """Tell whether a round's `canceling` verdict tells more than the one told so far.
+
+    Deeper: more levels confirmed. As deep: the newest word of the level it names, unless
+    that level gave none this round (`unreachable`), which says nothing new of it.
+    """
+    level, before = int(found["level"]), int(told["level"])
+    if level != before:
+        return level > before
+    return _part(found["levels"], level).get("state") != "unreachable"
+
+
+def _part(levels: dict[str, Any], level: int) -> dict[str, Any]:
+    """The part of a nested report at `level` (1 = the top one)."""
+    part: Any = levels
+    for _ in range(level - 1):
+        part = part.get("below") if isinstance(part, dict) else None
+    return part if isinstance(part, dict) else {}
