@@ -7,14 +7,18 @@ from uuid import uuid4
 
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.protocol.lifecycle import MSG_CANCEL_REQUEST
-from vox_mqtt.protocol.messages import MSG_COMMAND_ERROR, MSG_COMMAND_REQUEST, new_message
+from vox_mqtt.protocol.messages import (
+    MSG_COMMAND_ERROR,
+    MSG_COMMAND_REQUEST,
+    VOXMessage,
+    new_message,
+)
 
 MASTER, ME, CHILD = uuid4(), uuid4(), uuid4()
 
 
-async def test_a_crash_between_the_cancel_and_its_cancel_down_is_found_at_start(
-    tmp_path: Path,
-) -> None:
+def delegated() -> tuple[VOXMessage, VOXMessage]:
+    """A command from the master, and the request that sends it on to the child."""
     request = new_message(MSG_COMMAND_REQUEST, source=MASTER, target=ME, details={"command": "x"})
     down = new_message(
         MSG_COMMAND_REQUEST,
@@ -23,6 +27,13 @@ async def test_a_crash_between_the_cancel_and_its_cancel_down_is_found_at_start(
         details={"command": "x"},
         reply_to=request.message_id,
     )
+    return request, down
+
+
+async def test_a_crash_between_the_cancel_and_its_cancel_down_is_found_at_start(
+    tmp_path: Path,
+) -> None:
+    request, down = delegated()
     async with VOXAgentMemory(tmp_path / "logs.db") as memory:
         await memory.record_message(request, "received", then=[(down, "sent", None)])
         assert await memory.untold_children() == []  # not canceled: nothing to tell
@@ -51,14 +62,7 @@ async def test_a_cancel_passed_down_keeps_its_command_delegated_until_its_child_
 ) -> None:
     # The `canceling` row is no end: a restart adopts the command again, knowing its cancel
     # passed down, and tells the child when the crash came before its cancel_request.
-    request = new_message(MSG_COMMAND_REQUEST, source=MASTER, target=ME, details={"command": "x"})
-    down = new_message(
-        MSG_COMMAND_REQUEST,
-        source=ME,
-        target=CHILD,
-        details={"command": "x"},
-        reply_to=request.message_id,
-    )
+    request, down = delegated()
     async with VOXAgentMemory(tmp_path / "logs.db") as memory:
         await memory.record_message(
             request, "received", then=[(down, "sent", None), (request, "delegated", str(CHILD))]
@@ -89,14 +93,7 @@ async def test_a_cancel_passed_down_keeps_its_command_delegated_until_its_child_
 
 
 async def test_a_child_that_answered_needs_no_cancel(tmp_path: Path) -> None:
-    request = new_message(MSG_COMMAND_REQUEST, source=MASTER, target=ME, details={"command": "x"})
-    down = new_message(
-        MSG_COMMAND_REQUEST,
-        source=ME,
-        target=CHILD,
-        details={"command": "x"},
-        reply_to=request.message_id,
-    )
+    request, down = delegated()
     answer = new_message(
         MSG_COMMAND_ERROR,
         source=CHILD,

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.kits.propskit import message_properties
 from vox_mqtt.protocol.messages import MAX_PACKET_BYTES
 from vox_mqtt.transport._mqttdecode import RawProperties, split_publish
 from vox_mqtt.transport.inbound import Inbound
@@ -19,25 +20,8 @@ from vox_mqtt.transport.packets import MalformedPacket, frame_publish, reason_na
 from vox_mqtt.transport.publishprops import MessageProperties
 from vox_mqtt.transport.wire import Connection, Received
 
-text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 QOS1 = 0x32  # PUBLISH, QoS 1
-
-
-@st.composite
-def publish_properties(draw: st.DrawFn) -> MessageProperties:
-    def maybe() -> bool:
-        return draw(st.booleans())
-
-    return MessageProperties(
-        payload_format_indicator=draw(st.sampled_from([0, 1])) if maybe() else None,
-        message_expiry_interval=draw(st.integers(0, 2**32 - 1)) if maybe() else None,
-        content_type=draw(text) if maybe() else None,
-        response_topic=draw(text.filter(lambda t: t and not {"+", "#"} & set(t)))
-        if maybe()
-        else None,
-        correlation_data=draw(st.binary(max_size=40)) if maybe() else None,
-        user_properties=tuple(draw(st.lists(st.tuples(text, text), max_size=5))),
-    )
+SENT_PROPERTIES = message_properties(subscriptions=False)  # as a client sends them
 
 
 def publish_body(topic: bytes, mid: int, props: MessageProperties, payload: bytes) -> bytes:
@@ -59,7 +43,7 @@ topics = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\
 @given(
     topic=topics.filter(lambda t: len(t.encode()) < 200),
     mid=st.integers(1, 65535),
-    props=publish_properties(),
+    props=SENT_PROPERTIES,
     payload=st.binary(max_size=300),
 )
 def test_a_publish_splits_as_mqtt5_reads_it(
@@ -88,7 +72,7 @@ def test_a_publish_splits_as_mqtt5_reads_it(
             assert (ours or None) == (value or None), name
 
 
-@given(props=publish_properties(), payload=st.binary(max_size=50), data=st.data())
+@given(props=SENT_PROPERTIES, payload=st.binary(max_size=50), data=st.data())
 def test_a_cut_publish_is_a_malformed_packet_never_another_error(
     props: MessageProperties, payload: bytes, data: st.DataObject
 ) -> None:

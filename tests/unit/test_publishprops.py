@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from tests.kits.propskit import message_properties
 from vox_mqtt.transport.packets import MalformedPacket
 from vox_mqtt.transport.publishprops import (
     MessageProperties,
@@ -23,30 +24,6 @@ from vox_mqtt.transport.publishprops import (
     publish_properties,
     vox_properties,
 )
-
-# An MQTT string: any text without U+0000 (MQTT v5 1.5.4); surrogates cannot be encoded.
-text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
-topic_text = st.text(
-    st.characters(exclude_categories=("Cs",), exclude_characters="\x00+#"), max_size=40
-)
-
-
-@st.composite
-def message_properties(draw: st.DrawFn) -> MessageProperties:
-    """Any PUBLISH properties this client may send or receive, each present or not."""
-
-    def maybe() -> bool:
-        return draw(st.booleans())
-
-    return MessageProperties(
-        payload_format_indicator=draw(st.sampled_from([0, 1])) if maybe() else None,
-        message_expiry_interval=draw(st.integers(0, 2**32 - 1)) if maybe() else None,
-        content_type=draw(text) if maybe() else None,
-        response_topic=draw(topic_text) if maybe() else None,
-        correlation_data=draw(st.binary(max_size=40)) if maybe() else None,
-        subscription_identifiers=tuple(draw(st.lists(st.integers(1, 268_435_455), max_size=3))),
-        user_properties=tuple(draw(st.lists(st.tuples(text, text), max_size=5))),
-    )
 
 
 def paho_packed(props: MessageProperties) -> bytes:
