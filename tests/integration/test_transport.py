@@ -358,7 +358,12 @@ async def test_publish_soon_in_on_connect_goes_out_on_the_connection_being_set_u
     async with asyncio.timeout(30), session:
         assert (await next_message(session)).payload == b"1"
         await asyncio.to_thread(plain_broker.restart)
-        assert (await next_message(session)).payload == b"2"
+        # A copy of "1" may come first: on a loaded machine its PUBACK may not have reached
+        # the broker before the restart, and QoS 1 delivers it again (at least once).
+        payload = (await next_message(session)).payload
+        while payload == b"1":
+            payload = (await next_message(session)).payload
+        assert payload == b"2"
     assert sent == [True, True]
 
 
