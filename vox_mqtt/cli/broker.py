@@ -522,7 +522,8 @@ def cmd_pki_keys(args: argparse.Namespace) -> int:
     old, new = rotate_key(args.out, fleet, args.rotate)
     console.print(f"{args.rotate}: key {old} retired, now {new}", markup=False)
     console.print(
-        f"next: vox agent render for {args.rotate}, its master and its children; SIGHUP them",
+        f"next: vox agent render for {args.rotate}, its master and its children;"
+        f" SIGHUP its master and children, then {args.rotate} last (docs/security.md)",
         markup=False,
     )
     return 0
