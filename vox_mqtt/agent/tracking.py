@@ -70,10 +70,22 @@ def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
 StatusHook = Callable[[TrackedRequest, RequestState, RequestState], None]
 
 
+# How many ended requests stay in memory. They are a cache: every reader of an ended request
+# falls back to the ledger, which holds how each one ended (InboundPipeline._answer_facts,
+# AnswerGuard._sent_to). Kept long, each ended request (its messages, events and history,
+# some 25 objects) lives into the collector's oldest generation and dies there: at 10,000
+# per agent, figure 3's all-in-one run held 450,000 objects and spent 1.7-2.1 s of its 10 s
+# in the collector; at 256, 130,000 objects and 1.1-1.4 s, and the CPU per command fell by
+# 7-15 % (three alternating pairs; docs/performance.md, "The collector").
+KEEP_FINISHED = 256
+
+
 class RequestTracker:
     """Keep sent messages by id, move them through their states and tell a hook."""
 
-    def __init__(self, *, on_change: StatusHook | None = None, keep_finished: int = 10_000) -> None:
+    def __init__(
+        self, *, on_change: StatusHook | None = None, keep_finished: int = KEEP_FINISHED
+    ) -> None:
         self._requests: dict[UUID, TrackedRequest] = {}
         self._finished: deque[UUID] = deque()
         self._keep_finished = keep_finished
