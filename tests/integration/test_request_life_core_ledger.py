@@ -30,6 +30,17 @@ def delegated() -> tuple[VOXMessage, VOXMessage]:
     return request, down
 
 
+def child_canceled(down: VOXMessage) -> VOXMessage:
+    """The child's CANCELED answer to the request sent down to it."""
+    return new_message(
+        MSG_COMMAND_ERROR,
+        source=CHILD,
+        target=ME,
+        details={"code": "CANCELED", "error": "x"},
+        reply_to=down.message_id,
+    )
+
+
 async def test_a_crash_between_the_cancel_and_its_cancel_down_is_found_at_start(
     tmp_path: Path,
 ) -> None:
@@ -79,13 +90,7 @@ async def test_a_cancel_passed_down_keeps_its_command_delegated_until_its_child_
         ]
         assert await memory.pending_commands() == []
         # Its child's CANCELED, relayed up: the command ends `canceled`, nothing is adopted.
-        answer = new_message(
-            MSG_COMMAND_ERROR,
-            source=CHILD,
-            target=ME,
-            details={"code": "CANCELED", "error": "x"},
-            reply_to=down.message_id,
-        )
+        answer = child_canceled(down)
         await memory.record_message(answer, "received")
         await memory.record_message(request, "canceled", outcome="CANCELED")
         assert await memory.delegated_commands() == []
@@ -94,13 +99,7 @@ async def test_a_cancel_passed_down_keeps_its_command_delegated_until_its_child_
 
 async def test_a_child_that_answered_needs_no_cancel(tmp_path: Path) -> None:
     request, down = delegated()
-    answer = new_message(
-        MSG_COMMAND_ERROR,
-        source=CHILD,
-        target=ME,
-        details={"code": "CANCELED", "error": "x"},
-        reply_to=down.message_id,
-    )
+    answer = child_canceled(down)
     async with VOXAgentMemory(tmp_path / "logs.db") as memory:
         await memory.record_message(request, "received", then=[(down, "sent", None)])
         await memory.record_message(request, "canceled", outcome="CANCELED")
