@@ -36,7 +36,7 @@ from vox_mqtt.ledger.signatures import check_signatures
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import now_iso
-from vox_mqtt.protocol.signing import sign
+from vox_mqtt.protocol.signing import SigningKey, sign
 from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
 
 pytestmark = pytest.mark.slow
@@ -228,51 +228,67 @@ ROTATE_SHAPE: dict[str, str | None] = {
 }
 
 
+def rotated(procs: FleetProcesses, tmp_path: Path, name: str) -> SigningKey:
+    """Rotate one agent's key and render its bundle, its master's and its children's again
+    (docs/security.md, rotation, steps 1 and 2); return the key it retired."""
+    ids = {spec.name: spec.id for spec in procs.fleet}
+    old = load_keys(procs.broker_dir.root).current[ids[name]]
+    fleet_file = str(tmp_path / "fleet.toml")
+    assert (
+        main(["pki", "keys", fleet_file, "--out", str(procs.broker_dir.root), "--rotate", name])
+        == 0
+    )
+    assert load_keys(procs.broker_dir.root).current[ids[name]].kid != old.kid
+    for each in ROTATE_SHAPE:
+        agent = procs.agents[each]
+        render_agent_config(
+            procs.fleet, each, procs.broker_dir.root, agent.config, agent.state_dir, keepalive=5
+        )
+    return old
+
+
+def reload(procs: FleetProcesses, name: str) -> None:
+    """SIGHUP one daemon and wait until it took the new keys."""
+    procs.agents[name].signal(signal.SIGHUP)
+    wait_until(
+        lambda: "new signing keys" in procs.agents[name].log(), 20, f"{name} to take the new keys"
+    )
+
+
+def attack_with(procs: FleetProcesses, old: SigningKey) -> list[str]:
+    """Send specialist_a a command as the coordinator under its retired key; return the
+    reasons specialist_a's ledger recorded for what it refused."""
+    ids = {spec.name: spec.id for spec in procs.fleet}
+    attacker = Attacker(procs.broker_dir.port)
+    try:
+        topic = topics.inbox(ids["specialist_a"], ids["coordinator"])
+        command = {"command": "analyze", "params": {"target": "old-key.pdf"}}
+        payload = raw_envelope("command_request", ids["coordinator"], ids["specialist_a"], command)
+        attacker.publish(topic, payload, user_properties=[("vox-sig", sign(topic, payload, old))])
+    finally:
+        attacker.close()
+    return wait_rejected(procs, "specialist_a", 1)
+
+
+def serving_rotation_fleet(procs: FleetProcesses) -> None:
+    """Wait for a first answer and every daemon serving: the rotation is of a running fleet."""
+    asyncio.run(first_answer(procs, "before.pdf"))
+    # The route needs one specialist: the other may still be starting, and the SIGHUP
+    # must reach a daemon that serves.
+    for name in ROTATE_SHAPE:
+        wait_until(lambda name=name: f"serving {name}" in procs.agents[name].log(), 30, name)
+
+
 def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
     roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
     text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
     with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
-        ids = {spec.name: spec.id for spec in procs.fleet}
-        asyncio.run(first_answer(procs, "before.pdf"))
-        # The route needs one specialist: the other may still be starting, and the SIGHUP
-        # below must reach a daemon that serves (the rotation is of a running fleet).
-        for name in ROTATE_SHAPE:
-            wait_until(lambda name=name: f"serving {name}" in procs.agents[name].log(), 30, name)
-        old = load_keys(procs.broker_dir.root).current[ids["coordinator"]]
-        code = main(
-            [
-                "pki",
-                "keys",
-                str(tmp_path / "fleet.toml"),
-                "--out",
-                str(procs.broker_dir.root),
-                "--rotate",
-                "coordinator",
-            ]
-        )
-        assert code == 0
-        new = load_keys(procs.broker_dir.root).current[ids["coordinator"]]
-        assert new.kid != old.kid
-        # Its bundle, its master's and its children's: rendered again, then SIGHUP, the
-        # rotated agent last (docs/security.md, rotation): its birth under the new key then
-        # reaches peers that know that key, and ends their grace for its old one.
-        for name in ROTATE_SHAPE:
-            agent = procs.agents[name]
-            render_agent_config(
-                procs.fleet,
-                name,
-                procs.broker_dir.root,
-                agent.config,
-                agent.state_dir,
-                keepalive=5,
-            )
+        serving_rotation_fleet(procs)
+        old = rotated(procs, tmp_path, "coordinator")
+        # SIGHUP, the rotated agent last (docs/security.md, rotation): its birth under the
+        # new key then reaches peers that know that key, and ends their grace for its old one.
         for name in [*(n for n in ROTATE_SHAPE if n != "coordinator"), "coordinator"]:
-            procs.agents[name].signal(signal.SIGHUP)
-            wait_until(
-                lambda name=name: "new signing keys" in procs.agents[name].log(),
-                20,
-                f"{name} to take the new keys",
-            )
+            reload(procs, name)
         # The rotated agent's new connection is up; the new key verifies both ways.
         wait_until(
             lambda: procs.agents["coordinator"].log().count("connected to") == 2,
@@ -284,19 +300,7 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
         for name, agent in procs.agents.items():
             assert "FORGED_TRAFFIC" not in agent.log(), (name, agent.log())
         # The retired key is refused by name at a child.
-        attacker = Attacker(procs.broker_dir.port)
-        try:
-            topic = topics.inbox(ids["specialist_a"], ids["coordinator"])
-            command = {"command": "analyze", "params": {"target": "old-key.pdf"}}
-            payload = raw_envelope(
-                "command_request", ids["coordinator"], ids["specialist_a"], command
-            )
-            attacker.publish(
-                topic, payload, user_properties=[("vox-sig", sign(topic, payload, old))]
-            )
-        finally:
-            attacker.close()
-        reasons = wait_rejected(procs, "specialist_a", 1)
+        reasons = attack_with(procs, old)
         assert reasons[0].startswith("RETIRED_KEY"), reasons
         # Nobody else reconnected: one connection per daemon. The rotated one reconnected
         # once, cleanly, to register its will signed with its new key.
@@ -315,6 +319,36 @@ def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
         )
         assert "STALE" not in root.log().partition("coordinator ACTIVE -> INACTIVE")[0][-2000:]
         assert "RETIRED_KEY" not in root.log(), root.log()
+
+
+def test_the_rotated_agent_reloaded_first_gets_no_grace_after_its_peers_reload(
+    tmp_path: Path,
+) -> None:
+    # The order the docs warn against: the children refuse the rotated agent's birth (a key
+    # they cannot know yet); once reloaded, that refused birth verifies under the new keys
+    # and ends the old key's grace at once (protocol/signing.py, carry_over), whichever
+    # child the next command goes to.
+    roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
+    text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
+    with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
+        ids = {spec.name: spec.id for spec in procs.fleet}
+        serving_rotation_fleet(procs)
+        old = rotated(procs, tmp_path, "coordinator")
+        reload(procs, "root")
+        reload(procs, "coordinator")
+        presence = topics.presence(ids["coordinator"])
+        for name in ("specialist_a", "specialist_b"):
+            wait_until(
+                lambda name=name: (
+                    f"refused a message on {presence}: UNKNOWN_KEY" in procs.agents[name].log()
+                ),
+                20,
+                f"{name} to refuse the rotated agent's birth",
+            )
+            reload(procs, name)
+        asyncio.run(first_answer(procs, "after.pdf"))
+        reasons = attack_with(procs, old)
+        assert reasons[0].startswith("RETIRED_KEY"), reasons
 
 
 async def first_answer(procs: FleetProcesses, target: str) -> None:

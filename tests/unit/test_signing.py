@@ -18,6 +18,7 @@ from vox_mqtt.protocol.signing import (
     SealKey,
     Signing,
     SigningKey,
+    carry_over,
     check,
     is_sealed,
     open_sealed,
@@ -103,6 +104,61 @@ def test_a_bad_signature_under_the_new_key_does_not_end_the_grace() -> None:
     assert reason(check(TOPIC, PAYLOAD + b" ", forged, ring)) == "BAD_SIGNATURE"
     assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), ring) is None
     assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, new), ring) is None
+
+
+def test_a_reload_keeps_the_senders_already_seen_switched() -> None:
+    older, old, new = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    before = rotated_ring(old, older, new)
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, new), before) is None
+    after = rotated_ring(old, older, new)  # the same bundle, read again on a later SIGHUP
+    carry_over(before, after)
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), after)) == "RETIRED_KEY"
+
+
+def test_a_message_refused_before_the_reload_ends_the_grace_after_it() -> None:
+    # The sender was reloaded first: its birth under the new key is refused here, unknown.
+    older, old, new = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    before = Keyring(
+        current={SENDER: {old.kid: old.public}}, retired={older.kid: (SENDER, older.public)}
+    )
+    birth = topics.status(SENDER)
+    assert reason(check(birth, PAYLOAD, sign(birth, PAYLOAD, new), before)) == "UNKNOWN_KEY"
+    after = rotated_ring(old, older, new)
+    carry_over(before, after)
+    # That birth verifies under the new keys: the old key gets no grace.
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), after)) == "RETIRED_KEY"
+
+
+def test_a_forgery_refused_before_the_reload_does_not_end_the_grace() -> None:
+    older, old, new = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    stranger = SigningKey.generate()
+    before = Keyring(current={SENDER: {old.kid: old.public}})
+    forged = sign(TOPIC, PAYLOAD, stranger)
+    assert reason(check(TOPIC, PAYLOAD, forged, before)) == "UNKNOWN_KEY"
+    # Even under the new key's id, a signature the new key did not make proves nothing.
+    under_new_id = f"{new.kid}.{forged.partition('.')[2]}"
+    assert reason(check(TOPIC, PAYLOAD + b" ", under_new_id, before)) == "UNKNOWN_KEY"
+    after = rotated_ring(old, older, new)
+    carry_over(before, after)
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), after) is None
+
+
+def test_a_second_rotation_opens_the_grace_for_the_key_it_retires() -> None:
+    oldest, older, old, new = (SigningKey.generate() for _ in range(4))
+    before = rotated_ring(older, oldest, old)
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), before) is None  # switched
+    after = rotated_ring(old, older, new)  # rotated again: `old` is the outgoing key now
+    carry_over(before, after)
+    assert check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, old), after) is None
+    assert reason(check(TOPIC, PAYLOAD, sign(TOPIC, PAYLOAD, older), after)) == "RETIRED_KEY"
+
+
+def test_an_unknown_sender_leaves_nothing_to_carry_over() -> None:
+    ring = Keyring(current={SENDER: {KEY.kid: KEY.public}})
+    stranger = uuid4()
+    topic = topics.inbox(TARGET, stranger)
+    assert reason(check(topic, PAYLOAD, sign(topic, PAYLOAD, KEY), ring)) == "UNKNOWN_KEY"
+    assert ring.unverified == {}
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ __all__ = [
     "SignedTopic",
     "Signing",
     "SigningKey",
+    "carry_over",
     "check",
     "incident_due",
     "is_sealed",
@@ -158,6 +159,11 @@ class Keyring:
     # (docs/security.md, rotation). The one state of a keyring: the senders seen switched.
     outgoing: Mapping[UUID, str] = field(default_factory=dict)  # sender -> kid
     switched: set[UUID] = field(default_factory=set, compare=False)
+    # The last message of each known sender refused UNKNOWN_KEY: (topic, digest, signature).
+    # A sender reloaded with a new key before this verifier signs with a key it cannot know
+    # yet; once this verifier is reloaded, that message shows the sender switched
+    # (carry_over), so the outgoing key's grace does not open again for it.
+    unverified: dict[UUID, tuple[str, bytes, str]] = field(default_factory=dict, compare=False)
 
     def public(self, kid: str) -> tuple[UUID, bytes] | None:
         """Return (owner, public key) of a current or retired key id; None if unknown."""
@@ -298,6 +304,8 @@ def check(
         retired = keyring.retired.get(kid)
         if retired is not None and retired[0] == sender:
             return f"{RETIRED_KEY}: key {kid} of {sender} was retired"
+        if sender in keyring.current:  # one kept per known sender, for carry_over
+            keyring.unverified[sender] = (topic, digest or payload_digest(payload), value)
         return f"{UNKNOWN_KEY}: key {kid} is not a key of {sender}"
     if digest is None:
         digest = payload_digest(payload)
@@ -311,6 +319,28 @@ def check(
     if not outgoing and sender in keyring.outgoing:
         keyring.switched.add(sender)  # from now on its retired key is refused
     return None
+
+
+def carry_over(old: Keyring, new: Keyring) -> None:
+    """Tell a reloaded keyring which senders its predecessor saw switched to a new key.
+
+    Without it every reload would open the outgoing key's grace again (docs/security.md,
+    rotation): a sender stays switched while its outgoing key is the same, and a sender
+    whose message the old keyring refused as UNKNOWN_KEY is switched if that message
+    verifies under the new keyring's current keys (it was reloaded first).
+    """
+    for sender, kid in new.outgoing.items():
+        if sender in old.switched and old.outgoing.get(sender) == kid:
+            new.switched.add(sender)
+            continue
+        refused = old.unverified.get(sender)
+        if refused is None:
+            continue
+        topic, digest, value = refused
+        parts = _split(value)
+        public = None if parts is None else new.current.get(sender, {}).get(parts[0])
+        if public is not None and verify_digest(topic, digest, value, public):
+            new.switched.add(sender)
 
 
 def _emitted(emitted_at: str) -> float | None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
-from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing
+from vox_mqtt.protocol.signing import RETIRED_KEY, SignedTopic, Signing, carry_over
 from vox_mqtt.protocol.storm import backoff_window
 from vox_mqtt.transport.failures import broker_error, tls_context
 from vox_mqtt.transport.inbound import Inbound, carried
@@ -263,6 +263,8 @@ class Session(Subscribing):
         Disconnected, nothing reconnects: the next CONNECT's will is signed with it.
         """
         renewed = own_key_renewed(self.settings.signing, signing)
+        if self.settings.signing is not None and signing is not None:
+            carry_over(self.settings.signing.keyring, signing.keyring)
         self.settings = replace(self.settings, signing=signing)
         if not renewed or self._will is None or self._link is None:
             return False
