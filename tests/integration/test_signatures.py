@@ -346,6 +346,8 @@ def test_the_rotated_agent_reloaded_first_gets_no_grace_after_its_peers_reload(
                 f"{name} to refuse the rotated agent's birth",
             )
             reload(procs, name)
+            # Its log says what the refusal was, for the operator who saw the incident.
+            assert "its rotation was reloaded before this agent" in procs.agents[name].log()
         asyncio.run(first_answer(procs, "after.pdf"))
         reasons = attack_with(procs, old)
         assert reasons[0].startswith("RETIRED_KEY"), reasons

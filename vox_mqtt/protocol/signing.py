@@ -321,14 +321,16 @@ def check(
     return None
 
 
-def carry_over(old: Keyring, new: Keyring) -> None:
+def carry_over(old: Keyring, new: Keyring) -> set[UUID]:
     """Tell a reloaded keyring which senders its predecessor saw switched to a new key.
 
     Without it every reload would open the outgoing key's grace again (docs/security.md,
     rotation): a sender stays switched while its outgoing key is the same, and a sender
     whose message the old keyring refused as UNKNOWN_KEY is switched if that message
-    verifies under the new keyring's current keys (it was reloaded first).
+    verifies under the new keyring's current keys (it was reloaded first). Return those
+    senders: their refusal was a rotation reloaded out of order, not a forgery.
     """
+    explained: set[UUID] = set()
     for sender, kid in new.outgoing.items():
         if sender in old.switched and old.outgoing.get(sender) == kid:
             new.switched.add(sender)
@@ -341,6 +343,8 @@ def carry_over(old: Keyring, new: Keyring) -> None:
         public = None if parts is None else new.current.get(sender, {}).get(parts[0])
         if public is not None and verify_digest(topic, digest, value, public):
             new.switched.add(sender)
+            explained.add(sender)
+    return explained
 
 
 def _emitted(emitted_at: str) -> float | None:

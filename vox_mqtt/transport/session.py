@@ -264,7 +264,14 @@ class Session(Subscribing):
         """
         renewed = own_key_renewed(self.settings.signing, signing)
         if self.settings.signing is not None and signing is not None:
-            carry_over(self.settings.signing.keyring, signing.keyring)
+            for sender in sorted(carry_over(self.settings.signing.keyring, signing.keyring)):
+                log.warning(
+                    "%s: the message of %s refused UNKNOWN_KEY before this reload verifies"
+                    " under its new key: its rotation was reloaded before this agent, not a"
+                    " forgery (docs/security.md, rotation)",
+                    self.settings.client_id,
+                    sender,
+                )
         self.settings = replace(self.settings, signing=signing)
         if not renewed or self._will is None or self._link is None:
             return False
