@@ -334,16 +334,12 @@ def carry_over(old: Keyring, new: Keyring) -> set[UUID]:
     for sender, kid in new.outgoing.items():
         if sender in old.switched and old.outgoing.get(sender) == kid:
             new.switched.add(sender)
-            continue
-        refused = old.unverified.get(sender)
-        if refused is None:
-            continue
-        topic, digest, value = refused
-        parts = _split(value)
-        public = None if parts is None else new.current.get(sender, {}).get(parts[0])
-        if public is not None and verify_digest(topic, digest, value, public):
-            new.switched.add(sender)
-            explained.add(sender)
+        elif (refused := old.unverified.get(sender)) is not None:
+            topic, digest, value = refused
+            # Checked again under the new keys: verified with a current key, check itself
+            # marks the sender switched.
+            if check(topic, b"", value, new, digest=digest) is None and sender in new.switched:
+                explained.add(sender)
     return explained
 
 
