@@ -228,6 +228,12 @@ ROTATE_SHAPE: dict[str, str | None] = {
 }
 
 
+def rotation_fleet() -> str:
+    """The signed fleet a rotation is tried on: two analysts under the coordinator."""
+    roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
+    return 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
+
+
 def rotated(procs: FleetProcesses, tmp_path: Path, name: str) -> SigningKey:
     """Rotate one agent's key and render its bundle, its master's and its children's again
     (docs/security.md, rotation, steps 1 and 2); return the key it retired."""
@@ -280,9 +286,7 @@ def serving_rotation_fleet(procs: FleetProcesses) -> None:
 
 
 def test_one_agent_rotates_its_key_on_a_running_fleet(tmp_path: Path) -> None:
-    roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
-    text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
-    with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
+    with run_fleet(tmp_path, rotation_fleet(), before_broker=add_attacker) as procs:
         serving_rotation_fleet(procs)
         old = rotated(procs, tmp_path, "coordinator")
         # SIGHUP, the rotated agent last (docs/security.md, rotation): its birth under the
@@ -328,9 +332,7 @@ def test_the_rotated_agent_reloaded_first_gets_no_grace_after_its_peers_reload(
     # they cannot know yet); once reloaded, that refused birth verifies under the new keys
     # and ends the old key's grace at once (protocol/signing.py, carry_over), whichever
     # child the next command goes to.
-    roles = {"specialist_a": ANALYST, "specialist_b": ANALYST}
-    text = 'signatures = "require"\n' + fleet_text(ROTATE_SHAPE, roles=roles)
-    with run_fleet(tmp_path, text, before_broker=add_attacker) as procs:
+    with run_fleet(tmp_path, rotation_fleet(), before_broker=add_attacker) as procs:
         ids = {spec.name: spec.id for spec in procs.fleet}
         serving_rotation_fleet(procs)
         old = rotated(procs, tmp_path, "coordinator")
