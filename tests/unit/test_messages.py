@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 from collections import OrderedDict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -643,3 +645,28 @@ def test_a_payload_view_cannot_change_its_message() -> None:
         payload.params["nested"]["b"].append(2)
     assert message.payload_as(CommandRequest).params == {"a": 1, "nested": {"b": [1]}}
     assert serialize(message) == serialize(parse(serialize(message)))
+
+
+def test_now_iso_is_the_clock_to_the_millisecond_and_never_goes_back() -> None:
+    # now_iso keeps the last millisecond's text (protocol/messages.py): it must still follow
+    # the clock, in the one form every row and message carries.
+    seen: list[str] = []
+    give_up = time.monotonic() + 5.0
+    while len(set(seen)) < 5 and time.monotonic() < give_up:  # a few milliseconds' worth
+        before = datetime.now(UTC)
+        text = now_iso()
+        after = datetime.now(UTC)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", text)
+        millisecond = before.replace(microsecond=before.microsecond // 1000 * 1000)
+        assert millisecond <= datetime.fromisoformat(text) <= after
+        seen.append(text)
+    assert len(set(seen)) == 5, "now_iso did not follow the clock"
+    assert seen == sorted(seen)
+
+
+@pytest.mark.parametrize("value", ["2026-01-11T08:00:00", "yesterday"])
+def test_a_refused_timestamp_is_refused_every_time(value: str) -> None:
+    # parse_timestamp keeps what it parsed; what it refused is refused again, not kept.
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"ISO-8601|no timezone"):
+            parse_timestamp(value)

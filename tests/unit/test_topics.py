@@ -149,3 +149,18 @@ def test_statuses_asked_for_come_with_their_presences() -> None:
         topics.status(agent),
         topics.presence(agent),
     ]
+
+
+def test_an_id_remembered_from_one_topic_does_not_admit_another_spelling() -> None:
+    # parse_topic remembers the ids it read (protocol/topics.py): by their exact text only.
+    assert parse_topic(f"vox/{ROOT}/inbox/{COORDINATOR}") == InboxTopic(ROOT, COORDINATOR)
+    for spelling in (str(ROOT).upper(), ROOT.hex):
+        with pytest.raises(TopicError, match=r"is not a (canonical lower-case )?UUID"):
+            parse_topic(f"vox/{spelling}/inbox/{COORDINATOR}")
+    assert parse_topic(f"vox/{ROOT}/inbox/{COORDINATOR}") == InboxTopic(ROOT, COORDINATOR)
+
+
+def test_an_inbox_topic_is_the_same_text_from_ids_or_their_strings() -> None:
+    built = inbox(ROOT, COORDINATOR)
+    assert built == inbox(str(ROOT), str(COORDINATOR)) == f"vox/{ROOT}/inbox/{COORDINATOR}"
+    assert inbox(COORDINATOR, ROOT) == f"vox/{COORDINATOR}/inbox/{ROOT}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 from typing import Annotated, Final
 from uuid import UUID
 
@@ -12,6 +13,9 @@ from pydantic import AfterValidator, BeforeValidator, StrictStr
 __all__ = ["UUID_FORM", "IsoTimestamp", "Uuid", "parse_timestamp"]
 
 
+# A message's emitted_at is read again at every step of its way (validation, its deadline,
+# the ledger's dedupe index): parsed once. A refused text raises, and is never kept.
+@lru_cache(maxsize=4096)
 def parse_timestamp(value: str) -> datetime:
     """Parse an ISO-8601 timestamp, refusing one without a timezone."""
     try:

@@ -194,9 +194,21 @@ def _freeze_details(details: dict[str, Any]) -> dict[str, Any]:
     return frozen
 
 
+# The last millisecond asked for and its text: the rows and messages of one turn of the loop
+# carry the same few milliseconds, so most calls build no datetime. One tuple, swapped whole,
+# so a thread never reads one millisecond's number with another's text.
+_last_now: tuple[int, str] = (-1, "")
+
+
 def now_iso() -> str:
     """Return the current time as ISO-8601 UTC with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    global _last_now
+    millis = int(time.time() * 1000)
+    last_millis, text = _last_now
+    if millis != last_millis:
+        text = datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds")
+        _last_now = (millis, text)
+    return text
 
 
 class VOXMessage(BaseModel):

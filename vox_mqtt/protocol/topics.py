@@ -87,9 +87,21 @@ class WarroomTopic:
         return warroom(self.source, self.subject)
 
 
+# Topics and ids already worked out: an agent writes to and hears from the same few peers, and
+# a UUID's text is built anew at every str(). Bounded: emptied when full.
+_INBOXES: dict[tuple[UUID | str, UUID | str], str] = {}
+_IDS: dict[str, UUID] = {}
+_REMEMBERED: Final = 4096
+
+
 def inbox(target: UUID | str, source: UUID | str) -> str:
     """Return the topic on which source writes to target (ids as UUIDs or their str())."""
-    return f"{PREFIX}/{target}/inbox/{source}"
+    topic = _INBOXES.get((target, source))
+    if topic is None:
+        if len(_INBOXES) >= _REMEMBERED:
+            _INBOXES.clear()
+        topic = _INBOXES[target, source] = f"{PREFIX}/{target}/inbox/{source}"
+    return topic
 
 
 def inbox_filter(agent: UUID | str) -> str:
@@ -161,6 +173,17 @@ def link(bridge: UUID) -> str:
 
 
 def _uuid(level: str, topic: str) -> UUID:
+    known = _IDS.get(level)
+    if known is not None:
+        return known
+    value = _parsed_uuid(level, topic)
+    if len(_IDS) >= _REMEMBERED:
+        _IDS.clear()
+    _IDS[level] = value  # only a canonical spelling gets here
+    return value
+
+
+def _parsed_uuid(level: str, topic: str) -> UUID:
     try:
         value = UUID(level)
     except ValueError:
