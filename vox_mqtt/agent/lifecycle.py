@@ -469,7 +469,7 @@ class Lifecycle:
     def _moved(self, served: Served, state: ServedState) -> None:
         """A served request moved (Requests.move): progress up, and its end counted."""
         self.reporter.moved(served, state)
-        if state.value in FINAL_STATES:
+        if str(state) in FINAL_STATES:
             self._metrics.requests_ended.inc(state.value)
 
     def _progress_in(self, message: VOXMessage) -> None:
