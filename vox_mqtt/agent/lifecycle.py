@@ -28,7 +28,7 @@ from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.remembered import REMEMBERED_CANCELS, RememberedCancels
 from vox_mqtt.agent.requests import Requests, Served, ServedState
 from vox_mqtt.agent.standing import history_of, part_of
-from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.tracking import SentState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -539,7 +539,7 @@ class Lifecycle:
                 " and reaches the child when it is back",
             ) from None
         reply = tracked.reply
-        if tracked.state is not RequestState.COMPLETED or reply is None:
+        if tracked.state is not SentState.COMPLETED or reply is None:
             raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
 
         async def ask(within: float) -> dict[str, Any]:
@@ -580,7 +580,7 @@ class Lifecycle:
         async for event in self._followers.follow(tracked):
             yield event
 
-    def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
+    def tracked_moved(self, tracked: TrackedRequest, old: SentState, new: SentState) -> None:
         """The tracker's hook: a request this agent sent moved; its followers hear of it."""
         self._followers.moved(tracked, new)
 
