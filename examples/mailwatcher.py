@@ -15,7 +15,7 @@ from typing import Any, Final
 from uuid import NAMESPACE_URL, uuid5
 
 from vox_mqtt.agent.roles import Role
-from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.tracking import SentState, TrackedRequest
 from vox_mqtt.protocol.domain import MSG_JOB_DETECTED
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import VOXMessage
@@ -158,7 +158,7 @@ class MailWatcher(Role):
     async def _settle_file(self, path: Path, tracked: TrackedRequest) -> None:
         try:
             await tracked.done.wait()
-            if tracked.state is RequestState.COMPLETED:
+            if tracked.state is SentState.COMPLETED:
                 target = _free_name(path.parent / PROCESSED, path.name)
                 os.replace(path, target)
                 log.info(

@@ -15,7 +15,7 @@ import pytest
 from tests.kits.agentkit import wait_for
 from tests.kits.brokerkit import SecureBroker, Witness
 from tests.kits.clikit import capture, configs, running_fleet, secure
-from vox_mqtt.agent.tracking import RequestState
+from vox_mqtt.agent.tracking import SentState
 from vox_mqtt.protocol import topics
 
 __all__ = ["capture", "configs", "secure"]  # the fixtures this module borrows
@@ -129,13 +129,13 @@ async def test_inbox_marks_what_was_read_and_names_the_sender(
         first = await root.notify_master(
             "job_found", {"title": "first", "note_to_human": "look at this"}
         )
-        await wait_for(lambda: first.state is not RequestState.QUEUED, timeout=10)
+        await wait_for(lambda: first.state is not SentState.QUEUED, timeout=10)
         code, out, err = await capture("inbox", "--config", configs["operator"], "--wait", "1")
         assert "1 notification(s), 1 new" in out
         assert re.search(r"● \S+ job_found from root \(vox-mqtt\): \{\"title\": \"first\"\}", out)
         assert "    look at this" in out
         second = await root.notify_master("job_found", {"title": "second"})
-        await wait_for(lambda: second.state is not RequestState.QUEUED, timeout=10)
+        await wait_for(lambda: second.state is not SentState.QUEUED, timeout=10)
         code, out, err = await capture(
             "inbox", "--config", configs["operator"], "--wait", "1", "--unread", "--json"
         )

@@ -21,7 +21,7 @@ from tests.kits.agentkit import start_tree_with_operator, wait_for
 from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
 from vox_mqtt.agent.roles import Role, command
-from vox_mqtt.agent.tracking import RequestState
+from vox_mqtt.agent.tracking import SentState
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_REQUEST,
@@ -138,7 +138,7 @@ async def test_a_request_without_a_deadline_ends_at_the_levels_request_timeout(
         tracked = await operator.send_message(request, expects_reply=True)
         # The operator waits on (no limit of its own here): the levels' default ends it.
         await asyncio.wait_for(tracked.done.wait(), 60)
-        assert tracked.state is RequestState.FAILED
+        assert tracked.state is SentState.FAILED
         assert tracked.error_code == ErrorCode.TIMEOUT
         await wait_for(lambda: events("cancelled", "none"), timeout=10)
         assert not events("finished", "none")

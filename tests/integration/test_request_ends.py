@@ -19,7 +19,7 @@ import pytest
 from tests.kits.agentkit import Tally, agent_config, open_peer, wait_for
 from tests.kits.brokerkit import tree_fleet
 from vox_mqtt.agent.facade import VOXAgent
-from vox_mqtt.agent.tracking import RequestState
+from vox_mqtt.agent.tracking import SentState
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import CommandFailed
 from vox_mqtt.protocol.messages import (
@@ -67,7 +67,7 @@ async def test_a_request_that_expired_while_its_target_was_offline_never_runs(
         (row,) = [r for r in await root.memory.get_recent(20) if r["action"] == "expired"]
         first = UUID(row["message_id"])
         assert actions(await root.memory.find(first)) == ["sent", "expired"]
-        assert root.tracker.get(first).state is RequestState.EXPIRED  # type: ignore[union-attr]
+        assert root.tracker.get(first).state is SentState.EXPIRED  # type: ignore[union-attr]
         assert await root.memory.pending_outbox() == []
 
     # The root restarts, and the specialist comes up: nothing re-sends the expired request.
@@ -114,7 +114,7 @@ async def test_an_answer_after_the_requester_gave_up_is_recorded_late(
         assert row["outcome"] == "expired"
         tracked = root.tracker.get(request.message_id)
         assert tracked is not None
-        assert tracked.state is RequestState.EXPIRED
+        assert tracked.state is SentState.EXPIRED
         assert tracked.reply is None  # never reported as the request's outcome
 
 

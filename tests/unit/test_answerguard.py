@@ -13,7 +13,7 @@ import pytest
 
 from vox_mqtt.agent.answerguard import WRONG_ROWS_BURST, AnswerGuard
 from vox_mqtt.agent.rules import WRONG_ANSWERER, answered_request, answerer_problem
-from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.agent.tracking import RequestTracker, SentState
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.acks import acknowledge
@@ -86,11 +86,11 @@ def test_the_tracker_moves_on_nothing_from_another_agent() -> None:
     assert not tracked.acknowledged.is_set()
     tracker.completed(req.message_id, answer(req, SIBLING))
     tracker.failed(req.message_id, "X", "e", answer(req, SIBLING, MSG_COMMAND_ERROR))
-    assert tracked.state is RequestState.QUEUED
+    assert tracked.state is SentState.QUEUED
     assert not tracked.done.is_set()
     genuine = answer(req, CHILD)
     tracker.completed(req.message_id, genuine)
-    assert tracked.state is RequestState.COMPLETED
+    assert tracked.state is SentState.COMPLETED
     assert tracked.reply == genuine
 
 
@@ -123,7 +123,7 @@ async def test_the_guard_refuses_counts_and_records_within_a_budget(tmp_path: Pa
         rows = [r for r in await ledger.get_recent(1000) if r["action"] == "rejected"]
         assert len(rows) == WRONG_ROWS_BURST
         assert all(str(r["reason"]).startswith(f"{WRONG_ANSWERER}: ") for r in rows)
-        assert tracker.get(req.message_id).state is RequestState.QUEUED  # type: ignore[union-attr]
+        assert tracker.get(req.message_id).state is SentState.QUEUED  # type: ignore[union-attr]
 
 
 async def test_an_answer_to_an_ended_untracked_request_is_checked_from_the_ledger(

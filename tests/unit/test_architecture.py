@@ -6,8 +6,9 @@ fleet; console; cli. A module imports only its own subpackage or a lower layer
 nothing of each other, the import graph has no cycle, no class is a mixin, and no module
 grows past 600 lines. Only vox_mqtt/transport/ imports an MQTT library. Outside
 vox_mqtt/ledger/actions.py, no ledger action is a bare string where a row is recorded or
-read back (LedgerAction names it). In tests/, a test module imports no other test module:
-what several share lives in a kit module.
+read back (LedgerAction names it). A request's state has one type, RequestState
+(vox_mqtt/protocol/requeststates.py): no other enum, Literal or name spells it. In tests/, a
+test module imports no other test module: what several share lives in a kit module.
 """
 
 from __future__ import annotations
@@ -545,6 +546,85 @@ self.task = task  # a part's own field: fine
         "relayed.answer_end assigned",
         "served.history assigned",
     ]
+
+
+# --- one type for a request's state: RequestState (protocol/requeststates.py) ----------------
+
+STATES_MODULE = PACKAGE / "protocol" / "requeststates.py"
+# The wire's word that only a request's state has (the ledger writes it `started`).
+WORKING = "working"
+
+
+def _named(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _lists_working(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and n.value == WORKING for n in ast.walk(node))
+
+
+def second_request_states(source: str, where: str) -> list[str]:
+    """Each type of a request's state besides RequestState: an enum with a WORKING member
+    or a "working" value, a Literal that lists "working", or another `RequestState`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == "RequestState":
+            found.append((node.lineno, "a class RequestState"))
+        elif isinstance(node, ast.ClassDef) and any(
+            _named(base).endswith("Enum") for base in node.bases
+        ):
+            for item in node.body:
+                if isinstance(item, ast.Assign | ast.AnnAssign):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    named = any(_named(t) == "WORKING" for t in targets)
+                    if named or (item.value is not None and _lists_working(item.value)):
+                        found.append((item.lineno, f"an enum of request states ({node.name})"))
+        elif isinstance(node, ast.Subscript) and _named(node.value) == "Literal":
+            if _lists_working(node.slice):
+                found.append((node.lineno, "a Literal of request states"))
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_named(t) == "RequestState" for t in targets):
+                found.append((node.lineno, "a name RequestState assigned"))
+    return [
+        f"{where}:{line}: {what}: use protocol/requeststates.py" for line, what in sorted(found)
+    ]
+
+
+def test_a_request_s_state_has_one_type() -> None:
+    found = problems_in_package(second_request_states, but={STATES_MODULE})
+    assert found == [], "\n".join(found)
+
+
+def test_the_state_guard_sees_each_way_of_spelling_a_second_one() -> None:
+    source = """
+class ServedState(StrEnum):
+    RECEIVED = LedgerAction.RECEIVED
+    WORKING = LedgerAction.STARTED
+class Phase(str, enum.Enum):
+    BUSY = "working"
+Part = Literal["working", "delegated"]
+state: typing.Literal["received", "working"]
+RequestState = Literal["received", "unknown"]
+class RequestState: pass
+class SentState(StrEnum):  # a sent message's delivery, not a request's state: fine
+    QUEUED = "queued"
+    COMPLETED = "completed"
+class LedgerAction(StrEnum):  # the ledger's rows: fine
+    STARTED = "started"
+part = {"state": "working"}  # a value, not a type: fine
+if row.get("state") == "working": pass  # fine
+"""
+    found = second_request_states(source, "x.py")
+    assert [line.split(": ", 2)[1] for line in found] == [
+        "an enum of request states (ServedState)",
+        "an enum of request states (Phase)",
+        "a Literal of request states",
+        "a Literal of request states",
+        "a name RequestState assigned",
+        "a class RequestState",
+    ], found
+    assert found[0].startswith("x.py:4: ")
 
 
 def test_the_agent_s_config_lives_in_one_cell() -> None:

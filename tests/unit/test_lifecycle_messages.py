@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
-from uuid import uuid4
+from typing import Any, get_args
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -13,10 +13,15 @@ from vox_mqtt.protocol.lifecycle import (
     CANCEL_STATES,
     FINAL_STATES,
     MAX_DEPTH,
+    MSG_CANCEL_REPORT,
     MSG_COMMAND_PROGRESS,
     MSG_STATUS_REPORT,
     REQUEST_STATES,
+    CancelReport,
+    CancelState,
     CommandProgress,
+    ProgressState,
+    RequestState,
     StatusReport,
 )
 from vox_mqtt.protocol.messages import ErrorCode, new_message, parse, serialize
@@ -99,3 +104,106 @@ def test_state_sets() -> None:
     assert FINAL_STATES < REQUEST_STATES
     assert FINAL_STATES | {"canceling", "unknown"} == CANCEL_STATES
     assert ErrorCode.CANCELED == "CANCELED"
+    assert set(RequestState) == REQUEST_STATES
+    assert set(get_args(CancelState)) == CANCEL_STATES
+    assert set(get_args(ProgressState)) == {"working", "delegated"}
+
+
+REQUEST = UUID("12345678-1234-4234-8234-123456789abc")
+AT = "2026-01-11T08:00:01Z"
+# Each payload as the wire carried it before the states were an enum: byte for byte.
+WIRE = [
+    (
+        MSG_COMMAND_PROGRESS,
+        CommandProgress,
+        {"state": "delegated", "seq": 2, "below": {"state": "working", "fraction": 0.5, "seq": 7}},
+        '{"state":"delegated","seq":2,"below":{"state":"working","fraction":0.5,"seq":7}}',
+    ),
+    (
+        MSG_STATUS_REPORT,
+        StatusReport,
+        {
+            "request_id": str(REQUEST),
+            "state": "delegated",
+            "since": AT,
+            "history": [{"state": "received", "at": AT}, {"state": "delegated", "at": AT}],
+            "below": {"state": "unreachable", "why": "no answer"},
+        },
+        '{"state":"delegated","since":"2026-01-11T08:00:01Z","history":'
+        '[{"state":"received","at":"2026-01-11T08:00:01Z"},'
+        '{"state":"delegated","at":"2026-01-11T08:00:01Z"}],'
+        '"below":{"state":"unreachable","history":[],"why":"no answer"},'
+        '"request_id":"12345678-1234-4234-8234-123456789abc"}',
+    ),
+    (
+        MSG_CANCEL_REPORT,
+        CancelReport,
+        {"request_id": str(REQUEST), "state": "canceling", "since": AT},
+        '{"request_id":"12345678-1234-4234-8234-123456789abc","state":"canceling",'
+        '"since":"2026-01-11T08:00:01Z"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "model", "details", "text"), WIRE, ids=[kind for kind, *_ in WIRE]
+)
+def test_a_payload_s_json_is_the_plain_words(
+    kind: str, model: Any, details: Any, text: str
+) -> None:
+    payload = model.model_validate(details)
+    assert type(payload.state) is RequestState
+    assert payload.model_dump_json(exclude_none=True) == text
+    # As a message carries it (messages.new_message dumps it in JSON mode), and as a plain
+    # dump passed to json.dumps (a member is its text).
+    dumped = json.dumps(payload.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
+    assert dumped == text
+    plain = json.dumps(payload.model_dump(exclude_none=True), separators=(",", ":"), default=str)
+    assert plain == text
+    message = new_message(kind, source=uuid4(), target=uuid4(), details=payload)
+    assert json.loads(serialize(message))["details"] == json.loads(text)
+
+
+def test_a_state_read_from_the_wire_is_a_member() -> None:
+    report = StatusReport.model_validate(WIRE[1][2])
+    assert report.state is RequestState.DELEGATED
+    assert report.history[0].state is RequestState.RECEIVED
+    assert report.below is not None
+    assert report.below.state == "unreachable"
+    progress = CommandProgress.model_validate({"state": RequestState.WORKING, "seq": 1})
+    assert progress.state is RequestState.WORKING
+
+
+# A state a payload does not allow is refused in the words a Literal of strings used, so the
+# reason a refused message is recorded with stays as it was.
+REFUSED = [
+    (MSG_COMMAND_PROGRESS, {"state": "finished", "seq": 1}, "'working' or 'delegated'"),
+    (
+        MSG_STATUS_REPORT,
+        {"request_id": str(REQUEST), "state": "lost"},
+        "'received', 'working', 'delegated', 'canceling', 'completed', 'failed', 'canceled',"
+        " 'expired', 'rejected', 'unknown' or 'unreachable'",
+    ),
+    (
+        MSG_STATUS_REPORT,
+        {"request_id": str(REQUEST), "state": "working", "history": [{"state": 3, "at": AT}]},
+        "'received', 'working', 'delegated', 'canceling', 'completed', 'failed', 'canceled',"
+        " 'expired', 'rejected' or 'unknown'",
+    ),
+    (
+        MSG_CANCEL_REPORT,
+        {"request_id": str(REQUEST), "state": "working"},
+        "'completed', 'failed', 'canceled', 'canceling', 'expired', 'rejected' or 'unknown'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "details", "allowed"), REFUSED)
+def test_a_state_not_allowed_is_refused_in_plain_words(
+    kind: str, details: Any, allowed: str
+) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        parse(message_bytes(kind, details))
+    assert f"state: Input should be {allowed}" in str(refused.value)
+    assert str(refused.value).count("Input should be") == 1
+    assert "RequestState" not in str(refused.value)

@@ -63,7 +63,7 @@ def inbox_of(sent: VOXMessage) -> InboxTopic:
     ("target", "kind"),
     [
         ("received", CancelInFlight),
-        ("started", CancelInFlight),
+        ("working", CancelInFlight),
         ("delegated", CancelInFlight),
         ("answering", CancelFinishing),
         ("unknown", CancelUnknown),
@@ -91,7 +91,7 @@ def test_a_cancel_of_a_request_never_received_beyond_its_senders_budget_is_not_r
 
 
 def test_a_second_copy_of_a_cancel_changes_nothing() -> None:
-    facts = Facts(duplicate=True, cancel=CancelFacts(target="started"))
+    facts = Facts(duplicate=True, cancel=CancelFacts(target="working"))
     assert isinstance(decide(cancel_from(), facts), Duplicate)
 
 

@@ -6,7 +6,7 @@ import asyncio
 from uuid import UUID, uuid4
 
 from vox_mqtt.agent.plan import Delegate, Serve
-from vox_mqtt.agent.requests import Requests, ServedState, ended_by
+from vox_mqtt.agent.requests import Requests, ended_by
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.ledger.actions import AFTER_CANCEL
 from vox_mqtt.protocol.messages import (
@@ -17,6 +17,7 @@ from vox_mqtt.protocol.messages import (
     VOXMessage,
     new_message,
 )
+from vox_mqtt.protocol.requeststates import RequestState
 
 MASTER, ME, CHILD, OTHER = uuid4(), uuid4(), uuid4(), uuid4()
 
@@ -36,24 +37,24 @@ async def test_a_served_command_moves_through_its_states_and_leaves_once_final()
     served = requests.open(command(), Serve(handler=print))
     assert requests.get(served.message_id) is served
     assert requests.in_flight == 1
-    requests.move(served, ServedState.WORKING)
-    requests.move(served, ServedState.COMPLETED)
+    requests.move(served, RequestState.WORKING)
+    requests.move(served, RequestState.COMPLETED)
     assert served.final
     assert requests.get(served.message_id) is None
     assert requests.in_flight == 0
     assert [state for state, _ in served.history] == [
-        ServedState.RECEIVED,
-        ServedState.WORKING,
-        ServedState.COMPLETED,
+        RequestState.RECEIVED,
+        RequestState.WORKING,
+        RequestState.COMPLETED,
     ]
 
 
 async def test_a_final_state_is_final() -> None:
     requests = owner()
     served = requests.open(command(), Serve(handler=print))
-    requests.move(served, ServedState.EXPIRED)
-    requests.move(served, ServedState.COMPLETED)
-    assert served.state is ServedState.EXPIRED
+    requests.move(served, RequestState.EXPIRED)
+    requests.move(served, RequestState.COMPLETED)
+    assert served.state is RequestState.EXPIRED
     assert not requests.claim_answer(served)
 
 
@@ -62,7 +63,7 @@ async def test_delegation_counts_the_childs_load_until_its_part_is_over() -> Non
     served = requests.open(command(), Delegate(child=CHILD))
     downstream = requests.sent.track(command(ME, CHILD), expects_reply=True)
     requests.delegate(served, CHILD, downstream)
-    assert served.state is ServedState.DELEGATED
+    assert served.state is RequestState.DELEGATED
     assert dict(requests.load) == {CHILD: 1}
     assert requests.relaying(downstream.message_id) is served
     requests.undelegate(served)
@@ -95,7 +96,7 @@ async def test_finishing_a_delegated_command_frees_its_child() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
     requests.delegate(served, CHILD, requests.sent.track(command(ME, CHILD), expects_reply=True))
-    requests.move(served, ServedState.FAILED)
+    requests.move(served, RequestState.FAILED)
     assert dict(requests.load) == {}
 
 
@@ -135,7 +136,7 @@ def test_idle_is_awaitable_once_nothing_is_served() -> None:
         waiting = asyncio.ensure_future(requests.wait_idle())
         await asyncio.sleep(0)
         busy = not waiting.done()
-        requests.move(served, ServedState.COMPLETED)
+        requests.move(served, RequestState.COMPLETED)
         await asyncio.wait_for(waiting, 1)
         return busy
 
@@ -143,19 +144,19 @@ def test_idle_is_awaitable_once_nothing_is_served() -> None:
 
 
 def test_an_answer_ends_its_command_canceled_only_when_it_is_canceled() -> None:
-    assert ended_by(CommandResult(command="analyze", result={})) is ServedState.COMPLETED
+    assert ended_by(CommandResult(command="analyze", result={})) is RequestState.COMPLETED
     canceled = CommandError(code=ErrorCode.CANCELED, error="canceled by its master")
-    assert ended_by(canceled) is ServedState.CANCELED
+    assert ended_by(canceled) is RequestState.CANCELED
     timeout = CommandError(code=ErrorCode.TIMEOUT, error="no answer within 3.0s")
-    assert ended_by(timeout) is ServedState.FAILED
+    assert ended_by(timeout) is RequestState.FAILED
 
 
 async def test_an_end_after_a_cancel_passed_down_is_recorded_as_such() -> None:
     requests = owner()
     served = requests.open(command(), Delegate(child=CHILD))
-    assert served.outcome_of(ServedState.COMPLETED) is None
-    assert served.outcome_of(ServedState.CANCELED) == ErrorCode.CANCELED
+    assert served.outcome_of(RequestState.COMPLETED) is None
+    assert served.outcome_of(RequestState.CANCELED) == ErrorCode.CANCELED
     requests.passing_cancel_down(served)  # its `canceling` row committed: the child confirms
-    assert served.outcome_of(ServedState.COMPLETED) == AFTER_CANCEL
-    assert served.outcome_of(ServedState.FAILED) == AFTER_CANCEL
-    assert served.outcome_of(ServedState.CANCELED) == ErrorCode.CANCELED
+    assert served.outcome_of(RequestState.COMPLETED) == AFTER_CANCEL
+    assert served.outcome_of(RequestState.FAILED) == AFTER_CANCEL
+    assert served.outcome_of(RequestState.CANCELED) == ErrorCode.CANCELED

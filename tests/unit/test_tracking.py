@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.agent.tracking import RequestTracker, SentState
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, new_message
 
 A, B = uuid4(), uuid4()
@@ -24,7 +24,7 @@ def test_request_moves_through_every_state_and_the_hook_sees_each() -> None:
     assert not tracked.final
     reply = message.reply("command_result", {"result": 1})
     tracker.completed(message.message_id, reply)
-    assert tracked.state is RequestState.COMPLETED
+    assert tracked.state is SentState.COMPLETED
     assert tracked.reply == reply
     assert seen == [
         ("queued", "dispatched"),
@@ -40,7 +40,7 @@ def test_message_without_reply_completes_on_ack() -> None:
     message = request()
     tracked = tracker.track(message, expects_reply=False)
     tracker.acknowledged(message.message_id)
-    assert tracked.state is RequestState.COMPLETED
+    assert tracked.state is SentState.COMPLETED
 
 
 def test_failure_is_final_and_later_replies_do_not_revive_it() -> None:
@@ -49,7 +49,7 @@ def test_failure_is_final_and_later_replies_do_not_revive_it() -> None:
     tracked = tracker.track(message, expects_reply=True)
     tracker.failed(message.message_id, "TIMEOUT", "no answer")
     tracker.completed(message.message_id, message.reply("command_result", {}))
-    assert tracked.state is RequestState.FAILED
+    assert tracked.state is SentState.FAILED
     assert tracked.error_code == "TIMEOUT"
     assert tracker.pending() == []
 

@@ -29,7 +29,7 @@ from vox_mqtt.agent.plan import (
 )
 from vox_mqtt.agent.prepared import NotStarted, Staged, Taken, refused_unrecorded
 from vox_mqtt.agent.requests import CURRENT_REQUEST, Served
-from vox_mqtt.ledger.actions import LedgerAction
+from vox_mqtt.ledger.actions import LedgerAction, row_of
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import (
     MSG_COMMAND_ERROR,
@@ -166,9 +166,10 @@ class ServeStep:
             return  # slower: its record commits now, and its answer later, as usual
         outgoing = runner.prepared_answer(served, running.result())
         if outgoing is not None:
+            assert served.answer_end is not None, "prepared with its answer (answer_prepared)"
             staged.outgoing, staged.implied = outgoing, True
             staged.rows.append((outgoing.message, LedgerAction.SENT, None))
-            staged.rows.append((served.request, LedgerAction(served.answer_end), None))
+            staged.rows.append((served.request, row_of(served.answer_end), None))
 
     async def execute(self, taken: Taken, plan: Serve, staged: Staged) -> None:
         self._runner.begin(staged)

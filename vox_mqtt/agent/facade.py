@@ -31,7 +31,7 @@ from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import advertised_params, advertisement, child_share, down_commands
 from vox_mqtt.agent.runner import CommandRunner
-from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
+from vox_mqtt.agent.tracking import RequestTracker, SentState, TrackedRequest
 from vox_mqtt.ledger.privatefs import private_dir
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -63,8 +63,7 @@ class VOXAgent:
         config: AgentConfig,
         roles: Iterable[Role] = (),
         *,
-        on_request_change: Callable[[TrackedRequest, RequestState, RequestState], None]
-        | None = None,
+        on_request_change: Callable[[TrackedRequest, SentState, SentState], None] | None = None,
     ) -> None:
         self.id = config.id
         self.name = config.name
@@ -403,7 +402,7 @@ class VOXAgent:
         for tracked in self.tracker.pending():
             if tracked.message.target == child and tracked.expects_reply:
                 ending = self._outbox.end(
-                    tracked, RequestState.FAILED, ErrorCode.TARGET_INACTIVE, reason
+                    tracked, SentState.FAILED, ErrorCode.TARGET_INACTIVE, reason
                 )
                 self._ctx.tasks.spawn(ending, "fail-delegated")
 
@@ -438,7 +437,7 @@ class VOXAgent:
     follow = Forward("_lifecycle", Lifecycle.follow)
     progress = Forward("_progress", ProgressReporter.progress)
 
-    def _request_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
+    def _request_moved(self, tracked: TrackedRequest, old: SentState, new: SentState) -> None:
         """A sent request moved: its followers hear of it, then the owner's hook."""
         self._lifecycle.tracked_moved(tracked, old, new)
         if self._on_request_change is not None:

@@ -9,33 +9,33 @@ from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
-from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.tracking import SentState, TrackedRequest
 from vox_mqtt.protocol.messages import ErrorCode
 
 __all__ = ["FOLLOW_END", "Followers", "follow_event"]
 
 # A sent request's states, as follow() names them.
 FOLLOW_STATES: Final = {
-    RequestState.QUEUED: "sent",
-    RequestState.ACKNOWLEDGED: "acknowledged",
-    RequestState.COMPLETED: "completed",
-    RequestState.FAILED: "failed",
-    RequestState.EXPIRED: "expired",
+    SentState.QUEUED: "sent",
+    SentState.ACKNOWLEDGED: "acknowledged",
+    SentState.COMPLETED: "completed",
+    SentState.FAILED: "failed",
+    SentState.EXPIRED: "expired",
 }
 FOLLOW_END: Final = frozenset({"completed", "failed", "canceled", "expired"})
 
 
-def follow_event(tracked: TrackedRequest, state: RequestState, at: float) -> dict[str, Any] | None:
+def follow_event(tracked: TrackedRequest, state: SentState, at: float) -> dict[str, Any] | None:
     """A sent request's state as follow() tells it (dispatched is no transition of its own)."""
     name = FOLLOW_STATES.get(state)
     if name is None:
         return None
     details: dict[str, Any] = {}
-    if state is RequestState.FAILED or state is RequestState.EXPIRED:
+    if state is SentState.FAILED or state is SentState.EXPIRED:
         details = {"code": tracked.error_code, "error": tracked.error}
         if tracked.error_code == ErrorCode.CANCELED:
             name = "canceled"
-    elif state is RequestState.COMPLETED and tracked.reply is not None:
+    elif state is SentState.COMPLETED and tracked.reply is not None:
         details = {"type": tracked.reply.type}
     when = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
     return {"state": name, "at": when, "details": details}
@@ -72,7 +72,7 @@ class Followers:
             if not queues:
                 self._queues.pop(request_id, None)
 
-    def moved(self, tracked: TrackedRequest, new: RequestState) -> None:
+    def moved(self, tracked: TrackedRequest, new: SentState) -> None:
         """A tracked request moved: its followers hear of it."""
         if tracked.message_id in self._queues:
             event = follow_event(tracked, new, time.time())

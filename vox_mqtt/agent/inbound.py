@@ -42,7 +42,7 @@ from vox_mqtt.agent.roles import is_idempotent
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
 from vox_mqtt.agent.sendrules import awaits_answer, deadline_passed
-from vox_mqtt.agent.tracking import RequestState, RequestTracker
+from vox_mqtt.agent.tracking import RequestTracker, SentState
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -70,7 +70,7 @@ from vox_mqtt.transport.session import Inbound, Session
 __all__ = ["InboundPipeline", "Listener", "Observed"]
 
 log = logging.getLogger("vox_mqtt.agent")
-COMPLETED = RequestState.COMPLETED
+COMPLETED = SentState.COMPLETED
 SENDER_ENDS = frozenset(
     {LedgerAction.EXPIRED, LedgerAction.FAILED}
 )  # how a request this agent sent can end

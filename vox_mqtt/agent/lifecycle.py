@@ -26,9 +26,9 @@ from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.remembered import REMEMBERED_CANCELS, RememberedCancels
-from vox_mqtt.agent.requests import Requests, Served, ServedState
+from vox_mqtt.agent.requests import Requests, Served
 from vox_mqtt.agent.standing import history_of, part_of
-from vox_mqtt.agent.tracking import RequestState, TrackedRequest
+from vox_mqtt.agent.tracking import SentState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -48,6 +48,7 @@ from vox_mqtt.protocol.lifecycle import (
     CancelReport,
     CancelRequest,
     CommandProgress,
+    RequestState,
     StatusQuery,
     StatusReport,
 )
@@ -115,9 +116,9 @@ class Lifecycle:
         self._answering_status = 0
         requests.on_move = self._moved
         for state, gauge in (
-            (ServedState.RECEIVED, "requests_received"),
-            (ServedState.WORKING, "requests_working"),
-            (ServedState.DELEGATED, "requests_delegated"),
+            (RequestState.RECEIVED, "requests_received"),
+            (RequestState.WORKING, "requests_working"),
+            (RequestState.DELEGATED, "requests_delegated"),
         ):
             metrics.gauge(gauge, lambda state=state: requests.count(state))  # type: ignore[misc]
 
@@ -175,7 +176,7 @@ class Lifecycle:
         if served is not None:
             # An answer staged already (a quick idempotent one, a child's relayed) is decided.
             decided = served.answering or served.final or served.answer is not None
-            return "answering" if decided else str(served.state)
+            return "answering" if decided else served.state
         history = await self._history(request_id)
         state = history[-1][0] if history else "unknown"
         return "delegated" if state == "canceling" else state  # its child's answer is due
@@ -325,7 +326,7 @@ class Lifecycle:
     ) -> None:
         """Stop a request whose "canceled" row committed: its task, its child's part."""
         task, early = served.task, served.early
-        self._requests.move(served, ServedState.CANCELED)
+        self._requests.move(served, RequestState.CANCELED)
         if early is not None:
             early.cancel()
         if task is not None and task is not asyncio.current_task():
@@ -389,9 +390,10 @@ class Lifecycle:
         if ended:  # after a `canceling` row, and not `canceled`: it came up after the cancel
             after = ended[-1][0] != "canceled" and any(s == "canceling" for s, _ in history)
             return *ended[-1], AFTER_CANCEL_WHY if after else None
-        if served is not None and (served.final or served.answer_end):
-            # Answered, its end row still on its way to the ledger.
-            return (str(served.state) if served.final else served.answer_end), now_iso(), None
+        if served is not None:
+            end = served.state if served.final else served.answer_end
+            if end is not None:  # answered, its end row still on its way to the ledger
+                return end, now_iso(), None
         last = history[-1] if history and history[-1][0] == "canceling" else None
         return (*last, None) if last else ("unknown", now_iso(), None)
 
@@ -466,11 +468,11 @@ class Lifecycle:
 
     # --- progress ---------------------------------------------------------------------------
 
-    def _moved(self, served: Served, state: ServedState) -> None:
+    def _moved(self, served: Served, state: RequestState) -> None:
         """A served request moved (Requests.move): progress up, and its end counted."""
         self.reporter.moved(served, state)
-        if state.value in FINAL_STATES:
-            self._metrics.requests_ended.inc(state.value)
+        if state in FINAL_STATES:
+            self._metrics.requests_ended.inc(str(state))
 
     def _progress_in(self, message: VOXMessage) -> None:
         """A child's progress: passed up for a request delegated from here, told to followers."""
@@ -539,7 +541,7 @@ class Lifecycle:
                 " and reaches the child when it is back",
             ) from None
         reply = tracked.reply
-        if tracked.state is not RequestState.COMPLETED or reply is None:
+        if tracked.state is not SentState.COMPLETED or reply is None:
             raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
 
         async def ask(within: float) -> dict[str, Any]:
@@ -580,7 +582,7 @@ class Lifecycle:
         async for event in self._followers.follow(tracked):
             yield event
 
-    def tracked_moved(self, tracked: TrackedRequest, old: RequestState, new: RequestState) -> None:
+    def tracked_moved(self, tracked: TrackedRequest, old: SentState, new: SentState) -> None:
         """The tracker's hook: a request this agent sent moved; its followers hear of it."""
         self._followers.moved(tracked, new)
 

@@ -32,7 +32,7 @@ from vox_mqtt.agent.sendrules import (
     request_time_left,
     resend_deadline,
 )
-from vox_mqtt.agent.tracking import RequestState, RequestTracker, TrackedRequest
+from vox_mqtt.agent.tracking import RequestTracker, SentState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
@@ -192,10 +192,10 @@ class Outbox:
             )
             if deadline_passed(message):
                 reason = "its deadline passed while this agent was stopped"
-                ending = self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+                ending = self.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self._tasks.spawn(ending, "expire")
             elif (too_old := self._outlived(message)) is not None:
-                failed = RequestState.FAILED
+                failed = SentState.FAILED
                 ending = self.end(tracked, failed, ErrorCode.DELIVERY_FAILED, too_old)
                 self._tasks.spawn(ending, "outlived")
             else:
@@ -259,17 +259,17 @@ class Outbox:
             # was away gets it when it is back (docs/security.md, F25).
             if message.target not in self.config.peers:
                 reason = "its requester is no longer this agent's master or child"
-                self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
+                self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
                 return
         elif time.monotonic() >= delivery.give_up_at:
             metrics.delivery_failures += 1
             reason = f"no acknowledgement within {delivery.patience:.0f}s"
-            self._give_up(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+            self._give_up(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
             return
         until = delivery.resend_until
         if until is not None and (too_old := self._outlived(message, until)) is not None:
             metrics.delivery_failures += 1
-            self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
+            self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
             return
         peer = message.target
         if self._quiet.holds(
@@ -358,17 +358,13 @@ class Outbox:
             # The broker refused it (ACL): re-sending cannot help.
             self._metrics.delivery_failures += 1
             reason = f"the broker refused it: {outcome.reason}"
-            self._give_up(tracked, RequestState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
+            self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
 
-    def _give_up(
-        self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
-    ) -> None:
+    def _give_up(self, tracked: TrackedRequest, state: SentState, code: str, reason: str) -> None:
         self._forget(tracked.message_id)
         self._tasks.spawn(self.end(tracked, state, code, reason), "give-up")
 
-    async def end(
-        self, tracked: TrackedRequest, state: RequestState, code: str, reason: str
-    ) -> None:
+    async def end(self, tracked: TrackedRequest, state: SentState, code: str, reason: str) -> None:
         """Give up on a sent message: it ends failed or expired, for good.
 
         The tracker moves at once, so an answer that comes later is late, never a success.
@@ -379,7 +375,7 @@ class Outbox:
         if tracked.final:
             return
         message_id = tracked.message_id
-        if state is RequestState.EXPIRED:
+        if state is SentState.EXPIRED:
             self._tracker.expired(message_id, reason)
         else:
             self._tracker.failed(message_id, code, reason)
@@ -441,7 +437,7 @@ class Outbox:
                 await tracked.done.wait()
         except TimeoutError:
             reason = f"no answer within {limit:.1f}s"
-            await self.end(tracked, RequestState.EXPIRED, ErrorCode.TIMEOUT, reason)
+            await self.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
             if message.type == MSG_COMMAND_REQUEST and tracked.acknowledged.is_set():
                 # Given up on: the child holds it, and is told so that no level works on
                 # past it (a cancel with reason "deadline", durable like any, docs/messages.md).
@@ -453,7 +449,7 @@ class Outbox:
         if message.type == MSG_COMMAND_REQUEST:
             # End to end as the requester sees it, answered or not.
             self._metrics.command_roundtrip_seconds.time_since(started)
-        if tracked.state is RequestState.COMPLETED and tracked.reply is not None:
+        if tracked.state is SentState.COMPLETED and tracked.reply is not None:
             return tracked.reply
         raise CommandFailed(tracked.error_code or ErrorCode.TIMEOUT, tracked.error or "failed")
 

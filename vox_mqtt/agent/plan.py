@@ -26,6 +26,7 @@ from vox_mqtt.protocol.lifecycle import (
     MSG_CANCEL_REQUEST,
     MSG_COMMAND_PROGRESS,
     MSG_STATUS_QUERY,
+    RequestState,
 )
 from vox_mqtt.protocol.messages import (
     MSG_ACKNOWLEDGED,
@@ -377,7 +378,8 @@ class AnswerFacts:
 class CancelFacts:
     """What deciding a cancel_request reads: where the request it names stands here."""
 
-    # A ServedState value, "answering", a final state read from the ledger, or "unknown".
+    # A served record's state (RequestState), "answering", the last state its rows give
+    # (a `canceling` one as "delegated": its child's answer is due), or "unknown".
     target: str
     # For a request not received: whether its sender may still have one remembered
     # (docs/security.md, "Costs of a peer's messages").
@@ -520,7 +522,7 @@ def _decide_answer(message: VOXMessage, facts: AnswerFacts) -> Plan:
     return Event(acknowledge=acknowledge)
 
 
-_IN_FLIGHT = frozenset({"received", "started", "working", "delegated"})
+_IN_FLIGHT = frozenset({RequestState.RECEIVED, RequestState.WORKING, RequestState.DELEGATED})
 
 
 def _decide_cancel(facts: CancelFacts) -> Plan:

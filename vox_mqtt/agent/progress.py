@@ -16,13 +16,14 @@ from typing import Any, Final
 from uuid import UUID
 
 from vox_mqtt.agent.ports import Publisher, Settings
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Served, ServedState
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Served
 from vox_mqtt.agent.standing import progress_delay
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.lifecycle import MAX_TEXT, MSG_COMMAND_PROGRESS, CommandProgress
 from vox_mqtt.protocol.messages import serialize
+from vox_mqtt.protocol.requeststates import RequestState
 from vox_mqtt.protocol.settings import AgentConfig
 from vox_mqtt.transport.publishprops import PublishProperties
 
@@ -86,12 +87,10 @@ class ProgressReporter:
             text = text[:MAX_TEXT]
         self.emit(served, {"state": "working", "fraction": fraction, "text": text})
 
-    def moved(self, served: Served, state: ServedState) -> None:
+    def moved(self, served: Served, state: RequestState) -> None:
         """A served request moved: its master hears of working and delegated."""
-        if state is ServedState.WORKING:
-            self.emit(served, {"state": "working"})
-        elif state is ServedState.DELEGATED:
-            self.emit(served, {"state": "delegated"})
+        if state is RequestState.WORKING or state is RequestState.DELEGATED:
+            self.emit(served, {"state": state})
         elif served.final:
             emitter = self._emitters.pop(served.message_id, None)
             if emitter is not None and emitter.timer is not None:

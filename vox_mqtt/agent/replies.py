@@ -32,7 +32,7 @@ from vox_mqtt.agent.refusals import Refusals
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.runner import CommandRunner
-from vox_mqtt.ledger.actions import LedgerAction
+from vox_mqtt.ledger.actions import LedgerAction, row_of
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.messages import MessageAcknowledged, VOXMessage
@@ -200,7 +200,8 @@ class RelayAnswerStep:
         staged = Staged(relayed=served, outgoing=outgoing)
         staged.rows.append((outgoing.message, LedgerAction.SENT, None))
         end = served.answer_end
-        staged.rows.append((served.request, LedgerAction(end), served.outcome_of(end)))
+        assert end is not None, "prepared with its answer (answer_prepared)"
+        staged.rows.append((served.request, row_of(end), served.outcome_of(end)))
         return staged
 
     async def execute(self, taken: Taken, plan: RelayAnswer, staged: Staged) -> None:

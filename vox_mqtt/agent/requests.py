@@ -4,8 +4,10 @@ A request this agent sent is a `TrackedRequest` (agent/tracking.py, the bounded 
 outbox moves and callers wait on). A command this agent serves is a `Served` record, from
 its commit to its answer: whether it holds a handler slot, the handler started early, the
 child it went to and the downstream request, the answer prepared to commit with a child's.
-Each state it reaches is a ledger row written in the commit that makes it true
-(docs/ledger.md); a restart rebuilds what was still open from those rows (resume).
+Its state is the request's state as the wire names it (protocol/requeststates.py); each
+state it reaches is a ledger row (ledger/actions.py, `row_of`: `working` is written
+`started`) written in the commit that makes it true (docs/ledger.md); a restart rebuilds
+what was still open from those rows (resume).
 """
 
 from __future__ import annotations
@@ -15,38 +17,22 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from vox_mqtt.agent.plan import CommandPlan
 from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
-from vox_mqtt.ledger.actions import AFTER_CANCEL, LedgerAction
+from vox_mqtt.ledger.actions import AFTER_CANCEL
 from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
+from vox_mqtt.protocol.requeststates import FINAL_STATES, RequestState
 
 if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
 
-__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ServedState", "ended_by"]
+__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ended_by"]
 
-
-class ServedState(StrEnum):
-    """Where a command this agent serves stands (each is the ledger row of the same name)."""
-
-    RECEIVED = LedgerAction.RECEIVED  # recorded and acknowledged, not started (for a slot)
-    WORKING = LedgerAction.STARTED  # its handler runs here
-    DELEGATED = LedgerAction.DELEGATED  # its downstream request went to a child
-    COMPLETED = LedgerAction.COMPLETED
-    FAILED = LedgerAction.FAILED
-    EXPIRED = LedgerAction.EXPIRED  # it reached this agent after its deadline: never started
-    CANCELED = LedgerAction.CANCELED  # its master canceled it (docs/messages.md, lifecycle)
-
-
-FINAL = frozenset(
-    {ServedState.COMPLETED, ServedState.FAILED, ServedState.EXPIRED, ServedState.CANCELED}
-)
-MoveHook = Callable[["Served", "ServedState"], None]
+MoveHook = Callable[["Served", RequestState], None]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -56,14 +42,19 @@ class Served:
     request: VOXMessage
     plan: CommandPlan  # decided at its arrival, or again on a new fact (replan)
     refusal: CommandError | None = None  # a child's unrecorded refusal, the last one
-    state: ServedState = ServedState.RECEIVED
-    history: list[tuple[ServedState, float]] = field(default_factory=list)
+    # RECEIVED (recorded and acknowledged, not started: it waits for a slot), WORKING (its
+    # handler runs here) or DELEGATED (its downstream request went to a child), then one
+    # end: COMPLETED, FAILED, EXPIRED (it came after its deadline: never started) or
+    # CANCELED (its master canceled it, docs/messages.md). Never CANCELING: a cancel passed
+    # down is the flag `canceling` beside DELEGATED.
+    state: RequestState = RequestState.RECEIVED
+    history: list[tuple[RequestState, float]] = field(default_factory=list)
     slot: bool = False  # holds a handler slot (taken before its commit: Plan.start_now)
     early: asyncio.Task[CommandResult | CommandError] | None = None  # idempotent, started early
     # An answer whose "sent" row committed with this command's record (a quick idempotent
     # answer) or with its child's answer (RELAY_ANSWER): only its publish is left.
     answer: Outgoing | None = None
-    answer_end: str = ""  # the command's end row for that answer: "completed" or "failed"
+    answer_end: RequestState | None = None  # the command's end with that answer (ended_by)
     answer_code: str | None = None  # its error code, for a command_error
     answer_durable: asyncio.Future[bool] | None = None  # a relayed answer's commit outcome
     child: UUID | None = None  # DELEGATED: the child it went to
@@ -87,7 +78,7 @@ class Served:
     @property
     def final(self) -> bool:
         """Return whether it has been answered (completed, failed, expired or canceled)."""
-        return self.state in FINAL
+        return self.state in FINAL_STATES
 
     @property
     def down(self) -> tuple[UUID, UUID] | None:
@@ -96,23 +87,23 @@ class Served:
             return None
         return self.child, self.downstream.message_id
 
-    def outcome_of(self, end: str) -> str | None:
+    def outcome_of(self, end: RequestState) -> str | None:
         """The `outcome` of its end row: `after_cancel` for an end other than `canceled` that
         came after its cancel passed down, CANCELED for `canceled` (docs/ledger.md)."""
-        if end == ServedState.CANCELED:
+        if end == RequestState.CANCELED:
             return str(ErrorCode.CANCELED)
         return AFTER_CANCEL if self.canceling else None
 
 
-def ended_by(details: CommandResult | CommandError) -> ServedState:
-    """The end row an answer commits with: a `CANCELED` error ends a command `canceled`.
+def ended_by(details: CommandResult | CommandError) -> RequestState:
+    """The end an answer gives a command: a `CANCELED` error ends it `canceled`.
 
     A level that passed its cancel down relays its child's `CANCELED` answer, the child's
     confirmation that nothing of it runs there or below (docs/messages.md).
     """
     if isinstance(details, CommandResult):
-        return ServedState.COMPLETED
-    return ServedState.CANCELED if details.code == ErrorCode.CANCELED else ServedState.FAILED
+        return RequestState.COMPLETED
+    return RequestState.CANCELED if details.code == ErrorCode.CANCELED else RequestState.FAILED
 
 
 CURRENT_REQUEST: ContextVar[Served | None] = ContextVar("vox_current_request", default=None)
@@ -158,7 +149,7 @@ class Requests:
         if not self._served:
             self._idle.set()
 
-    def move(self, served: Served, state: ServedState) -> None:
+    def move(self, served: Served, state: RequestState) -> None:
         """Record where a served command stands now (its ledger row is the caller's)."""
         if served.final:
             return
@@ -166,7 +157,7 @@ class Requests:
         served.history.append((state, time.monotonic()))
         if self.on_move is not None:
             self.on_move(served, state)
-        if state in FINAL:
+        if state in FINAL_STATES:
             self._unlink(served)
             if self._served.get(served.message_id) is served:
                 del self._served[served.message_id]
@@ -183,7 +174,7 @@ class Requests:
         served.child, served.downstream = child, downstream
         self._by_downstream[downstream.message_id] = served
         self._load[child] = self._load.get(child, 0) + 1
-        self.move(served, ServedState.DELEGATED)
+        self.move(served, RequestState.DELEGATED)
 
     def undelegate(self, served: Served) -> None:
         """The child's part is over (answered, failed or given up): it no longer counts."""
@@ -237,10 +228,10 @@ class Requests:
         served.task = task
 
     def answer_prepared(
-        self, served: Served, answer: Outgoing, end: ServedState, code: str | None
+        self, served: Served, answer: Outgoing, end: RequestState, code: str | None
     ) -> None:
         """Record the answer that commits with the command's record or its child's answer."""
-        served.answer, served.answer_end, served.answer_code = answer, str(end), code
+        served.answer, served.answer_end, served.answer_code = answer, end, code
 
     def answer_unprepared(self, served: Served) -> None:
         """Its prepared answer's commit failed: nothing of it was recorded; it goes on."""
@@ -274,7 +265,7 @@ class Requests:
         """Return the commands still being served whose answer nobody sends yet."""
         return [s for s in self._served.values() if not s.answering]
 
-    def count(self, state: ServedState) -> int:
+    def count(self, state: RequestState) -> int:
         """Return how many commands served here stand in this state now."""
         return sum(1 for s in self._served.values() if s.state is state)
 

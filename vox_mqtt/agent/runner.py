@@ -28,13 +28,13 @@ from vox_mqtt.agent.outbox import Outbox, Outgoing
 from vox_mqtt.agent.plan import CommandPlan, Delegate, Serve
 from vox_mqtt.agent.ports import Recorder, Settings
 from vox_mqtt.agent.prepared import NotStarted, Staged
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ServedState, ended_by
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served, ended_by
 from vox_mqtt.agent.restart import downstream_from_row, request_from_row
 from vox_mqtt.agent.roles import Handler
 from vox_mqtt.agent.router import Router
 from vox_mqtt.agent.rules import choose_child, down_levels, inactive_reason
 from vox_mqtt.agent.sendrules import time_left
-from vox_mqtt.ledger.actions import LedgerAction
+from vox_mqtt.ledger.actions import LedgerAction, row_of
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.observe.status import AgentLiveness, FleetView
 from vox_mqtt.protocol.errors import CommandFailed, LedgerError, MessageTooLarge, VoxError
@@ -49,6 +49,7 @@ from vox_mqtt.protocol.messages import (
     VOXMessage,
     new_message,
 )
+from vox_mqtt.protocol.requeststates import RequestState
 from vox_mqtt.protocol.settings import AgentConfig
 
 __all__ = ["CommandRunner", "Planner"]
@@ -138,7 +139,7 @@ class CommandRunner:
     async def record_start(self, served: Served) -> None:
         """Record that a command's handler starts now (it waited for a slot)."""
         await self._ledger.record_message(served.request, LedgerAction.STARTED)
-        self.requests.move(served, ServedState.WORKING)
+        self.requests.move(served, RequestState.WORKING)
 
     def prepared_answer(
         self, served: Served, details: CommandResult | CommandError
@@ -224,7 +225,7 @@ class CommandRunner:
                         answering=request,
                     )
                 )
-            self.requests.move(served, ServedState.FAILED)
+            self.requests.move(served, RequestState.FAILED)
         # A moment for the answers to reach the broker; one that does not is held for replay
         # and goes out when its requester re-sends the request (docs/messages.md).
         if answers:
@@ -238,7 +239,7 @@ class CommandRunner:
             return  # canceled before its task ran (agent/lifecycle.py): it never starts
         CURRENT_REQUEST.set(served)  # this task's own context: the handler's progress()
         if served.slot:
-            self.requests.move(served, ServedState.WORKING)  # its "started" row committed
+            self.requests.move(served, RequestState.WORKING)  # its "started" row committed
         try:
             details = await self._answer(served, committed)
         except Exception as exc:  # the last line of defence: answer, never crash
@@ -257,11 +258,11 @@ class CommandRunner:
             await self._send_answer(served, details)
         finally:
             if isinstance(details, NotStarted):
-                self.requests.move(served, ServedState.EXPIRED)
+                self.requests.move(served, RequestState.EXPIRED)
             elif isinstance(details, CommandResult):
-                self.requests.move(served, ServedState.COMPLETED)
+                self.requests.move(served, RequestState.COMPLETED)
             else:
-                self.requests.move(served, ServedState.FAILED)
+                self.requests.move(served, RequestState.FAILED)
 
     async def _answer(
         self, served: Served, committed: Outgoing | None
@@ -284,7 +285,8 @@ class CommandRunner:
         """Publish an answer whose "sent" row committed already, and close the command."""
         if served.answer_code is not None:
             self._metrics.commands_failed.inc(served.answer_code)
-        self.requests.move(served, ServedState(served.answer_end))
+        assert served.answer_end is not None, "prepared with its answer (answer_prepared)"
+        self.requests.move(served, served.answer_end)
         self.outbox.dispatch(answer)
 
     async def _send_answer(self, served: Served, details: CommandResult | CommandError) -> None:
@@ -294,9 +296,7 @@ class CommandRunner:
         else:
             kind = MSG_COMMAND_ERROR
             self._metrics.commands_failed.inc(details.code)
-        end = LedgerAction(ended_by(details))
-        if isinstance(details, NotStarted):
-            end = LedgerAction.EXPIRED
+        end = RequestState.EXPIRED if isinstance(details, NotStarted) else ended_by(details)
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
@@ -305,7 +305,7 @@ class CommandRunner:
                 await self.outbox.send_message(
                     request.reply(kind, details),
                     expects_reply=False,
-                    then=[(request, end, served.outcome_of(end))],
+                    then=[(request, row_of(end), served.outcome_of(end))],
                     answering=request,
                 )
             except MessageTooLarge as exc:

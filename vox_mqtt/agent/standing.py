@@ -7,25 +7,12 @@ tests/unit/test_standing.py covers them (docs/messages.md, "A request's life").
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
-from vox_mqtt.ledger.actions import LedgerAction
+from vox_mqtt.ledger.actions import ROW_STATES
 from vox_mqtt.protocol.lifecycle import MAX_HISTORY
 
-__all__ = ["ROW_STATES", "history_of", "part_of", "progress_delay"]
-
-# A served request's ledger rows, as the states a status report names.
-ROW_STATES: Final = {
-    LedgerAction.RECEIVED: "received",
-    LedgerAction.STARTED: "working",
-    LedgerAction.DELEGATED: "delegated",
-    LedgerAction.COMPLETED: "completed",
-    LedgerAction.FAILED: "failed",
-    LedgerAction.EXPIRED: "expired",
-    LedgerAction.CANCELED: "canceled",
-    LedgerAction.CANCELING: "canceling",  # the cancel passed down: the child's answer is due
-    LedgerAction.REJECTED: "rejected",
-}
+__all__ = ["history_of", "part_of", "progress_delay"]
 
 
 def history_of(own: Iterable[Mapping[str, Any]], me: str) -> list[dict[str, str]]:

@@ -16,11 +16,21 @@ from uuid import UUID
 
 from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
-__all__ = ["RequestState", "RequestTracker", "TrackedRequest"]
+__all__ = ["RequestTracker", "SentState", "TrackedRequest"]
 
 
-class RequestState(StrEnum):
-    """Where a sent message stands."""
+class SentState(StrEnum):
+    """Where a message this agent sent stands: its delivery, then what came back.
+
+    Not a request's state (protocol/requeststates.py, `RequestState`): it is the sender's
+    view of one message of any type it tracks (an event, a cancel, a status query or report,
+    an answer published once, as well as a command_request), and it says what the sender
+    has heard, not what the receiver did. `queued`, `dispatched` and `acknowledged` are delivery, no
+    request's state at any level; `failed` is any error reply (a request its child canceled
+    included) or a broker's refusal; `expired` is the sender giving up, whatever became of
+    the message. Where a request stands at the level it went to, that level says
+    (`request_status`, its `command_progress`).
+    """
 
     QUEUED = "queued"
     DISPATCHED = "dispatched"  # the broker PUBACKed it
@@ -30,7 +40,7 @@ class RequestState(StrEnum):
     EXPIRED = "expired"  # no acknowledgement or answer in time: the sender gave up on it
 
 
-_FINAL = frozenset({RequestState.COMPLETED, RequestState.FAILED, RequestState.EXPIRED})
+_FINAL = frozenset({SentState.COMPLETED, SentState.FAILED, SentState.EXPIRED})
 
 
 @dataclass(kw_only=True, eq=False)
@@ -39,11 +49,11 @@ class TrackedRequest:
 
     message: VOXMessage
     expects_reply: bool
-    state: RequestState = RequestState.QUEUED
+    state: SentState = SentState.QUEUED
     reply: VOXMessage | None = None
     error: str | None = None
     error_code: str | None = None
-    history: list[tuple[RequestState, float]] = field(default_factory=list)
+    history: list[tuple[SentState, float]] = field(default_factory=list)
     acknowledged: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -67,7 +77,7 @@ def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
     return by is not None and by != request.message.target
 
 
-StatusHook = Callable[[TrackedRequest, RequestState, RequestState], None]
+StatusHook = Callable[[TrackedRequest, SentState, SentState], None]
 
 
 # How many ended requests stay in memory. They are a cache: every reader of an ended request
@@ -94,7 +104,7 @@ class RequestTracker:
     def track(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
         """Start tracking a message about to be sent."""
         request = TrackedRequest(message=message, expects_reply=expects_reply)
-        request.history.append((RequestState.QUEUED, time.monotonic()))
+        request.history.append((SentState.QUEUED, time.monotonic()))
         self._requests[message.message_id] = request
         return request
 
@@ -109,8 +119,8 @@ class RequestTracker:
     def dispatched(self, message_id: UUID) -> None:
         """Record the broker's PUBACK."""
         request = self._requests.get(message_id)
-        if request is not None and request.state is RequestState.QUEUED:
-            self._move(request, RequestState.DISPATCHED)
+        if request is not None and request.state is SentState.QUEUED:
+            self._move(request, SentState.DISPATCHED)
 
     def acknowledged(self, message_id: UUID, *, by: UUID | None = None) -> TrackedRequest | None:
         """Record the peer's message_acknowledged; complete messages that need no reply.
@@ -121,11 +131,11 @@ class RequestTracker:
         if request is None or request.final or _not_its_peer(request, by):
             return request
         # An ack may overtake our own PUBACK bookkeeping: it implies dispatch.
-        if request.state is not RequestState.ACKNOWLEDGED:
-            self._move(request, RequestState.ACKNOWLEDGED)
+        if request.state is not SentState.ACKNOWLEDGED:
+            self._move(request, SentState.ACKNOWLEDGED)
         request.acknowledged.set()
         if not request.expects_reply:
-            self._move(request, RequestState.COMPLETED)
+            self._move(request, SentState.COMPLETED)
         return request
 
     def completed(self, message_id: UUID, reply: VOXMessage) -> TrackedRequest | None:
@@ -135,7 +145,7 @@ class RequestTracker:
             return request
         request.reply = reply
         request.acknowledged.set()  # a reply proves receipt even if its ack was lost
-        self._move(request, RequestState.COMPLETED)
+        self._move(request, SentState.COMPLETED)
         return request
 
     def failed(
@@ -150,7 +160,7 @@ class RequestTracker:
         request.error_code, request.error, request.reply = code, error, reply
         if reply is not None:
             request.acknowledged.set()
-        self._move(request, RequestState.FAILED)
+        self._move(request, SentState.FAILED)
 
     def published_once(self, message_id: UUID) -> None:
         """End a message published once, never re-sent nor acknowledged (an answer to a command).
@@ -159,7 +169,7 @@ class RequestTracker:
         """
         request = self._requests.get(message_id)
         if request is not None and not request.final:
-            self._move(request, RequestState.COMPLETED)
+            self._move(request, SentState.COMPLETED)
 
     def expired(self, message_id: UUID, error: str) -> None:
         """Record that the sender gave up waiting: never acknowledged or never answered in time.
@@ -171,9 +181,9 @@ class RequestTracker:
         if request is None or request.final:
             return
         request.error_code, request.error = ErrorCode.TIMEOUT, error
-        self._move(request, RequestState.EXPIRED)
+        self._move(request, SentState.EXPIRED)
 
-    def _move(self, request: TrackedRequest, new: RequestState) -> None:
+    def _move(self, request: TrackedRequest, new: SentState) -> None:
         old = request.state
         request.state = new
         request.history.append((new, time.monotonic()))

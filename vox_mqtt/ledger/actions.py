@@ -3,14 +3,29 @@
 A `StrEnum`, so a member is stored, hashed and compared as its plain text: ledgers written
 before it existed read back the same (docs/ledger.md, "Rows"). A role's own `record()` rows
 (examples/freelance.py's "notified", ...) keep their own words; these are the framework's.
+The row that records each state a request reaches, and the state each such row gives back,
+are one table here (`STATE_ROWS`, `row_of`, `ROW_STATES`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Final
 
-__all__ = ["AFTER_CANCEL", "DONE_ACTIONS", "STARTED_ACTIONS", "LedgerAction", "sql_list"]
+from vox_mqtt.protocol.requeststates import RequestState
+
+__all__ = [
+    "AFTER_CANCEL",
+    "DONE_ACTIONS",
+    "ROW_STATES",
+    "STARTED_ACTIONS",
+    "STATE_ROWS",
+    "LedgerAction",
+    "row_of",
+    "sql_list",
+]
 
 
 class LedgerAction(StrEnum):
@@ -41,6 +56,33 @@ DONE_ACTIONS: Final = (
     *(LedgerAction.COMPLETED, LedgerAction.FAILED),
     *(LedgerAction.EXPIRED, LedgerAction.CANCELED),
 )
+
+
+# The row that records a request entering each state at one level (protocol/requeststates.py):
+# the same word but for `working`, which the ledger has always written `started`. `unknown`
+# has no row: it is what a level says of a request it holds no row of.
+STATE_ROWS: Final[Mapping[RequestState, LedgerAction]] = MappingProxyType(
+    {
+        RequestState.RECEIVED: LedgerAction.RECEIVED,
+        RequestState.WORKING: LedgerAction.STARTED,
+        RequestState.DELEGATED: LedgerAction.DELEGATED,
+        RequestState.CANCELING: LedgerAction.CANCELING,
+        RequestState.COMPLETED: LedgerAction.COMPLETED,
+        RequestState.FAILED: LedgerAction.FAILED,
+        RequestState.CANCELED: LedgerAction.CANCELED,
+        RequestState.EXPIRED: LedgerAction.EXPIRED,
+        RequestState.REJECTED: LedgerAction.REJECTED,
+    }
+)
+# And back: the state a request's row at a level says it entered (a status report's history).
+ROW_STATES: Final[Mapping[LedgerAction, RequestState]] = MappingProxyType(
+    {row: state for state, row in STATE_ROWS.items()}
+)
+
+
+def row_of(state: RequestState) -> LedgerAction:
+    """Return the ledger row that records a request entering `state` (KeyError: `unknown`)."""
+    return STATE_ROWS[state]
 
 
 # The outcome of a command's end row (`completed`, `failed`) after its `canceling` row: the

@@ -8,9 +8,19 @@ as `below`, so the root learns how deep the work went, never who did it.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+import types
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from vox_mqtt.protocol._fields import IsoTimestamp, Uuid
 from vox_mqtt.protocol.requeststates import (
@@ -37,7 +47,10 @@ __all__ = [
     "REQUEST_STATES",
     "CancelReport",
     "CancelRequest",
+    "CancelState",
     "CommandProgress",
+    "PartState",
+    "ProgressState",
     "RequestState",
     "StatusPart",
     "StatusQuery",
@@ -60,6 +73,47 @@ MAX_HISTORY: Final = 32
 
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 
+# The states a command_progress and a cancel_report may carry, in the order their error
+# names them (CANCEL_STATES is the latter's set: tests/unit/test_lifecycle_messages.py).
+ProgressState = Literal[RequestState.WORKING, RequestState.DELEGATED]
+CancelState = Literal[
+    RequestState.COMPLETED,
+    RequestState.FAILED,
+    RequestState.CANCELED,
+    RequestState.CANCELING,
+    RequestState.EXPIRED,
+    RequestState.REJECTED,
+    RequestState.UNKNOWN,
+]
+
+
+def _words(kind: Any) -> list[str]:
+    """The plain words a state type allows: an enum's values, a Literal's, a union's."""
+    if isinstance(kind, type) and issubclass(kind, RequestState):
+        return [str(state) for state in kind]
+    if get_origin(kind) in (Literal, Union, types.UnionType):
+        return [word for arg in get_args(kind) for word in _words(arg)]
+    return [str(kind)]
+
+
+def _only(kind: Any) -> BeforeValidator:
+    """Take a state of `kind`, its plain word or its member; refuse anything else in the
+    words a Literal of plain strings uses ("Input should be 'working' or 'delegated'"), so
+    the reason a refused payload is recorded with does not name the enum."""
+    words = _words(kind)
+    allowed = frozenset(words)
+    quoted = [repr(word) for word in words]
+    expected = quoted[-1] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and value in allowed:
+            return value
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        )
+
+    return BeforeValidator(check)
+
 
 class _Part(BaseModel):
     # Unknown fields are dropped, not kept: a relay re-sends what it validated, so
@@ -78,7 +132,7 @@ def _depth(part: BaseModel | None) -> int:
 class CommandProgress(_Part):
     """A child tells its master how far it is with a request (reply_to = the request)."""
 
-    state: Literal["working", "delegated"]
+    state: Annotated[ProgressState, _only(ProgressState)]
     fraction: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
     text: Text | None = None
     seq: Annotated[StrictInt, Field(ge=1, le=2**53 - 1)]
@@ -88,7 +142,7 @@ class CommandProgress(_Part):
     def _bounded(self) -> CommandProgress:
         if _depth(self) > MAX_DEPTH:
             raise ValueError(f"progress nests more than {MAX_DEPTH} levels")
-        if self.state == "working" and self.below is not None:
+        if self.state is RequestState.WORKING and self.below is not None:
             raise ValueError("a working level has nothing below it (only a delegated one has)")
         return self
 
@@ -96,7 +150,7 @@ class CommandProgress(_Part):
 class Transition(_Part):
     """One state a request entered, and when."""
 
-    state: RequestState
+    state: Annotated[RequestState, _only(RequestState)]
     at: IsoTimestamp
 
 
@@ -106,7 +160,7 @@ class StatusPart(_Part):
     `state` is "unreachable" (with `why`) when the level below did not answer in time.
     """
 
-    state: PartState
+    state: Annotated[PartState, _only(PartState)]
     since: IsoTimestamp | None = None
     history: Annotated[list[Transition], Field(max_length=MAX_HISTORY)] = Field(
         default_factory=list
@@ -146,7 +200,7 @@ class CancelReport(_Part):
     """The answer to a cancel_request: the request's state after the cancel."""
 
     request_id: Uuid
-    state: Literal["completed", "failed", "canceled", "canceling", "expired", "rejected", "unknown"]
+    state: Annotated[CancelState, _only(CancelState)]
     since: IsoTimestamp | None = None
     # With an end that came up from below after an earlier cancel passed down (the state a
     # level below reached anyway): the master asks for the levels (protocol/canceling.py).
