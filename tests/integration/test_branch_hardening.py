@@ -142,6 +142,14 @@ async def test_an_oversized_result_is_a_clear_command_error_not_a_disconnect(
         assert [json.loads(json.dumps(r["details"]))["code"] for r in errors] == [
             "MESSAGE_TOO_LARGE"
         ]
+        # Its record ends as its ledger row says, `failed`, not as the result it replaced.
+        ended = [r["action"] for r in rows if r["action"] in ("completed", "failed")]
+        assert ended == ["completed", "failed"]  # newest first: the 1,000 after the 30,000
+        await wait_for(lambda: agents["specialist_a"].metrics.requests_ended.values)
+        assert dict(agents["specialist_a"].metrics.requests_ended.values) == {
+            "failed": 1,
+            "completed": 1,
+        }
 
 
 class Watchdog(Role):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from uuid import UUID, uuid4
 
+from vox_mqtt.agent.outgoing import Outgoing
 from vox_mqtt.agent.plan import Delegate, Serve
 from vox_mqtt.agent.requests import Requests, ended_by
 from vox_mqtt.agent.tracking import RequestTracker
@@ -160,3 +161,18 @@ async def test_an_end_after_a_cancel_passed_down_is_recorded_as_such() -> None:
     assert served.outcome_of(RequestState.COMPLETED) == AFTER_CANCEL
     assert served.outcome_of(RequestState.FAILED) == AFTER_CANCEL
     assert served.outcome_of(RequestState.CANCELED) == ErrorCode.CANCELED
+
+
+async def test_an_answer_whose_commit_failed_leaves_no_end_behind() -> None:
+    # A cancel's report reads answer_end for an answer on its way (agent/lifecycle.py): one
+    # whose commit failed was never recorded, so it must not be reported as the end.
+    requests = owner()
+    request = command()
+    served = requests.open(request, Serve(handler=print))
+    answer = request.reply("command_error", {"code": "TIMEOUT", "error": "slow"})
+    outgoing = Outgoing(message=answer, expects_reply=False, topic="t", payload=b"{}")
+    requests.answer_prepared(served, outgoing, RequestState.FAILED, "TIMEOUT")
+    assert (served.answer_end, served.answer_code) == (RequestState.FAILED, "TIMEOUT")
+    requests.answer_unprepared(served)
+    assert (served.answer, served.answer_end, served.answer_code) == (None, None, None)
+    assert not served.final

@@ -235,7 +235,7 @@ class Requests:
 
     def answer_unprepared(self, served: Served) -> None:
         """Its prepared answer's commit failed: nothing of it was recorded; it goes on."""
-        served.answer = None
+        served.answer, served.answer_end, served.answer_code = None, None, None
         served.answering = False
         self.answer_committed(served, False)
 

@@ -254,15 +254,13 @@ class CommandRunner:
             return
         if not self.requests.claim_answer(served):
             return  # already answered SHUTTING_DOWN when the grace period ran out
+        end = _end_of(details)
         try:
-            await self._send_answer(served, details)
+            # The end its row recorded: the record says what the ledger says (a result too
+            # large to send ends `failed`, a CANCELED error `canceled`).
+            end = await self._send_answer(served, details, end)
         finally:
-            if isinstance(details, NotStarted):
-                self.requests.move(served, RequestState.EXPIRED)
-            elif isinstance(details, CommandResult):
-                self.requests.move(served, RequestState.COMPLETED)
-            else:
-                self.requests.move(served, RequestState.FAILED)
+            self.requests.move(served, end)
 
     async def _answer(
         self, served: Served, committed: Outgoing | None
@@ -289,14 +287,16 @@ class CommandRunner:
         self.requests.move(served, served.answer_end)
         self.outbox.dispatch(answer)
 
-    async def _send_answer(self, served: Served, details: CommandResult | CommandError) -> None:
+    async def _send_answer(
+        self, served: Served, details: CommandResult | CommandError, end: RequestState
+    ) -> RequestState:
+        """Send a command's answer with its end row; return the end recorded (or meant)."""
         request = served.request
         if isinstance(details, CommandResult):
             kind = MSG_COMMAND_RESULT
         else:
             kind = MSG_COMMAND_ERROR
             self._metrics.commands_failed.inc(details.code)
-        end = RequestState.EXPIRED if isinstance(details, NotStarted) else ended_by(details)
         with contextlib.suppress(VoxError):
             # The reply's "sent" row (with the reply in the outbox) is what marks the
             # command finished: from then on a restart re-sends the answer, never re-runs.
@@ -316,15 +316,17 @@ class CommandRunner:
                     error=f"the result of {name!r} is too large to send: {exc}",
                     command=name or None,
                 )
+                end = RequestState.FAILED
                 await self.outbox.send_message(
                     request.reply(MSG_COMMAND_ERROR, too_large),
                     expects_reply=False,
-                    then=[(request, LedgerAction.FAILED, None)],
+                    then=[(request, row_of(end), None)],
                     answering=request,
                 )
             except LedgerError:
                 # It cannot be recorded (the disk is full): answer anyway, once.
                 await self.outbox.publish_unrecorded(request.reply(kind, details))
+        return end
 
     async def run(
         self, handler: Handler, name: str, payload: CommandRequest, timeout: float
@@ -458,3 +460,8 @@ class CommandRunner:
                 served = self.requests.open(request, self.decided(request), recorded=True)
                 task = self._tasks.spawn(self.serve(served, None), "resumed")
                 self.requests.serving(served, task)
+
+
+def _end_of(details: CommandResult | CommandError) -> RequestState:
+    """The end a handler's answer gives its command: `expired` for one that never started."""
+    return RequestState.EXPIRED if isinstance(details, NotStarted) else ended_by(details)
