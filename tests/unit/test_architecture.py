@@ -548,6 +548,47 @@ self.task = task  # a part's own field: fine
     ]
 
 
+def owner_callbacks(source: str, filename: str) -> list[str]:
+    """Where a record's owner takes or keeps something to call back: a Callable, an on_ hook.
+
+    Its moves are events on a queue that one reader takes (agent/requestevents.py).
+    """
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "Callable" for a in node.names):
+            found.append(f"{filename}:{node.lineno}: imports Callable")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("on_"):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.arg) and node.arg.startswith("on_"):
+            found.append(f"{filename}:{node.lineno}: takes {node.arg}")
+    return found
+
+
+def test_a_record_s_owner_calls_nobody() -> None:
+    found = [
+        problem
+        for path in sorted(RECORD_OWNERS)
+        for problem in owner_callbacks(path.read_text(encoding="utf-8"), path.name)
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_callback_guard_sees_each_way_of_keeping_one() -> None:
+    source = """
+from collections.abc import Callable
+def __init__(self, *, on_change=None): self.on_change = on_change
+if self.on_move is not None: self.on_move(served, state)
+self.events.put(ServedMoved(served, state))  # an event: fine
+"""
+    assert [line.split(": ", 1)[1] for line in owner_callbacks(source, "x.py")] == [
+        "imports Callable",
+        "takes on_change",
+        "self.on_change",
+        "self.on_move",
+        "self.on_move",
+    ]
+
+
 # --- one type for a request's state: RequestState (protocol/requeststates.py) ----------------
 
 STATES_MODULE = PACKAGE / "protocol" / "requeststates.py"

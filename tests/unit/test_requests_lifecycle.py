@@ -1,11 +1,11 @@
-"""The request owner's side of a request's life: canceled, the move hook, counts by state."""
+"""The request owner's side of a request's life: canceled, each move an event, counts by state."""
 
 from __future__ import annotations
 
 from uuid import UUID, uuid4
 
 from vox_mqtt.agent.plan import Delegate, Serve
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, ServedMoved
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
 from vox_mqtt.protocol.requeststates import RequestState
@@ -34,10 +34,8 @@ async def test_canceled_is_final_and_frees_the_childs_load() -> None:
     assert served.state is RequestState.CANCELED
 
 
-async def test_each_move_is_told_to_the_hook_and_counted_by_state() -> None:
+async def test_each_move_is_an_event_on_the_queue_and_counted_by_state() -> None:
     requests = Requests(RequestTracker())
-    told: list[tuple[Served, RequestState]] = []
-    requests.on_move = lambda served, state: told.append((served, state))
     first = requests.open(command(), Serve(handler=print))
     second = requests.open(command(), Serve(handler=print))
     requests.move(first, RequestState.WORKING)
@@ -45,7 +43,12 @@ async def test_each_move_is_told_to_the_hook_and_counted_by_state() -> None:
     assert requests.count(RequestState.RECEIVED) == 1
     requests.move(first, RequestState.CANCELED)
     requests.move(first, RequestState.COMPLETED)  # final already: not told
-    assert told == [(first, RequestState.WORKING), (first, RequestState.CANCELED)]
+    told = requests.events.take()  # one queue with the tracker's (agent/requestevents.py)
+    assert requests.sent.events is requests.events
+    assert told == [
+        ServedMoved(first, RequestState.WORKING),
+        ServedMoved(first, RequestState.CANCELED),
+    ]
     assert requests.count(RequestState.WORKING) == 0
     assert requests.in_flight == 1
     assert requests.get(second.message_id) is second

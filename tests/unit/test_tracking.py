@@ -1,10 +1,10 @@
-"""RequestTracker: the states a sent message moves through, and the hook."""
+"""RequestTracker: the states a sent message moves through, each an event on its queue."""
 
 from __future__ import annotations
 
 from uuid import uuid4
 
-from vox_mqtt.agent.tracking import RequestTracker, SentState
+from vox_mqtt.agent.tracking import RequestTracker, SentMoved, SentState
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, new_message
 
 A, B = uuid4(), uuid4()
@@ -14,9 +14,8 @@ def request():  # type: ignore[no-untyped-def]
     return new_message(MSG_COMMAND_REQUEST, source=A, target=B, details={"command": "x"})
 
 
-def test_request_moves_through_every_state_and_the_hook_sees_each() -> None:
-    seen: list[tuple[str, str]] = []
-    tracker = RequestTracker(on_change=lambda r, old, new: seen.append((old.value, new.value)))
+def test_request_moves_through_every_state_and_each_move_is_an_event() -> None:
+    tracker = RequestTracker()
     message = request()
     tracked = tracker.track(message, expects_reply=True)
     tracker.dispatched(message.message_id)
@@ -26,11 +25,21 @@ def test_request_moves_through_every_state_and_the_hook_sees_each() -> None:
     tracker.completed(message.message_id, reply)
     assert tracked.state is SentState.COMPLETED
     assert tracked.reply == reply
-    assert seen == [
-        ("queued", "dispatched"),
-        ("dispatched", "acknowledged"),
-        ("acknowledged", "completed"),
+    events = tracker.events.take()
+    assert all(isinstance(e, SentMoved) and e.tracked is tracked for e in events)
+    moves = [(e.old.value, e.new.value, e.step) for e in events if isinstance(e, SentMoved)]
+    assert moves == [
+        ("queued", "dispatched", 1),
+        ("dispatched", "acknowledged", 2),
+        ("acknowledged", "completed", 3),
     ]
+    # Each event names its place in the history: a follower that replayed it skips it.
+    assert [tracked.history[step][0] for _, _, step in moves] == [
+        SentState.DISPATCHED,
+        SentState.ACKNOWLEDGED,
+        SentState.COMPLETED,
+    ]
+    assert tracker.events.take() == []
     assert tracker.get(message.message_id) is tracked
     assert tracked.done.is_set()
 

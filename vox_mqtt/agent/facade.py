@@ -20,12 +20,14 @@ from uuid import UUID
 
 from vox_mqtt.agent.childbudget import ChildBudgets
 from vox_mqtt.agent.context import AgentContext, TaskSet
+from vox_mqtt.agent.eventreader import RequestEventReader
 from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
 from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.progress import ProgressReporter
+from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
@@ -75,8 +77,9 @@ class VOXAgent:
             sync=config.ledger_sync,
             clear_sources=config.ledger_clear_sources,
         )
-        self._on_request_change = on_request_change
-        self.tracker = RequestTracker(on_change=self._request_moved)
+        # Every move of a request sent or served is an event on one queue, read in order by
+        # one task (agent/requestevents.py, _read_request_events).
+        self.tracker = RequestTracker(events=EventQueue())
         # The one owner of every request sent or served; the tracker is its view of the sent.
         self.requests = Requests(self.tracker)
         self.fleet_view = FleetView(stale_after=config.stale_after)
@@ -140,6 +143,14 @@ class VOXAgent:
             tasks=self._ctx.tasks,
         )
         self._progress = self._lifecycle.reporter  # a handler's progress(), forwarded
+        self._event_reader = RequestEventReader(
+            self.requests.events,
+            name=config.name,
+            reporter=self._lifecycle.reporter,
+            followers=self._lifecycle.followers,
+            metrics=self.metrics,
+            on_request_change=on_request_change,
+        )
         self._inbound = InboundPipeline(
             settings=lambda: self.config,
             ledger=self.memory,
@@ -437,12 +448,6 @@ class VOXAgent:
     follow = Forward("_lifecycle", Lifecycle.follow)
     progress = Forward("_progress", ProgressReporter.progress)
 
-    def _request_moved(self, tracked: TrackedRequest, old: SentState, new: SentState) -> None:
-        """A sent request moved: its followers hear of it, then the owner's hook."""
-        self._lifecycle.tracked_moved(tracked, old, new)
-        if self._on_request_change is not None:
-            self._on_request_change(tracked, old, new)
-
     # --- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> VOXAgent:
@@ -477,6 +482,7 @@ class VOXAgent:
         self._started = True
         self.metrics.commands_served.seed(self.router.commands)
         tasks = self._ctx.tasks
+        tasks.spawn(self._event_reader.run(), "request-events")
         tasks.spawn(self._inbound.run(), "inbound")
         tasks.spawn(self._liveness.run(), "liveness")
         tasks.spawn(self._resume(session, interrupted, pending, unsent), "resume")
@@ -569,6 +575,7 @@ class VOXAgent:
                 await self._liveness.publish_shutdown(bound=_SHUTDOWN_BOUND)
         self._outbox.close()
         await self._ctx.tasks.cancel_all()
+        self._event_reader.read_waiting()  # the moves of the stop itself
         await self._stack.aclose()
 
     async def serve_forever(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
@@ -41,45 +42,61 @@ def follow_event(tracked: TrackedRequest, state: SentState, at: float) -> dict[s
     return {"state": name, "at": when, "details": details}
 
 
+@dataclass(eq=False)
+class _Follower:
+    queue: asyncio.Queue[dict[str, Any]]
+    replayed: int  # the moves of the request's history it was told before it waited
+
+
 class Followers:
-    """Who follows each request this agent sent: each hears its transitions, to its end."""
+    """Who follows each request this agent sent: each hears its transitions, to its end.
+
+    A move reaches them as an event read a turn after it happened (agent/requestevents.py):
+    a follower that came in between has it from the history already, and skips it.
+    """
 
     def __init__(self) -> None:
-        self._queues: dict[UUID, list[asyncio.Queue[dict[str, Any]]]] = {}
+        self._followers: dict[UUID, list[_Follower]] = {}
 
     async def follow(self, tracked: TrackedRequest) -> AsyncIterator[dict[str, Any]]:
         """Yield each transition of a tracked request: what happened before the call first."""
         request_id = tracked.message_id
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._queues.setdefault(request_id, []).append(queue)
+        history = list(tracked.history)  # with no await between: nothing is missed nor told twice
+        me = _Follower(asyncio.Queue(), replayed=len(history))
+        self._followers.setdefault(request_id, []).append(me)
         try:
             now_wall, now_mono = time.time(), time.monotonic()
-            for state, at in list(tracked.history):
+            for state, at in history:
                 event = follow_event(tracked, state, now_wall - (now_mono - at))
                 if event is not None:
                     yield event
                     if event["state"] in FOLLOW_END:
                         return
             while True:
-                event = await queue.get()
+                event = await me.queue.get()
                 yield event
                 if event["state"] in FOLLOW_END:
                     return
         finally:
-            queues = self._queues.get(request_id, [])
-            if queue in queues:
-                queues.remove(queue)
-            if not queues:
-                self._queues.pop(request_id, None)
+            followers = self._followers.get(request_id, [])
+            if me in followers:
+                followers.remove(me)
+            if not followers:
+                self._followers.pop(request_id, None)
 
-    def moved(self, tracked: TrackedRequest, new: SentState) -> None:
-        """A tracked request moved: its followers hear of it."""
-        if tracked.message_id in self._queues:
-            event = follow_event(tracked, new, time.time())
-            if event is not None:
-                self.tell(tracked.message_id, event)
+    def moved(self, tracked: TrackedRequest, new: SentState, at: float, step: int) -> None:
+        """A tracked request moved (the `step`th move of its history): its followers hear of it."""
+        followers = self._followers.get(tracked.message_id)
+        if not followers:
+            return
+        event = follow_event(tracked, new, at)
+        if event is None:
+            return
+        for follower in followers:
+            if step >= follower.replayed:
+                follower.queue.put_nowait(event)
 
     def tell(self, request_id: UUID, event: dict[str, Any]) -> None:
         """Tell every follower of a request one event."""
-        for queue in self._queues.get(request_id, ()):
-            queue.put_nowait(event)
+        for follower in self._followers.get(request_id, ()):
+            follower.queue.put_nowait(event)

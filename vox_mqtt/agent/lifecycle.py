@@ -26,9 +26,10 @@ from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.remembered import REMEMBERED_CANCELS, RememberedCancels
+from vox_mqtt.agent.requestevents import SentProgress
 from vox_mqtt.agent.requests import Requests, Served
 from vox_mqtt.agent.standing import history_of, part_of
-from vox_mqtt.agent.tracking import SentState, TrackedRequest
+from vox_mqtt.agent.tracking import SentState
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -112,9 +113,8 @@ class Lifecycle:
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics
         )
-        self._followers = Followers()
+        self.followers = Followers()
         self._answering_status = 0
-        requests.on_move = self._moved
         for state, gauge in (
             (RequestState.RECEIVED, "requests_received"),
             (RequestState.WORKING, "requests_working"),
@@ -468,12 +468,6 @@ class Lifecycle:
 
     # --- progress ---------------------------------------------------------------------------
 
-    def _moved(self, served: Served, state: RequestState) -> None:
-        """A served request moved (Requests.move): progress up, and its end counted."""
-        self.reporter.moved(served, state)
-        if state in FINAL_STATES:
-            self._metrics.requests_ended.inc(str(state))
-
     def _progress_in(self, message: VOXMessage) -> None:
         """A child's progress: passed up for a request delegated from here, told to followers."""
         sent = None if message.reply_to is None else self._requests.sent.get(message.reply_to)
@@ -492,7 +486,9 @@ class Lifecycle:
         details = progress.model_dump(mode="json", exclude_none=True, exclude={"seq"})
         # A bare state is a transition (working, delegated); anything more is progress.
         state = progress.state if details.keys() == {"state"} else "progress"
-        self._followers.tell(sent.message_id, {"state": state, "at": now_iso(), "details": details})
+        told = {"state": state, "at": now_iso(), "details": details}
+        # On the queue of request events, so its followers hear it after the moves before it.
+        self._requests.events.put(SentProgress(sent.message_id, told))
 
     # --- the master's side: status, cancel and follow of a request it sent -------------------
 
@@ -579,12 +575,8 @@ class Lifecycle:
         tracked = self._requests.sent.get(request_id)
         if tracked is None:
             raise VoxError(f"{request_id} is not a request {self.config.name} follows")
-        async for event in self._followers.follow(tracked):
+        async for event in self.followers.follow(tracked):
             yield event
-
-    def tracked_moved(self, tracked: TrackedRequest, old: SentState, new: SentState) -> None:
-        """The tracker's hook: a request this agent sent moved; its followers hear of it."""
-        self._followers.moved(tracked, new)
 
 
 def _busy(why: str) -> tuple[str, CommandError]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from vox_mqtt.agent.plan import CommandPlan
-from vox_mqtt.agent.tracking import RequestTracker, TrackedRequest
+from vox_mqtt.agent.requestevents import EventQueue, SentProgress
+from vox_mqtt.agent.tracking import RequestTracker, SentMoved, TrackedRequest
 from vox_mqtt.ledger.actions import AFTER_CANCEL
 from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
 from vox_mqtt.protocol.requeststates import FINAL_STATES, RequestState
@@ -30,9 +31,14 @@ from vox_mqtt.protocol.requeststates import FINAL_STATES, RequestState
 if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
 
-__all__ = ["CURRENT_REQUEST", "Requests", "Served", "ended_by"]
-
-MoveHook = Callable[["Served", RequestState], None]
+__all__ = [
+    "CURRENT_REQUEST",
+    "RequestEvent",
+    "Requests",
+    "Served",
+    "ServedMoved",
+    "ended_by",
+]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -95,6 +101,18 @@ class Served:
         return AFTER_CANCEL if self.canceling else None
 
 
+@dataclass(frozen=True, slots=True)
+class ServedMoved:
+    """A command this agent serves reached a state (Requests.move): an event on the queue."""
+
+    served: Served
+    state: RequestState
+
+
+# What the agent's one queue of request events carries (agent/requestevents.py).
+RequestEvent = ServedMoved | SentMoved | SentProgress
+
+
 def ended_by(details: CommandResult | CommandError) -> RequestState:
     """The end an answer gives a command: a `CANCELED` error ends it `canceled`.
 
@@ -120,7 +138,9 @@ class Requests:
         self._load: dict[UUID, int] = {}  # child id -> commands delegated to it, not answered
         self._idle = asyncio.Event()
         self._idle.set()
-        self.on_move: MoveHook | None = None  # told of each state a served command reaches
+        # Each state a served command reaches is an event on the tracker's queue, read by the
+        # agent's one reader (agent/requestevents.py): the owner calls nobody.
+        self.events: EventQueue[RequestEvent] = sent.events
 
     # --- served commands ------------------------------------------------------------------
 
@@ -155,8 +175,7 @@ class Requests:
             return
         served.state = state
         served.history.append((state, time.monotonic()))
-        if self.on_move is not None:
-            self.on_move(served, state)
+        self.events.put(ServedMoved(served, state))
         if state in FINAL_STATES:
             self._unlink(served)
             if self._served.get(served.message_id) is served:

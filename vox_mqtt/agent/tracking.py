@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
-__all__ = ["RequestTracker", "SentState", "TrackedRequest"]
+__all__ = ["RequestTracker", "SentMoved", "SentState", "TrackedRequest"]
 
 
 class SentState(StrEnum):
@@ -68,6 +69,17 @@ class TrackedRequest:
         return self.state in _FINAL
 
 
+@dataclass(frozen=True, slots=True)
+class SentMoved:
+    """A message this agent sent moved: an event on the agent's queue (agent/requestevents.py)."""
+
+    tracked: TrackedRequest
+    old: SentState
+    new: SentState
+    at: float  # wall-clock time of the move: a follower is told when it happened
+    step: int  # index of the move in tracked.history: a follower that replayed it skips it
+
+
 def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
     """Tell whether `by` is someone other than the agent the request was sent to.
 
@@ -75,9 +87,6 @@ def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
     every other path (an ack settled while the ledger cannot record) from taking it either.
     """
     return by is not None and by != request.message.target
-
-
-StatusHook = Callable[[TrackedRequest, SentState, SentState], None]
 
 
 # How many ended requests stay in memory. They are a cache: every reader of an ended request
@@ -91,15 +100,21 @@ KEEP_FINISHED = 256
 
 
 class RequestTracker:
-    """Keep sent messages by id, move them through their states and tell a hook."""
+    """Keep sent messages by id and move them through their states; each move is an event.
+
+    `events`: the queue each move is put on (agent/requestevents.py), read by the agent's
+    one reader; the tracker calls nobody.
+    """
 
     def __init__(
-        self, *, on_change: StatusHook | None = None, keep_finished: int = KEEP_FINISHED
+        self, *, events: EventQueue[Any] | None = None, keep_finished: int = KEEP_FINISHED
     ) -> None:
         self._requests: dict[UUID, TrackedRequest] = {}
         self._finished: deque[UUID] = deque()
         self._keep_finished = keep_finished
-        self.on_change = on_change
+        # The agent's one queue of request events; it carries every owner's (requests.py,
+        # RequestEvent), so it is typed there.
+        self.events: EventQueue[Any] = EventQueue() if events is None else events
 
     def track(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
         """Start tracking a message about to be sent."""
@@ -192,5 +207,4 @@ class RequestTracker:
             self._finished.append(request.message_id)
             if len(self._finished) > self._keep_finished:
                 self._requests.pop(self._finished.popleft(), None)
-        if self.on_change is not None:
-            self.on_change(request, old, new)
+        self.events.put(SentMoved(request, old, new, time.time(), len(request.history) - 1))
