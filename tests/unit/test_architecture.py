@@ -533,7 +533,7 @@ def test_no_assignment_to_a_request_record_outside_its_owner() -> None:
 def test_the_record_guard_sees_each_way_of_writing_one() -> None:
     source = """
 served.slot = True
-staged.served.answering = False
+staged.served.answer_state = Answering.OPEN
 relayed.answer, relayed.answer_end = outgoing, "completed"
 served.history += [("started", 1.0)]
 x: bool = served.answering  # a read: fine
@@ -541,7 +541,7 @@ self.task = task  # a part's own field: fine
 """
     assert [line.split(": ", 1)[1] for line in record_writes(source, "x.py")] == [
         "served.slot assigned",
-        "staged.served.answering assigned",
+        "staged.served.answer_state assigned",
         "relayed.answer assigned",
         "relayed.answer_end assigned",
         "served.history assigned",

@@ -7,7 +7,7 @@ from uuid import UUID, uuid4
 
 from vox_mqtt.agent.outgoing import Outgoing
 from vox_mqtt.agent.plan import Delegate, Serve
-from vox_mqtt.agent.requests import Requests, ended_by
+from vox_mqtt.agent.requests import ANSWER_MOVES, Answering, Requests, answer_move, ended_by
 from vox_mqtt.agent.tracking import RequestTracker
 from vox_mqtt.ledger.actions import AFTER_CANCEL
 from vox_mqtt.protocol.messages import (
@@ -176,3 +176,41 @@ async def test_an_answer_whose_commit_failed_leaves_no_end_behind() -> None:
     requests.answer_unprepared(served)
     assert (served.answer, served.answer_end, served.answer_code) == (None, None, None)
     assert not served.final
+
+
+def test_the_answer_moves_only_as_its_table_allows() -> None:
+    open_, claimed, staged = Answering.OPEN, Answering.CLAIMED, Answering.STAGED
+    assert answer_move(open_, "claim") is claimed
+    assert answer_move(claimed, "release") is open_
+    assert answer_move(open_, "stage") is staged  # a quick answer, with its record
+    assert answer_move(claimed, "stage") is staged  # a child's answer relayed
+    assert answer_move(staged, "unstage") is open_
+    refused = [
+        (state, move)
+        for state in Answering
+        for move in ("claim", "release", "stage", "unstage")
+        if (state, move) not in ANSWER_MOVES
+    ]
+    assert all(answer_move(state, move) is None for state, move in refused)
+    assert (claimed, "claim") in refused  # one part answers, never two
+    assert (staged, "claim") in refused  # an answer riding a commit is not taken over
+    assert (staged, "release") in refused  # a staged answer is unstaged, not released
+
+
+async def test_an_answer_riding_a_commit_is_taken_by_nobody_else() -> None:
+    requests = owner()
+    request = command()
+    served = requests.open(request, Serve(handler=print))
+    answer = request.reply("command_result", {"result": 1})
+    outgoing = Outgoing(message=answer, expects_reply=False, topic="t", payload=b"{}")
+    requests.answer_prepared(served, outgoing, RequestState.COMPLETED, None)  # quick
+    assert served.answer_state is Answering.STAGED
+    assert served.answering
+    assert not requests.claim_answer(served)  # a cancel or a stop meanwhile: refused
+    assert requests.unanswered() == []
+    requests.release_answer(served)  # not how a staged answer goes back: nothing changes
+    assert served.answer_state is Answering.STAGED
+    requests.answer_unprepared(served)  # its commit failed
+    assert served.answer_state is Answering.OPEN
+    assert requests.claim_answer(served)
+    assert served.answer_state is Answering.CLAIMED

@@ -17,8 +17,9 @@ import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
 from vox_mqtt.agent.plan import CommandPlan
@@ -32,13 +33,46 @@ if TYPE_CHECKING:
     from vox_mqtt.agent.outbox import Outgoing
 
 __all__ = [
+    "ANSWER_MOVES",
     "CURRENT_REQUEST",
+    "Answering",
     "RequestEvent",
     "Requests",
     "Served",
     "ServedMoved",
+    "answer_move",
     "ended_by",
 ]
+
+
+class Answering(StrEnum):
+    """How far a served command's answer is: one of its record's two states, beside `state`.
+
+    OPEN: nobody has taken the right to answer it yet. CLAIMED: one part took it and sends
+    the answer (its own task, a cancel, a stop). STAGED: its answer rides a commit, its own
+    record's (a quick idempotent answer) or its child's answer's (relayed), and only its
+    publish is left once that commit is durable. A final `state` ends it.
+    """
+
+    OPEN = "open"
+    CLAIMED = "claimed"
+    STAGED = "staged"
+
+
+# Every move of a served command's answer: (where it is, the move) -> where it goes. A move
+# missing here is refused (`answer_move` says None): nothing else writes `answer_state`.
+ANSWER_MOVES: Final[dict[tuple[Answering, str], Answering]] = {
+    (Answering.OPEN, "claim"): Answering.CLAIMED,
+    (Answering.CLAIMED, "release"): Answering.OPEN,  # its staged answer did not commit
+    (Answering.OPEN, "stage"): Answering.STAGED,  # quick: committed with its record
+    (Answering.CLAIMED, "stage"): Answering.STAGED,  # relayed: committed with the child's
+    (Answering.STAGED, "unstage"): Answering.OPEN,  # that commit failed: nothing recorded
+}
+
+
+def answer_move(current: Answering, move: str) -> Answering | None:
+    """Where a served command's answer goes on `move` from `current`; None: not allowed."""
+    return ANSWER_MOVES.get((current, move))
 
 
 @dataclass(eq=False, kw_only=True)
@@ -65,7 +99,7 @@ class Served:
     answer_durable: asyncio.Future[bool] | None = None  # a relayed answer's commit outcome
     child: UUID | None = None  # DELEGATED: the child it went to
     downstream: TrackedRequest | None = None  # DELEGATED: the request sent to that child
-    answering: bool = False  # its answer is being sent (by its task, or by a stop)
+    answer_state: Answering = Answering.OPEN  # moved only by answer_move (Requests)
     task: asyncio.Task[None] | None = None  # the task serving it, cancelled by a cancel
     # Whether its record committed (True) or its commit failed (False): awaited, never
     # polled, by a cancel that came while it committed (agent/lifecycle.py).
@@ -80,6 +114,11 @@ class Served:
     def message_id(self) -> UUID:
         """Return the id of the command_request served."""
         return self.request.message_id
+
+    @property
+    def answering(self) -> bool:
+        """Return whether its answer is taken (claimed or staged): no other part may send one."""
+        return self.answer_state is not Answering.OPEN
 
     @property
     def final(self) -> bool:
@@ -220,9 +259,14 @@ class Requests:
 
     def claim_answer(self, served: Served) -> bool:
         """Take the right to answer a command; False: someone answers it already (a stop)."""
-        if served.answering or served.final:
+        return not served.final and self._answer_moves(served, "claim")
+
+    def _answer_moves(self, served: Served, move: str) -> bool:
+        """Move a command's answer as ANSWER_MOVES allows; False (nothing changed): not allowed."""
+        to = answer_move(served.answer_state, move)
+        if to is None:
             return False
-        served.answering = True
+        served.answer_state = to
         return True
 
     # --- transitions of a served command's record (its only writer; guarded in
@@ -230,7 +274,7 @@ class Requests:
 
     def release_answer(self, served: Served) -> None:
         """Give the right to answer back (its staged answer was not committed): it goes on."""
-        served.answering = False
+        self._answer_moves(served, "release")
 
     def took_slot(self, served: Served, taken: bool = True) -> None:
         """Record that a command holds a handler slot (or gave it back)."""
@@ -250,12 +294,14 @@ class Requests:
         self, served: Served, answer: Outgoing, end: RequestState, code: str | None
     ) -> None:
         """Record the answer that commits with the command's record or its child's answer."""
+        moved = self._answer_moves(served, "stage")
+        assert moved, f"an answer staged from {served.answer_state}"
         served.answer, served.answer_end, served.answer_code = answer, end, code
 
     def answer_unprepared(self, served: Served) -> None:
         """Its prepared answer's commit failed: nothing of it was recorded; it goes on."""
         served.answer, served.answer_end, served.answer_code = None, None, None
-        served.answering = False
+        self._answer_moves(served, "unstage")
         self.answer_committed(served, False)
 
     def answer_committed(self, served: Served, durable: bool) -> None:
