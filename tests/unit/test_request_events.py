@@ -12,9 +12,15 @@ import pytest
 from vox_mqtt.agent.eventreader import RequestEventReader
 from vox_mqtt.agent.followevents import Followers
 from vox_mqtt.agent.plan import Serve
-from vox_mqtt.agent.requestevents import EventQueue, SentProgress
+from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.agent.requests import RequestEvent, Requests, ServedMoved
-from vox_mqtt.agent.tracking import RequestTracker, SentMoved, SentState, TrackedRequest
+from vox_mqtt.agent.tracking import (
+    RequestTracker,
+    SentMoved,
+    SentProgress,
+    SentState,
+    TrackedRequest,
+)
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, VOXMessage, new_message
 from vox_mqtt.protocol.requeststates import RequestState
@@ -90,7 +96,7 @@ async def test_a_childs_progress_reaches_the_followers_after_the_moves_before_it
     assert (await anext(stream))["state"] == "sent"
     requests.sent.acknowledged(sent.message_id)
     progress = {"state": "working", "at": "2026-12-07T00:00:00.000+00:00", "details": {}}
-    requests.events.put(SentProgress(sent.message_id, progress))
+    requests.events.put(SentProgress(sent, progress))
     built.read_waiting()
     told = [await anext(stream), await anext(stream)]
     assert [e["state"] for e in told] == ["acknowledged", "working"]
@@ -130,10 +136,24 @@ async def test_the_queue_hands_out_every_event_waiting_oldest_first() -> None:
     waiter = asyncio.create_task(queue.next_batch())
     await asyncio.sleep(0)
     assert not waiter.done()  # nothing yet: it waits
-    first = SentProgress(uuid4(), {"state": "working"})
-    second = SentProgress(uuid4(), {"state": "progress"})
+    tracked = RequestTracker().track(command(), expects_reply=True)
+    first = SentProgress(tracked, {"state": "working"})
+    second = SentProgress(tracked, {"state": "progress"})
     queue.put(first)
     queue.put(second)
     assert await asyncio.wait_for(waiter, 1.0) == [first, second]
     assert len(queue) == 0
     assert queue.take() == []
+
+
+async def test_followers_hang_on_the_request_and_leave_it_when_they_stop() -> None:
+    requests, followers = Requests(RequestTracker()), Followers()
+    sent = requests.sent.track(command(), expects_reply=True)
+    assert sent.followers == ()
+    first, second = followers.follow(sent), followers.follow(sent)
+    assert (await anext(first))["state"] == (await anext(second))["state"] == "sent"
+    assert len(sent.followers) == 2
+    await first.aclose()
+    assert len(sent.followers) == 1
+    await second.aclose()
+    assert sent.followers == ()

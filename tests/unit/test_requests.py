@@ -214,3 +214,13 @@ async def test_an_answer_riding_a_commit_is_taken_by_nobody_else() -> None:
     assert served.answer_state is Answering.OPEN
     assert requests.claim_answer(served)
     assert served.answer_state is Answering.CLAIMED
+
+
+async def test_a_command_s_progress_window_hangs_on_its_record_and_opens_once() -> None:
+    requests = owner()
+    served = requests.open(command(), Serve(handler=print))
+    assert served.progress is None  # a quick command never reports: no window
+    window = requests.progress_window(served)
+    assert requests.progress_window(served) is window
+    assert served.progress is window
+    assert (window.seq, window.pending, window.timer) == (0, None, None)

@@ -78,4 +78,4 @@ class RequestEventReader:
         elif isinstance(event, SentMoved):
             self._followers.moved(event.tracked, event.new, event.at, event.step)
         else:
-            self._followers.tell(event.request_id, event.event)
+            self._followers.tell(event.tracked, event.event)

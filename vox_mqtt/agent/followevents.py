@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
-from uuid import UUID
 
-from vox_mqtt.agent.tracking import SentState, TrackedRequest
+from vox_mqtt.agent.tracking import Follower, SentState, TrackedRequest
 from vox_mqtt.protocol.messages import ErrorCode
 
 __all__ = ["FOLLOW_END", "Followers", "follow_event"]
@@ -42,28 +40,19 @@ def follow_event(tracked: TrackedRequest, state: SentState, at: float) -> dict[s
     return {"state": name, "at": when, "details": details}
 
 
-@dataclass(eq=False)
-class _Follower:
-    queue: asyncio.Queue[dict[str, Any]]
-    replayed: int  # the moves of the request's history it was told before it waited
-
-
 class Followers:
-    """Who follows each request this agent sent: each hears its transitions, to its end.
+    """What each request this agent sent tells its followers: its transitions, to its end.
 
-    A move reaches them as an event read a turn after it happened (agent/requestevents.py):
-    a follower that came in between has it from the history already, and skips it.
+    The followers hang on the request (`TrackedRequest.followers`). A move reaches them as
+    an event read a turn after it happened (agent/requestevents.py): a follower that came
+    in between has it from the history already, and skips it.
     """
-
-    def __init__(self) -> None:
-        self._followers: dict[UUID, list[_Follower]] = {}
 
     async def follow(self, tracked: TrackedRequest) -> AsyncIterator[dict[str, Any]]:
         """Yield each transition of a tracked request: what happened before the call first."""
-        request_id = tracked.message_id
         history = list(tracked.history)  # with no await between: nothing is missed nor told twice
-        me = _Follower(asyncio.Queue(), replayed=len(history))
-        self._followers.setdefault(request_id, []).append(me)
+        me = Follower(asyncio.Queue(), replayed=len(history))
+        tracked.followers = (*tracked.followers, me)
         try:
             now_wall, now_mono = time.time(), time.monotonic()
             for state, at in history:
@@ -78,25 +67,20 @@ class Followers:
                 if event["state"] in FOLLOW_END:
                     return
         finally:
-            followers = self._followers.get(request_id, [])
-            if me in followers:
-                followers.remove(me)
-            if not followers:
-                self._followers.pop(request_id, None)
+            tracked.followers = tuple(f for f in tracked.followers if f is not me)
 
     def moved(self, tracked: TrackedRequest, new: SentState, at: float, step: int) -> None:
         """A tracked request moved (the `step`th move of its history): its followers hear of it."""
-        followers = self._followers.get(tracked.message_id)
-        if not followers:
+        if not tracked.followers:
             return
         event = follow_event(tracked, new, at)
         if event is None:
             return
-        for follower in followers:
+        for follower in tracked.followers:
             if step >= follower.replayed:
                 follower.queue.put_nowait(event)
 
-    def tell(self, request_id: UUID, event: dict[str, Any]) -> None:
+    def tell(self, tracked: TrackedRequest, event: dict[str, Any]) -> None:
         """Tell every follower of a request one event."""
-        for follower in self._followers.get(request_id, ()):
+        for follower in tracked.followers:
             follower.queue.put_nowait(event)

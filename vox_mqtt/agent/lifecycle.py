@@ -26,10 +26,9 @@ from vox_mqtt.agent.ports import Publisher, Settings
 from vox_mqtt.agent.prepared import Staged
 from vox_mqtt.agent.progress import PROGRESS_INTERVAL, ProgressReporter
 from vox_mqtt.agent.remembered import REMEMBERED_CANCELS, RememberedCancels
-from vox_mqtt.agent.requestevents import SentProgress
 from vox_mqtt.agent.requests import Requests, Served
 from vox_mqtt.agent.standing import history_of, part_of
-from vox_mqtt.agent.tracking import SentState
+from vox_mqtt.agent.tracking import SentProgress, SentState
 from vox_mqtt.ledger.actions import LedgerAction
 from vox_mqtt.ledger.store import VOXAgentMemory
 from vox_mqtt.observe.metrics import AgentMetrics
@@ -111,7 +110,7 @@ class Lifecycle:
         # Handlers a cancel cut that have not ended yet (agent/cuthandlers.py).
         self._cut = CutHandlers()
         self.reporter = ProgressReporter(
-            settings=settings, publisher=publisher, props=props, metrics=metrics
+            settings=settings, publisher=publisher, props=props, metrics=metrics, requests=requests
         )
         self.followers = Followers()
         self._answering_status = 0
@@ -488,7 +487,7 @@ class Lifecycle:
         state = progress.state if details.keys() == {"state"} else "progress"
         told = {"state": state, "at": now_iso(), "details": details}
         # On the queue of request events, so its followers hear it after the moves before it.
-        self._requests.events.put(SentProgress(sent.message_id, told))
+        self._requests.events.put(SentProgress(sent, told))
 
     # --- the master's side: status, cancel and follow of a request it sent -------------------
 

@@ -1,7 +1,8 @@
 """Progress climbs the tree: a handler's reports and its request's states, rate-bounded.
 
-Each served request has an emitter: its `seq`, the time it last sent, and the newest report
-waiting for the window (docs/messages.md, "A request's life"). Nothing here is recorded or
+Each served request has a window on its record (`Served.progress`): its `seq`, the time it
+last sent, and the newest report waiting for the window (docs/messages.md, "A request's
+life"). Nothing here is recorded or
 kept: a command_progress is published once, QoS 1, and never re-sent.
 """
 
@@ -11,12 +12,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
-from uuid import UUID
 
 from vox_mqtt.agent.ports import Publisher, Settings
-from vox_mqtt.agent.requests import CURRENT_REQUEST, Served
+from vox_mqtt.agent.requests import CURRENT_REQUEST, Requests, Served
 from vox_mqtt.agent.standing import progress_delay
 from vox_mqtt.observe.metrics import AgentMetrics
 from vox_mqtt.protocol import topics
@@ -37,19 +36,6 @@ log = logging.getLogger("vox_mqtt.agent")
 PROGRESS_INTERVAL: Final = 0.5
 
 
-@dataclass(eq=False, kw_only=True)
-class _Emitter:
-    """The progress of one served request: its sequence and what waits for the window."""
-
-    served: Served
-    seq: int = 0
-    # When the window last opened: its first report waits one interval, so a request
-    # answered within it sends none (a quick command costs its master nothing more).
-    last: float = field(default_factory=time.monotonic)
-    pending: CommandProgress | None = None
-    timer: asyncio.TimerHandle | None = None
-
-
 class ProgressReporter:
     """Send command_progress to the master for the requests this agent serves."""
 
@@ -60,12 +46,13 @@ class ProgressReporter:
         publisher: Publisher,
         props: PublishProperties,
         metrics: AgentMetrics,
+        requests: Requests,
     ) -> None:
         self._settings = settings
         self._publisher = publisher
         self._props = props
         self._metrics = metrics
-        self._emitters: dict[UUID, _Emitter] = {}
+        self._requests = requests  # the records the windows hang on
 
     @property
     def config(self) -> AgentConfig:
@@ -92,43 +79,43 @@ class ProgressReporter:
         if state is RequestState.WORKING or state is RequestState.DELEGATED:
             self.emit(served, {"state": state})
         elif served.final:
-            emitter = self._emitters.pop(served.message_id, None)
-            if emitter is not None and emitter.timer is not None:
-                emitter.timer.cancel()  # dropped: the answer says the rest
+            window = served.progress
+            if window is not None and window.timer is not None:
+                window.timer.cancel()  # dropped: the answer says the rest
+                window.timer = None
 
     def emit(self, served: Served, part: Mapping[str, Any]) -> None:
         """Send a served request's progress now, or as the newest report of its window."""
         if served.final or served.answering:
             return  # the answer is on its way: progress after it would mislead
-        emitter = self._emitters.get(served.message_id)
-        if emitter is None:
-            emitter = self._emitters[served.message_id] = _Emitter(served=served)
+        window = self._requests.progress_window(served)
         try:
-            details = CommandProgress.model_validate({**part, "seq": emitter.seq + 1})
+            details = CommandProgress.model_validate({**part, "seq": window.seq + 1})
         except ValueError as exc:  # a child's part nested past MAX_DEPTH: not passed on
             log.info("%s: progress not passed on: %s", self.config.name, exc)
             return
-        emitter.seq += 1
+        window.seq += 1
         now = time.monotonic()
-        waiting = emitter.timer is not None
-        delay = progress_delay(now, emitter.last, PROGRESS_INTERVAL, waiting)
+        waiting = window.timer is not None
+        delay = progress_delay(now, window.last, PROGRESS_INTERVAL, waiting)
         if delay is None:
-            emitter.last = now
+            window.last = now
             self._send_progress(served, details)
             return
-        if emitter.pending is not None:
+        if window.pending is not None:
             self._metrics.progress_dropped += 1
-        emitter.pending = details
+        window.pending = details
         if not waiting:
-            emitter.timer = asyncio.get_running_loop().call_later(delay, self._flush, emitter)
+            window.timer = asyncio.get_running_loop().call_later(delay, self._flush, served)
 
-    def _flush(self, emitter: _Emitter) -> None:
-        emitter.timer = None
-        details, emitter.pending = emitter.pending, None
-        served = emitter.served
+    def _flush(self, served: Served) -> None:
+        window = served.progress
+        assert window is not None, "a window's timer runs for the record it hangs on"
+        window.timer = None
+        details, window.pending = window.pending, None
         if details is None or served.final or served.answering:
             return
-        emitter.last = time.monotonic()
+        window.last = time.monotonic()
         self._send_progress(served, details)
 
     def _send_progress(self, served: Served, details: CommandProgress) -> None:

@@ -19,21 +19,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
-from uuid import UUID
+from typing import Generic, TypeVar
 
-__all__ = ["EventQueue", "SentProgress"]
+__all__ = ["EventQueue"]
 
 E = TypeVar("E")
-
-
-@dataclass(frozen=True, slots=True)
-class SentProgress:
-    """The child a request went to reported on it: a follow event for its followers."""
-
-    request_id: UUID
-    event: dict[str, Any]
 
 
 class EventQueue(Generic[E]):

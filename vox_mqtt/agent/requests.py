@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
 from vox_mqtt.agent.plan import CommandPlan
-from vox_mqtt.agent.requestevents import EventQueue, SentProgress
-from vox_mqtt.agent.tracking import RequestTracker, SentMoved, TrackedRequest
+from vox_mqtt.agent.requestevents import EventQueue
+from vox_mqtt.agent.tracking import RequestTracker, SentMoved, SentProgress, TrackedRequest
 from vox_mqtt.ledger.actions import AFTER_CANCEL
+from vox_mqtt.protocol.lifecycle import CommandProgress
 from vox_mqtt.protocol.messages import CommandError, CommandResult, ErrorCode, VOXMessage
 from vox_mqtt.protocol.requeststates import FINAL_STATES, RequestState
 
@@ -36,6 +37,7 @@ __all__ = [
     "ANSWER_MOVES",
     "CURRENT_REQUEST",
     "Answering",
+    "ProgressWindow",
     "RequestEvent",
     "Requests",
     "Served",
@@ -76,6 +78,21 @@ def answer_move(current: Answering, move: str) -> Answering | None:
 
 
 @dataclass(eq=False, kw_only=True)
+class ProgressWindow:
+    """A served command's progress going up: its sequence and what waits for the window.
+
+    The progress reporter's own (agent/progress.py), hung on the record it reports on.
+    """
+
+    seq: int = 0
+    # When the window last opened: its first report waits one interval, so a request
+    # answered within it sends none (a quick command costs its master nothing more).
+    last: float = field(default_factory=time.monotonic)
+    pending: CommandProgress | None = None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False, kw_only=True)
 class Served:
     """One command this agent serves, from its commit to its answer."""
 
@@ -106,6 +123,7 @@ class Served:
     recorded: asyncio.Future[bool] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    progress: ProgressWindow | None = None  # once it reported progress (progress_window)
     # Delegated, and its master's cancel passed down (its `canceling` row committed): it
     # waits for its child's answer, the confirmation it relays up (docs/messages.md).
     canceling: bool = False
@@ -317,6 +335,12 @@ class Requests:
     def passing_cancel_down(self, served: Served, passing: bool = True) -> None:
         """Its master's cancel passes down (or, its commit failed, does not after all)."""
         served.canceling = passing
+
+    def progress_window(self, served: Served) -> ProgressWindow:
+        """The window of a command's progress going up, opened at its first report."""
+        if served.progress is None:
+            served.progress = ProgressWindow()
+        return served.progress
 
     def refused_by_child(self, served: Served, refusal: CommandError) -> None:
         """A child refused it unrecorded: the answer if no other child can take it."""

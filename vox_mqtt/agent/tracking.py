@@ -17,7 +17,14 @@ from uuid import UUID
 from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
-__all__ = ["RequestTracker", "SentMoved", "SentState", "TrackedRequest"]
+__all__ = [
+    "Follower",
+    "RequestTracker",
+    "SentMoved",
+    "SentProgress",
+    "SentState",
+    "TrackedRequest",
+]
 
 
 class SentState(StrEnum):
@@ -44,6 +51,14 @@ class SentState(StrEnum):
 _FINAL = frozenset({SentState.COMPLETED, SentState.FAILED, SentState.EXPIRED})
 
 
+@dataclass(eq=False)
+class Follower:
+    """One `follow()` of a sent request (agent/followevents.py), hung on the request."""
+
+    queue: asyncio.Queue[dict[str, Any]]
+    replayed: int  # the moves of the request's history it was told before it waited
+
+
 @dataclass(kw_only=True, eq=False)
 class TrackedRequest:
     """One sent message and its progress."""
@@ -57,6 +72,7 @@ class TrackedRequest:
     history: list[tuple[SentState, float]] = field(default_factory=list)
     acknowledged: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    followers: tuple[Follower, ...] = ()  # who follows it now (a tuple: most have none)
 
     @property
     def message_id(self) -> UUID:
@@ -78,6 +94,14 @@ class SentMoved:
     new: SentState
     at: float  # wall-clock time of the move: a follower is told when it happened
     step: int  # index of the move in tracked.history: a follower that replayed it skips it
+
+
+@dataclass(frozen=True, slots=True)
+class SentProgress:
+    """The child a request went to reported on it: a follow event for its followers."""
+
+    tracked: TrackedRequest
+    event: dict[str, Any]
 
 
 def _not_its_peer(request: TrackedRequest, by: UUID | None) -> bool:
