@@ -27,7 +27,6 @@ from vox_mqtt.agent.lifecycle import Lifecycle
 from vox_mqtt.agent.liveness import Liveness
 from vox_mqtt.agent.outbox import Outbox
 from vox_mqtt.agent.progress import ProgressReporter
-from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.agent.requests import Requests
 from vox_mqtt.agent.roles import Role
 from vox_mqtt.agent.router import Router
@@ -77,9 +76,9 @@ class VOXAgent:
             sync=config.ledger_sync,
             clear_sources=config.ledger_clear_sources,
         )
-        # Every move of a request sent or served is an event on one queue, read in order by
-        # one task (agent/requestevents.py, _read_request_events).
-        self.tracker = RequestTracker(events=EventQueue())
+        # Every move of a request sent or served is an event on the tracker's queue, read in
+        # order by one task (agent/eventreader.py, the `request-events` task).
+        self.tracker = RequestTracker()
         # The one owner of every request sent or served; the tracker is its view of the sent.
         self.requests = Requests(self.tracker)
         self.fleet_view = FleetView(stale_after=config.stale_after)

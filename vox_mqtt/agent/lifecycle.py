@@ -173,8 +173,9 @@ class Lifecycle:
         """Where the request a cancel names stands here (plan.Facts.target)."""
         served = self._requests.get(request_id)
         if served is not None:
-            # An answer staged already (a quick idempotent one, a child's relayed) is decided.
-            decided = served.answering or served.final or served.answer is not None
+            # Answered, or its answer taken: claimed, or staged already (a quick idempotent
+            # one, a child's relayed: Answering.STAGED) is decided.
+            decided = served.answering or served.final
             return "answering" if decided else served.state
         history = await self._history(request_id)
         state = history[-1][0] if history else "unknown"

@@ -2,8 +2,8 @@
 
 Each served request has a window on its record (`Served.progress`): its `seq`, the time it
 last sent, and the newest report waiting for the window (docs/messages.md, "A request's
-life"). Nothing here is recorded or
-kept: a command_progress is published once, QoS 1, and never re-sent.
+life"). Nothing here is recorded or kept: a command_progress is published once, QoS 1, and
+never re-sent.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ class SentState(StrEnum):
     Not a request's state (protocol/requeststates.py, `RequestState`): it is the sender's
     view of one message of any type it tracks (an event, a cancel, a status query or report,
     an answer published once, as well as a command_request), and it says what the sender
-    has heard, not what the receiver did. `queued`, `dispatched` and `acknowledged` are delivery, no
-    request's state at any level; `failed` is any error reply (a request its child canceled
-    included) or a broker's refusal; `expired` is the sender giving up, whatever became of
-    the message. Where a request stands at the level it went to, that level says
+    has heard, not what the receiver did. `queued`, `dispatched` and `acknowledged` are
+    delivery, no request's state at any level; `failed` is any error reply (a request its
+    child canceled included) or a broker's refusal; `expired` is the sender giving up,
+    whatever became of the message. Where a request stands at the level it went to, that level says
     (`request_status`, its `command_progress`).
     """
 
@@ -127,18 +127,16 @@ class RequestTracker:
     """Keep sent messages by id and move them through their states; each move is an event.
 
     `events`: the queue each move is put on (agent/requestevents.py), read by the agent's
-    one reader; the tracker calls nobody.
+    one reader (agent/eventreader.py); the tracker calls nobody.
     """
 
-    def __init__(
-        self, *, events: EventQueue[Any] | None = None, keep_finished: int = KEEP_FINISHED
-    ) -> None:
+    def __init__(self, *, keep_finished: int = KEEP_FINISHED) -> None:
         self._requests: dict[UUID, TrackedRequest] = {}
         self._finished: deque[UUID] = deque()
         self._keep_finished = keep_finished
         # The agent's one queue of request events; it carries every owner's (requests.py,
         # RequestEvent), so it is typed there.
-        self.events: EventQueue[Any] = EventQueue() if events is None else events
+        self.events: EventQueue[Any] = EventQueue()
 
     def track(self, message: VOXMessage, *, expects_reply: bool) -> TrackedRequest:
         """Start tracking a message about to be sent."""
