@@ -24,6 +24,7 @@ import pytest
 
 from vox_mqtt.agent.executors import PLAN_TYPES
 from vox_mqtt.agent.requests import Served
+from vox_mqtt.agent.tracking import TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vox_mqtt"
@@ -498,7 +499,11 @@ if isinstance(outcome, Redecide): pass  # not a plan: fine
 
 # --- a request's record has one writer: its owner (agent/requests.py) ------------------------
 
-SERVED_FIELDS = frozenset(f.name for f in dataclasses.fields(Served))
+# The fields of both records: a command served here, a message sent from here (what hangs on
+# it included: its delivery, its end being recorded, its followers).
+SERVED_FIELDS = frozenset(f.name for f in dataclasses.fields(Served)) | frozenset(
+    f.name for f in dataclasses.fields(TrackedRequest)
+)
 # The owners: the request owner, and the tracker it holds for the requests this agent sent.
 RECORD_OWNERS = {PACKAGE / "agent" / "requests.py", PACKAGE / "agent" / "tracking.py"}
 
@@ -525,8 +530,15 @@ def record_writes(source: str, filename: str) -> list[str]:
     return found
 
 
+# Fields of other objects that share a record's field name (the guard reads names, not types).
+NOT_RECORDS = {
+    "vox_mqtt/observe/status.py: entry.error_code assigned",  # a child's status entry
+}
+
+
 def test_no_assignment_to_a_request_record_outside_its_owner() -> None:
     found = problems_in_package(record_writes, but=RECORD_OWNERS)
+    found = [f for f in found if re.sub(r":\d+:", ":", f) not in NOT_RECORDS]
     assert found == [], "\n".join(found)
 
 
@@ -536,6 +548,8 @@ served.slot = True
 staged.served.answer_state = Answering.OPEN
 relayed.answer, relayed.answer_end = outgoing, "completed"
 served.history += [("started", 1.0)]
+tracked.followers = (*tracked.followers, me)
+tracked.delivery = None
 x: bool = served.answering  # a read: fine
 self.task = task  # a part's own field: fine
 """
@@ -545,6 +559,8 @@ self.task = task  # a part's own field: fine
         "relayed.answer assigned",
         "relayed.answer_end assigned",
         "served.history assigned",
+        "tracked.followers assigned",
+        "tracked.delivery assigned",
     ]
 
 

@@ -66,7 +66,7 @@ async def test_an_owner_calls_nobody_its_moves_wait_on_the_queue_in_order() -> N
     requests.move(served, RequestState.COMPLETED)
     events = requests.events.take()
     assert [type(e) for e in events] == [ServedMoved, SentMoved, ServedMoved]
-    built, reporter, metrics = reader(requests, Followers())
+    built, reporter, metrics = reader(requests, Followers(requests.sent))
     assert reporter.moves == []  # nothing read yet: the owner told nobody
     built.read(events)
     assert reporter.moves == [(served, RequestState.WORKING), (served, RequestState.COMPLETED)]
@@ -74,7 +74,8 @@ async def test_an_owner_calls_nobody_its_moves_wait_on_the_queue_in_order() -> N
 
 
 async def test_a_follower_that_came_between_a_move_and_its_event_hears_it_once() -> None:
-    requests, followers = Requests(RequestTracker()), Followers()
+    requests = Requests(RequestTracker())
+    followers = Followers(requests.sent)
     built, _, _ = reader(requests, followers)
     sent = requests.sent.track(command(), expects_reply=True)
     requests.sent.acknowledged(sent.message_id)  # moved; its event not read yet
@@ -89,7 +90,8 @@ async def test_a_follower_that_came_between_a_move_and_its_event_hears_it_once()
 
 
 async def test_a_childs_progress_reaches_the_followers_after_the_moves_before_it() -> None:
-    requests, followers = Requests(RequestTracker()), Followers()
+    requests = Requests(RequestTracker())
+    followers = Followers(requests.sent)
     built, _, _ = reader(requests, followers)
     sent = requests.sent.track(command(), expects_reply=True)
     stream = followers.follow(sent)
@@ -114,7 +116,7 @@ async def test_a_failing_hook_stops_neither_the_reader_nor_the_next_event(
         if new is SentState.DISPATCHED:
             raise RuntimeError("the owner's bug")
 
-    built, _, metrics = reader(requests, Followers(), hook)
+    built, _, metrics = reader(requests, Followers(requests.sent), hook)
     sent = requests.sent.track(command(), expects_reply=True)
     served = requests.open(command(), Serve(handler=print))
     running = asyncio.create_task(built.run())
@@ -147,7 +149,8 @@ async def test_the_queue_hands_out_every_event_waiting_oldest_first() -> None:
 
 
 async def test_followers_hang_on_the_request_and_leave_it_when_they_stop() -> None:
-    requests, followers = Requests(RequestTracker()), Followers()
+    requests = Requests(RequestTracker())
+    followers = Followers(requests.sent)
     sent = requests.sent.track(command(), expects_reply=True)
     assert sent.followers == ()
     first, second = followers.follow(sent), followers.follow(sent)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from uuid import uuid4
 
-from vox_mqtt.agent.tracking import RequestTracker, SentMoved, SentState
+from vox_mqtt.agent.deliveries import Deliveries
+from vox_mqtt.agent.tracking import Delivery, RequestTracker, SentMoved, SentState
 from vox_mqtt.protocol.messages import MSG_COMMAND_REQUEST, new_message
 
 A, B = uuid4(), uuid4()
@@ -73,3 +75,40 @@ def test_finished_requests_are_forgotten_beyond_the_limit() -> None:
         tracker.acknowledged(message.message_id)
     assert tracker.get(ids[0]) is None
     assert tracker.get(ids[2]) is not None
+
+
+def delivery() -> Delivery:
+    return Delivery(payload=b"{}", props=None, give_up_at=0.0, resend_until=None, delay=1.0)
+
+
+def test_a_delivery_hangs_on_its_record_until_taken_off() -> None:
+    tracker = RequestTracker()
+    first, second = (
+        tracker.track(request(), expects_reply=True),
+        tracker.track(request(), expects_reply=False),
+    )
+    assert tracker.delivering() == []
+    being_sent = delivery()
+    tracker.deliver(first, being_sent)
+    tracker.deliver(second, delivery())
+    assert first.delivery is being_sent
+    assert tracker.delivering() == [first, second]
+    assert tracker.undeliver(first) is being_sent
+    assert tracker.undeliver(first) is None  # taken off once: a second stop finds nothing
+    assert tracker.delivering() == [second]
+
+
+async def test_an_end_being_recorded_holds_its_waiters_until_it_is_durable() -> None:
+    tracker = RequestTracker()
+    tracked = tracker.track(request(), expects_reply=True)
+    await Deliveries.recorded(tracked)  # nothing being recorded: at once
+    tracker.recording_end(tracked)
+    waiter = asyncio.create_task(Deliveries.recorded(tracked))
+    canceled = asyncio.create_task(Deliveries.recorded(tracked))
+    await asyncio.sleep(0)
+    canceled.cancel()  # a waiter that gives up does not spoil the end for the others
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    tracker.end_recorded(tracked)
+    await asyncio.wait_for(waiter, 1.0)
+    assert tracked.ending is None

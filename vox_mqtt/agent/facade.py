@@ -183,7 +183,7 @@ class VOXAgent:
 
     def _peer_back(self, entry: AgentLiveness, old: str, new: str) -> None:
         if new == ACTIVE and old != ACTIVE:
-            self._outbox.heard_from(entry.id, back=True)
+            self._outbox.deliveries.heard_from(entry.id, back=True)
 
     def _count_commit(self, records: int, seconds: float) -> None:
         self.metrics.ledger_records += records
@@ -411,7 +411,7 @@ class VOXAgent:
         reason = f"{name} is no longer a child of {self.name} (the fleet changed)"
         for tracked in self.tracker.pending():
             if tracked.message.target == child and tracked.expects_reply:
-                ending = self._outbox.end(
+                ending = self._outbox.deliveries.end(
                     tracked, SentState.FAILED, ErrorCode.TARGET_INACTIVE, reason
                 )
                 self._ctx.tasks.spawn(ending, "fail-delegated")
@@ -535,7 +535,7 @@ class VOXAgent:
     async def _on_connect(self) -> None:
         if self._liveness is not None:
             await self._liveness.on_connect()
-        self._outbox.reconnected()
+        self._outbox.deliveries.reconnected()
 
     def _linked(self, inbound: Inbound) -> None:
         if self._liveness is not None:
@@ -572,7 +572,7 @@ class VOXAgent:
         if self._liveness is not None and session.connected:
             with contextlib.suppress(VoxError, TimeoutError):
                 await self._liveness.publish_shutdown(bound=_SHUTDOWN_BOUND)
-        self._outbox.close()
+        self._outbox.deliveries.close()
         await self._ctx.tasks.cancel_all()
         self._event_reader.read_waiting()  # the moves of the stop itself
         await self._stack.aclose()

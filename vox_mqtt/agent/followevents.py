@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from vox_mqtt.agent.tracking import Follower, SentState, TrackedRequest
+from vox_mqtt.agent.tracking import Follower, RequestTracker, SentState, TrackedRequest
 from vox_mqtt.protocol.messages import ErrorCode
 
 __all__ = ["FOLLOW_END", "Followers", "follow_event"]
@@ -45,14 +45,18 @@ class Followers:
 
     The followers hang on the request (`TrackedRequest.followers`). A move reaches them as
     an event read a turn after it happened (agent/requestevents.py): a follower that came
-    in between has it from the history already, and skips it.
+    in between has it from the history already, and skips it. The tracker, their owner,
+    hangs them on and takes them off.
     """
+
+    def __init__(self, tracker: RequestTracker) -> None:
+        self._tracker = tracker
 
     async def follow(self, tracked: TrackedRequest) -> AsyncIterator[dict[str, Any]]:
         """Yield each transition of a tracked request: what happened before the call first."""
         history = list(tracked.history)  # with no await between: nothing is missed nor told twice
         me = Follower(asyncio.Queue(), replayed=len(history))
-        tracked.followers = (*tracked.followers, me)
+        self._tracker.follow(tracked, me)
         try:
             now_wall, now_mono = time.time(), time.monotonic()
             for state, at in history:
@@ -67,7 +71,7 @@ class Followers:
                 if event["state"] in FOLLOW_END:
                     return
         finally:
-            tracked.followers = tuple(f for f in tracked.followers if f is not me)
+            self._tracker.unfollow(tracked, me)
 
     def moved(self, tracked: TrackedRequest, new: SentState, at: float, step: int) -> None:
         """A tracked request moved (the `step`th move of its history): its followers hear of it."""

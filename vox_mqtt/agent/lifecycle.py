@@ -112,7 +112,7 @@ class Lifecycle:
         self.reporter = ProgressReporter(
             settings=settings, publisher=publisher, props=props, metrics=metrics, requests=requests
         )
-        self.followers = Followers()
+        self.followers = Followers(requests.sent)
         self._answering_status = 0
         for state, gauge in (
             (RequestState.RECEIVED, "requests_received"),

@@ -1,12 +1,14 @@
-"""The outbox: send, request and reply; re-send until acknowledged; match acks and replies."""
+"""The outbox: send, request and reply; match acks and replies to what was sent.
+
+What it sends is recorded, tracked, then handed to its deliveries (agent/deliveries.py),
+which re-send it until acknowledged; acks and answers to commands go once (acksender.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import random
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -16,21 +18,16 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from vox_mqtt.agent.acksender import AckSender
-from vox_mqtt.agent.childbudget import CAUSE, ChildBudgets
+from vox_mqtt.agent.childbudget import ChildBudgets
 from vox_mqtt.agent.context import TaskSet
+from vox_mqtt.agent.deliveries import Deliveries
 from vox_mqtt.agent.outgoing import Outgoing
 from vox_mqtt.agent.ports import Publisher, Recorder, Settings
-from vox_mqtt.agent.quietpeers import Delivery, QuietPeers
 from vox_mqtt.agent.sendrules import (
     awaits_answer,
     check_size,
     deadline_passed,
-    delivered,
-    expiry,
     held_for_replay_until,
-    outlived,
-    request_time_left,
-    resend_deadline,
 )
 from vox_mqtt.agent.tracking import RequestTracker, SentState, TrackedRequest
 from vox_mqtt.ledger.actions import LedgerAction
@@ -56,7 +53,6 @@ from vox_mqtt.protocol.messages import (
     serialize,
 )
 from vox_mqtt.protocol.settings import AgentConfig
-from vox_mqtt.transport.outcome import PublishOutcome
 from vox_mqtt.transport.publishprops import PublishProperties
 
 __all__ = ["Outbox", "Outgoing"]
@@ -96,11 +92,17 @@ class Outbox:
             tasks=tasks,
             ledger=ledger,
         )
-        self._ending: dict[UUID, asyncio.Future[None]] = {}  # ends being recorded (end())
-        self._deliveries: dict[UUID, Delivery] = {}  # sent, not yet acknowledged
-        self._budgets = budgets  # what a child's events have in work here (F25)
-        self._quiet = QuietPeers()  # peers not heard from: copies held back (quietpeers.py)
-        self._closed = False
+        # Sent, not yet acknowledged: re-sent on a timer, each delivery on its record.
+        self.deliveries = Deliveries(
+            settings=settings,
+            ledger=ledger,
+            publisher=publisher,
+            tracker=tracker,
+            metrics=metrics,
+            tasks=tasks,
+            props=props,
+            budgets=budgets,
+        )
 
     @property
     def config(self) -> AgentConfig:
@@ -171,7 +173,7 @@ class Outbox:
             self._tracker.published_once(tracked.message_id)
             self.acks.once(outgoing.message, outgoing.payload)
             return tracked
-        self._schedule(tracked, outgoing.payload, resend=False)
+        self.deliveries.start(tracked, outgoing.payload, resend=False)
         return tracked
 
     def redeliver(self, unsent: Iterable[tuple[str, str, bytes]]) -> None:
@@ -192,210 +194,14 @@ class Outbox:
             )
             if deadline_passed(message):
                 reason = "its deadline passed while this agent was stopped"
-                ending = self.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
+                ending = self.deliveries.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
                 self._tasks.spawn(ending, "expire")
-            elif (too_old := self._outlived(message)) is not None:
+            elif (too_old := self.deliveries.outlived(tracked)) is not None:
                 failed = SentState.FAILED
-                ending = self.end(tracked, failed, ErrorCode.DELIVERY_FAILED, too_old)
+                ending = self.deliveries.end(tracked, failed, ErrorCode.DELIVERY_FAILED, too_old)
                 self._tasks.spawn(ending, "outlived")
             else:
-                self._schedule(tracked, payload, resend=True)
-
-    def reconnected(self) -> None:
-        """Try every unacknowledged message again now: a connection is back up."""
-        for delivery in list(self._deliveries.values()):
-            if delivery.timer is not None:
-                delivery.timer.cancel()
-            self._attempt(delivery)
-
-    def close(self) -> None:
-        """Stop re-sending: what is still unacknowledged stays in the outbox for the next start."""
-        self._closed = True
-        for delivery in self._deliveries.values():
-            if delivery.timer is not None:
-                delivery.timer.cancel()
-        self._deliveries.clear()
-
-    # --- delivery: publish now, re-send on a timer, no task per message --------------------
-
-    def _schedule(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
-        message = tracked.message
-        # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
-        fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
-        # A request waits for its acknowledgement until its deadline, when it has one.
-        patience = request_time_left(message, self.config.request_timeout)
-        delivery = Delivery(
-            tracked=tracked,
-            payload=payload,
-            props=fixed,
-            give_up_at=time.monotonic() + patience,
-            patience=patience,
-            resend_until=self._resend_until(message),
-            delay=self.config.resend_initial,
-            answer=message.type in _ANSWERS and message.reply_to is not None,
-            cause=CAUSE.get(),
-            quiet=self._quiet.new(message.target),
-        )
-        if delivery.cause is not None and self._budgets is not None:
-            self._budgets.started(delivery.cause)
-        self._deliveries[tracked.message_id] = delivery
-        self._attempt(delivery, resend=resend)
-
-    def _attempt(self, delivery: Delivery, *, resend: bool = True) -> None:
-        """Publish once more, unless acknowledged or given up; then wait for the next try."""
-        tracked = delivery.tracked
-        delivery.timer = None
-        if (
-            self._closed
-            or tracked.final
-            or delivered(tracked.message, acknowledged=tracked.acknowledged.is_set())
-        ):
-            self._forget(tracked.message_id)
-            return
-        metrics = self._metrics
-        message = tracked.message
-        if delivery.answer:
-            # An answer is never given up while its requester is a peer: a requester that
-            # was away gets it when it is back (docs/security.md, F25).
-            if message.target not in self.config.peers:
-                reason = "its requester is no longer this agent's master or child"
-                self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
-                return
-        elif time.monotonic() >= delivery.give_up_at:
-            metrics.delivery_failures += 1
-            reason = f"no acknowledgement within {delivery.patience:.0f}s"
-            self._give_up(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
-            return
-        until = delivery.resend_until
-        if until is not None and (too_old := self._outlived(message, until)) is not None:
-            metrics.delivery_failures += 1
-            self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, too_old)
-            return
-        peer = message.target
-        if self._quiet.holds(
-            peer,
-            tracked.message_id,
-            delivery.quiet,
-            answer=delivery.answer,
-            resend=resend,
-            limit=self.config.quiet_publishes,
-        ):
-            self._next_try(delivery, until)  # held: it still ends at its time
-            return
-        if resend:
-            metrics.resends += 1
-        elif not delivery.counted:
-            metrics.messages_out.inc(message.type)
-        delivery.counted = True
-        self._quiet.published(peer, delivery.quiet, resend=resend)
-        props = delivery.props
-        if props is None:
-            props = self._props.inbox(message.target, message.type, expiry=expiry(message))
-        topic = topics.inbox(message.target, self.config.id)
-        try:
-            outcome = self._publisher.publish_soon(topic, delivery.payload, props=props)
-        except VoxError as exc:
-            log.info("%s: will re-send %s: %s", self.config.name, message.message_id, exc)
-            outcome = None
-        if outcome is not None:
-            outcome.add_done_callback(functools.partial(self._published, tracked))
-        # No connection up: the next try comes at the same pace; the session reconnects.
-        self._next_try(delivery, until)
-
-    def _next_try(self, delivery: Delivery, until: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        delay = delivery.delay
-        if until is not None:
-            delay = min(delay, max(0.0, until - time.time()))  # end it at the window, not later
-        delivery.timer = loop.call_later(delay, self._attempt, delivery)
-        delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
-
-    def heard_from(self, peer: UUID, *, back: bool = False) -> None:
-        """What was held back for a peer goes now; back (ACTIVE again): all it is owed goes now."""
-        held = self._quiet.heard(peer)
-        if back:  # an acknowledged request would wait resend_max after a restart (docs/messages.md)
-            held |= {k for k, d in self._deliveries.items() if d.tracked.message.target == peer}
-        for delivery in filter(None, map(self._deliveries.get, held)):
-            if delivery.timer is not None:
-                delivery.timer.cancel()
-            delivery.delay = self.config.resend_initial
-            self._attempt(delivery)
-
-    def _forget(self, message_id: UUID) -> Delivery | None:
-        """Stop tracking a delivery: acknowledged, answered or ended; its child's work is done."""
-        delivery = self._deliveries.pop(message_id, None)
-        if delivery is None:
-            return None
-        if delivery.timer is not None:
-            delivery.timer.cancel()
-        if delivery.cause is not None and self._budgets is not None:
-            self._budgets.finished(delivery.cause)
-        return delivery
-
-    def _resend_until(self, message: VOXMessage) -> float | None:
-        return resend_deadline(message, self.config.broker.signing)
-
-    def _outlived(self, message: VOXMessage, until: float | None = None) -> str | None:
-        return outlived(message, self.config.broker.signing, until)
-
-    def _published(self, tracked: TrackedRequest, pending: asyncio.Future[PublishOutcome]) -> None:
-        """The broker's answer to one publish: a PUBACK, a refusal, or a dropped connection."""
-        if pending.cancelled():
-            return
-        outcome = pending.result()
-        if outcome.accepted:
-            self._tracker.dispatched(tracked.message_id)
-            return
-        if outcome.lost:
-            # The connection dropped first: the next try re-sends it.
-            log.info(
-                "%s: will re-send %s: %s", self.config.name, tracked.message_id, outcome.reason
-            )
-            return
-        if not tracked.final and not delivered(
-            tracked.message, acknowledged=tracked.acknowledged.is_set()
-        ):
-            # The broker refused it (ACL): re-sending cannot help.
-            self._metrics.delivery_failures += 1
-            reason = f"the broker refused it: {outcome.reason}"
-            self._give_up(tracked, SentState.FAILED, ErrorCode.DELIVERY_FAILED, reason)
-
-    def _give_up(self, tracked: TrackedRequest, state: SentState, code: str, reason: str) -> None:
-        self._forget(tracked.message_id)
-        self._tasks.spawn(self.end(tracked, state, code, reason), "give-up")
-
-    async def end(self, tracked: TrackedRequest, state: SentState, code: str, reason: str) -> None:
-        """Give up on a sent message: it ends failed or expired, for good.
-
-        The tracker moves at once, so an answer that comes later is late, never a success.
-        Its "expired" or "failed" row and its leaving the outbox are one commit, and whoever
-        waits for it hears of the end only once that commit is durable: after a restart
-        nothing re-sends it (docs/ledger.md, terminal states).
-        """
-        if tracked.final:
-            return
-        message_id = tracked.message_id
-        if state is SentState.EXPIRED:
-            self._tracker.expired(message_id, reason)
-        else:
-            self._tracker.failed(message_id, code, reason)
-        recorded = asyncio.get_running_loop().create_future()
-        self._ending[message_id] = recorded
-        try:
-            await self._ledger.record_message(
-                tracked.message,
-                LedgerAction(state),
-                outcome=code,
-                reason=reason,
-                outbox_done=message_id,
-            )
-        except VoxError as exc:
-            # Not recorded: after a restart it may be re-sent, and its deadline (which a
-            # request carries) still makes its receiver refuse it once passed.
-            log.warning("%s: the end of %s is not recorded: %s", self.config.name, message_id, exc)
-        finally:
-            del self._ending[message_id]
-            recorded.set_result(None)
+                self.deliveries.start(tracked, payload, resend=True)
 
     async def publish_unrecorded(self, message: VOXMessage) -> None:
         """Publish once, unrecorded: an answer when the ledger cannot take it beats silence."""
@@ -437,15 +243,15 @@ class Outbox:
                 await tracked.done.wait()
         except TimeoutError:
             reason = f"no answer within {limit:.1f}s"
-            await self.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
+            await self.deliveries.end(tracked, SentState.EXPIRED, ErrorCode.TIMEOUT, reason)
             if message.type == MSG_COMMAND_REQUEST and tracked.acknowledged.is_set():
                 # Given up on: the child holds it, and is told so that no level works on
                 # past it (a cancel with reason "deadline", durable like any, docs/messages.md).
                 # One never acknowledged left the outbox with its end: its deadline alone
                 # keeps a late copy from starting.
                 self._tasks.spawn(self._cancel_given_up(message), "cancel-deadline")
-        if (recording := self._ending.get(message.message_id)) is not None:
-            await recording  # given up by its delivery: the waiter learns once it is durable
+        # Given up by its delivery: the waiter learns once that end is durable.
+        await self.deliveries.recorded(tracked)
         if message.type == MSG_COMMAND_REQUEST:
             # End to end as the requester sees it, answered or not.
             self._metrics.command_roundtrip_seconds.time_since(started)
@@ -476,19 +282,10 @@ class Outbox:
         if tracked is not None and tracked.message.target != ack.source:
             return  # not from the agent it was sent to: re-sent on (docs/security.md, F24)
         if tracked is not None and awaits_answer(tracked.message) and not tracked.final:
-            self._patient(acknowledged)
+            self.deliveries.patient(tracked)
             return
-        self._forget(acknowledged)  # its peer holds it: no more re-sending
-
-    def _patient(self, message_id: UUID) -> None:
-        """Re-send an acknowledged request at the slowest pace, only lest its answer be lost."""
-        delivery = self._deliveries.get(message_id)
-        if delivery is None or delivery.delay >= self.config.resend_max:
-            return
-        delivery.delay = self.config.resend_max
-        if delivery.timer is not None:
-            delivery.timer.cancel()
-            self._next_try(delivery, delivery.resend_until)
+        if tracked is not None:
+            self.deliveries.stop(tracked)  # its peer holds it: no more re-sending
 
     def settle_reply(self, reply: VOXMessage) -> None:
         """Complete (or fail, for command_error) the request a reply answers."""
@@ -501,7 +298,8 @@ class Outbox:
             self._tracker.failed(reply.reply_to, error.code, error.error, reply)
         else:
             self._tracker.completed(reply.reply_to, reply)
-        self._forget(reply.reply_to)  # answered: no more re-sending
+        if tracked is not None:
+            self.deliveries.stop(tracked)  # answered: no more re-sending
 
     # --- the API roles and consoles use ---------------------------------------------------
 

@@ -5,20 +5,17 @@ queue cannot take (docs/broker.md, `max_queued_messages`): re-sending into that 
 fills it. So while a peer has not been heard from, each delivery to it is re-sent at most
 QUIET_RESENDS times, and beyond `quiet_publishes` publishes to it only answers go. Hearing
 from the peer (any message of its, an acknowledgement included) tries every delivery held
-back at once. A held delivery still ends at its time, as any does (agent/outbox.py).
+back at once. A held delivery still ends at its time, as any does (agent/deliveries.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 from uuid import UUID
 
-from vox_mqtt.agent.tracking import TrackedRequest
-
-__all__ = ["QUIET_RESENDS", "Delivery", "Quiet", "QuietPeers"]
+__all__ = ["QUIET_RESENDS", "Quiet", "QuietPeers"]
 
 QUIET_RESENDS: Final = 2
 
@@ -29,24 +26,6 @@ class Quiet:
 
     mark: int = 0  # how often its peer had been heard from when last counted
     resends: int = 0
-
-
-@dataclass(kw_only=True, eq=False)
-class Delivery:
-    """One sent message being published until acknowledged: its bytes and its next try."""
-
-    tracked: TrackedRequest
-    payload: bytes
-    props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
-    give_up_at: float
-    patience: float = 0.0  # seconds it may go unacknowledged (its deadline's, or the default)
-    resend_until: float | None  # wall clock: past it a signed message is not sent again
-    delay: float
-    counted: bool = False  # counted in messages_out
-    timer: asyncio.TimerHandle | None = None
-    answer: bool = False  # an answer: never given up while its requester is a peer (F25)
-    cause: UUID | None = None  # the child whose event made it (agent/childbudget.py)
-    quiet: Quiet = field(default_factory=Quiet)  # re-sends while its peer is silent
 
 
 class QuietPeers:

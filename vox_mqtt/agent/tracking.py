@@ -14,10 +14,12 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from vox_mqtt.agent.quietpeers import Quiet
 from vox_mqtt.agent.requestevents import EventQueue
 from vox_mqtt.protocol.messages import ErrorCode, VOXMessage
 
 __all__ = [
+    "Delivery",
     "Follower",
     "RequestTracker",
     "SentMoved",
@@ -60,6 +62,23 @@ class Follower:
 
 
 @dataclass(kw_only=True, eq=False)
+class Delivery:
+    """A sent message being published until acknowledged (agent/deliveries.py), hung on it."""
+
+    payload: bytes
+    props: Any  # the publish properties, built once (None: fresh per try, for an expiry)
+    give_up_at: float
+    patience: float = 0.0  # seconds it may go unacknowledged (its deadline's, or the default)
+    resend_until: float | None  # wall clock: past it a signed message is not sent again
+    delay: float
+    counted: bool = False  # counted in messages_out
+    timer: asyncio.TimerHandle | None = None
+    answer: bool = False  # an answer: never given up while its requester is a peer (F25)
+    cause: UUID | None = None  # the child whose event made it (agent/childbudget.py)
+    quiet: Quiet = field(default_factory=Quiet)  # re-sends while its peer is silent
+
+
+@dataclass(kw_only=True, eq=False)
 class TrackedRequest:
     """One sent message and its progress."""
 
@@ -73,6 +92,8 @@ class TrackedRequest:
     acknowledged: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     followers: tuple[Follower, ...] = ()  # who follows it now (a tuple: most have none)
+    delivery: Delivery | None = None  # being re-sent until its peer has it
+    ending: asyncio.Future[None] | None = None  # its end given up, being recorded
 
     @property
     def message_id(self) -> UUID:
@@ -152,6 +173,39 @@ class RequestTracker:
     def pending(self) -> list[TrackedRequest]:
         """Return the requests that are not final yet."""
         return [r for r in self._requests.values() if not r.final]
+
+    # --- what hangs on a record: its delivery, its end being recorded, its followers ---------
+
+    def deliver(self, request: TrackedRequest, delivery: Delivery) -> None:
+        """Hang a delivery on a request: it is re-sent until its peer has it (deliveries.py)."""
+        request.delivery = delivery
+
+    def undeliver(self, request: TrackedRequest) -> Delivery | None:
+        """Take a request's delivery off it: no more re-sending. Return it, if it had one."""
+        delivery, request.delivery = request.delivery, None
+        return delivery
+
+    def delivering(self) -> list[TrackedRequest]:
+        """Return the requests being re-sent now (an ended one's last timer may outlive it)."""
+        return [r for r in self._requests.values() if r.delivery is not None]
+
+    def recording_end(self, request: TrackedRequest) -> None:
+        """The request's end is being recorded: a waiter hears of it once that is durable."""
+        request.ending = asyncio.get_running_loop().create_future()
+
+    def end_recorded(self, request: TrackedRequest) -> None:
+        """The request's end is durable (or could not be recorded): its waiters go on."""
+        ending, request.ending = request.ending, None
+        if ending is not None and not ending.done():
+            ending.set_result(None)
+
+    def follow(self, request: TrackedRequest, follower: Follower) -> None:
+        """A follower now hears the request's moves (agent/followevents.py)."""
+        request.followers = (*request.followers, follower)
+
+    def unfollow(self, request: TrackedRequest, follower: Follower) -> None:
+        """A follower stopped listening."""
+        request.followers = tuple(f for f in request.followers if f is not follower)
 
     def dispatched(self, message_id: UUID) -> None:
         """Record the broker's PUBACK."""
