@@ -28,6 +28,7 @@ from bench import (
     exporter_scrape,
     faststream_rpc,
     fleet_large,
+    floor_parts,
     footprint,
     ledger_bench,
     loaded,
@@ -69,6 +70,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "doors": (19, doors.run),
     "verbs": (20, verb_speed.run),
     "loaded": (21, loaded.run),
+    "floor_parts": (22, floor_parts.run),
 }
 
 

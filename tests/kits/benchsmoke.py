@@ -36,6 +36,7 @@ ROWS = {
     "burst_read": 2,
     "verbs": 5,
     "loaded": 2,
+    "floor_parts": 2,
 }
 
 
