@@ -711,20 +711,12 @@ async def floor_profile(
     bench: BenchBroker, concurrency: int, seconds: float, *, client: str
 ) -> dict[str, Any]:
     """Profile the floor's own throughput tree (RawNode + GroupJournal) for `seconds`."""
+
+    def journal(name: str) -> GroupJournal:
+        return GroupJournal(bench.workdir / f"parts-profile-{name}.db")
+
     async with AsyncExitStack() as stack:
-        nodes = {
-            name: await stack.enter_async_context(
-                RawNode(
-                    bench,
-                    name,
-                    master=master,
-                    children=children,
-                    journal=GroupJournal(bench.workdir / f"parts-profile-{name}.db"),
-                    client=client,
-                )
-            )
-            for name, (master, children) in TREE.items()
-        }
+        nodes = await throughput.raw_tree(stack, bench, journal, client)
         root = bench.id("root")
 
         async def call() -> None:

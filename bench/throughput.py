@@ -97,6 +97,23 @@ class CpuMeter:
         return mine, broker, agents
 
 
+async def raw_tree(
+    stack: AsyncExitStack,
+    bench: BenchBroker,
+    journal: Callable[[str], GroupJournal | None],
+    client: str,
+) -> dict[str, RawNode]:
+    """Start figure 3's raw tree (TREE), each node with the journal made for its name."""
+    return {
+        name: await stack.enter_async_context(
+            RawNode(
+                bench, name, master=master, children=children, journal=journal(name), client=client
+            )
+        )
+        for name, (master, children) in TREE.items()
+    }
+
+
 async def raw_rate(
     bench: BenchBroker,
     concurrency: int,
@@ -115,19 +132,7 @@ async def raw_rate(
         return GroupJournal(bench.workdir / f"journal-3-{name}.db") if durable else None
 
     async with AsyncExitStack() as stack:
-        nodes = {
-            name: await stack.enter_async_context(
-                RawNode(
-                    bench,
-                    name,
-                    master=master,
-                    children=children,
-                    journal=journal(name),
-                    client=client,
-                )
-            )
-            for name, (master, children) in TREE.items()
-        }
+        nodes = await raw_tree(stack, bench, journal, client)
         root = bench.id("root")
 
         async def call() -> None:

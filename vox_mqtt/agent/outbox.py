@@ -82,7 +82,6 @@ class Outbox:
         self._tracker = tracker
         self._metrics = metrics
         self._tasks = tasks
-        self._props = props
         # Acks: published at once, never tracked or re-sent (agent/acksender.py).
         self.acks = AckSender(
             settings=settings,
