@@ -11,6 +11,8 @@ import asyncio
 import json
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from uuid import UUID, uuid4
 
@@ -36,7 +38,7 @@ from vox_mqtt.ledger.signatures import check_signatures
 from vox_mqtt.observe.status import ACTIVE, INACTIVE
 from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.messages import now_iso
-from vox_mqtt.protocol.signing import SigningKey, sign
+from vox_mqtt.protocol.signing import FORGED_TRAFFIC, SigningKey, sign
 from vox_mqtt.protocol.topics import STATUS_FILTER, WARROOM_FILTER
 
 pytestmark = pytest.mark.slow
@@ -347,12 +349,49 @@ def test_the_rotated_agent_reloaded_first_gets_no_grace_after_its_peers_reload(
                 20,
                 f"{name} to refuse the rotated agent's birth",
             )
+        children = {ids["specialist_a"], ids["specialist_b"]}
+        # Each child's refusal raised its FORGED_TRAFFIC incident...
+        wait_forged_traffic(procs, children, open_now=True)
+        for name in ("specialist_a", "specialist_b"):
             reload(procs, name)
             # Its log says what the refusal was, for the operator who saw the incident.
             assert "its rotation was reloaded before this agent" in procs.agents[name].log()
+        # ... which its reload ends: the refusal behind it was the rotation (forgedtraffic.py).
+        wait_forged_traffic(procs, children, open_now=False)
         asyncio.run(first_answer(procs, "after.pdf"))
         reasons = attack_with(procs, old)
         assert reasons[0].startswith("RETIRED_KEY"), reasons
+
+
+def wait_forged_traffic(procs: FleetProcesses, agents: set[UUID], *, open_now: bool) -> None:
+    """Wait until the war room holds a FORGED_TRAFFIC incident open for each of the agents
+    (open_now) or for none of them, as `vox warroom --json` tells the operator."""
+
+    config = str(procs.operator_config)
+    command = [sys.executable, "-m", "vox_mqtt.cli", "warroom", "--json", "--config", config]
+
+    def held() -> set[UUID]:
+        listed = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        # One cause: its code; several: each named in the incident's text.
+        return {
+            UUID(row["source"])
+            for row in rows
+            if not row["resolved"]
+            and (row["error_code"] == FORGED_TRAFFIC or f"({FORGED_TRAFFIC})" in row["description"])
+        }
+
+    wait_until(
+        lambda: (held() & agents == agents) if open_now else not held() & agents,
+        30,
+        f"FORGED_TRAFFIC {'open' if open_now else 'resolved'} at {sorted(map(str, agents))}",
+    )
 
 
 async def first_answer(procs: FleetProcesses, target: str) -> None:

@@ -21,6 +21,7 @@ from uuid import UUID
 from vox_mqtt.agent.childbudget import ChildBudgets
 from vox_mqtt.agent.context import AgentContext, TaskSet
 from vox_mqtt.agent.eventreader import RequestEventReader
+from vox_mqtt.agent.forgedtraffic import ForgedTraffic
 from vox_mqtt.agent.forward import Forward
 from vox_mqtt.agent.inbound import InboundPipeline, Listener
 from vox_mqtt.agent.lifecycle import Lifecycle
@@ -42,7 +43,7 @@ from vox_mqtt.protocol import topics
 from vox_mqtt.protocol.errors import VoxError
 from vox_mqtt.protocol.messages import MAX_ADVERTISED_COMMANDS, ErrorCode
 from vox_mqtt.protocol.settings import AgentConfig, Will
-from vox_mqtt.protocol.signing import FORGED_TRAFFIC, Signing, incident_due
+from vox_mqtt.protocol.signing import FORGED_TRAFFIC, Signing
 from vox_mqtt.transport.session import Inbound, Session
 
 __all__ = ["AgentConfig", "VOXAgent"]
@@ -98,6 +99,7 @@ class VOXAgent:
             on_connect=self._on_connect,
         )
         self._session.on_forgery = self._forged  # docs/security.md
+        self._session.on_rotation_explained = self._rotation_explained
         self._session.on_unsigned = self._count_unsigned
         self._ctx = AgentContext(
             config=config,
@@ -177,7 +179,7 @@ class VOXAgent:
         self._stop_requested = asyncio.Event()
         self._stopped = False
         self._started = False  # connected once (the war room needs a live session)
-        self._forged_at: float | None = None  # the last forged-traffic incident (docs/security.md)
+        self._forgery = ForgedTraffic()  # the FORGED_TRAFFIC incident (agent/forgedtraffic.py)
         for role in roles:
             self.add_role(role)
 
@@ -519,15 +521,20 @@ class VOXAgent:
 
     def _forged(self, topic: str, problem: str) -> None:
         """Tell the war room, once per window, that traffic on this agent's topics is forged."""
-        now = time.monotonic()
         if self._liveness is None or not self.config.publish_status:
             return
-        if not incident_due(self._forged_at, now):
+        text = self._forgery.refused(topic, problem, time.monotonic())
+        if text is not None:
+            post = self._liveness.raise_own(FORGED_TRAFFIC, text, severity="CRITICAL")
+            self._ctx.tasks.spawn(post, "forged-traffic")
+
+    def _rotation_explained(self, senders: set[UUID]) -> None:
+        """A reload explained refusals as a rotation: no refusal left, the incident ends."""
+        if self._liveness is None or not self._forgery.explained(senders):
             return
-        self._forged_at = now
-        text = f"refused a message whose signature failed ({problem})"[:300]
-        post = self._liveness.raise_own(FORGED_TRAFFIC, text, severity="CRITICAL")
-        self._ctx.tasks.spawn(post, "forged-traffic")
+        why = "the refused messages verify under a rotated key reloaded before this agent"
+        post = self._liveness.resolve_own(FORGED_TRAFFIC, f"{why}: not a forgery")
+        self._ctx.tasks.spawn(post, "forged-traffic-explained")
 
     def _will(self) -> Will | None:
         return self._liveness.will() if self._liveness is not None else None

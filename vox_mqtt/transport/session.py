@@ -8,6 +8,7 @@ import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from uuid import UUID
 
 from vox_mqtt.protocol.errors import BrokerUnavailable, DeliveryFailed, Refused
 from vox_mqtt.protocol.settings import BrokerSettings, Will
@@ -104,6 +105,8 @@ class Session(Subscribing):
         self.unsigned = 0  # unsigned messages let through in "accept" mode
         self.on_unsigned: Callable[[], None] | None = None  # told of each (the agent counts)
         self.on_forgery: Callable[[str, str], None] | None = None  # (topic, problem)
+        # Senders whose refused UNKNOWN_KEY message verifies after a reload (carry_over).
+        self.on_rotation_explained: Callable[[set[UUID]], None] | None = None
 
     @property
     def queued(self) -> int:
@@ -264,7 +267,8 @@ class Session(Subscribing):
         """
         renewed = own_key_renewed(self.settings.signing, signing)
         if self.settings.signing is not None and signing is not None:
-            for sender in sorted(carry_over(self.settings.signing.keyring, signing.keyring)):
+            explained = carry_over(self.settings.signing.keyring, signing.keyring)
+            for sender in sorted(explained):
                 log.warning(
                     "%s: the message of %s refused UNKNOWN_KEY before this reload verifies"
                     " under its new key: its rotation was reloaded before this agent, not a"
@@ -272,6 +276,8 @@ class Session(Subscribing):
                     self.settings.client_id,
                     sender,
                 )
+            if explained and self.on_rotation_explained is not None:
+                self.on_rotation_explained(explained)
         self.settings = replace(self.settings, signing=signing)
         if not renewed or self._will is None or self._link is None:
             return False
