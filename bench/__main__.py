@@ -41,6 +41,7 @@ from bench import (
     signatures,
     three_levels,
     throughput,
+    tree_order,
     verb_speed,
     web_console,
 )
@@ -71,6 +72,7 @@ FIGURES: dict[str, tuple[int, Runner]] = {
     "verbs": (20, verb_speed.run),
     "loaded": (21, loaded.run),
     "floor_parts": (22, floor_parts.run),
+    "tree": (23, tree_order.run),
 }
 
 

@@ -217,3 +217,46 @@ def test_sequences_count_per_epoch_start_and_topic() -> None:
     view.update(status("ACTIVE", 4, sequence=1, started=later, metrics={"messages_in": 1}))
     assert entry.sequences[False] == (4, later, 1)
     assert entry.metrics == {"messages_in": 1}
+
+
+def test_the_tree_is_laid_out_from_the_top_children_by_name_the_unplaced_last() -> None:
+    # cli/statusview._tree_order: what `vox status`, `vox watch` and the console draw. It
+    # finds every agent's children in one pass (docs/performance.md, "The tree's order").
+    from types import SimpleNamespace
+
+    from vox_mqtt.cli.statusview import _tree_order
+    from vox_mqtt.observe.observer import FleetObserver
+
+    observer = FleetObserver(stale_after=30.0)
+    top, coordinator, lone = uuid4(), uuid4(), uuid4()
+    names = {top: "root", coordinator: "coordinator", lone: "lone"}
+    leaves = {uuid4(): name for name in ("spec-b", "spec-a", "spec-c")}
+    names |= leaves
+    masters = {top: uuid4(), coordinator: top, lone: uuid4(), **dict.fromkeys(leaves, coordinator)}
+    for agent, name in names.items():
+        report = AgentStatus(
+            name=name,
+            status="ACTIVE",
+            epoch=1,  # type: ignore[arg-type]
+            started_at="2026-01-01T00:00:00+00:00",
+            heartbeat_interval=1.0,
+            commands=[],
+        )
+        observer.view.update(
+            new_message(MSG_AGENT_STATUS, source=agent, target=masters[agent], details=report)
+        )
+    agents = {entry.id: entry for entry in observer.view.agents()}
+    order = _tree_order(SimpleNamespace(top=top), observer, agents)  # type: ignore[arg-type]
+    assert [(depth, entry.name) for depth, entry in order] == [
+        (0, "root"),
+        (1, "coordinator"),
+        (2, "spec-a"),
+        (2, "spec-b"),
+        (2, "spec-c"),
+        (1, "lone"),  # its master is nobody here: nobody knows where it hangs
+    ]
+    # Only the agents asked for are laid out (an overlay may leave some out).
+    del agents[coordinator]
+    order = _tree_order(SimpleNamespace(top=top), observer, agents)  # type: ignore[arg-type]
+    assert [(depth, entry.name) for depth, entry in order][:1] == [(0, "root")]
+    assert {entry.name for _, entry in order} == {"root", "spec-a", "spec-b", "spec-c", "lone"}

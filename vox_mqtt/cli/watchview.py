@@ -213,6 +213,8 @@ def watch_frame(
         frame["summary"] = summary
         return frame
     wanted = None if lines_for is None else set(lines_for)
+    if wanted is not None and not wanted:
+        return frame  # the keys only: nothing to lay out (most frames of a quiet fleet)
     for depth, entry in _tree_order(reader, observer, agents):
         if wanted is not None and str(entry.id) not in wanted:
             continue
