@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         saved = (args.out or REPO / "bench") / "results.json"
         written = (args.out or REPO) / "BENCHMARKS.md"
         try:
-            results = json.loads(saved.read_text(encoding="utf-8"))
+            earlier: dict[str, Any] = json.loads(saved.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             parser.error(f"cannot read the results of a run from {saved}: {exc}")
-        written.write_text(markdown(results), encoding="utf-8")
+        written.write_text(markdown(earlier), encoding="utf-8")
         print(f"wrote {written} from {saved}", file=sys.stderr)
         return 0
     os.environ[LEDGER_SYNC_ENV] = args.ledger_sync  # worker processes read it too

@@ -19,13 +19,14 @@ import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import aiomqtt
 import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.common import figure, run_alone
 from vox_mqtt.broker.local import LocalBroker, free_port
@@ -40,7 +41,7 @@ def sizes(quick: bool) -> int:
 
 
 def _retain(port: int, count: int) -> None:
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
     client.connect("127.0.0.1", port)
     client.loop_start()
     try:
@@ -114,7 +115,7 @@ async def _raw_round(port: int, count: int) -> tuple[float, float]:
         return await _watched(read)
 
 
-Round = Callable[[int, int], Awaitable[tuple[float, float]]]
+Round = Callable[[int, int], Coroutine[Any, Any, tuple[float, float]]]
 
 
 def _rounds(port: int, count: int, one: Round) -> tuple[float, float]:

@@ -114,7 +114,7 @@ def run(workdir: Path, quick: bool) -> dict[str, Any]:
     a2a_ms = statistics.median(through_a2a) * 1000
     console_ms = statistics.median(through_console) * 1000
     # The experiment without fleet or console: what the SDK alone costs over plain HTTP.
-    floor = a2a_floor.measure(n)
+    floor: dict[str, Any] = a2a_floor.measure(n)
     return figure(
         title="A2A door: one command, message/send vs the console's /v1/send (median)",
         unit="ms",

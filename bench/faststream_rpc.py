@@ -155,7 +155,7 @@ async def measure(workdir: Path, quick: bool) -> list[dict[str, Any]]:
         floor = await floor_side(bench, quick)
         vox = await vox_side(bench, quick)
     concurrency = sizes(quick)[2]
-    common = {
+    common: dict[str, Any] = {
         "vox_detail": vox,
         "baseline_detail": fast,
         "baseline_name": "FastStream",

@@ -131,6 +131,7 @@ def _raw_client(row: dict[str, Any], key: str) -> str:
 
 def _details(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
+    row: dict[str, Any] | None  # each figure's first row, where it has one
     figures = results["figures"]
     for name in ("one_hop", "three_levels"):
         rows = _rows(figures, name)

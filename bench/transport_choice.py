@@ -76,7 +76,7 @@ class Meter:
             await publish()
             await self.received.get()
         profiler.disable()
-        return summarize(profiler)["loop_turns"] / round_trips
+        return float(summarize(profiler)["loop_turns"]) / round_trips
 
     async def run(
         self, publish: Callable[[], Awaitable[None]], round_trips: int, burst: int

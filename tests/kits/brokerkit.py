@@ -213,7 +213,7 @@ class Client:
         self._paho = client
         properties = None
         if self.session_expiry:
-            properties = Properties(PacketTypes.CONNECT)
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = self.session_expiry
         client.connect(
             self.creds.host,
@@ -449,7 +449,8 @@ def publish_as_identity(
 def inflated_status(fleet: Fleet, name: str) -> bytes:
     """Return F3's status of an agent: huge epoch and interval, commands padded to the limit."""
     agent = fleet.agent(name)
-    assert agent.master_id is not None
+    master = agent.master_id
+    assert master is not None
     details: dict[str, Any] = {
         "name": name,
         "status": "ACTIVE",
@@ -460,9 +461,7 @@ def inflated_status(fleet: Fleet, name: str) -> bytes:
     }
 
     def build() -> bytes:
-        message = new_message(
-            MSG_AGENT_STATUS, source=agent.id, target=agent.master_id, details=details
-        )
+        message = new_message(MSG_AGENT_STATUS, source=agent.id, target=master, details=details)
         return serialize(message)
 
     room = MAX_MESSAGE_BYTES - 200 - len(build())
