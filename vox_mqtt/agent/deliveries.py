@@ -77,6 +77,7 @@ class Deliveries:
 
     def start(self, tracked: TrackedRequest, payload: bytes, *, resend: bool) -> None:
         """Publish a tracked message now (`resend`: again, after a restart) and keep at it."""
+        self.stop(tracked)  # one delivery per record: a second start replaces the first
         message = tracked.message
         # Built once per (peer, type); only a deadline's shrinking expiry needs fresh ones.
         fixed = None if expiry(message) else self._props.inbox(message.target, message.type)
@@ -95,7 +96,6 @@ class Deliveries:
         )
         if delivery.cause is not None and self._budgets is not None:
             self._budgets.started(delivery.cause)
-        self.stop(tracked)  # one delivery per record: a second start replaces the first
         self._tracker.deliver(tracked, delivery)
         self._attempt(tracked, resend=resend)
 
@@ -170,19 +170,25 @@ class Deliveries:
         delivery.timer = loop.call_later(delay, self._attempt, tracked)
         delivery.delay = min(delivery.delay * 2, self.config.resend_max) * random.uniform(0.8, 1.2)
 
-    def _try_now(self, tracked: TrackedRequest) -> None:
+    def _try_now(self, tracked: TrackedRequest, *, afresh: bool) -> None:
+        """Publish once more now; `afresh`: back to the first pace of re-sending."""
         delivery = tracked.delivery
         if delivery is None:
             return
         if delivery.timer is not None:
             delivery.timer.cancel()
-        delivery.delay = self.config.resend_initial
+        if afresh:
+            delivery.delay = self.config.resend_initial
         self._attempt(tracked)
 
     def reconnected(self) -> None:
-        """Try every unacknowledged message again now: a connection is back up."""
+        """Try every unacknowledged message again now: a connection is back up.
+
+        Each keeps its pace: an acknowledged request waiting for its answer stays at the
+        slowest (`patient`).
+        """
         for tracked in self._tracker.delivering():
-            self._try_now(tracked)
+            self._try_now(tracked, afresh=False)
 
     def heard_from(self, peer: UUID, *, back: bool = False) -> None:
         """What was held back for a peer goes now; back (ACTIVE again): all it is owed goes now."""
@@ -190,7 +196,7 @@ class Deliveries:
         if back:  # an acknowledged request would wait resend_max after a restart (docs/messages.md)
             held += [t for t in self._tracker.delivering() if t.message.target == peer]
         for tracked in dict.fromkeys(filter(None, held)):
-            self._try_now(tracked)
+            self._try_now(tracked, afresh=True)
 
     def patient(self, tracked: TrackedRequest) -> None:
         """Re-send an acknowledged request at the slowest pace, only lest its answer be lost."""

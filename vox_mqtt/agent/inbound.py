@@ -238,9 +238,8 @@ class InboundPipeline:
         # Only the agent a request went to may answer, acknowledge or report on it (F24).
         if await self._answers.refused(message, inbound.topic, inbound.payload):
             return
-        self.outbox.deliveries.heard_from(
-            message.source
-        )  # it is there: what was held for it goes (F25)
+        # It is there: what was held back for it goes now (F25).
+        self.outbox.deliveries.heard_from(message.source)
         await self._decide_and_carry_out(taken)
 
     async def _parsed(self, inbound: Inbound, topic: topics.InboxTopic) -> VOXMessage | None:
